@@ -1,0 +1,53 @@
+// qsa_common.cuh: the constants and helpers every QSA selection kernel shares (spec sections 1-3).
+// Every constant is named once, here; qsa_cli/geometry.py restates them and a test checks they agree.
+#pragma once
+
+#define QSA_IDX_DIM 128          // floats per indexer key / query head
+#define QSA_IDX_HEADS 4          // indexer query heads per query
+#define QSA_BLOCK_CELLS 4        // R: cells per block, one pooled key per block
+#define QSA_TOP_K 2048           // cell budget
+#define QSA_SELECT_CAP 2051      // TOP_K + R - 1: widest selection, and the row stride of ids
+#define QSA_MAX_QUERIES 8        // queries of one decode call (a verify window)
+#define QSA_HALVE_MAX_QUERIES 4  // queries one block_scores_halve_kernel call keeps in registers
+#define QSA_SPLIT_CHUNK_BLOCKS 2048  // blocks per CTA of the split top-k
+#define QSA_CLUSTER_CTAS 8       // CTAs per query of the cluster top-k
+#define QSA_RADIX_BITS 8         // digit width of the radix select
+#define QSA_RADIX_BINS 256
+#define QSA_RADIX_PASSES 4
+#define QSA_TAIL_BONUS 1e9f      // added to an incomplete tail block's score: always selected
+
+#define QSA_WARP 32
+
+// A step record: four int32 per query, in this order.
+#define QSA_STEP_POS 0
+#define QSA_STEP_NKV 1
+#define QSA_STEP_NBID 2
+#define QSA_STEP_WIDTH 3
+#define QSA_STEP_INTS 4
+
+// The scorer's lane partial: lane l holds dims 4l..4l+3 of the key and of one query head.
+// Explicit round-to-nearest intrinsics, in the order nvcc's default contraction emits
+// k.x*q.x + k.y*q.y + k.z*q.z + k.w*q.w (mul of the second product, then three fma), so the
+// bits do not depend on compiler flags and the CPU model reproduces them.
+__device__ __forceinline__ float qsa_lane_partial(float4 k, float4 q) {
+    float p = __fmul_rn(k.y, q.y);
+    p = __fmaf_rn(k.x, q.x, p);
+    p = __fmaf_rn(k.z, q.z, p);
+    p = __fmaf_rn(k.w, q.w, p);
+    return p;
+}
+
+__device__ __forceinline__ float qsa_relu(float x) { return x > 0.0f ? x : 0.0f; }
+
+// The top-k's ranking key: a larger key is a larger score. +0.0f makes -0 equal +0; NaN ranks lowest.
+__device__ __forceinline__ unsigned qsa_order_key(float score) {
+    const float v = score + 0.0f;
+    if (v != v) return 0u;
+    const unsigned u = __float_as_uint(v);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Cells block b holds for a query with n_kv cells and n_bid complete blocks (the tail holds 0-3).
+__device__ __forceinline__ int qsa_block_weight(int b, int n_kv, int n_bid) {
+    return b < n_bid ? QSA_BLOCK_CELLS : n_kv - n_bid * QSA_BLOCK_CELLS;
+}

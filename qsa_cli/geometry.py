@@ -1,0 +1,127 @@
+"""Geometry of the QSA selection (spec section 1) and the step records of a call.
+
+The constants mirror ``kernels/qsa_common.cuh``; ``tests/test_geometry.py`` checks they agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+IDX_DIM = 128
+IDX_HEADS = 4
+BLOCK_CELLS = 4  # R
+TOP_K = 2048
+SELECT_CAP = TOP_K + BLOCK_CELLS - 1  # 2051: the widest selection and the row stride of ids
+MAX_QUERIES = 8  # queries of a decode call
+HALVE_MAX_QUERIES = 4
+SPLIT_CHUNK_BLOCKS = 2048
+CLUSTER_CTAS = 8
+RADIX_BITS = 8
+RADIX_BINS = 256
+RADIX_PASSES = 4
+TAIL_BONUS = np.float32(1e9)
+
+STEP_POS, STEP_NKV, STEP_NBID, STEP_WIDTH = range(4)
+STEP_INTS = 4
+
+PROMPT_QUERIES = 64  # the selftest's prompt call
+
+
+class GeometryError(ValueError):
+    """A context, capacity, query count or step record that the spec does not allow."""
+
+
+def selection_width(n_kv: int) -> int:
+    return min(n_kv, SELECT_CAP)
+
+
+def max_blocks(capacity: int) -> int:
+    """Row stride of the score matrix for a capacity in cells (the decode grid is sized by it)."""
+    return capacity // BLOCK_CELLS + 2
+
+
+def capacity_of(max_blocks_: int) -> int:
+    return (max_blocks_ - 2) * BLOCK_CELLS
+
+
+@dataclass(frozen=True)
+class Call:
+    """One selection call: ``nq`` queries at the end of a ``ctx``-cell context, under ``capacity``.
+
+    A decode call (``prompt=False``) passes no active block count; a prompt call passes the call's
+    largest ``n_bid + 1``.
+    """
+
+    ctx: int
+    nq: int
+    capacity: int
+    prompt: bool = False
+
+    def __post_init__(self) -> None:
+        check_call(self.ctx, self.nq, self.capacity)
+
+    @property
+    def max_blocks(self) -> int:
+        return max_blocks(self.capacity)
+
+    @property
+    def steps(self) -> np.ndarray:
+        return window_steps(self.ctx, self.nq)
+
+    @property
+    def active_blocks(self) -> int:
+        """The count a prompt call passes (0, none, for a decode call)."""
+        return self.ctx // BLOCK_CELLS + 1 if self.prompt else 0
+
+    @property
+    def kind(self) -> str:
+        return "prompt" if self.prompt else "decode"
+
+
+def check_call(ctx: int, nq: int, capacity: int) -> None:
+    if nq <= 0:
+        raise GeometryError(f"queries must be > 0 (got {nq})")
+    if ctx < nq:
+        raise GeometryError(f"context must be >= queries (got context {ctx}, {nq} queries)")
+    if capacity < ctx:
+        raise GeometryError(f"capacity must be >= context (got capacity {capacity}, context {ctx})")
+
+
+def step_record(pos: int) -> tuple[int, int, int, int]:
+    n_kv = pos + 1
+    return pos, n_kv, n_kv // BLOCK_CELLS, selection_width(n_kv)
+
+
+def window_steps(ctx: int, nq: int) -> np.ndarray:
+    """Step records of ``nq`` queries at consecutive positions ending the context: pos = ctx - nq + i."""
+    pos = np.arange(ctx - nq, ctx, dtype=np.int64)
+    n_kv = pos + 1
+    steps = np.stack([pos, n_kv, n_kv // BLOCK_CELLS, np.minimum(n_kv, SELECT_CAP)], axis=1)
+    return steps.astype(np.int32)
+
+
+def validate_steps(steps: np.ndarray, max_blocks_: int) -> None:
+    """Raise GeometryError naming the first query whose step record breaks the spec's rules."""
+    if steps.dtype != np.int32 or steps.ndim != 2 or steps.shape[1] != STEP_INTS:
+        raise GeometryError(f"steps must be int32 [nq, {STEP_INTS}] (got {steps.dtype} {list(steps.shape)})")
+    pos, n_kv, n_bid, width = (steps[:, i].astype(np.int64) for i in range(STEP_INTS))
+    rules = (
+        (pos >= 0, "pos >= 0"),
+        (n_kv == pos + 1, "n_kv == pos + 1"),
+        (n_bid == n_kv // BLOCK_CELLS, f"n_bid == n_kv // {BLOCK_CELLS}"),
+        (width == np.minimum(n_kv, SELECT_CAP), f"width == min(n_kv, {SELECT_CAP})"),
+        (n_bid < max_blocks_ - 1, f"n_bid < max_blocks - 1 = {max_blocks_ - 1}"),
+    )
+    for ok, rule in rules:
+        bad = np.flatnonzero(~ok)
+        if bad.size:
+            q = int(bad[0])
+            raise GeometryError(f"steps[{q}] = {steps[q].tolist()} breaks {rule}")
+
+
+def block_weights(n_kv: int, n_blocks: int) -> np.ndarray:
+    """Cells of blocks 0..n_blocks-1 for a query of n_kv cells: R, ..., R, tail (0-3), then 0."""
+    cells = np.clip(n_kv - np.arange(n_blocks, dtype=np.int64) * BLOCK_CELLS, 0, BLOCK_CELLS)
+    return cells.astype(np.int32)
