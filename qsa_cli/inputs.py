@@ -7,13 +7,13 @@ check that exactly the entries that must be written were written.
 from __future__ import annotations
 
 import os
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .files import atomic_write
 from .geometry import (
     BLOCK_CELLS,
     IDX_DIM,
@@ -191,13 +191,5 @@ def load_topk_inputs(path: str | os.PathLike[str]) -> TopkInputs:
 
 
 def save_npz_atomic(path: str | os.PathLike[str], **arrays: np.ndarray) -> None:
-    """Write an ``.npz`` through a temporary file in the same folder: a reader never sees half a file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path, "wb") as fh:
+        np.savez(fh, **arrays)

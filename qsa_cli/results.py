@@ -1,0 +1,157 @@
+"""The result record of a run: plain, versioned, JSON-serialisable data, every sample kept.
+
+Measurement and parity are recorded here and nowhere else; tables, markdown, plots and the gate are
+all rendered from a record, so a saved run can be re-rendered or compared later (``qsa report``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .files import atomic_write
+from .inputs import InputError
+
+SCHEMA = "qsa.run"
+SCHEMA_VERSION = 1
+
+CASE_FIELDS = ("stage", "ctx", "nq", "capacity", "kind", "score_set", "l2")
+
+
+def case_key(stage: str, case: dict[str, Any]) -> str:
+    """A stable name for a (stage, case): what the gate matches a run's rows with a baseline's on."""
+    parts = [stage] + [f"{k}={case[k]}" for k in CASE_FIELDS[1:] if k in case]
+    return " ".join(parts)
+
+
+@dataclass
+class Measurement:
+    """The timed samples of one variant on one case, with the clocks around them."""
+
+    stage: str  # "scores", "topk", "window"
+    variant: str  # a kernel variant, "read-floor" or a library reference point
+    case: dict[str, Any]
+    samples_us: list[float]
+    warmup: int = 0
+    bytes_read: int | None = None  # bytes the variant must read once (for GB/s)
+    clocks_before: dict[str, Any] | None = None
+    clocks_after: dict[str, Any] | None = None
+    throttled: bool = False  # a clocks-event reason for thermal, power or hardware slowdown was seen
+
+    @property
+    def key(self) -> str:
+        return case_key(self.stage, self.case)
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.samples_us)
+
+    def percentile_us(self, p: float) -> float:
+        s = sorted(self.samples_us)
+        return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
+
+    @property
+    def spread_us(self) -> tuple[float, float]:
+        """(10th, 90th) percentile: the range the gate requires a regression to fall outside of."""
+        return self.percentile_us(10), self.percentile_us(90)
+
+    @property
+    def gbps(self) -> float | None:
+        if not self.bytes_read:
+            return None
+        return self.bytes_read / (self.median_us * 1e-6) / 1e9
+
+
+@dataclass
+class ParityCheck:
+    """One bitwise comparison: ``subject`` against ``against`` on one case."""
+
+    stage: str
+    case: dict[str, Any]
+    subject: str
+    against: str
+    equal: bool
+    detail: str = ""  # the first difference, when there is one
+    hashes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return case_key(self.stage, self.case)
+
+
+@dataclass
+class RunRecord:
+    command: str
+    argv: list[str]
+    backend: str  # "gpu" or "cpu"
+    device: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    measurements: list[Measurement] = field(default_factory=list)
+    parity: list[ParityCheck] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    tool_version: str = __version__
+    git_commit: str | None = field(default_factory=lambda: git_commit())
+    kernel_source_hash: str = ""
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(p.equal for p in self.parity)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        data = dict(data)
+        data.pop("schema", None)
+        data.pop("schema_version", None)
+        data["measurements"] = [Measurement(**m) for m in data.get("measurements", [])]
+        data["parity"] = [ParityCheck(**p) for p in data.get("parity", [])]
+        return cls(**data)
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        with atomic_write(path) as fh:
+            json.dump(self.to_dict(), fh, indent=1)
+            fh.write("\n")
+
+
+def load_record(path: str | os.PathLike[str]) -> RunRecord:
+    """Read a record written by ``RunRecord.write``; a bad file is an InputError naming what is wrong."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not a JSON result record ({exc})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise InputError(f"{path}: not a qsa result record (no \"schema\": \"{SCHEMA}\")")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise InputError(f"{path}: result schema version {version} is not supported (this qsa reads {SCHEMA_VERSION})")
+    try:
+        return RunRecord.from_dict(data)
+    except TypeError as exc:
+        raise InputError(f"{path}: malformed result record ({exc})") from None
+
+
+def git_commit() -> str | None:
+    """The checkout's commit (with ``-dirty`` when it has changes), or None outside a checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "describe", "--always", "--dirty", "--abbrev=12", "--match=NONE"],
+            capture_output=True, text=True, timeout=5, check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
