@@ -80,6 +80,8 @@ class ParityCheck:
     equal: bool
     detail: str = ""  # the first difference, when there is one
     hashes: dict[str, str] = field(default_factory=dict)
+    rows_equal: int | None = None  # queries whose whole output row is identical
+    rows: int | None = None
 
     @property
     def key(self) -> str:

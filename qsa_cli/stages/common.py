@@ -1,0 +1,104 @@
+"""What every stage runner shares: timing a variant with the clocks read around it, and parity rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..results import Measurement, ParityCheck
+from ..timing import DeviceTimer, Launch, measure_host
+
+
+class ClockSource(Protocol):
+    def read(self) -> Any: ...  # an object with .to_dict() and .throttled, or None
+
+
+@dataclass
+class StageOutcome:
+    """A stage's results on one case: rows for the record, and every variant's output (for --dump)."""
+
+    measurements: list[Measurement] = field(default_factory=list)
+    parity: list[ParityCheck] = field(default_factory=list)
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def extend(self, other: StageOutcome, prefix: str = "") -> None:
+        self.measurements += other.measurements
+        self.parity += other.parity
+        self.outputs.update({prefix + k: v for k, v in other.outputs.items()})
+
+
+@dataclass
+class Measurer:
+    """Times variants on the GPU (``timer``) or on the host (CPU backend), with clock reads around each."""
+
+    iters: int
+    timer: DeviceTimer | None = None
+    clocks: ClockSource | None = None
+    host_warmup: int = 1
+
+    @property
+    def l2(self) -> str:
+        return self.timer.l2 if self.timer else "host"
+
+    def _read_clocks(self) -> Any:
+        return self.clocks.read() if self.clocks is not None else None
+
+    def measure(
+        self,
+        stage: str,
+        variant: str,
+        case: dict[str, Any],
+        run: Launch | Callable[[], object],
+        *,
+        bytes_read: int | None = None,
+        before_each: Launch | None = None,
+    ) -> Measurement:
+        before = self._read_clocks()
+        if self.timer is not None:
+            samples = self.timer.measure(run, self.iters, before_each=before_each)
+            warmup = self.timer.warmup
+        else:
+            samples = measure_host(run, self.iters, self.host_warmup)
+            warmup = self.host_warmup
+        after = self._read_clocks()
+        readings = [r for r in (before, after) if r is not None]
+        return Measurement(
+            stage=stage,
+            variant=variant,
+            case=dict(case),
+            samples_us=samples,
+            warmup=warmup,
+            bytes_read=bytes_read,
+            clocks_before=before.to_dict() if before is not None else None,
+            clocks_after=after.to_dict() if after is not None else None,
+            throttled=any(r.throttled for r in readings),
+        )
+
+
+def bitwise_check(
+    stage: str,
+    case: dict[str, Any],
+    subject: str,
+    against: str,
+    outputs: dict[str, np.ndarray],
+    describe_difference: Callable[[np.ndarray, np.ndarray], str],
+    hashes: dict[str, str] | None = None,
+) -> ParityCheck:
+    """``bytes ==`` of two whole outputs (unwritten entries keep their poison, so they count too)."""
+    a, b = outputs[subject], outputs[against]
+    equal = a.shape == b.shape and a.tobytes() == b.tobytes()
+    rows_equal = sum(x.tobytes() == y.tobytes() for x, y in zip(a, b)) if a.shape == b.shape else 0
+    return ParityCheck(
+        stage=stage,
+        case=dict(case),
+        subject=subject,
+        against=against,
+        equal=equal,
+        detail="" if equal else describe_difference(a, b),
+        hashes=hashes or {},
+        rows_equal=int(rows_equal),
+        rows=int(a.shape[0]),
+    )
