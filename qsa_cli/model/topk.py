@@ -1,0 +1,310 @@
+"""Exact CPU models of the top-k selection (spec section 3).
+
+``select_oracle`` states the rule as a stable sort. ``select_reference``, ``select_wide`` and
+``select_split`` reach the same ids the way the reference, old decode (1,024-thread) and new decode
+(split) kernels do: the same radix passes, histograms, scans and write offsets, vectorised over blocks.
+Each takes one query's score row and step record and returns its ``width`` ids, ascending; when a
+kernel disagrees with the oracle, the model that follows that kernel shows where its steps go wrong.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..geometry import (
+    BLOCK_CELLS,
+    RADIX_BINS,
+    RADIX_BITS,
+    RADIX_PASSES,
+    SELECT_CAP,
+    SPLIT_CHUNK_BLOCKS,
+    STEP_NBID,
+    STEP_NKV,
+    STEP_WIDTH,
+    GeometryError,
+    block_weights,
+    validate_steps,
+)
+from ..inputs import TopkInputs, id_poison
+
+ALGORITHMS = ("oracle", "reference", "wide", "split")
+
+WIDE_THREADS = 1024  # block_topk_wide_kernel: one CTA of 1,024 threads per query
+WARP = 32
+_DIGIT_MASK = RADIX_BINS - 1
+_KEY_BITS = RADIX_BITS * RADIX_PASSES  # 32
+
+
+def order_keys(scores: np.ndarray) -> np.ndarray:
+    """The ranking key of each score (``qsa_order_key``): a larger key is a larger score.
+
+    ``+ 0.0f`` turns -0 into +0; NaN maps to 0, below every other key (-inf's is 0x007FFFFF).
+    """
+    scores = np.asarray(scores)
+    if scores.dtype != np.float32:
+        raise TypeError(f"scores must be float32 (got {scores.dtype})")
+    v = scores + np.float32(0.0)
+    u = v.view(np.uint32)
+    keys = np.where(u & np.uint32(0x80000000), ~u, u | np.uint32(0x80000000))
+    keys[np.isnan(v)] = 0
+    return keys.astype(np.uint32, copy=False)
+
+
+def digit_rule(hist: np.ndarray, above: int, width: int) -> tuple[int, int]:
+    """The reference's choice of one pass's digit, a pure function of integer counts.
+
+    Walk the digits from 255 down to 1 and stop at the first ``d`` with
+    ``above + cells at digits >= d >= width`` (``d = 0`` when none); the cells at digits above ``d``
+    join ``above``. Returns ``(d, new_above)``.
+    """
+    counts = [int(c) for c in hist]
+    if len(counts) != RADIX_BINS:
+        raise ValueError(f"a histogram has {RADIX_BINS} bins (got {len(counts)})")
+    running = above
+    for d in range(RADIX_BINS - 1, 0, -1):
+        if running + counts[d] >= width:
+            return d, running
+        running += counts[d]
+    return 0, running
+
+
+def _query(step: np.ndarray) -> tuple[int, int, int]:
+    return int(step[STEP_NKV]), int(step[STEP_NBID]), int(step[STEP_WIDTH])
+
+
+def _identity(n_kv: int) -> np.ndarray:
+    return np.arange(n_kv, dtype=np.int32)
+
+
+def _blocks(scores_row: np.ndarray, n_kv: int, n_bid: int) -> tuple[np.ndarray, np.ndarray]:
+    """Keys and cell weights of blocks 0..n_bid; the blocks past n_bid are never read."""
+    if scores_row.ndim != 1 or scores_row.shape[0] <= n_bid:
+        raise GeometryError(f"a score row of shape {list(scores_row.shape)} has no block n_bid = {n_bid}")
+    keys = order_keys(scores_row[: n_bid + 1])
+    return keys, block_weights(n_kv, n_bid + 1).astype(np.int64)
+
+
+def _digits(keys: np.ndarray, p: int) -> np.ndarray:
+    return ((keys >> np.uint32(_KEY_BITS - RADIX_BITS * (p + 1))) & np.uint32(_DIGIT_MASK)).astype(np.int64)
+
+
+def _matches(keys: np.ndarray, prefix: int, p: int) -> np.ndarray:
+    """Blocks whose digits of passes 0..p-1 equal the prefix (all blocks in pass 0)."""
+    if p == 0:
+        return np.ones(keys.shape, dtype=bool)
+    return (keys >> np.uint32(_KEY_BITS - RADIX_BITS * p)) == np.uint32(prefix)
+
+
+def _weighted_bincount(index: np.ndarray, weights: np.ndarray, bins: int) -> np.ndarray:
+    # float64 weights are exact for any count of cells below 2**53
+    return np.bincount(index, weights=weights, minlength=bins).astype(np.int64)
+
+
+def _exclusive_cumsum(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    inclusive = np.cumsum(x, axis=axis)
+    return inclusive - x
+
+
+def _write_ids(width: int, offsets: np.ndarray, blocks: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Scatter ``counts[i]`` cells of block ``blocks[i]`` (its first cells, in order) to ``offsets[i]``."""
+    out = id_poison((width,))
+    total = int(counts.sum())
+    within = np.arange(total, dtype=np.int64) - np.repeat(_exclusive_cumsum(counts), counts)
+    positions = np.repeat(offsets, counts) + within
+    out[positions] = (np.repeat(blocks, counts) * BLOCK_CELLS + within).astype(np.int32)
+    return out
+
+
+# ---- the rule as a stable sort ---------------------------------------------------------------
+
+
+def select_oracle(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """The selection by a stable sort of cells on (key descending, cell ascending)."""
+    n_kv, n_bid, width = _query(step)
+    if n_kv <= width:
+        return _identity(n_kv)
+    keys, weights = _blocks(scores_row, n_kv, n_bid)
+    # the weights are R, ..., R, tail: cell 4b + c lands at index 4b + c, so a cell's index is its id
+    cell_keys = np.repeat(keys, weights)
+    order = np.argsort(~cell_keys, kind="stable")  # ~key ascending == key descending
+    return np.sort(order[:width]).astype(np.int32)
+
+
+# ---- block_topk_kernel: the rule, pass by pass -----------------------------------------------
+
+
+def _radix_threshold(keys: np.ndarray, weights: np.ndarray, width: int) -> tuple[int, int]:
+    prefix, above = 0, 0
+    for p in range(RADIX_PASSES):
+        match = _matches(keys, prefix, p)
+        hist = _weighted_bincount(_digits(keys[match], p), weights[match], RADIX_BINS)
+        d, above = digit_rule(hist, above, width)
+        prefix = (prefix << RADIX_BITS) | d
+    return prefix, above
+
+
+def select_reference(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """4-pass radix select of the threshold key, then every cell above it and the first ties."""
+    n_kv, n_bid, width = _query(step)
+    if n_kv <= width:
+        return _identity(n_kv)
+    keys, weights = _blocks(scores_row, n_kv, n_bid)
+    thr, above = _radix_threshold(keys, weights, width)
+    cell_keys = np.repeat(keys, weights)  # index == cell id, as in select_oracle
+    ties = cell_keys == np.uint32(thr)
+    taken_ties = ties & (np.cumsum(ties) <= width - above)
+    return np.flatnonzero((cell_keys > np.uint32(thr)) | taken_ties).astype(np.int32)
+
+
+# ---- block_topk_wide_kernel: 1,024 threads, per-warp histograms, block-wide scans ------------
+
+
+def _digit_by_scan(hist: np.ndarray, above: int, width: int) -> tuple[int, int]:
+    """``digit_rule`` as the wide kernel computes it: a suffix scan over the bins, then the highest hit."""
+    at_or_above = above + np.cumsum(hist[::-1])[::-1]  # above + cells at digits >= d
+    hits = np.flatnonzero(at_or_above[1:] >= width)
+    d = int(hits[-1]) + 1 if hits.size else 0
+    return d, above + int(hist[d + 1 :].sum())
+
+
+def select_wide(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """The 1,024-thread kernel: thread t owns blocks t, t + 1024, ... (coalesced tiles of 1,024 blocks).
+
+    Each pass sums the 32 warps' histograms (a warp's lanes of one digit add as one, which changes
+    no count); the emit walks the tiles, placing each thread's cells by block-wide exclusive scans of
+    the per-thread counts plus the totals carried from the tiles before.
+    """
+    n_kv, n_bid, width = _query(step)
+    if n_kv <= width:
+        return _identity(n_kv)
+    keys, weights = _blocks(scores_row, n_kv, n_bid)
+    tiles = -(-(n_bid + 1) // WIDE_THREADS)
+    pad = tiles * WIDE_THREADS - (n_bid + 1)
+    # [tile, thread]: threads past n_bid hold weight 0 and contribute nothing
+    keys = np.pad(keys, (0, pad)).reshape(tiles, WIDE_THREADS)
+    weights = np.pad(weights, (0, pad)).reshape(tiles, WIDE_THREADS)
+    warp = np.broadcast_to(np.arange(WIDE_THREADS) // WARP, keys.shape)
+
+    prefix, above = 0, 0
+    for p in range(RADIX_PASSES):
+        w = np.where(_matches(keys, prefix, p), weights, 0)
+        per_warp = _weighted_bincount((warp * RADIX_BINS + _digits(keys, p)).ravel(), w.ravel(), WARP * RADIX_BINS)
+        hist = per_warp.reshape(WARP, RADIX_BINS).sum(axis=0)
+        d, above = _digit_by_scan(hist, above, width)
+        prefix = (prefix << RADIX_BITS) | d
+    thr, budget = np.uint32(prefix), width - above
+
+    above_cells = np.where(keys > thr, weights, 0)
+    tie_cells = np.where(keys == thr, weights, 0)
+    # carried totals of the tiles before, then the block-wide exclusive scan inside the tile
+    above_before = _exclusive_cumsum(above_cells.sum(axis=1))[:, None] + _exclusive_cumsum(above_cells, axis=1)
+    ties_before = _exclusive_cumsum(tie_cells.sum(axis=1))[:, None] + _exclusive_cumsum(tie_cells, axis=1)
+    taken = np.clip(budget - ties_before, 0, tie_cells)
+    offsets = above_before + np.minimum(ties_before, budget)
+    counts = (above_cells + taken).ravel()
+    owned = np.flatnonzero(counts)  # blocks (tile * 1024 + thread) that write
+    return _write_ids(width, offsets.ravel()[owned], owned, counts[owned])
+
+
+# ---- qsa_block_topk_split: chunks of 2,048 blocks, six launches -----------------------------
+
+
+def _derive(hist: np.ndarray, width: int) -> tuple[int, int]:
+    """Prefix and ``above`` from the complete histograms of the passes so far (the split CTAs' first step)."""
+    prefix, above = 0, 0
+    for pass_hist in hist:
+        d, above = digit_rule(pass_hist, above, width)
+        prefix = (prefix << RADIX_BITS) | d
+    return prefix, above
+
+
+def select_split(
+    scores_row: np.ndarray,
+    step: np.ndarray,
+    active_blocks: int = 0,
+    chunk_blocks: int = SPLIT_CHUNK_BLOCKS,
+) -> np.ndarray:
+    """The split kernel, launch by launch, for one query.
+
+    The grid has ``ceil(blocks / chunk_blocks)`` chunks, ``blocks`` being ``active_blocks`` when a
+    prompt call passes it and the score row's ``max_blocks`` otherwise; a chunk past the query's
+    ``n_bid`` does nothing. Every chunk of a launch derives the same digits from the same complete
+    histograms, so the model derives them once per launch.
+    """
+    n_kv, n_bid, width = _query(step)
+    blocks = active_blocks or scores_row.shape[0]
+    if not n_bid < blocks <= scores_row.shape[0]:
+        raise GeometryError(f"active blocks {blocks} must cover n_bid + 1 = {n_bid + 1} and fit {scores_row.shape[0]}")
+    if chunk_blocks <= 0:
+        raise GeometryError(f"chunk_blocks must be > 0 (got {chunk_blocks})")
+    if n_kv <= width:
+        return _identity(n_kv)
+    grid = -(-blocks // chunk_blocks)
+    keys, weights = _blocks(scores_row, n_kv, n_bid)
+    chunk = np.arange(n_bid + 1) // chunk_blocks
+
+    hist = np.zeros((RADIX_PASSES, RADIX_BINS), dtype=np.int64)  # the query's global histograms
+    for p in range(RADIX_PASSES):  # launches 1-4
+        prefix, _ = _derive(hist[:p], width)
+        match = _matches(keys, prefix, p)
+        per_chunk = _weighted_bincount(chunk[match] * RADIX_BINS + _digits(keys[match], p), weights[match], grid * RADIX_BINS)
+        hist[p] += per_chunk.reshape(grid, RADIX_BINS).sum(axis=0)  # each chunk's atomic adds
+
+    thr, above = _derive(hist, width)  # launch 5: count each chunk's cells above / at thr
+    above_cells = np.where(keys > np.uint32(thr), weights, 0)
+    tie_cells = np.where(keys == np.uint32(thr), weights, 0)
+    chunk_above = _weighted_bincount(chunk, above_cells, grid)
+    chunk_ties = _weighted_bincount(chunk, tie_cells, grid)
+
+    budget = width - above  # launch 6: emit, from the counts of the chunks before
+    ties_before_chunk = _exclusive_cumsum(chunk_ties)
+    start = _exclusive_cumsum(chunk_above) + np.minimum(ties_before_chunk, budget)
+    chunk_budget = np.maximum(budget - ties_before_chunk, 0)
+    # inside a chunk: exclusive scans of its blocks' counts, from the chunk's first block
+    first = chunk * chunk_blocks
+    above_in = _exclusive_cumsum(above_cells)
+    above_in -= above_in[first]
+    ties_in = _exclusive_cumsum(tie_cells)
+    ties_in -= ties_in[first]
+    taken = np.clip(chunk_budget[chunk] - ties_in, 0, tie_cells)
+    offsets = start[chunk] + above_in + np.minimum(ties_in, chunk_budget[chunk])
+    counts = above_cells + taken
+    writers = np.flatnonzero(counts)
+    return _write_ids(width, offsets[writers], writers, counts[writers])
+
+
+# ---- a call's ids -----------------------------------------------------------------------------
+
+
+def topk_ids(inputs: TopkInputs, algorithm: str = "oracle", active_blocks: int = 0) -> np.ndarray:
+    """int32 [nq, SELECT_CAP]: each query's ``width`` ids, then ``ID_POISON`` (entries a kernel must not write).
+
+    ``active_blocks`` is a prompt call's count (0 for a decode call); only the split's grid depends on it.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown top-k algorithm {algorithm!r} (expected one of {', '.join(ALGORITHMS)})")
+    validate_steps(inputs.steps, inputs.max_blocks)
+    needed = int(inputs.steps[:, STEP_NBID].max()) + 1
+    if active_blocks and not needed <= active_blocks <= inputs.max_blocks:
+        raise GeometryError(f"active blocks {active_blocks} must be in {needed}..{inputs.max_blocks} for this call")
+    out = id_poison((inputs.nq, SELECT_CAP))
+    for i in range(inputs.nq):
+        row, step = inputs.scores[i], inputs.steps[i]
+        if algorithm == "split":
+            ids = select_split(row, step, active_blocks)
+        else:
+            ids = {"oracle": select_oracle, "reference": select_reference, "wide": select_wide}[algorithm](row, step)
+        out[i, : ids.shape[0]] = ids
+    return out
+
+
+def first_difference(a: np.ndarray, b: np.ndarray, steps: np.ndarray) -> tuple[int, int] | None:
+    """The first (query, position) among each query's entries 0..width-1 where the ids differ, or None."""
+    if a.shape != b.shape or a.ndim != 2 or a.shape[0] != steps.shape[0]:
+        raise ValueError(f"id matrices {list(a.shape)} and {list(b.shape)} do not match {steps.shape[0]} queries")
+    inside = np.arange(a.shape[1])[None, :] < steps[:, STEP_WIDTH].astype(np.int64)[:, None]
+    bad = np.flatnonzero((a != b) & inside)
+    if bad.size == 0:
+        return None
+    q, j = divmod(int(bad[0]), a.shape[1])
+    return q, j

@@ -1,0 +1,297 @@
+"""The CPU models of the top-k: every radix model equals the stable-sort oracle, bit for bit."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qsa_cli.geometry import SELECT_CAP, Call, GeometryError, max_blocks, window_steps
+from qsa_cli.inputs import ID_POISON, TopkInputs, rng_for, synthetic_scores
+from qsa_cli.model.topk import (
+    ALGORITHMS,
+    _digit_by_scan,
+    digit_rule,
+    first_difference,
+    order_keys,
+    select_oracle,
+    select_split,
+    topk_ids,
+)
+
+MODELS = tuple(a for a in ALGORITHMS if a != "oracle")
+
+SPECIALS = np.array(
+    [np.nan, -np.nan, 0.0, -0.0, np.inf, -np.inf, 1.0, -1.0, 1e9, -1e9, 1e-45, -1e-45, 3.4028235e38, -3.4028235e38],
+    dtype=np.float32,
+)
+
+
+def assert_models_match(inputs: TopkInputs, active_blocks: int = 0) -> np.ndarray:
+    """Every model's ids are the oracle's bytes; rows are ascending, in range, poisoned past width."""
+    want = topk_ids(inputs, "oracle", active_blocks)
+    width = inputs.steps[:, 3]
+    n_kv = inputs.steps[:, 1]
+    for i, row in enumerate(want):
+        ids = row[: width[i]]
+        assert np.all(np.diff(ids) > 0) and ids[0] >= 0 and ids[-1] < n_kv[i], f"query {i}"
+        assert np.all(row[width[i] :] == ID_POISON), f"query {i}"
+    for algorithm in MODELS:
+        got = topk_ids(inputs, algorithm, active_blocks)
+        assert got.tobytes() == want.tobytes(), (algorithm, first_difference(got, want, inputs.steps))
+    return want
+
+
+def custom_inputs(ctx: int, nq: int, capacity: int, scores_of_blocks: np.ndarray) -> TopkInputs:
+    """One score row shared by the call's queries (each reads its own blocks 0..n_bid)."""
+    mb = max_blocks(capacity)
+    scores = np.broadcast_to(scores_of_blocks[:mb].astype(np.float32), (nq, mb)).copy()
+    return TopkInputs(scores, window_steps(ctx, nq))
+
+
+# ---- the synthetic score sets ------------------------------------------------------------------
+
+CASES = [
+    Call(9000, 8, 9000),
+    Call(2100, 8, 262144),
+    Call(9000, 8, 262144),
+    Call(32768, 8, 262144),
+    Call(135176, 8, 135176),
+    Call(300001, 8, 524288),
+    Call(524288, 8, 524288),
+    Call(9000, 64, 9000, prompt=True),
+    Call(2100, 64, 262144, prompt=True),
+    Call(32768, 64, 262144, prompt=True),
+]
+
+
+@pytest.mark.parametrize("score_set", ["continuous", "levels64", "equal"])
+@pytest.mark.parametrize("call", CASES, ids=lambda c: f"{c.kind}-{c.ctx}-{c.capacity}-seed{c.ctx % 97}")
+def test_score_sets(call: Call, score_set: str) -> None:
+    inputs = synthetic_scores(call, score_set, seed=call.ctx % 97)
+    assert_models_match(inputs, call.active_blocks)
+
+
+# ---- adversarial rows --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+@pytest.mark.parametrize("ctx", [4099, 8202, 2052 + 3])
+def test_special_values_all_tails(ctx: int, seed: int) -> None:
+    """NaN, +-0, +-inf, denormals and extremes; 4 consecutive queries cover tails of 0-3 cells."""
+    rng = rng_for(seed, ctx)
+    mb = max_blocks(ctx)
+    scores = np.where(rng.random(mb) < 0.7, rng.choice(SPECIALS, mb), rng.standard_normal(mb, dtype=np.float32))
+    inputs = custom_inputs(ctx, 4, ctx, scores)
+    assert_models_match(inputs)
+    assert_models_match(inputs, active_blocks=ctx // 4 + 1)
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+def test_all_equal_and_signed_zero(seed: int) -> None:
+    """-0 and +0 tie, so the lowest cells win; the same for one repeated random value."""
+    rng = rng_for(seed)
+    ctx = 6001
+    zeros = np.where(rng.random(max_blocks(ctx)) < 0.5, np.float32(0.0), np.float32(-0.0))
+    want = assert_models_match(custom_inputs(ctx, 8, ctx, zeros))
+    assert np.array_equal(want[:, :SELECT_CAP], np.broadcast_to(np.arange(SELECT_CAP, dtype=np.int32), (8, SELECT_CAP)))
+    level = np.full(max_blocks(ctx), rng.standard_normal(), dtype=np.float32)
+    assert_models_match(custom_inputs(ctx, 8, ctx, level))
+
+
+@pytest.mark.parametrize("seed", [31, 32, 33])
+def test_two_levels(seed: int) -> None:
+    rng = rng_for(seed)
+    ctx = 20003
+    scores = rng.choice(np.array([-1.5, 2.25], dtype=np.float32), max_blocks(ctx), p=[0.9, 0.1])
+    assert_models_match(custom_inputs(ctx, 8, ctx, scores))
+
+
+@pytest.mark.parametrize("seed", [41])
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("delta", [-1, 0, 1])
+def test_chunk_boundaries(k: int, delta: int, seed: int) -> None:
+    """The last query's n_bid at 2048k + delta; 8 queries also cover the blocks just below."""
+    ctx = 4 * (2048 * k + delta) + 3
+    rng = rng_for(seed, k, delta + 1)
+    mb = max_blocks(524288)
+    scores = np.floor(rng.standard_normal(mb, dtype=np.float32) * 2) / 2  # ~12 levels: ties everywhere
+    for capacity in (ctx, 524288):
+        assert_models_match(custom_inputs(ctx, 8, capacity, scores))
+    assert_models_match(custom_inputs(ctx, 8, ctx, scores), active_blocks=ctx // 4 + 1)
+
+
+def test_tie_cut_across_chunks() -> None:
+    """2,040 cells above thr in chunk 2; 11 tie cells taken: blocks 2046-2047 (chunk 0), 3 of block 2048."""
+    ctx = 4 * 5000 + 3
+    scores = np.zeros(max_blocks(ctx), dtype=np.float32)
+    scores[2046:2051] = 1.0
+    scores[4096 : 4096 + 510] = 2.0
+    inputs = custom_inputs(ctx, 1, ctx, scores)
+    want = np.concatenate([np.arange(4 * 2046, 4 * 2048 + 3), np.arange(4 * 4096, 4 * (4096 + 510))]).astype(np.int32)
+    got = assert_models_match(inputs)
+    assert np.array_equal(got[0], want)
+
+
+def test_width_equals_n_kv() -> None:
+    """n_kv <= 2051: the identity, whatever the scores."""
+    rng = rng_for(51)
+    for ctx in (1, 2, 5, 2051):
+        nq = min(ctx, 8)
+        inputs = custom_inputs(ctx, nq, ctx, rng.choice(SPECIALS, max_blocks(ctx)))
+        got = assert_models_match(inputs)
+        for i, n_kv in enumerate(inputs.steps[:, 1]):
+            assert np.array_equal(got[i, :n_kv], np.arange(n_kv))
+
+
+def test_one_cell_over_width() -> None:
+    """n_kv = 2052: one cell is dropped, the lowest key's highest cell."""
+    rng = rng_for(52)
+    mb = max_blocks(2052)
+    scores = rng.standard_normal(mb, dtype=np.float32) + np.float32(10)
+    scores[100] = np.float32(-5)
+    got = assert_models_match(custom_inputs(2052, 1, 2052, scores))
+    assert np.array_equal(got[0], np.setdiff1d(np.arange(2052), [403]))
+    got = assert_models_match(custom_inputs(2052, 1, 2052, np.full(mb, np.float32(rng.standard_normal()))))
+    assert np.array_equal(got[0], np.arange(SELECT_CAP))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n_kv=st.one_of(st.integers(1, 2060), st.integers(2052, 12000)),
+    levels=st.integers(1, 5),
+    specials=st.booleans(),
+    chunk_blocks=st.sampled_from([1, 3, 64, 2048]),
+    extra_blocks=st.integers(0, 300),
+)
+def test_property_models_match_oracle(seed, n_kv, levels, specials, chunk_blocks, extra_blocks) -> None:
+    """Few levels (ties at the threshold), small chunks (many chunk boundaries), grids past the query."""
+    rng = rng_for(seed)
+    mb = max_blocks(n_kv) + extra_blocks
+    scores = rng.integers(0, levels, mb).astype(np.float32)
+    if specials:
+        scores = np.where(rng.random(mb) < 0.3, rng.choice(SPECIALS, mb), scores)
+    inputs = custom_inputs(n_kv, 1, (mb - 2) * 4, scores)
+    want = topk_ids(inputs, "oracle")
+    for algorithm in MODELS:
+        assert topk_ids(inputs, algorithm).tobytes() == want.tobytes(), algorithm
+    row, step = inputs.scores[0], inputs.steps[0]
+    for active in (0, step[2] + 1):
+        got = select_split(row, step, active_blocks=int(active), chunk_blocks=chunk_blocks)
+        assert got.tobytes() == select_oracle(row, step).tobytes()
+
+
+@pytest.mark.parametrize("chunk_blocks", [1, 5, 256])
+def test_split_small_chunks(chunk_blocks: int) -> None:
+    seed = 60 + chunk_blocks
+    call = Call(20001, 8, 40000)
+    inputs = synthetic_scores(call, "levels64", seed)
+    for row, step in zip(inputs.scores, inputs.steps):
+        got = select_split(row, step, chunk_blocks=chunk_blocks)
+        assert got.tobytes() == select_oracle(row, step).tobytes()
+
+
+# ---- order keys and the digit rule -------------------------------------------------------------
+
+
+def test_order_keys_monotone() -> None:
+    rng = rng_for(71)
+    bits = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32)
+    floats = bits.view(np.float32)
+    floats = np.sort(np.concatenate([floats[~np.isnan(floats)], SPECIALS[~np.isnan(SPECIALS)]]))
+    keys = order_keys(floats)
+    assert np.all(np.diff(keys.astype(np.int64)) >= 0)
+    strict = np.diff(floats) > 0
+    assert np.all(np.diff(keys.astype(np.int64))[strict] > 0)
+    assert np.all((np.diff(keys.astype(np.int64)) == 0) == ~strict)  # equal only for -0 == +0 and duplicates
+
+
+def test_order_keys_special_values() -> None:
+    k = order_keys(np.array([0.0, -0.0, np.nan, -np.nan, -np.inf, np.inf, 1.0, -1.0], dtype=np.float32))
+    assert k[0] == k[1] == 0x80000000
+    assert k[2] == k[3] == 0
+    assert k[4] == 0x007FFFFF and k[4] > 0  # -inf is the lowest number, above NaN
+    assert k[5] == 0xFF800000
+    assert k[6] == 0x3F800000 | 0x80000000 and k[7] == ~np.uint32(0xBF800000)
+    with pytest.raises(TypeError):
+        order_keys(np.zeros(3, dtype=np.float64))
+
+
+def _hist(**bins: int) -> np.ndarray:
+    h = np.zeros(256, dtype=np.int64)
+    for name, count in bins.items():
+        h[int(name[1:])] = count
+    return h
+
+
+@pytest.mark.parametrize(
+    ("hist", "above", "width", "expected"),
+    [
+        (_hist(d255=3000), 0, 2051, (255, 0)),
+        (_hist(d200=1000, d100=1500, d3=9), 0, 2051, (100, 1000)),
+        (_hist(d0=3000), 0, 2051, (0, 0)),  # no digit 1..255 reaches the width
+        (_hist(d7=40, d0=50), 2000, 2051, (0, 2040)),
+        (_hist(d5=51, d4=1), 2000, 2051, (5, 2000)),  # exactly the width at d
+        (_hist(d1=1, d0=4000), 2050, 2051, (1, 2050)),
+        (_hist(d9=2, d8=2, d1=3), 2045, 2051, (1, 2049)),
+    ],
+)
+def test_digit_rule(hist: np.ndarray, above: int, width: int, expected: tuple[int, int]) -> None:
+    assert digit_rule(hist, above, width) == expected
+    assert _digit_by_scan(hist, above, width) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), above=st.integers(0, 2050), dense=st.booleans())
+def test_digit_by_scan_is_digit_rule(seed: int, above: int, dense: bool) -> None:
+    rng = rng_for(seed)
+    hist = rng.integers(0, 40 if dense else 3, 256) * (rng.random(256) < (0.9 if dense else 0.05))
+    assert _digit_by_scan(hist, above, 2051) == digit_rule(hist, above, 2051)
+
+
+# ---- topk_ids and first_difference -------------------------------------------------------------
+
+
+def test_first_difference() -> None:
+    inputs = synthetic_scores(Call(3000, 3, 3000), "continuous", seed=81)
+    a = topk_ids(inputs, "reference")
+    assert first_difference(a, a.copy(), inputs.steps) is None
+    b = a.copy()
+    b[2, 5] += 1
+    b[1, 2050] += 1
+    assert first_difference(a, b, inputs.steps) == (1, 2050)
+    c = a.copy()
+    c[0, SELECT_CAP - 1] = 7  # query 0 has n_kv = 2998 > width: position 2050 counts
+    assert first_difference(a, c, inputs.steps) == (0, SELECT_CAP - 1)
+    short = synthetic_scores(Call(10, 2, 10), "continuous", seed=82)
+    s = topk_ids(short, "oracle")
+    t = s.copy()
+    t[0, 9:] = 1  # past query 0's width (9)
+    assert first_difference(s, t, short.steps) is None
+    with pytest.raises(ValueError):
+        first_difference(a, a[:2], inputs.steps)
+
+
+def test_topk_ids_rejects_bad_arguments() -> None:
+    call = Call(9000, 8, 20000, prompt=True)
+    inputs = synthetic_scores(call, "continuous", seed=91)
+    with pytest.raises(ValueError, match="unknown top-k algorithm"):
+        topk_ids(inputs, "cluster")
+    with pytest.raises(GeometryError):
+        topk_ids(inputs, "split", active_blocks=call.active_blocks - 1)
+    with pytest.raises(GeometryError):
+        topk_ids(inputs, "split", active_blocks=inputs.max_blocks + 1)
+
+
+def test_speed_524k_decode_call() -> None:
+    inputs = synthetic_scores(Call(524288, 8, 524288), "levels64", seed=101)
+    for algorithm in ("reference", "split"):
+        t0 = time.perf_counter()
+        topk_ids(inputs, algorithm)
+        elapsed = time.perf_counter() - t0
+        print(f"top-k model {algorithm}, 524,288 cells x 8 queries: {elapsed * 1e3:.0f} ms")
+        assert elapsed < 3.0  # well under 1 s on an idle core; generous for a shared machine
