@@ -27,6 +27,8 @@ STEP_POS, STEP_NKV, STEP_NBID, STEP_WIDTH = range(4)
 STEP_INTS = 4
 
 PROMPT_QUERIES = 64  # the selftest's prompt call
+MAX_PROMPT_QUERIES = 1024  # queries of a prompt top-k call the harness accepts (one row of ids each)
+MAX_CAPACITY = 1 << 24  # cells: 2 GB of keys; ids and block indices stay far inside int32
 
 
 class GeometryError(ValueError):
@@ -81,12 +83,24 @@ class Call:
 
 
 def check_call(ctx: int, nq: int, capacity: int) -> None:
+    if ctx <= 0:
+        raise GeometryError(f"context must be > 0 (got {ctx})")
     if nq <= 0:
         raise GeometryError(f"queries must be > 0 (got {nq})")
     if ctx < nq:
         raise GeometryError(f"context must be >= queries (got context {ctx}, {nq} queries)")
     if capacity < ctx:
         raise GeometryError(f"capacity must be >= context (got capacity {capacity}, context {ctx})")
+    if capacity > MAX_CAPACITY:
+        raise GeometryError(f"capacity must be <= {MAX_CAPACITY} cells (got {capacity})")
+
+
+def check_queries(nq: int, prompt: bool) -> None:
+    """A decode call is a verify window of 1-8 queries; a prompt call may have many."""
+    limit = MAX_PROMPT_QUERIES if prompt else MAX_QUERIES
+    if nq > limit:
+        kind = "prompt" if prompt else "decode"
+        raise GeometryError(f"a {kind} call has at most {limit} queries (got {nq})")
 
 
 def step_record(pos: int) -> tuple[int, int, int, int]:
@@ -125,3 +139,17 @@ def block_weights(n_kv: int, n_blocks: int) -> np.ndarray:
     """Cells of blocks 0..n_blocks-1 for a query of n_kv cells: R, ..., R, tail (0-3), then 0."""
     cells = np.clip(n_kv - np.arange(n_blocks, dtype=np.int64) * BLOCK_CELLS, 0, BLOCK_CELLS)
     return cells.astype(np.int32)
+
+
+def header_mismatches(defines: dict[str, str]) -> list[str]:
+    """Names whose ``#define QSA_<NAME>`` in the CUDA header differs from this module's NAME."""
+    bad = []
+    for macro, text in defines.items():
+        name = macro.removeprefix("QSA_")
+        if name == "WARP":
+            continue  # hardware, not geometry
+        mine = globals().get(name)
+        value = float(text.rstrip("f")) if name == "TAIL_BONUS" else int(text, 0)
+        if mine is None or float(mine) != value:
+            bad.append(f"{macro} = {text} but geometry.{name} = {mine}")
+    return bad

@@ -59,6 +59,14 @@ def source_text(name: str) -> str:
     return expand(name)
 
 
+_DEFINE = re.compile(r"^#define\s+(QSA_\w+)\s+(\S+)", re.MULTILINE)
+
+
+def header_defines() -> dict[str, str]:
+    """The ``#define QSA_*`` constants of ``qsa_common.cuh``, as written (for the agreement check)."""
+    return dict(_DEFINE.findall((kernel_dir() / "qsa_common.cuh").read_text()))
+
+
 @functools.cache
 def sources_hash() -> str:
     """sha256 over every file in ``kernels/`` (names and bytes): the results' kernel source hash."""

@@ -24,6 +24,10 @@ class StageOutcome:
     parity: list[ParityCheck] = field(default_factory=list)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
 
+    def add(self, measurement: Measurement | None) -> None:
+        if measurement is not None:
+            self.measurements.append(measurement)
+
     def extend(self, other: StageOutcome, prefix: str = "") -> None:
         self.measurements += other.measurements
         self.parity += other.parity
@@ -32,7 +36,10 @@ class StageOutcome:
 
 @dataclass
 class Measurer:
-    """Times variants on the GPU (``timer``) or on the host (CPU backend), with clock reads around each."""
+    """Times variants on the GPU (``timer``) or on the host (CPU backend), with clock reads around each.
+
+    With ``iters == 0`` nothing is timed: the runners still run every variant once and check parity.
+    """
 
     iters: int
     timer: DeviceTimer | None = None
@@ -55,7 +62,9 @@ class Measurer:
         *,
         bytes_read: int | None = None,
         before_each: Launch | None = None,
-    ) -> Measurement:
+    ) -> Measurement | None:
+        if self.iters == 0:
+            return None
         before = self._read_clocks()
         if self.timer is not None:
             samples = self.timer.measure(run, self.iters, before_each=before_each)

@@ -1,0 +1,269 @@
+"""The ``qsa`` command line: parse, validate, call the library, render. No measurement logic here.
+
+Imports are deferred into the commands so that ``qsa --help`` loads neither numpy nor CuPy.
+Every error a user can cause (arguments, YAML, input files, a missing device) is one line on
+stderr and exit status 2; a parity failure is exit status 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+EXIT_PARITY = 1
+EXIT_USAGE = 2
+DEFAULT_ITERS = 50
+
+
+class UsageProblem(click.ClickException):
+    exit_code = EXIT_USAGE
+
+
+def _err(message: str) -> None:
+    click.echo(f"qsa: error: {message}", err=True)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The library's one-line error types (imported late: numpy comes with them)."""
+    from .clocks import ClockLockError
+    from .config import ConfigError
+    from .device import NoDeviceError
+    from .gate import GateError
+    from .geometry import GeometryError
+    from .inputs import InputError
+    from .kernels import KernelError
+
+    return (GeometryError, InputError, ConfigError, NoDeviceError, ClockLockError, GateError, KernelError, ValueError)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        code = cli.main(args=argv, prog_name="qsa", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:
+        _err(" ".join(exc.format_message().split()))
+        code = EXIT_USAGE
+    except (click.Abort, KeyboardInterrupt):
+        click.echo("qsa: interrupted", err=True)
+        code = 130
+    except Exception as exc:
+        if not isinstance(exc, _user_errors()):
+            raise
+        message = str(exc)
+        # A compiler log is many lines by nature; every other error is one line.
+        _err(message if type(exc).__name__ == "KernelError" else " ".join(message.split()))
+        code = EXIT_USAGE
+    sys.exit(code or 0)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="qsa", prog_name="qsa")
+def cli() -> None:
+    """Benchmark and bitwise parity harness for the QSA decode selection kernels."""
+
+
+def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every measuring command shares."""
+    options = [
+        click.option("--backend", type=click.Choice(["gpu", "cpu"]), default="gpu", show_default=True,
+                     help="gpu: the CUDA kernels; cpu: the exact CPU models of the same arithmetic."),
+        click.option("--l2", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
+                     help="cold: flush the L2 before every sample; warm: repeat on the same data."),
+        click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True, help="Untimed runs first."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs."),
+        click.option("--no-model", is_flag=True, help="Skip the check against the exact CPU model."),
+        click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True),
+        click.option("--lock-clocks", "lock_spec", metavar="SM_MHZ[,MEM_MHZ]",
+                     help="Lock the GPU clocks for the run (needs the permission); restored on every way out."),
+        click.option("--lock-clocks-optional", is_flag=True, help="Warn and go on unlocked when locking is refused."),
+        click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
+                     help="Write the run's result record (every sample) to this file."),
+        click.option("--markdown", is_flag=True, help="Also print the tables as pull-request markdown."),
+    ]
+    return functools.reduce(lambda acc, opt: opt(acc), reversed(options), f)
+
+
+def _ints(args: tuple[str, ...], names: list[str]) -> list[int]:
+    values = []
+    for name, raw in zip(names, args):
+        try:
+            values.append(int(raw))
+        except ValueError:
+            raise UsageProblem(f"{name} must be an integer (got {raw!r})") from None
+    return values
+
+
+def _check_iters(iters: int) -> None:
+    if iters <= 0:
+        raise UsageProblem(f"ITERS must be > 0 (got {iters})")
+
+
+def _open(opts: dict[str, Any], command: str) -> Any:
+    from .runs import Settings, session
+
+    lock = None
+    if opts["lock_spec"]:
+        from .clocks import parse_lock_spec
+
+        lock = parse_lock_spec(opts["lock_spec"])
+    settings = Settings(backend=opts["backend"], l2=opts["l2"], warmup=opts["warmup"], seed=opts["seed"],
+                        check_model=not opts["no_model"], device_id=opts["device_id"])
+    warn = lambda msg: click.echo(f"qsa: warning: {msg}", err=True)  # noqa: E731
+    return session(settings, command, sys.argv[1:], lock, opts["lock_clocks_optional"], warn)
+
+
+def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
+    from rich.console import Console
+
+    from . import report
+
+    console = Console()
+    for table in tables:
+        console.print(table)
+    console.print(report.clocks_line(record))
+    if opts["markdown"]:
+        console.print(report.markdown(record), markup=False, highlight=False)
+    if opts["json_path"]:
+        record.write(opts["json_path"])
+    failed = [p for p in record.parity if not p.equal]
+    for p in failed[:5]:
+        console.print(f"[red]DIFFERS[/red] {p.key}: {p.subject} vs {p.against}: {p.detail}", highlight=False)
+    console.print("[green]PASS[/green]" if not failed else f"[red]FAIL[/red] ({len(failed)} checks differ)")
+    return EXIT_PARITY if failed else 0
+
+
+@cli.command("select-bench")
+@click.argument("args", nargs=-1, metavar="CTX Q ITERS CAP")
+@click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False),
+              help="Replay the tensors of an .npz file (pooled, dead, q, steps) instead of synthetic ones.")
+@click.option("--iters", "iters_opt", type=int, default=DEFAULT_ITERS, show_default=True, help="ITERS with --inputs.")
+@click.option("--dump", "dump_path", type=click.Path(dir_okay=False, writable=True),
+              help="Write every variant's scores (and the CPU model's) to this .npz file.")
+@run_options
+def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int, dump_path: str | None,
+                 **opts: Any) -> int:
+    """A decode call's scorer, old (multi) and new (halve), on the same inputs: hashes and times."""
+    from .geometry import Call, check_queries
+    from .inputs import load_scorer_inputs, save_npz_atomic
+    from .runs import scorer_inputs, select_bench as run
+
+    if inputs_path:
+        if args:
+            raise UsageProblem("give CTX Q ITERS CAP or --inputs FILE, not both")
+        iters = iters_opt
+        given = load_scorer_inputs(inputs_path)
+        check_queries(given.nq, prompt=False)
+        call = None
+    else:
+        if len(args) != 4:
+            raise UsageProblem(f"select-bench takes CTX Q ITERS CAP (got {len(args)} argument(s))")
+        ctx, nq, iters, cap = _ints(args, ["CTX", "Q", "ITERS", "CAP"])
+        call = Call(ctx, nq, cap)
+        check_queries(nq, prompt=False)
+        given = None
+    _check_iters(iters)
+    with _open(opts, "select-bench") as s:
+        inputs = given if given is not None else scorer_inputs(call, opts["seed"])
+        outcome = run(s, inputs, iters)
+        if dump_path:
+            save_npz_atomic(dump_path, steps=inputs.steps, **{k.replace("-", "_"): v for k, v in outcome.outputs.items()})
+        from . import report
+
+        return _finish(s.record, opts, [report.scores_table(s.record)])
+
+
+@cli.command("topk-parity")
+@click.argument("args", nargs=-1, metavar="[CTX Q ITERS CAP [COUNT]]")
+@click.option("--selftest", is_flag=True, help="Run spec section 6's case matrix (parity only).")
+@click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False),
+              help="Replay the scores of an .npz file (scores, steps), NaN and infinities included.")
+@click.option("--iters", "iters_opt", type=int, default=DEFAULT_ITERS, show_default=True, help="ITERS with --inputs.")
+@click.option("--count", "count_opt", type=click.IntRange(0, 1), default=1, show_default=True,
+              help="COUNT with --inputs (0: decode call, 1: prompt call with the active block count).")
+@click.option("--dump", "dump_path", type=click.Path(dir_okay=False, writable=True),
+              help="Write every variant's ids (and the CPU oracle's) to this .npz file.")
+@run_options
+def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iters_opt: int, count_opt: int,
+                dump_path: str | None, **opts: Any) -> int:
+    """A call's top-k: every variant's ids against the reference and each other, and their times.
+
+    COUNT 0 is a decode call (no active block count); 1, the default, the prompt path's call.
+    """
+    from .geometry import Call, check_queries
+    from .inputs import load_topk_inputs, save_npz_atomic
+    from .runs import topk_parity as run, topk_score_sets, topk_selftest
+
+    if selftest:
+        if args or inputs_path:
+            raise UsageProblem("--selftest takes no CTX Q ITERS CAP and no --inputs")
+        with _open(opts, "topk-parity --selftest") as s:
+            rows = topk_selftest(s, opts["seed"], progress=lambda msg: click.echo(f"  {msg}", err=True))
+            return _finish_selftest(s.record, rows, opts)
+    if inputs_path:
+        if args:
+            raise UsageProblem("give CTX Q ITERS CAP [COUNT] or --inputs FILE, not both")
+        iters, count = iters_opt, count_opt
+        given = load_topk_inputs(inputs_path)
+        check_queries(given.nq, prompt=bool(count))
+        active = int(given.steps[:, 2].max()) + 1 if count else 0
+        sets = [given]
+    else:
+        if len(args) not in (4, 5):
+            raise UsageProblem(f"topk-parity takes CTX Q ITERS CAP [COUNT] (got {len(args)} argument(s))")
+        ctx, nq, iters, cap, *rest = _ints(args, ["CTX", "Q", "ITERS", "CAP", "COUNT"])
+        count = rest[0] if rest else 1
+        if count not in (0, 1):
+            raise UsageProblem(f"COUNT must be 0 (decode call) or 1 (prompt call with the count) (got {count})")
+        call = Call(ctx, nq, cap, prompt=bool(count))
+        check_queries(nq, prompt=bool(count))
+        active = call.active_blocks
+        sets = None
+    _check_iters(iters)
+    with _open(opts, "topk-parity") as s:
+        sets = sets if sets is not None else topk_score_sets(call, opts["seed"], None)
+        outcome = run(s, sets, iters, active)
+        if dump_path:
+            save_npz_atomic(dump_path, **{k.replace("-", "_").replace(".", "__"): v for k, v in outcome.outputs.items()})
+        from . import report
+
+        return _finish(s.record, opts, [report.topk_table(s.record)])
+
+
+def _finish_selftest(record: Any, rows: list[Any], opts: dict[str, Any]) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="qsa selftest")
+    for col in ("check", "cases", "result", "time"):
+        table.add_column(col, justify="right" if col in ("cases", "time") else "left")
+    for r in rows:
+        result = "[green]PASS[/green]" if r.passed is True else ("[yellow]SKIP[/yellow]" if r.passed is None else "[red]FAIL[/red]")
+        table.add_row(r.check, str(r.cases), result, f"{r.seconds:.2f} s")
+    console = Console()
+    console.print(table)
+    for r in rows:
+        if r.detail:
+            console.print(f"{r.check}: {r.detail}", highlight=False)
+    if opts.get("json_path"):
+        record.write(opts["json_path"])
+    failed = [r for r in rows if r.passed is False]
+    console.print("[green]PASS[/green]" if not failed else f"[red]FAIL[/red] ({len(failed)} checks)")
+    return EXIT_PARITY if failed else 0
+
+
+@cli.command("selftest")
+@click.option("--require-gpu", is_flag=True, help="Fail when no CUDA device is found (default: skip the GPU checks).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True))
+def selftest(require_gpu: bool, seed: int, device_id: int, json_path: str | None) -> int:
+    """Every check this machine can run: the CPU models always, the kernels when a device is found."""
+    from .runs import Settings, selftest as run
+
+    record, rows = run(Settings(seed=seed, device_id=device_id), require_gpu, sys.argv[1:])
+    return _finish_selftest(record, rows, {"json_path": json_path})

@@ -1,0 +1,290 @@
+"""Running the harness: a session (device, timer, clocks, record) and the runs the commands make.
+
+The CLI parses arguments and renders; everything between (which cases, which variants, what is
+timed, what is checked, what is recorded) happens here and in the stage runners.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .geometry import MAX_QUERIES, PROMPT_QUERIES, Call
+from .inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
+from .kernels import sources_hash
+from .results import RunRecord
+from .stages import scores as scores_stage
+from .stages import topk as topk_stage
+from .stages.common import Measurer, StageOutcome
+from .timing import DEFAULT_WARMUP
+
+BACKENDS = ("gpu", "cpu")
+CPU_TOPK_VARIANTS = ("reference", "wide", "split")
+
+# Spec section 6's selftest: (context, capacity), plus contexts and capacities up to 1,048,576 cells.
+SELFTEST_CASES: tuple[tuple[int, int], ...] = (
+    (9000, 9000), (135160, 135160), (135176, 135176), (2100, 262144), (9000, 262144),
+    (32768, 262144), (262144, 262144), (300001, 524288), (524288, 524288),
+    (2051, 4096), (2052, 4096), (700003, 1048576), (1048576, 1048576),
+)
+
+
+@dataclass
+class Settings:
+    backend: str = "gpu"
+    l2: str = "cold"
+    warmup: int = DEFAULT_WARMUP
+    seed: int = 0
+    check_model: bool = True
+    device_id: int = 0
+
+
+@dataclass
+class Session:
+    """One run: the device (or the CPU), its timer and clocks, and the record everything lands in."""
+
+    settings: Settings
+    record: RunRecord
+    probe_info: dict[str, Any] = field(default_factory=dict)
+    clocks: Any = None
+    _timer: Any = None
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.settings.backend == "gpu"
+
+    def measurer(self, iters: int) -> Measurer:
+        if self.on_gpu and self._timer is None:
+            from .timing import DeviceTimer
+
+            self._timer = DeviceTimer(l2=self.settings.l2, warmup=self.settings.warmup)
+        return Measurer(iters=iters, timer=self._timer, clocks=self.clocks)
+
+    def take(self, outcome: StageOutcome) -> StageOutcome:
+        self.record.measurements += outcome.measurements
+        self.record.parity += outcome.parity
+        return outcome
+
+    @property
+    def compute_capability(self) -> int | None:
+        cc = self.record.device.get("compute_capability")
+        return int(cc.replace(".", "")) if cc else None
+
+
+@contextlib.contextmanager
+def session(
+    settings: Settings,
+    command: str,
+    argv: list[str],
+    lock: tuple[int, int | None] | None = None,
+    lock_optional: bool = False,
+    warn: Callable[[str], None] = lambda msg: None,
+) -> Iterator[Session]:
+    """Open the device (GPU backend), NVML and the optional clock lock; restore everything on exit."""
+    if settings.backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)} (got {settings.backend!r})")
+    from .device import environment
+
+    record = RunRecord(command=command, argv=argv, backend=settings.backend, kernel_source_hash=sources_hash())
+    record.environment = environment()
+    record.settings = {"l2": settings.l2, "warmup": settings.warmup, "seed": settings.seed,
+                       "check_model": settings.check_model}
+    s = Session(settings, record)
+    if not s.on_gpu:
+        yield s
+        return
+    import cupy
+
+    from .clocks import ClockMonitor, lock_clocks
+    from .device import require
+
+    found = require(settings.device_id)
+    record.device = found.info
+    monitor = ClockMonitor.for_pci_bus_id(found.info["pci_bus_id"])
+    record.device["nvml"] = monitor.device_info()
+    s.clocks = monitor if monitor.available else None
+    with cupy.cuda.Device(settings.device_id), contextlib.ExitStack() as stack:
+        if lock is not None:
+            stack.enter_context(lock_clocks(monitor, lock[0], lock[1], optional=lock_optional, warn=warn))
+            record.settings["clock_lock"] = {"sm_mhz": lock[0], "mem_mhz": lock[1]}
+        yield s
+
+
+def dispatch_for(s: Session, kind: str) -> Any:
+    from .dispatch import dispatch
+
+    cc = s.compute_capability
+    return dispatch(cc if cc is not None else 0, kind)
+
+
+# ---- the scorer ---------------------------------------------------------------------------------
+
+
+def scorer_inputs(call: Call, seed: int, inputs: ScorerInputs | None = None) -> ScorerInputs:
+    if call.nq > MAX_QUERIES:
+        raise ValueError(f"a decode scorer call has at most {MAX_QUERIES} queries (got {call.nq})")
+    return inputs if inputs is not None else synthetic_scorer_inputs(call, seed)
+
+
+def select_bench(s: Session, inputs: ScorerInputs, iters: int) -> StageOutcome:
+    """The seed's decode-call scorer benchmark: old and new on the same inputs, hashes, times."""
+    return s.take(scores_stage.run_scores(inputs, s.measurer(iters), (scores_stage.OLD, scores_stage.NEW),
+                                          s.settings.check_model))
+
+
+# ---- the top-k ----------------------------------------------------------------------------------
+
+
+def topk_variants(s: Session) -> tuple[str, ...]:
+    if not s.on_gpu:
+        return CPU_TOPK_VARIANTS
+    from .launch.topk import available_variants
+
+    return available_variants(s.compute_capability or 0)
+
+
+def topk_score_sets(call: Call, seed: int, given: TopkInputs | None) -> list[TopkInputs]:
+    return [given] if given is not None else [synthetic_scores(call, name, seed) for name in SCORE_SETS]
+
+
+def topk_parity(s: Session, inputs: list[TopkInputs], iters: int, active_blocks: int) -> StageOutcome:
+    """Every variant on every score set; times, identical-id counts, and the dispatched variant."""
+    variants = topk_variants(s)
+    kind = "prompt" if active_blocks else "decode"
+    s.record.settings["dispatch"] = _dispatch_summary(s, kind)
+    out = StageOutcome()
+    for inp in inputs:
+        out.extend(topk_stage.run_topk(inp, s.measurer(iters), variants, active_blocks, s.settings.check_model,
+                                       argpartition=s.on_gpu and iters > 0), prefix=f"{inp.score_set}.")
+    return s.take(out)
+
+
+def _dispatch_summary(s: Session, kind: str) -> dict[str, Any]:
+    d = dispatch_for(s, kind)
+    return {"kind": kind, "scores": d.scores, "topk": d.topk, "reasons": dict(d.reasons)}
+
+
+@dataclass
+class SelftestRow:
+    check: str
+    cases: int
+    passed: bool
+    seconds: float
+    detail: str = ""
+
+
+def topk_selftest(s: Session, seed: int, progress: Callable[[str], None] = lambda msg: None) -> list[SelftestRow]:
+    """Spec section 6's matrix: decode calls (8 queries, no count) and prompt calls (64, with the count)."""
+    rows = []
+    for ctx, cap in SELFTEST_CASES:
+        for nq, prompt in ((MAX_QUERIES, False), (PROMPT_QUERIES, True)):
+            call = Call(ctx, nq, cap, prompt=prompt)
+            progress(f"top-k {call.kind} ctx={ctx} cap={cap}")
+            t0 = time.perf_counter()
+            out = topk_parity(s, topk_score_sets(call, seed, None), 0, call.active_blocks)
+            failed = [p for p in out.parity if not p.equal]
+            detail = f"{failed[0].subject} vs {failed[0].against} ({failed[0].case['score_set']}): {failed[0].detail}" if failed else ""
+            rows.append(SelftestRow(f"top-k {call.kind} {ctx} / {cap}", len(out.parity), not failed,
+                                    time.perf_counter() - t0, detail))
+    if s.on_gpu:
+        progress("top-k split in a CUDA graph")
+        t0 = time.perf_counter()
+        call = Call(524288, MAX_QUERIES, 524288)
+        ok, detail = topk_stage.graph_replay_check(synthetic_scores(call, "levels64", seed), replays=50)
+        rows.append(SelftestRow("top-k split, CUDA graph x50", 1, ok, time.perf_counter() - t0, detail))
+    return rows
+
+
+# ---- qsa selftest ---------------------------------------------------------------------------------
+
+SELFTEST_SCORER_CASES: tuple[tuple[int, int, int], ...] = (
+    # (context, queries, capacity): n_kv % 4 = 0..3, 1-8 queries, capacity above the context
+    (2048, 1, 4096), (2049, 3, 2049), (9002, 4, 16384), (32771, 5, 65536), (131072, 8, 262144),
+)
+SELFTEST_TOPK_CASES: tuple[tuple[int, int], ...] = ((2052, 4096), (9000, 262144), (135176, 135176))
+
+
+def _timed(name: str, body: Callable[[], tuple[int, list[str]]]) -> SelftestRow:
+    t0 = time.perf_counter()
+    cases, failures = body()
+    return SelftestRow(name, cases, not failures, time.perf_counter() - t0, failures[0] if failures else "")
+
+
+def _parity_failures(outcome: StageOutcome) -> list[str]:
+    return [f"{p.key}: {p.subject} vs {p.against}: {p.detail}" for p in outcome.parity if not p.equal]
+
+
+def _scorer_check(s: Session, seed: int, variants: tuple[str, ...]) -> tuple[int, list[str]]:
+    checks, failures = 0, []
+    for ctx, nq, cap in SELFTEST_SCORER_CASES:
+        inputs = synthetic_scorer_inputs(Call(ctx, nq, cap), seed)
+        out = s.take(scores_stage.run_scores(inputs, s.measurer(0), variants, check_model=True))
+        checks += len(out.parity)
+        failures += _parity_failures(out)
+    return checks, failures
+
+
+def _topk_check(s: Session, seed: int, variants: tuple[str, ...]) -> tuple[int, list[str]]:
+    checks, failures = 0, []
+    for ctx, cap in SELFTEST_TOPK_CASES:
+        for nq, prompt in ((MAX_QUERIES, False), (PROMPT_QUERIES, True)):
+            call = Call(ctx, nq, cap, prompt=prompt)
+            for inp in topk_score_sets(call, seed, None):
+                out = s.take(topk_stage.run_topk(inp, s.measurer(0), variants, call.active_blocks, check_model=True))
+                checks += len(out.parity)
+                failures += _parity_failures(out)
+    return checks, failures
+
+
+def _constants_check() -> tuple[int, list[str]]:
+    from .geometry import header_mismatches
+    from .kernels import header_defines
+
+    defines = header_defines()
+    return len(defines), header_mismatches(defines)
+
+
+def selftest(settings: Settings, require_gpu: bool, argv: list[str]) -> tuple[RunRecord, list[SelftestRow]]:
+    """Every check this machine can run: the CPU models always, the kernels when a device is found."""
+    from .device import probe
+
+    rows = [_timed("constants: kernels/qsa_common.cuh == geometry", _constants_check)]
+    cpu = Settings(backend="cpu", seed=settings.seed)
+    with session(cpu, "selftest", argv) as s:
+        rows.append(_timed("scorer models: halving == butterfly", lambda: _scorer_check(s, settings.seed, ("multi", "halve"))))
+        rows.append(_timed("top-k models: reference, wide, split == oracle",
+                           lambda: _topk_check(s, settings.seed, CPU_TOPK_VARIANTS)))
+        record = s.record
+    found = probe(settings.device_id)
+    if not found.available:
+        rows.append(SelftestRow("GPU checks", 0, False if require_gpu else None, 0.0, f"skipped: {found.reason}"))
+        return record, rows
+    with session(Settings(backend="gpu", seed=settings.seed, device_id=settings.device_id), "selftest", argv) as g:
+        from .launch.scores import SCORER_VARIANTS
+
+        rows.append(_timed(f"scorer kernels ({', '.join(SCORER_VARIANTS)}) == model",
+                           lambda: _scorer_check(g, settings.seed, SCORER_VARIANTS)))
+        variants = topk_variants(g)
+        rows.append(_timed(f"top-k kernels ({', '.join(variants)}) == oracle",
+                           lambda: _topk_check(g, settings.seed, variants)))
+        d = dispatch_for(g, "decode")
+        rows.append(_timed(f"dispatch here (sm_{g.compute_capability}): {d.scores} + {d.topk}",
+                           lambda: _dispatched_check(g, settings.seed, d)))
+        g.record.parity = record.parity + g.record.parity
+        record = g.record
+    return record, rows
+
+
+def _dispatched_check(s: Session, seed: int, d: Any) -> tuple[int, list[str]]:
+    """The variants the engine would run on this card, on a decode call, against the models."""
+    call = Call(420001, 4, 524288)
+    out = s.take(scores_stage.run_scores(synthetic_scorer_inputs(call, seed), s.measurer(0), (d.scores,), True))
+    checks, failures = len(out.parity), _parity_failures(out)
+    for inp in topk_score_sets(call, seed, None):
+        t = s.take(topk_stage.run_topk(inp, s.measurer(0), (d.topk,), 0, check_model=True))
+        checks += len(t.parity)
+        failures += _parity_failures(t)
+    return checks, failures

@@ -1,0 +1,144 @@
+"""The top-k stage: every variant's ids on the same scores, bitwise parity, timing.
+
+On the GPU the variants are the kernels (reference, wide = the old decode top-k, split = the new,
+cluster on sm_90+); on the CPU backend they are the step-by-step models of the same algorithms.
+``cupy.argpartition`` over the same block scores is timed beside them as a reference point only:
+it neither weighs cells nor breaks ties by index, so it takes no part in parity.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..geometry import SELECT_CAP
+from ..inputs import TopkInputs, id_poison
+from ..model.topk import first_difference, topk_ids
+from .common import Measurer, StageOutcome, bitwise_check
+
+STAGE = "topk"
+OLD, NEW, REFERENCE = "wide", "split", "reference"
+CPU_ORACLE = "cpu-oracle"
+ARGPARTITION = "cupy.argpartition"
+
+
+def topk_case(inputs: TopkInputs, kind: str, l2: str) -> dict[str, Any]:
+    return {
+        "ctx": int(inputs.steps[:, 1].max()),
+        "nq": inputs.nq,
+        "capacity": inputs.capacity,
+        "kind": kind,
+        "score_set": inputs.score_set,
+        "l2": l2,
+    }
+
+
+def describe_difference(steps: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
+    where = first_difference(a, b, steps)
+    if where is None:
+        return "an entry past the query's width (which no kernel may write) differs"
+    q, j = where
+    return f"query {q} position {j}: id {int(a[q, j])} vs {int(b[q, j])}"
+
+
+def run_topk(
+    inputs: TopkInputs,
+    measurer: Measurer,
+    variants: tuple[str, ...],
+    active_blocks: int = 0,
+    check_model: bool = True,
+    argpartition: bool = False,
+) -> StageOutcome:
+    """Run ``variants`` on ``inputs`` (a decode call when ``active_blocks`` is 0, else a prompt call)."""
+    case = topk_case(inputs, "prompt" if active_blocks else "decode", measurer.l2)
+    out = StageOutcome()
+    if measurer.timer is None:
+        for v in variants:
+            run = lambda v=v: topk_ids(inputs, v, active_blocks)  # noqa: E731
+            out.outputs[v] = run()
+            out.add(measurer.measure(STAGE, v, case, run))
+    else:
+        _run_gpu(inputs, measurer, variants, active_blocks, case, out, argpartition)
+
+    diff = lambda a, b: describe_difference(inputs.steps, a, b)  # noqa: E731
+    against = [REFERENCE] if REFERENCE in variants else []
+    if check_model:
+        out.outputs[CPU_ORACLE] = topk_ids(inputs, "oracle")
+        against.append(CPU_ORACLE)
+    for ref in against:
+        for v in variants:
+            if v != ref:
+                out.parity.append(bitwise_check(STAGE, case, v, ref, out.outputs, diff))
+    if OLD in variants and NEW in variants:
+        out.parity.append(bitwise_check(STAGE, case, NEW, OLD, out.outputs, diff))
+    return out
+
+
+def _run_gpu(
+    inputs: TopkInputs,
+    measurer: Measurer,
+    variants: tuple[str, ...],
+    active_blocks: int,
+    case: dict[str, Any],
+    out: StageOutcome,
+    argpartition: bool,
+) -> None:
+    import cupy
+
+    from ..launch.topk import topk_launcher
+
+    scores = cupy.asarray(inputs.scores)
+    steps = cupy.asarray(inputs.steps)
+    poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
+    ids = cupy.empty_like(poison)
+    for v in variants:
+        launch = topk_launcher(v, scores, steps, ids, active_blocks=active_blocks)
+        cupy.copyto(ids, poison)
+        launch()
+        out.outputs[v] = cupy.asnumpy(ids)
+        out.add(measurer.measure(STAGE, v, case, launch))
+    if argpartition:
+        out.add(measurer.measure(STAGE, ARGPARTITION, case, _argpartition_launcher(scores, inputs)))
+
+
+def _argpartition_launcher(scores: Any, inputs: TopkInputs) -> Any:
+    """What a user would reach for: the best ceil(width / 4) blocks of each row by cupy.argpartition."""
+    import cupy
+
+    blocks = int(inputs.steps[:, 2].max()) + 1
+    k = -(-int(inputs.steps[:, 3].max()) // 4)
+    view = scores[:, :blocks]
+    kth = max(0, blocks - k)
+    return lambda: cupy.argpartition(view, kth, axis=1)
+
+
+def graph_replay_check(inputs: TopkInputs, replays: int, variant: str = NEW) -> tuple[bool, str]:
+    """Capture ``variant`` as a CUDA graph and replay it: every replay must give the oracle's ids.
+
+    The engine replays its decode graph every step, so a kernel's scratch must be left clean by
+    each run; the output is re-poisoned before every replay, so stale ids cannot pass.
+    """
+    import cupy
+
+    from ..launch.topk import topk_launcher
+
+    expected = topk_ids(inputs, "oracle")
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        scores = cupy.asarray(inputs.scores)
+        steps = cupy.asarray(inputs.steps)
+        poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
+        ids = cupy.empty_like(poison)
+        launch = topk_launcher(variant, scores, steps, ids)
+        launch()  # module loading and first-use work stay out of the capture
+        stream.begin_capture()
+        launch()
+        graph = stream.end_capture()
+        for replay in range(replays):
+            cupy.copyto(ids, poison)
+            graph.launch(stream)
+            got = cupy.asnumpy(ids, stream=stream)
+            if got.tobytes() != expected.tobytes():
+                return False, f"replay {replay}: " + describe_difference(inputs.steps, got, expected)
+    return True, ""
