@@ -1,0 +1,89 @@
+"""The engine's dispatch policy (spec section 4): which scorer and top-k variant a call runs by default.
+
+A pure function of the card's compute capability, the call's kind and an environment mapping, so the
+harness can say what "dispatched" means for any card without one. Assumption (the seed changes the
+decode path only): a prompt call, with its active block count, runs the reference kernels,
+``block_scores_kernel`` (8 warps a CTA) and the 256-thread ``block_topk_kernel``, whatever the card
+and the switches. The harness can still run every variant explicitly; this only names the default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+SCORER_VARIANTS = ("reference", "multi", "halve")
+TOPK_VARIANTS = ("reference", "wide", "split", "cluster")
+STAGES = ("scores", "topk")
+CALL_KINDS = ("decode", "prompt")
+
+ENV_SCORES_HALVE = "STRATA_SCORES_HALVE"
+ENV_TOPK_SPLIT = "STRATA_TOPK_SPLIT"
+
+NEW_KERNELS_CC = 75  # the seed measured (and defaults) its kernels on sm_75 only
+CLUSTER_MIN_CC = 90  # thread-block clusters: sm_90 and newer
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    scores: str
+    topk: str
+    reasons: Mapping[str, str]  # stage -> one line saying why
+
+
+def _switch(env: Mapping[str, str], name: str) -> bool | None:
+    """A 0/1 switch; None when unset or empty (``VAR= qsa ...`` is how a shell unsets it for one command)."""
+    value = env.get(name, "")
+    if value == "":
+        return None
+    if value not in ("0", "1"):
+        raise ValueError(f"{name} must be 0 or 1 (got {value!r})")
+    return value == "1"
+
+
+def _check_cc(cc: int) -> None:
+    if isinstance(cc, bool) or not isinstance(cc, int) or not 10 <= cc <= 999:
+        raise ValueError(f"compute capability must be an int major*10+minor such as 75 or 120 (got {cc!r})")
+
+
+def _decode_scorer(cc: int, halve: bool | None) -> tuple[str, str]:
+    sm = f"sm_{cc}"
+    if cc != NEW_KERNELS_CC:
+        note = f"; {ENV_SCORES_HALVE}={int(halve)} has no effect off sm_{NEW_KERNELS_CC}" if halve is not None else ""
+        return "multi", f"{sm} decode: old multi scorer (the halving scorer defaults on sm_{NEW_KERNELS_CC} only{note})"
+    if halve is False:
+        return "multi", f"{ENV_SCORES_HALVE}=0 keeps the old multi scorer on {sm}"
+    return "halve", f"{sm} decode: new halving scorer (default on {sm}; {ENV_SCORES_HALVE}=0 keeps multi)"
+
+
+def _decode_topk(cc: int, split: bool | None) -> tuple[str, str]:
+    sm = f"sm_{cc}"
+    if cc >= CLUSTER_MIN_CC:
+        note = f"; {ENV_TOPK_SPLIT}={int(split)} does not apply" if split is not None else ""
+        return "cluster", f"{sm} decode: cluster top-k (sm_{CLUSTER_MIN_CC}+{note})"
+    if split is True:
+        return "split", f"{ENV_TOPK_SPLIT}=1 turns the split top-k on for {sm}"
+    if split is False:
+        return "wide", f"{ENV_TOPK_SPLIT}=0 keeps the old wide top-k on {sm}"
+    if cc == NEW_KERNELS_CC:
+        return "split", f"{sm} decode: new split top-k (default on {sm}; {ENV_TOPK_SPLIT}=0 keeps wide)"
+    return "wide", f"{sm} decode: old wide top-k (the split defaults on sm_{NEW_KERNELS_CC} only)"
+
+
+def dispatch(cc: int, kind: str, env: Mapping[str, str]) -> Dispatch:
+    """The variants the engine runs for a ``kind`` call ("decode" or "prompt") on an sm_``cc`` card.
+
+    ``env`` is read for ``STRATA_SCORES_HALVE`` and ``STRATA_TOPK_SPLIT`` (pass ``os.environ`` for the
+    process's); both are validated even where they do not decide, so a typo never passes silently.
+    """
+    _check_cc(cc)
+    if kind not in CALL_KINDS:
+        raise ValueError(f"call kind must be one of {', '.join(CALL_KINDS)} (got {kind!r})")
+    halve = _switch(env, ENV_SCORES_HALVE)
+    split = _switch(env, ENV_TOPK_SPLIT)
+    if kind == "prompt":
+        why = "prompt call: the reference kernel (the seed's new kernels are decode-path only)"
+        return Dispatch("reference", "reference", {"scores": why, "topk": why})
+    scores, scores_why = _decode_scorer(cc, halve)
+    topk, topk_why = _decode_topk(cc, split)
+    return Dispatch(scores, topk, {"scores": scores_why, "topk": topk_why})
