@@ -7,6 +7,7 @@ timed, what is checked, what is recorded) happens here and in the stage runners.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -114,10 +115,10 @@ def session(
 
 
 def dispatch_for(s: Session, kind: str) -> Any:
-    from .dispatch import dispatch
+    """The engine's choice for this device (sm_75 when on the CPU backend, where the new kernels default)."""
+    from .dispatch import NEW_KERNELS_CC, dispatch
 
-    cc = s.compute_capability
-    return dispatch(cc if cc is not None else 0, kind)
+    return dispatch(s.compute_capability or NEW_KERNELS_CC, kind, os.environ)
 
 
 # ---- the scorer ---------------------------------------------------------------------------------
