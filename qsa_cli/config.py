@@ -1,0 +1,324 @@
+"""YAML sweeps: which stages, contexts, query counts and variants a run measures, and its thresholds.
+
+A sweep file is a mapping. Run settings: ``iterations`` (0 = parity only), ``warmup``, ``l2``
+(cold / warm), ``seed``, ``description``, ``variants`` (stage -> the variants to run; default: all
+of the stage's) and ``thresholds`` (stage -> ``min_speedup``, new vs old, and for the scorer
+``max_floor_ratio``, new vs the read floor). Case keys: ``stages``, ``contexts``, ``queries``,
+``capacity``, ``kind`` (decode / prompt) and ``score_sets`` (top-k only). Written at the top level
+they describe one block of cases; with a ``matrix`` list, each entry is a block whose case keys
+override the top level's. A block's cases are every stage x (context, capacity) x queries (x score
+set for top-k).
+
+Sizes (contexts, capacity) are cells: a plain int, or an int with a suffix K = 1024 or M = 1048576
+(``32K`` = 32768, ``512K`` = 524288, ``1M`` = 1048576). The seed's labels are looser (its "131K" is
+131072, its "420K" about 420000), so the shipped files write those as plain numbers. ``capacity``
+is one size for every context, or a list paired with ``contexts`` one for one.
+
+Every mistake is a ConfigError naming the file and line: ``configs/x.yaml:7: unknown key 'contxts'``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .dispatch import CALL_KINDS, SCORER_VARIANTS, TOPK_VARIANTS
+from .geometry import BLOCK_CELLS, Call, GeometryError, check_call, check_queries
+from .inputs import SCORE_SETS
+from .timing import DEFAULT_WARMUP, L2_MODES
+
+STAGE_VARIANTS: dict[str, tuple[str, ...]] = {"scores": SCORER_VARIANTS, "topk": TOPK_VARIANTS}
+SIZE_SUFFIXES = {"K": 1024, "M": 1024 * 1024}
+THRESHOLD_KEYS = {"scores": ("min_speedup", "max_floor_ratio"), "topk": ("min_speedup",)}
+
+CASE_KEYS = ("stages", "contexts", "queries", "capacity", "kind", "score_sets")
+SETTING_KEYS = ("description", "iterations", "warmup", "l2", "seed", "variants", "thresholds")
+TOP_KEYS = (*SETTING_KEYS, *CASE_KEYS, "matrix")
+DEFAULTS: dict[str, Any] = {"iterations": 50, "warmup": DEFAULT_WARMUP,  # 50: the seed's
+                            "l2": "cold", "seed": 0, "kind": "decode",
+                            "score_sets": ("continuous",)}
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)\s*$")
+
+
+class ConfigError(ValueError):
+    """A sweep file that cannot be used; the message is one line, ``file:line: what``."""
+
+
+@dataclass(frozen=True)
+class SweepCase:
+    """One call of one stage; l2, iterations and seed are the sweep's."""
+
+    stage: str
+    ctx: int
+    nq: int
+    capacity: int
+    kind: str = "decode"
+    score_set: str | None = None  # top-k only
+
+    @property
+    def call(self) -> Call:
+        return Call(self.ctx, self.nq, self.capacity, prompt=self.kind == "prompt")
+
+
+@dataclass(frozen=True)
+class SweepBlock:
+    stages: tuple[str, ...]
+    contexts: tuple[int, ...]
+    capacities: tuple[int, ...]  # one per context
+    queries: tuple[int, ...]
+    kind: str
+    score_sets: tuple[str, ...]
+
+    def cases(self) -> list[SweepCase]:
+        out = []
+        for stage in self.stages:
+            sets = self.score_sets if stage == "topk" else (None,)
+            for (ctx, cap), nq, score_set in itertools.product(zip(self.contexts, self.capacities), self.queries, sets):
+                out.append(SweepCase(stage, ctx, nq, cap, self.kind, score_set))
+        return out
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    min_speedup: float | None = None  # old median / new median must be at least this
+    max_floor_ratio: float | None = None  # new median / read-floor median must be at most this
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    source: str
+    description: str
+    iterations: int
+    warmup: int
+    l2: str
+    seed: int
+    blocks: tuple[SweepBlock, ...]
+    variants: Mapping[str, tuple[str, ...]]  # only the stages the file names
+    thresholds: Mapping[str, Thresholds]
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s for b in self.blocks for s in b.stages))
+
+    def cases(self, stage: str | None = None) -> list[SweepCase]:
+        """Every case in file order, each once; only ``stage``'s when given."""
+        every = dict.fromkeys(c for b in self.blocks for c in b.cases())
+        return [c for c in every if stage is None or c.stage == stage]
+
+    def variants_for(self, stage: str) -> tuple[str, ...]:
+        return self.variants.get(stage, STAGE_VARIANTS[stage])
+
+
+# ---- reading nodes with their lines -----------------------------------------------------------------
+
+
+class _Reader:
+    def __init__(self, source: str, loader: Any) -> None:
+        self.source = source
+        self.loader = loader
+
+    def error(self, node: Any, message: str) -> ConfigError:
+        return ConfigError(f"{self.source}:{node.start_mark.line + 1}: {message}")
+
+    def mapping(self, node: Any, allowed: tuple[str, ...], what: str) -> dict[str, Any]:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(node, f"{what} must be a mapping of keys to values")
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = self.value(key_node)
+            if not isinstance(key, str) or key not in allowed:
+                raise self.error(key_node, f"unknown key {key!r} (expected one of {', '.join(allowed)})")
+            if key in out:
+                raise self.error(key_node, f"key {key!r} given twice")
+            out[key] = value_node
+        return out
+
+    def value(self, node: Any) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.error(node, "expected a single value, not a list or mapping")
+        return self.loader.construct_object(node)
+
+    def items(self, node: Any, what: str) -> list[Any]:
+        """A list's item nodes; a single value is a list of one."""
+        if isinstance(node, yaml.SequenceNode):
+            if not node.value:
+                raise self.error(node, f"{what} is an empty list")
+            return list(node.value)
+        if isinstance(node, yaml.MappingNode):
+            raise self.error(node, f"{what} must be a value or a list of values, not a mapping")
+        return [node]
+
+    def integer(self, node: Any, what: str, minimum: int) -> int:
+        v = self.value(node)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.error(node, f"{what} must be an integer (got {v!r})")
+        if v < minimum:
+            raise self.error(node, f"{what} must be >= {minimum} (got {v})")
+        return v
+
+    def number(self, node: Any, what: str) -> float:
+        v = self.value(node)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise self.error(node, f"{what} must be a number > 0 (got {v!r})")
+        return float(v)
+
+    def size(self, node: Any, what: str) -> int:
+        v = self.value(node)
+        if isinstance(v, str) and (m := _SIZE.match(v)):
+            v = int(m.group(1)) * SIZE_SUFFIXES.get(m.group(2).upper(), 1)
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise self.error(node, f"{what} must be a number of cells such as 32768, 32K or 1M (got {v!r})")
+        return v
+
+    def choice(self, node: Any, what: str, choices: tuple[str, ...]) -> str:
+        v = self.value(node)
+        if v not in choices:
+            raise self.error(node, f"{what} must be one of {', '.join(choices)} (got {v!r})")
+        return v
+
+    def choices(self, node: Any, what: str, choices: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.choice(n, what, choices) for n in self.items(node, what)))
+
+
+# ---- loading ------------------------------------------------------------------------------------------
+
+
+def load_config(path: str | Path) -> SweepConfig:
+    """Read and check a sweep file (a path, or the name of a shipped config such as ``sm75-decode``)."""
+    path = config_path(path)
+    source = str(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{source}: cannot read ({exc})") from None
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{source}{line}: not valid YAML ({exc.problem or exc.context})") from None
+    try:
+        if root is None:
+            raise ConfigError(f"{source}: empty file (a sweep needs at least stages, contexts, queries, capacity)")
+        return _parse(_Reader(source, loader), root)
+    finally:
+        loader.dispose()
+
+
+def _parse(r: _Reader, root: Any) -> SweepConfig:
+    top = r.mapping(root, TOP_KEYS, "a sweep file")
+    defaults = {k: v for k, v in top.items() if k in CASE_KEYS}
+    if "matrix" in top:
+        block_nodes = r.items(top["matrix"], "matrix")
+        blocks = tuple(_block(r, {**defaults, **r.mapping(n, CASE_KEYS, "a matrix entry")}, n) for n in block_nodes)
+    else:
+        blocks = (_block(r, defaults, root),)
+
+    def setting(key: str, read: Any) -> Any:
+        return read(top[key]) if key in top else DEFAULTS[key]
+
+    variants = _variants(r, top["variants"]) if "variants" in top else {}
+    thresholds = _thresholds(r, top["thresholds"]) if "thresholds" in top else {}
+    stages = {s for b in blocks for s in b.stages}
+    for key, given, node in (("variants", variants, top.get("variants")), ("thresholds", thresholds, top.get("thresholds"))):
+        unused = sorted(set(given) - stages)
+        if unused:
+            raise r.error(node, f"{key} for stage {unused[0]!r}, which no case runs")
+    return SweepConfig(
+        source=r.source,
+        description=str(r.value(top["description"])) if "description" in top else "",
+        iterations=setting("iterations", lambda n: r.integer(n, "iterations", 0)),
+        warmup=setting("warmup", lambda n: r.integer(n, "warmup", 0)),
+        l2=setting("l2", lambda n: r.choice(n, "l2", L2_MODES)),
+        seed=setting("seed", lambda n: r.integer(n, "seed", 0)),
+        blocks=blocks,
+        variants=variants,
+        thresholds=thresholds,
+    )
+
+
+def _block(r: _Reader, keys: dict[str, Any], where: Any) -> SweepBlock:
+    missing = [k for k in ("stages", "contexts", "queries", "capacity") if k not in keys]
+    if missing:
+        raise r.error(where, f"missing key {missing[0]!r} (a block of cases needs stages, contexts, queries, capacity)")
+    stages = r.choices(keys["stages"], "stage", tuple(STAGE_VARIANTS))
+    kind = r.choice(keys["kind"], "kind", CALL_KINDS) if "kind" in keys else DEFAULTS["kind"]
+    if kind == "prompt" and stages != ("topk",):
+        raise r.error(keys["kind"], f"a prompt call is a top-k case only (stages here: {', '.join(stages)})")
+    score_sets = r.choices(keys["score_sets"], "score set", SCORE_SETS) if "score_sets" in keys else DEFAULTS["score_sets"]
+
+    context_nodes = r.items(keys["contexts"], "contexts")
+    contexts = tuple(r.size(n, "a context") for n in context_nodes)
+    capacity_nodes = r.items(keys["capacity"], "capacity")
+    if len(capacity_nodes) == 1:
+        capacity_nodes *= len(contexts)
+    elif len(capacity_nodes) != len(contexts):
+        raise r.error(keys["capacity"], f"capacity lists {len(capacity_nodes)} values for {len(contexts)} contexts "
+                                         "(give one capacity, or one per context)")
+    capacities = tuple(r.size(n, "capacity") for n in capacity_nodes)
+    for node, cap in zip(capacity_nodes, capacities):
+        if cap % BLOCK_CELLS:
+            raise r.error(node, f"capacity {cap} is not a multiple of {BLOCK_CELLS} cells (one block holds {BLOCK_CELLS})")
+    query_nodes = r.items(keys["queries"], "queries")
+    queries = tuple(r.integer(n, "queries", 1) for n in query_nodes)
+
+    for node, nq in zip(query_nodes, queries):
+        try:
+            check_queries(nq, prompt=kind == "prompt")
+        except GeometryError as exc:
+            raise r.error(node, str(exc)) from None
+    for node, ctx, cap in zip(context_nodes, contexts, capacities):
+        for nq in queries:
+            try:
+                check_call(ctx, nq, cap)
+            except GeometryError as exc:
+                raise r.error(node, f"context {ctx}, capacity {cap}, queries {nq}: {exc}") from None
+    return SweepBlock(stages, contexts, capacities, queries, kind, score_sets)
+
+
+def _variants(r: _Reader, node: Any) -> dict[str, tuple[str, ...]]:
+    stages = r.mapping(node, tuple(STAGE_VARIANTS), "variants")
+    return {stage: r.choices(n, f"a {stage} variant", STAGE_VARIANTS[stage]) for stage, n in stages.items()}
+
+
+def _thresholds(r: _Reader, node: Any) -> dict[str, Thresholds]:
+    out = {}
+    for stage, n in r.mapping(node, tuple(THRESHOLD_KEYS), "thresholds").items():
+        limits = r.mapping(n, THRESHOLD_KEYS[stage], f"the {stage} thresholds")
+        out[stage] = Thresholds(**{k: r.number(v, k) for k, v in limits.items()})
+    return out
+
+
+# ---- shipped configs -------------------------------------------------------------------------------------
+
+
+def shipped_dir() -> Path:
+    """``configs/`` beside the package in a checkout, else the copy the wheel carries."""
+    checkout = Path(__file__).resolve().parent.parent / "configs"
+    if checkout.is_dir():
+        return checkout
+    return Path(str(resources.files("qsa_cli.config_files")))
+
+
+def shipped_configs() -> list[str]:
+    return sorted(p.stem for p in shipped_dir().glob("*.yaml"))
+
+
+def config_path(name: str | Path) -> Path:
+    """A file path as given, or a shipped config by name (``sm75-decode``, ``ci``, ``selftest``)."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    shipped = shipped_dir() / f"{path.stem}.yaml"
+    if path.parent == Path(".") and path.suffix in ("", ".yaml") and shipped.is_file():
+        return shipped
+    raise ConfigError(f"{name}: no such config file (shipped: {', '.join(shipped_configs())})")
