@@ -1,0 +1,179 @@
+"""The regression gate: a run's record against a baseline record, and a sweep's thresholds.
+
+A row is SLOW only when its median is slower than the baseline's by more than the tolerance AND the
+two runs' 10th-90th percentile spreads do not overlap, so noise alone never fails a build; FAST is
+the mirror image. Any parity failure in the run fails the gate whatever the times say.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rich.table import Table
+
+from .config import Thresholds
+from .report import measurement_index
+from .results import Measurement, RunRecord
+from .stages import scores as scores_stage
+from .stages import topk as topk_stage
+
+FAILING = ("SLOW", "PARITY-FAIL")
+VERDICT_STYLE = {"FAST": "green", "SLOW": "red", "SAME": "", "PARITY-FAIL": "bold red", "MISSING": "yellow", "NEW": "cyan"}
+OLD_NEW = {scores_stage.STAGE: (scores_stage.OLD, scores_stage.NEW), topk_stage.STAGE: (topk_stage.OLD, topk_stage.NEW)}
+
+
+class GateError(ValueError):
+    """A baseline that cannot be compared with the run (another card or other kernels) or a bad tolerance."""
+
+
+@dataclass(frozen=True)
+class GateRow:
+    key: str  # the case key (results.case_key)
+    variant: str  # a measured variant, or "subject vs against" for a parity failure
+    baseline_us: float | None
+    median_us: float | None
+    verdict: str  # FAST, SLOW, SAME, PARITY-FAIL, MISSING (baseline only), NEW (run only)
+    detail: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline_us is None or self.median_us is None:
+            return None
+        return self.median_us / self.baseline_us
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict in FAILING
+
+
+@dataclass(frozen=True)
+class GateResult:
+    rows: tuple[GateRow, ...]
+    tolerance: float
+    notes: tuple[str, ...] = ()  # what a forced comparison overrode
+
+    @property
+    def passed(self) -> bool:
+        return not any(r.failed for r in self.rows)
+
+    def count(self, verdict: str) -> int:
+        return sum(r.verdict == verdict for r in self.rows)
+
+
+def mismatches(record: RunRecord, baseline: RunRecord) -> list[str]:
+    """What makes the two runs' times incomparable: the card or the kernel sources."""
+    out = []
+    for what, get in (("backend", lambda r: r.backend),
+                      ("device", lambda r: r.device.get("name")),
+                      ("compute capability", lambda r: r.device.get("compute_capability")),
+                      ("kernel sources", lambda r: r.kernel_source_hash)):
+        ours, theirs = get(record), get(baseline)
+        if ours != theirs:
+            out.append(f"{what} {ours!r} here, {theirs!r} in the baseline")
+    return out
+
+
+def _timing_row(key: str, variant: str, m: Measurement, b: Measurement, tolerance: float) -> GateRow:
+    ratio = m.median_us / b.median_us
+    (lo, hi), (b_lo, b_hi) = m.spread_us, b.spread_us
+    apart = hi < b_lo or b_hi < lo
+    if ratio > 1 + tolerance and apart:
+        verdict, detail = "SLOW", f"{ratio:.2f}x the baseline, outside both runs' spread"
+    elif ratio < 1 - tolerance and apart:
+        verdict, detail = "FAST", f"{ratio:.2f}x the baseline, outside both runs' spread"
+    else:
+        verdict = "SAME"
+        detail = "beyond the tolerance but within the runs' spread" if abs(ratio - 1) > tolerance else ""
+    return GateRow(key, variant, b.median_us, m.median_us, verdict, detail)
+
+
+def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, force: bool = False) -> GateResult:
+    """Every (case, variant) of the run against the baseline's, plus a row for each failed parity check."""
+    if not 0 <= tolerance < 1:
+        raise GateError(f"tolerance must be a fraction in [0, 1) such as 0.05 (got {tolerance})")
+    differ = mismatches(record, baseline)
+    if differ and not force:
+        raise GateError(f"the baseline is not comparable: {'; '.join(differ)} (pass --force to compare anyway)")
+    ours, theirs = measurement_index(record), measurement_index(baseline)
+    rows = []
+    for (key, variant), m in ours.items():
+        b = theirs.get((key, variant))
+        rows.append(_timing_row(key, variant, m, b, tolerance) if b is not None
+                    else GateRow(key, variant, None, m.median_us, "NEW", "not in the baseline"))
+    rows += [GateRow(key, variant, b.median_us, None, "MISSING", "in the baseline, not in this run")
+             for (key, variant), b in theirs.items() if (key, variant) not in ours]
+    rows += [GateRow(p.key, f"{p.subject} vs {p.against}", None, None, "PARITY-FAIL", p.detail)
+             for p in record.parity if not p.equal]
+    return GateResult(tuple(rows), tolerance, tuple(f"forced: {d}" for d in differ))
+
+
+def check_thresholds(record: RunRecord, thresholds: Mapping[str, Thresholds]) -> list[str]:
+    """One line per case that breaks a sweep's threshold (``config.Thresholds``); empty when all hold."""
+    index = measurement_index(record)
+    out = []
+    for stage, limits in thresholds.items():
+        old, new = OLD_NEW[stage]
+        for (key, variant), m_new in index.items():
+            if variant != new or m_new.stage != stage:
+                continue
+            m_old, m_floor = index.get((key, old)), index.get((key, scores_stage.READ_FLOOR))
+            if limits.min_speedup is not None and m_old is not None:
+                speedup = m_old.median_us / m_new.median_us
+                if speedup < limits.min_speedup:
+                    out.append(f"{key}: {new} is {speedup:.2f}x as fast as {old} "
+                               f"({m_old.median_us:.1f} / {m_new.median_us:.1f} µs), below {limits.min_speedup:g}x")
+            if limits.max_floor_ratio is not None and m_floor is not None:
+                ratio = m_new.median_us / m_floor.median_us
+                if ratio > limits.max_floor_ratio:
+                    out.append(f"{key}: {new} takes {ratio:.2f}x the read floor "
+                               f"({m_new.median_us:.1f} / {m_floor.median_us:.1f} µs), above {limits.max_floor_ratio:g}x")
+    return out
+
+
+# ---- rendering --------------------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, template: str) -> str:
+    return "–" if value is None else template.format(value)
+
+
+def gate_table(result: GateResult) -> Table:
+    table = Table(title=f"Gate: {'PASS' if result.passed else 'FAIL'} against the baseline")
+    for col in ("case", "variant", "baseline µs", "median µs", "ratio", "verdict", "detail"):
+        table.add_column(col, justify="right" if col.endswith(("µs", "ratio")) else "left")
+    for r in result.rows:
+        style = VERDICT_STYLE[r.verdict]
+        verdict = f"[{style}]{r.verdict}[/{style}]" if style else r.verdict
+        table.add_row(r.key, r.variant, _fmt(r.baseline_us, "{:.1f}"), _fmt(r.median_us, "{:.1f}"),
+                      _fmt(r.ratio, "{:.2f}x"), verdict, r.detail)
+    table.caption = "; ".join([f"tolerance {result.tolerance:.0%}, and outside both runs' 10th-90th percentile spread",
+                               *result.notes])
+    return table
+
+
+def junit_xml(result: GateResult) -> str:
+    """JUnit XML for CI: one testcase per row; SLOW and PARITY-FAIL are failures, MISSING is skipped."""
+    failures = sum(r.failed for r in result.rows)
+    skipped = result.count("MISSING")
+    counts = {"tests": str(len(result.rows)), "failures": str(failures), "errors": "0", "skipped": str(skipped)}
+    suites = ET.Element("testsuites", name="qsa gate", **counts)
+    suite = ET.SubElement(suites, "testsuite", name="qsa gate", **counts)
+    props = ET.SubElement(suite, "properties")
+    for name, value in [("tolerance", str(result.tolerance)), *(("note", n) for n in result.notes)]:
+        ET.SubElement(props, "property", name=name, value=value)
+    for r in result.rows:
+        attrs = {"classname": f"qsa.{r.key.split()[0]}", "name": f"{r.key} :: {r.variant}"}
+        if r.median_us is not None:
+            attrs["time"] = f"{r.median_us * 1e-6:.9f}"
+        case = ET.SubElement(suite, "testcase", **attrs)
+        summary = f"{r.verdict}: baseline {_fmt(r.baseline_us, '{:.1f} µs')}, run {_fmt(r.median_us, '{:.1f} µs')}"
+        if r.failed:
+            ET.SubElement(case, "failure", type=r.verdict, message=f"{summary}; {r.detail}" if r.detail else summary)
+        elif r.verdict == "MISSING":
+            ET.SubElement(case, "skipped", message=summary)
+        else:
+            ET.SubElement(case, "system-out").text = f"{summary}; {r.detail}" if r.detail else summary
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"

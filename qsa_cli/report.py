@@ -1,0 +1,323 @@
+"""Rendering a run record: rich tables, a clocks line and pull-request markdown. Never measures.
+
+Contexts are labelled the way the seed's tables do (``32K`` for 32768, ``131K`` for 131072, ``524K``
+for 524288: thousands, rounded down); where a label is not the exact number of cells, the tables
+show the number beside it and the markdown lists them under its tables.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable
+from typing import Any
+
+from rich.table import Table
+
+from .geometry import BLOCK_CELLS
+from .results import Measurement, ParityCheck, RunRecord
+from .stages import scores as scores_stage
+from .stages import topk as topk_stage
+
+THROTTLED_MARK = "*"
+THROTTLED_NOTE = f"{THROTTLED_MARK} throttled: a thermal, power or hardware slowdown was reported around these samples"
+MISSING = "–"
+LABEL_COLUMNS = {"context", "kind", "score set", "verdict", "stage", "case", "subject", "against", "result", "detail"}
+
+Index = dict[tuple[str, str], Measurement]
+
+
+# ---- looking things up in a record ----------------------------------------------------------------
+
+
+def measurement_index(record: RunRecord) -> Index:
+    """(case key, variant) -> measurement; a later measurement of the same pair replaces an earlier one."""
+    return {(m.key, m.variant): m for m in record.measurements}
+
+
+def stage_cases(record: RunRecord, stage: str) -> dict[str, dict[str, Any]]:
+    """Case key -> case of every case a stage measured or checked, in the record's order."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in [*record.measurements, *record.parity]:
+        if row.stage == stage:
+            out.setdefault(row.key, row.case)
+    return out
+
+
+def parity_of(record: RunRecord, key: str) -> list[ParityCheck]:
+    return [p for p in record.parity if p.key == key]
+
+
+def case_label(case: dict[str, Any]) -> str:
+    """One line naming a case for people: ``131K (131072), 4 queries, capacity 524288, prompt, equal``."""
+    parts = [context_cell(case["ctx"]), f"{case['nq']} quer{'y' if case['nq'] == 1 else 'ies'}",
+             f"capacity {case['capacity']}"]
+    parts += [str(case[k]) for k in ("kind", "score_set") if case.get(k) not in (None, "decode")]
+    return ", ".join(parts)
+
+
+# ---- formatting -----------------------------------------------------------------------------------------
+
+
+def context_label(ctx: int) -> str:
+    """The seed's short form: thousands rounded down (9000 -> 9K, 131072 -> 131K), millions to 0.1M."""
+    if ctx < 1000:
+        return str(ctx)
+    if ctx < 1_000_000:
+        return f"{ctx // 1000}K"
+    return f"{ctx // 100_000 / 10:g}M"
+
+
+def context_cell(ctx: int) -> str:
+    label = context_label(ctx)
+    return label if _label_is_exact(label, ctx) else f"{label} ({ctx})"
+
+
+def _label_is_exact(label: str, ctx: int) -> bool:
+    scale = {"K": 1000, "M": 1_000_000}.get(label[-1], 1)
+    return float(label.rstrip("KM")) * scale == ctx
+
+
+def _time(m: Measurement | None, fmt: str = ".1f", scale: float = 1.0) -> str:
+    """A median (µs times ``scale``), marked when the samples were throttled."""
+    if m is None:
+        return MISSING
+    return format(m.median_us * scale, fmt) + (THROTTLED_MARK if m.throttled else "")
+
+
+def _ratio(a: Measurement | None, b: Measurement | None, template: str) -> str:
+    return template.format(a.median_us / b.median_us) if a is not None and b is not None else MISSING
+
+
+def _rows_equal(p: ParityCheck) -> str:
+    if p.rows is None or p.rows_equal is None:
+        return "yes" if p.equal else "NO"
+    return f"{p.rows_equal}/{p.rows}"
+
+
+def _verdict(checks: list[ParityCheck]) -> str:
+    if not checks:
+        return MISSING
+    failed = [f"{p.subject} vs {p.against}" for p in checks if not p.equal]
+    return "[red]FAIL[/red] " + ", ".join(failed) if failed else "[green]PASS[/green]"
+
+
+def _table(title: str, columns: Iterable[str]) -> Table:
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="left" if col in LABEL_COLUMNS else "right")
+    return table
+
+
+def _footnote(table: Table, measurements: Iterable[Measurement | None]) -> Table:
+    if any(m is not None and m.throttled for m in measurements):
+        table.caption = THROTTLED_NOTE
+    return table
+
+
+# ---- tables ---------------------------------------------------------------------------------------------
+
+
+def scores_table(record: RunRecord) -> Table:
+    """A decode call's scorer per case: old (multi) vs new (halve), their hashes, and the read floor."""
+    old, new, floor = scores_stage.OLD, scores_stage.NEW, scores_stage.READ_FLOOR
+    index = measurement_index(record)
+    table = _table(f"Scorer: a decode call, {old} (old) vs {new} (new), µs",
+                   ["context", "capacity", "queries", "blocks", "hash old", "hash new", "equal", "old µs", "new µs",
+                    "speedup", "GB/s (new)", "new / read floor"])
+    shown: list[Measurement | None] = []
+    for key, case in stage_cases(record, scores_stage.STAGE).items():
+        m_old, m_new, m_floor = (index.get((key, v)) for v in (old, new, floor))
+        shown += [m_old, m_new, m_floor]
+        checks = parity_of(record, key)
+        hashes = {name: h for p in checks for name, h in p.hashes.items()}
+        pair = next((p for p in checks if {p.subject, p.against} == {old, new}), None)
+        equal = MISSING if pair is None else ("[green]yes[/green]" if pair.equal else "[red]NO[/red]")
+        gbps = m_new.gbps if m_new is not None else None
+        table.add_row(
+            context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]), str(case["ctx"] // BLOCK_CELLS + 1),
+            hashes.get(old, MISSING), hashes.get(new, MISSING), equal, _time(m_old), _time(m_new),
+            _ratio(m_old, m_new, "{:.2f}x"), f"{gbps:.0f}" if gbps is not None else MISSING,
+            _ratio(m_new, m_floor, "{:.2f}"),
+        )
+    return _footnote(table, shown)
+
+
+def _dispatched(record: RunRecord, kind: str) -> str | None:
+    """The top-k variant the engine runs for ``kind`` calls on this card, as the run recorded it."""
+    d = record.settings.get("dispatch") or {}
+    return d.get("topk") if d.get("kind", kind) == kind else None
+
+
+def topk_table(record: RunRecord) -> Table:
+    """A call's top-k per case: every variant's median, identical ids against the references, verdict."""
+    old, new, ref, lib = topk_stage.OLD, topk_stage.NEW, topk_stage.REFERENCE, topk_stage.ARGPARTITION
+    index = measurement_index(record)
+    table = _table("Top-k: median µs per call", ["context", "capacity", "queries", "kind", "score set", ref,
+                   f"{old} (old)", f"{new} (new)", "dispatched", lib, "identical", "verdict"])
+    shown: list[Measurement | None] = []
+    for key, case in stage_cases(record, topk_stage.STAGE).items():
+        row = [index.get((key, v)) for v in (ref, old, new, lib)]
+        dispatched = _dispatched(record, case["kind"])
+        m_disp = index.get((key, dispatched)) if dispatched else None
+        shown += [*row, m_disp]
+        checks = parity_of(record, key)
+        worst = min(checks, key=lambda p: (p.equal, p.rows_equal or 0), default=None)
+        table.add_row(
+            context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]), case["kind"], case.get("score_set", ""),
+            *(_time(m) for m in row[:3]), f"{_time(m_disp)} {dispatched}" if m_disp else MISSING, _time(row[3]),
+            _rows_equal(worst) if worst else MISSING, _verdict(checks),
+        )
+    return _footnote(table, shown)
+
+
+def parity_table(record: RunRecord) -> Table:
+    """Every bitwise check of the run, with the first difference of those that fail."""
+    table = _table("Parity (bitwise)", ["stage", "case", "subject", "against", "identical", "result", "detail"])
+    for p in record.parity:
+        result = "[green]equal[/green]" if p.equal else "[red]DIFFERS[/red]"
+        table.add_row(p.stage, case_label(p.case), p.subject, p.against, _rows_equal(p), result, p.detail)
+    return table
+
+
+# ---- clocks -----------------------------------------------------------------------------------------------
+
+
+def _span(values: list[float], fmt: str, unit: str) -> str | None:
+    if not values:
+        return None
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return f"{lo} {unit}" if lo == hi else f"{lo}-{hi} {unit}"
+
+
+def _clocks_text(record: RunRecord) -> str:
+    readings = [r for m in record.measurements for r in (m.clocks_before, m.clocks_after) if r]
+    nvml = record.device.get("nvml") or {}
+    lock = record.settings.get("clock_lock")
+    if not readings:
+        if "unavailable" in nvml:
+            return f"unavailable ({nvml['unavailable']})"
+        return "not recorded" + (" (CPU backend)" if record.backend == "cpu" else "")
+
+    def seen(field: str, fmt: str, unit: str) -> str | None:
+        return _span([r[field] for r in readings if r.get(field) is not None], fmt, unit)
+
+    if lock and lock.get("locked", True):
+        mem = f", memory {lock['mem_mhz']} MHz" if lock.get("mem_mhz") else ""
+        state = f"locked at SM {lock['sm_mhz']} MHz{mem}"
+    else:
+        state = f"not locked ({lock.get('reason') or 'refused'})" if lock else "not locked"
+    spans = [("SM", seen("sm_mhz", "d", "MHz")), ("memory", seen("mem_mhz", "d", "MHz")),
+             ("", seen("temperature_c", "d", "°C")), ("", seen("power_w", ".0f", "W"))]
+    parts = [state, "read: " + ", ".join(f"{name} {text}".strip() for name, text in spans if text)]
+    throttled = sum(m.throttled for m in record.measurements)
+    parts.append(f"throttled in {throttled} of {len(record.measurements)} measurements")
+    return ", ".join(parts)
+
+
+def clocks_line(record: RunRecord) -> str:
+    """``clocks: locked at SM 1650 MHz, read: SM 1650 MHz, memory 7000 MHz, 45-61 °C, 90-240 W, throttled in 0 of 24 ...``"""
+    return f"clocks: {_clocks_text(record)}"
+
+
+# ---- markdown -----------------------------------------------------------------------------------------------
+
+
+def _header(record: RunRecord) -> str:
+    if record.backend == "cpu":
+        card = "CPU backend (the exact models; times are the host's)"
+    else:
+        cc = str(record.device.get("compute_capability", "?")).replace(".", "")
+        card = f"{record.device.get('name', 'unknown GPU')} (sm_{cc})"
+    command = shlex.join(["qsa", *record.argv]) if record.argv else f"qsa {record.command}"
+    return f"**{card}**, clocks: {_clocks_text(record)}, {record.created.replace('T', ' ')}, `{command}`"
+
+
+def _groups(cases: dict[str, dict[str, Any]], fields: tuple[str, ...]) -> dict[tuple[Any, ...], dict[str, dict[str, Any]]]:
+    out: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
+    for key, case in cases.items():
+        out.setdefault(tuple(case.get(f) for f in fields), {})[key] = case
+    return out
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    return lines + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _unit_first(cells: list[str], unit: str) -> list[str]:
+    """The seed writes the unit once, in the first cell that has a figure."""
+    for i, c in enumerate(cells):
+        if c != MISSING:
+            return cells[:i] + [f"{c} {unit}"] + cells[i + 1:]
+    return cells
+
+
+def _parity_summary(checks: list[ParityCheck], ok: str) -> str:
+    failed = [p for p in checks if not p.equal]
+    if not failed:
+        return f"{ok} ({len(checks)} checks)."
+    p = failed[0]
+    return f"**FAIL**: {len(failed)} of {len(checks)} checks differ; first: {case_label(p.case)}: {p.subject} vs {p.against}: {p.detail}"
+
+
+def _scores_markdown(record: RunRecord, index: Index) -> list[str]:
+    old, new = scores_stage.OLD, scores_stage.NEW
+    cases = stage_cases(record, scores_stage.STAGE)
+    out: list[str] = []
+    for (capacity, l2), group in _groups(cases, ("capacity", "l2")).items():
+        by_ctx: dict[int, list[tuple[int, str]]] = {}
+        for key, case in sorted(group.items(), key=lambda kc: (kc[1]["ctx"], kc[1]["nq"])):
+            if (key, old) in index or (key, new) in index:
+                by_ctx.setdefault(case["ctx"], []).append((case["nq"], key))
+        if not by_ctx:
+            continue
+        rows = []
+        for ctx, entries in by_ctx.items():
+            cells = [[_time(index.get((key, v))) for _, key in entries] for v in (old, new)]
+            rows.append([context_label(ctx), " / ".join(str(nq) for nq, _ in entries), *(" / ".join(c) for c in cells)])
+        rows[0][2] += " µs"
+        out += [f"### Scorer: a decode call, before ({old}) / after ({new}), capacity {capacity}, L2 {l2}", ""]
+        out += _md_table(["context", "queries", "before", "after"], rows) + [""]
+    checks = [p for p in record.parity if p.stage == scores_stage.STAGE]
+    if checks:
+        out += [_parity_summary(checks, "The same bits in every case, old, new and the CPU model"), ""]
+    return out
+
+
+def _topk_markdown(record: RunRecord, index: Index) -> list[str]:
+    old, new = topk_stage.OLD, topk_stage.NEW
+    cases = stage_cases(record, topk_stage.STAGE)
+    out: list[str] = []
+    for (kind, score_set, capacity, l2), group in _groups(cases, ("kind", "score_set", "capacity", "l2")).items():
+        cells: dict[int, dict[int, str]] = {}
+        for key, case in group.items():
+            m_old, m_new = index.get((key, old)), index.get((key, new))
+            if m_old or m_new:
+                cells.setdefault(case["ctx"], {})[case["nq"]] = f"{_time(m_old, '.3f', 1e-3)} → {_time(m_new, '.3f', 1e-3)}"
+        if not cells:
+            continue
+        queries = sorted({nq for row in cells.values() for nq in row})
+        head = ["context"] + [f"{nq} quer{'y' if nq == 1 else 'ies'}" if i == 0 else str(nq) for i, nq in enumerate(queries)]
+        rows = [[context_label(ctx), *_unit_first([row.get(nq, MISSING) for nq in queries], "ms")]
+                for ctx, row in sorted(cells.items())]
+        out += [f"### Top-k: a {kind} call, {score_set} scores, {old} → {new}, capacity {capacity}, L2 {l2}", ""]
+        out += _md_table(head, rows) + [""]
+    checks = [p for p in record.parity if p.stage == topk_stage.STAGE]
+    if checks:
+        out += [_parity_summary(checks, "Identical ids in every query of every case"), ""]
+    return out
+
+
+def markdown(record: RunRecord) -> str:
+    """The run as pull-request markdown in the seed's style: µs for the scorer, ms for the top-k."""
+    index = measurement_index(record)
+    lines = [_header(record), ""]
+    lines += _scores_markdown(record, index)
+    lines += _topk_markdown(record, index)
+    contexts = sorted({row.case["ctx"] for row in [*record.measurements, *record.parity]})
+    loose = [f"{context_label(c)} = {c}" for c in contexts if not _label_is_exact(context_label(c), c)]
+    if loose:
+        lines += ["Contexts in cells: " + ", ".join(loose) + ".", ""]
+    if any(m.throttled for m in record.measurements):
+        lines += [f"{THROTTLED_NOTE}.", ""]
+    return "\n".join(lines).rstrip() + "\n"

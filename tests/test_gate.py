@@ -1,0 +1,158 @@
+"""The regression gate on records built by hand: noise, regressions, parity, refusals, JUnit XML."""
+
+from __future__ import annotations
+
+import copy
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from record_factory import seed_record
+from rich.console import Console
+
+from qsa_cli.config import Thresholds
+from qsa_cli.gate import GateError, check_thresholds, compare, gate_table, junit_xml
+from qsa_cli.results import RunRecord
+
+
+def verdicts(result: object) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in result.rows:
+        out[r.verdict] = out.get(r.verdict, 0) + 1
+    return out
+
+
+def slowed(record: RunRecord, variant: str, factor: float) -> RunRecord:
+    out = copy.deepcopy(record)
+    for m in out.measurements:
+        if m.variant == variant:
+            m.samples_us = [s * factor for s in m.samples_us]
+    return out
+
+
+def test_two_runs_of_the_same_kernels_are_the_same() -> None:
+    baseline, run = seed_record(seed=1, noise=0.03), seed_record(seed=2, noise=0.03)
+    result = compare(run, baseline)
+    assert verdicts(result) == {"SAME": len(run.measurements)} and result.passed
+
+
+def test_a_slower_new_kernel_is_slow_and_fails() -> None:
+    baseline, run = seed_record(seed=1, noise=0.02), seed_record(seed=2, noise=0.02, scale=1.3)
+    result = compare(run, baseline)
+    slow = [r for r in result.rows if r.verdict == "SLOW"]
+    assert {r.variant for r in slow} == {"halve", "split"} and len(slow) == 13 + 12
+    assert all(1.25 < r.ratio < 1.35 for r in slow)
+    assert not result.passed
+
+
+def test_a_faster_new_kernel_is_fast_and_passes() -> None:
+    result = compare(seed_record(seed=2, noise=0.02, scale=0.7), seed_record(seed=1, noise=0.02))
+    assert verdicts(result) == {"FAST": 25, "SAME": 50} and result.passed
+
+
+def test_a_deliberately_slowed_run_fails_against_its_own_baseline() -> None:
+    baseline = seed_record(seed=5, noise=0.02)
+    assert compare(slowed(baseline, "read-floor", 1.0), baseline).passed
+    result = compare(slowed(baseline, "read-floor", 1.12), baseline)
+    assert {r.variant for r in result.rows if r.verdict == "SLOW"} == {"read-floor"} and not result.passed
+    suite = ET.fromstring(junit_xml(result)).find("testsuite")
+    assert suite.get("failures") == "13"
+
+
+def test_beyond_tolerance_but_within_noise_is_same() -> None:
+    baseline, run = seed_record(seed=1, noise=0.4), seed_record(seed=2, noise=0.4, scale=1.1)
+    result = compare(run, baseline)
+    noisy = [r for r in result.rows if r.variant == "halve" and r.ratio > 1.05]
+    assert noisy and all(r.verdict == "SAME" and "within the runs' spread" in r.detail for r in noisy)
+    assert result.passed
+
+
+def test_tolerance_decides_small_shifts() -> None:
+    baseline = seed_record(seed=3, noise=0.001)
+    run = slowed(baseline, "multi", 1.04)
+    assert compare(run, baseline, tolerance=0.05).passed
+    assert not compare(run, baseline, tolerance=0.02).passed
+    with pytest.raises(GateError, match="tolerance"):
+        compare(run, baseline, tolerance=-0.1)
+
+
+def test_a_parity_failure_fails_even_with_equal_times() -> None:
+    baseline = seed_record(seed=1)
+    run = copy.deepcopy(baseline)
+    run.parity[3].equal = False
+    run.parity[3].detail = "query 2 block 9: 1.0 vs 1.0000001"
+    result = compare(run, baseline)
+    failed = [r for r in result.rows if r.failed]
+    assert [(r.verdict, r.variant, r.detail) for r in failed] == [
+        ("PARITY-FAIL", "halve vs cpu-model", "query 2 block 9: 1.0 vs 1.0000001")]
+    assert not result.passed
+
+
+def test_missing_and_new_rows_do_not_fail() -> None:
+    baseline = seed_record(seed=1)
+    run = copy.deepcopy(baseline)
+    dropped = run.measurements.pop(0)
+    run.measurements[0].variant = "cluster"
+    result = compare(run, baseline)
+    assert verdicts(result)["MISSING"] == 2 and verdicts(result)["NEW"] == 1 and result.passed
+    assert any(r.verdict == "MISSING" and r.key == dropped.key and r.variant == dropped.variant for r in result.rows)
+
+
+@pytest.mark.parametrize(
+    ("change", "what"),
+    [
+        (lambda r: r.device.update(name="NVIDIA H200"), "device 'NVIDIA H200' here"),
+        (lambda r: r.device.update(compute_capability="9.0"), "compute capability '9.0' here"),
+        (lambda r: setattr(r, "kernel_source_hash", "f" * 16), "kernel sources"),
+    ],
+)
+def test_another_card_or_other_kernels_is_refused_unless_forced(change: object, what: str) -> None:
+    baseline = seed_record(seed=1)
+    run = copy.deepcopy(baseline)
+    change(run)
+    with pytest.raises(GateError) as refused:
+        compare(run, baseline)
+    message = str(refused.value)
+    assert "\n" not in message and what in message and "--force" in message
+    forced = compare(run, baseline, force=True)
+    assert forced.passed and len(forced.notes) == 1 and what in forced.notes[0]
+
+
+def test_junit_xml_is_valid_with_one_testcase_per_row() -> None:
+    baseline = seed_record(seed=1, noise=0.02)
+    run = seed_record(seed=2, noise=0.02, scale=1.3)
+    run.parity[0].equal = False
+    run.measurements.pop(0)  # an old-kernel row: MISSING, which is skipped
+    result = compare(run, baseline, force=True)
+    root = ET.fromstring(junit_xml(result))
+    suite = root.find("testsuite")
+    cases = suite.findall("testcase")
+    assert len(cases) == len(result.rows) == int(root.get("tests"))
+    assert len(suite.findall("testcase/failure")) == int(suite.get("failures")) == 25 + 1
+    assert len(suite.findall("testcase/skipped")) == int(suite.get("skipped")) == 1
+    slow = next(c for c in cases if c.find("failure") is not None and c.find("failure").get("type") == "SLOW")
+    assert slow.get("classname") in ("qsa.scores", "qsa.topk") and float(slow.get("time")) > 0
+    assert suite.find("properties/property").get("value") == "0.05"
+
+
+def test_gate_table_renders() -> None:
+    result = compare(seed_record(seed=2, noise=0.02, scale=1.3), seed_record(seed=1, noise=0.02))
+    console = Console(record=True, width=240, color_system=None)
+    console.print(gate_table(result))
+    rendered = console.export_text()
+    assert "Gate: FAIL" in rendered and "SLOW" in rendered and "tolerance 5%" in rendered
+
+
+def test_thresholds() -> None:
+    limits = {"scores": Thresholds(min_speedup=1.0, max_floor_ratio=20.0), "topk": Thresholds(min_speedup=0.75)}
+    assert check_thresholds(seed_record(seed=1), limits) == []
+    broken = check_thresholds(seed_record(seed=1, scale=1.3), limits)
+    assert any("ctx=131072 nq=1" in b and "halve is 0.92x as fast as multi" in b for b in broken)
+    assert any("topk ctx=9000 nq=6" in b and "below 0.75x" in b for b in broken)
+    floor = check_thresholds(seed_record(seed=1), {"scores": Thresholds(max_floor_ratio=10.0)})
+    assert len(floor) == 2 and all("nq=6" in b or "nq=8" in b for b in floor) and "above 10x" in floor[0]
+
+
+def test_fresh_noise_is_seeded() -> None:
+    a, b = seed_record(seed=4, noise=0.1), seed_record(seed=4, noise=0.1)
+    assert np.array_equal(a.measurements[5].samples_us, b.measurements[5].samples_us)

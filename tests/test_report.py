@@ -1,0 +1,149 @@
+"""Rendering records built by hand: tables, clocks line and the seed-style markdown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from record_factory import measurement, parity, record, scores_case, seed_record, topk_case
+from rich.console import Console
+
+from qsa_cli import report
+from qsa_cli.results import load_record
+
+
+def text(renderable: object) -> str:
+    console = Console(record=True, width=260, color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+def row_of(rendered: str, *needles: str) -> list[str]:
+    """The cells of the first table row containing every needle."""
+    line = next(line for line in rendered.splitlines() if all(n in line for n in needles))
+    return [c.strip() for c in line.strip("│ ").split("│")]
+
+
+@pytest.mark.parametrize(
+    ("ctx", "label", "cell"),
+    [(999, "999", "999"), (2100, "2K", "2K (2100)"), (9000, "9K", "9K"), (32768, "32K", "32K (32768)"),
+     (131072, "131K", "131K (131072)"), (420000, "420K", "420K"), (524288, "524K", "524K (524288)"),
+     (1048576, "1M", "1M (1048576)"), (1500000, "1.5M", "1.5M")],
+)
+def test_context_labels_follow_the_seed(ctx: int, label: str, cell: str) -> None:
+    assert report.context_label(ctx) == label
+    assert report.context_cell(ctx) == cell
+
+
+def test_markdown_reproduces_the_seeds_tables() -> None:
+    md = report.markdown(seed_record(seed=3, noise=0.02))
+    assert "| context | queries | before | after |" in md
+    assert "| 32K | 1 / 3 / 4 / 8 | 12.1 / 24.8 / 31.7 / 59.2 µs | 7.7 / 14.5 / 15.0 / 36.0 |" in md
+    assert "| 131K | 1 / 3 / 4 / 8 | 41.1 / 86.8 / 113.6 / 217.0 | 34.2 / 66.2 / 67.1 / 93.3 |" in md
+    assert ("| 420K | 1 / 3 / 4 / 6 / 8 | 116.7 / 264.9 / 346.6 / 509.7 / 773.9 | "
+            "100.5 / 117.9 / 124.5 / 238.0 / 255.1 |") in md
+    assert "| context | 1 query | 3 | 6 |" in md
+    assert "| 9K | 0.034 → 0.032 ms | 0.034 → 0.035 | 0.033 → 0.042 |" in md
+    assert "| 420K | 0.203 → 0.033 ms | 0.209 → 0.040 | 0.210 → 0.064 |" in md
+    assert "| 524K | 0.243 → 0.034 ms | 0.248 → 0.041 | 0.251 → 0.066 |" in md
+    header = md.splitlines()[0]
+    for part in ("NVIDIA GeForce RTX 2080 Ti (sm_75)", "locked at SM 1650 MHz", "2026-11-29",
+                 "`qsa sweep sm75-decode --lock-clocks 1650`"):
+        assert part in header
+    assert "Contexts in cells: 32K = 32768, 131K = 131072, 524K = 524288." in md
+    assert "**FAIL**" not in md and "throttled:" not in md
+
+
+def test_markdown_marks_throttling_and_failures() -> None:
+    r = seed_record(throttle=(32768, 4))
+    r.parity[-1].equal = False
+    r.parity[-1].detail = "query 5 position 2050: id 9 vs 11"
+    md = report.markdown(r)
+    assert "7.7 / 14.5 / 15.0* / 36.0" in md
+    assert md.rstrip().endswith("slowdown was reported around these samples.")
+    assert "**FAIL**: 1 of 48 checks differ; first: 524K (524288), 6 queries, capacity 524288, continuous" in md
+    assert "split vs cpu-oracle: query 5 position 2050: id 9 vs 11" in md
+
+
+def test_a_saved_record_renders_the_same(tmp_path: Path) -> None:
+    r = seed_record(seed=1, noise=0.05)
+    r.write(tmp_path / "run.json")
+    again = load_record(tmp_path / "run.json")
+    assert report.markdown(again) == report.markdown(r)
+    assert text(report.scores_table(again)) == text(report.scores_table(r))
+
+
+def test_scores_table() -> None:
+    rendered = text(report.scores_table(seed_record(throttle=(32768, 4))))
+    assert row_of(rendered, "32K (32768)", " 4 ") == [
+        "32K (32768)", "524288", "4", "8193", "0000800000000004", "0000800000000004", "yes", "31.7", "15.0*",
+        "2.11x", "280", "1.67"]
+    assert row_of(rendered, "420K", " 8 ")[7:] == ["773.9", "255.1", "3.03x", "211", "12.75"]
+    assert "* throttled: a thermal, power or hardware slowdown" in rendered
+
+
+def test_scores_table_flags_a_hash_mismatch_and_missing_variants() -> None:
+    rng = np.random.default_rng(7)
+    case = scores_case(9002, 5, capacity=16384)
+    r = record([measurement("scores", "multi", case, 10.0, rng)],
+               [parity("scores", case, "halve", "multi", equal=False, hashes={"multi": "aa", "halve": "bb"})])
+    cells = row_of(text(report.scores_table(r)), "9K (9002)")
+    assert cells[4:11] == ["aa", "bb", "NO", "10.0", "–", "–", "–"]
+    assert "throttled" not in text(report.scores_table(r))
+
+
+def test_topk_table_counts_identical_ids_and_gives_the_verdict() -> None:
+    rng = np.random.default_rng(11)
+    good, bad = topk_case(420000, 8), topk_case(135176, 64, capacity=135176, kind="prompt", score_set="equal")
+    ms = [measurement("topk", v, good, t, rng) for v, t in
+          (("reference", 400.0), ("wide", 210.0), ("split", 64.0), ("cupy.argpartition", 900.0))]
+    checks = [parity("topk", good, "split", "reference"), parity("topk", bad, "split", "reference"),
+              parity("topk", bad, "wide", "reference", equal=False)]
+    r = record(ms, checks)
+    rendered = text(report.topk_table(r))
+    assert row_of(rendered, "420K") == ["420K", "524288", "8", "decode", "continuous", "400.0", "210.0", "64.0",
+                                        "64.0 split", "900.0", "8/8", "PASS"]
+    # the prompt case: the recorded dispatch is the decode call's, so no dispatched figure
+    assert row_of(rendered, "135K") == ["135K (135176)", "135176", "64", "prompt", "equal", "–", "–", "–", "–", "–",
+                                        "63/64", "FAIL wide vs reference"]
+
+
+def test_parity_table_shows_every_check_and_the_first_difference() -> None:
+    case = topk_case(2100, 8, capacity=262144, score_set="levels64")
+    r = record([], [parity("topk", case, "split", "cpu-oracle"), parity("topk", case, "wide", "cpu-oracle", equal=False)])
+    rendered = text(report.parity_table(r))
+    assert row_of(rendered, "split") == ["topk", "2K (2100), 8 queries, capacity 262144, levels64", "split",
+                                         "cpu-oracle", "8/8", "equal"]  # (an empty detail)
+    assert row_of(rendered, "wide")[4:] == ["7/8", "DIFFERS", "query 1 position 7: id 12 vs 13"]
+
+
+def test_clocks_line() -> None:
+    r = seed_record(throttle=(131072, 8))
+    assert report.clocks_line(r) == ("clocks: locked at SM 1650 MHz, read: SM 1650 MHz, memory 7000 MHz, 52 °C, 180 W, "
+                                     "throttled in 1 of 75 measurements")
+    r.settings["clock_lock"] = {"sm_mhz": 1650, "mem_mhz": None, "locked": False, "reason": "no permission"}
+    r.measurements[0].clocks_after = dict(r.measurements[0].clocks_after, sm_mhz=1980, temperature_c=70)
+    assert report.clocks_line(r).startswith("clocks: not locked (no permission), read: SM 1650-1980 MHz, "
+                                            "memory 7000 MHz, 52-70 °C")
+
+
+def test_clocks_line_without_nvml_or_gpu() -> None:
+    rng = np.random.default_rng(0)
+    m = measurement("scores", "halve", scores_case(32768, 1), 9.0, rng)
+    m.clocks_before = m.clocks_after = None
+    r = record([m], [], device={"name": "NVIDIA H200", "compute_capability": "9.0",
+                                "nvml": {"unavailable": "NVML cannot be initialised: Driver Not Loaded"}})
+    assert report.clocks_line(r) == "clocks: unavailable (NVML cannot be initialised: Driver Not Loaded)"
+    cpu = record([m], [], backend="cpu", device={})
+    assert report.clocks_line(cpu) == "clocks: not recorded (CPU backend)"
+    assert report.markdown(cpu).startswith("**CPU backend")
+
+
+def test_a_parity_only_run_renders() -> None:
+    case = topk_case(9000, 8, capacity=9000)
+    r = record([], [parity("topk", case, "split", "reference")], argv=[])
+    assert row_of(text(report.topk_table(r)), "9K")[-2:] == ["8/8", "PASS"]
+    md = report.markdown(r)
+    assert "|" not in md and "Identical ids in every query of every case (1 checks)." in md
+    assert "`qsa sweep`" in md.splitlines()[0]
