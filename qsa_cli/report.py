@@ -189,7 +189,8 @@ def _span(values: list[float], fmt: str, unit: str) -> str | None:
     return f"{lo} {unit}" if lo == hi else f"{lo}-{hi} {unit}"
 
 
-def _clocks_text(record: RunRecord) -> str:
+def clocks_text(record: RunRecord) -> str:
+    """The clocks of a run in words: the lock, the ranges read around the samples, throttling."""
     readings = [r for m in record.measurements for r in (m.clocks_before, m.clocks_after) if r]
     nvml = record.device.get("nvml") or {}
     lock = record.settings.get("clock_lock")
@@ -216,7 +217,7 @@ def _clocks_text(record: RunRecord) -> str:
 
 def clocks_line(record: RunRecord) -> str:
     """``clocks: locked at SM 1650 MHz, read: SM 1650 MHz, memory 7000 MHz, 45-61 °C, 90-240 W, throttled in 0 of 24 ...``"""
-    return f"clocks: {_clocks_text(record)}"
+    return f"clocks: {clocks_text(record)}"
 
 
 # ---- markdown -----------------------------------------------------------------------------------------------
@@ -229,7 +230,7 @@ def _header(record: RunRecord) -> str:
         cc = str(record.device.get("compute_capability", "?")).replace(".", "")
         card = f"{record.device.get('name', 'unknown GPU')} (sm_{cc})"
     command = shlex.join(["qsa", *record.argv]) if record.argv else f"qsa {record.command}"
-    return f"**{card}**, clocks: {_clocks_text(record)}, {record.created.replace('T', ' ')}, `{command}`"
+    return f"**{card}**, clocks: {clocks_text(record)}, {record.created.replace('T', ' ')}, `{command}`"
 
 
 def _groups(cases: dict[str, dict[str, Any]], fields: tuple[str, ...]) -> dict[tuple[Any, ...], dict[str, dict[str, Any]]]:
