@@ -1,0 +1,497 @@
+// topk.cu: the top-k selection kernels (spec section 3): the reference, the old decode top-k (wide) and
+// the new decode top-k (split). Every kernel's ids are the reference's, for three reasons shared by all:
+//   - each radix pass's histogram is a sum of integer cell counts, which no order of addition changes,
+//     however a kernel splits the blocks among threads, warps or CTAs;
+//   - each pass's digit (and the cells that join `above`) comes from qsa_radix_digit, one function of
+//     those counts, so thr and above are the same;
+//   - every emit writes all cells with key > thr and the first budget = width - above cells with
+//     key == thr, each at its rank among the selected cells in ascending cell order.
+#include "qsa_common.cuh"
+
+// Threads of a CTA; qsa_cli/launch/topk.py launches with the same and checks them against the
+// compiled kernels' maximum (set by __launch_bounds__).
+#define TOPK_REF_THREADS 256
+#define TOPK_WIDE_THREADS 1024
+#define TOPK_SPLIT_THREADS 256
+
+#define TOPK_FULL_MASK 0xffffffffu
+#define TOPK_DIGIT_MASK (QSA_RADIX_BINS - 1u)
+#define TOPK_KEY_BITS (QSA_RADIX_BITS * QSA_RADIX_PASSES)
+#define TOPK_DIGITS_PER_LANE (QSA_RADIX_BINS / QSA_WARP)
+#define TOPK_SPLIT_BLOCKS_PER_THREAD (QSA_SPLIT_CHUNK_BLOCKS / TOPK_SPLIT_THREADS)
+#define TOPK_SPLIT_HIST (QSA_RADIX_PASSES * QSA_RADIX_BINS)  // a query's global histograms, all passes
+
+// Cells above thr (high word) and at thr (low word) of a range of blocks: one 64-bit value, so a single
+// scan or sum carries both; neither count can reach 2^32 (a query has under 2^31 cells).
+typedef unsigned long long topk_counts;
+
+__device__ __forceinline__ topk_counts topk_pack(unsigned above, unsigned at) {
+    return (static_cast<topk_counts>(above) << 32) | at;
+}
+__device__ __forceinline__ unsigned topk_above(topk_counts c) { return static_cast<unsigned>(c >> 32); }
+__device__ __forceinline__ unsigned topk_at(topk_counts c) { return static_cast<unsigned>(c); }
+
+// Bit position of pass p's digit: 8 bits a pass from the top of the key.
+__device__ __forceinline__ int topk_shift(int pass) { return TOPK_KEY_BITS - QSA_RADIX_BITS * (pass + 1); }
+
+// A lane's share of one pass's histogram: lane l holds the counts of digits 255-8l down to 248-8l.
+// Loaded apart from qsa_radix_digit so that a kernel can have every load in flight at once.
+struct TopkLaneBins {
+    unsigned cells[TOPK_DIGITS_PER_LANE];
+};
+
+__device__ __forceinline__ int topk_lane_top_digit() {
+    return QSA_RADIX_BINS - 1 - static_cast<int>(threadIdx.x % QSA_WARP) * TOPK_DIGITS_PER_LANE;
+}
+
+__device__ __forceinline__ TopkLaneBins topk_lane_bins(const unsigned* hist) {
+    const int top = topk_lane_top_digit();
+    TopkLaneBins bins;
+#pragma unroll
+    for (int i = 0; i < TOPK_DIGITS_PER_LANE; ++i) bins.cells[i] = hist[top - i];
+    return bins;
+}
+
+// The reference's digit rule, warp-collective (all 32 lanes of a warp call it with their bins of the
+// same histogram and the same above and width, and get the same digit and above): walk the digits
+// from 255 down to 1 and stop at the first d where above + cells at digits >= d >= width (d = 0 when
+// none); the cells at digits above d join above. A pure function of the 256 counts, so any kernel
+// holding the same histogram picks the same digit. A scan across lanes gives the cells above each
+// lane's digits, each lane walks its eight, and the first lane that stops (the highest digits)
+// decides; digit 0 always stops, which is the walk's "d = 0 when none".
+__device__ __forceinline__ unsigned qsa_radix_digit(const TopkLaneBins& bins, unsigned& above, unsigned width) {
+    const int lane = threadIdx.x % QSA_WARP, top = topk_lane_top_digit();
+    unsigned lane_cells = 0;
+#pragma unroll
+    for (int i = 0; i < TOPK_DIGITS_PER_LANE; ++i) lane_cells += bins.cells[i];
+    unsigned through = lane_cells;  // cells at digits >= this lane's lowest
+#pragma unroll
+    for (int o = 1; o < QSA_WARP; o <<= 1) {
+        const unsigned v = __shfl_up_sync(TOPK_FULL_MASK, through, o);
+        if (lane >= o) through += v;
+    }
+    unsigned run = above + through - lane_cells;  // above + cells at digits above the one walked
+    int stop = -1;
+    unsigned stop_above = 0;
+#pragma unroll
+    for (int i = 0; i < TOPK_DIGITS_PER_LANE; ++i) {
+        const int d = top - i;
+        if (stop < 0 && (d == 0 || run + bins.cells[i] >= width)) {
+            stop = d;
+            stop_above = run;
+        }
+        run += bins.cells[i];
+    }
+    const int winner = __ffs(__ballot_sync(TOPK_FULL_MASK, stop >= 0)) - 1;
+    above = __shfl_sync(TOPK_FULL_MASK, stop_above, winner);
+    return static_cast<unsigned>(__shfl_sync(TOPK_FULL_MASK, stop, winner));
+}
+
+// Block-wide exclusive scan of packed counts (THREADS a multiple of 32, at most 1,024); every thread
+// also gets the CTA's total. warp_sums holds THREADS / 32 values and may be reused once it returns.
+struct TopkScan {
+    topk_counts before;
+    topk_counts total;
+};
+
+template <int THREADS>
+__device__ TopkScan topk_block_scan(topk_counts v, topk_counts* warp_sums) {
+    const int lane = threadIdx.x % QSA_WARP, warp = threadIdx.x / QSA_WARP;
+    topk_counts through = v;
+#pragma unroll
+    for (int o = 1; o < QSA_WARP; o <<= 1) {
+        const topk_counts t = __shfl_up_sync(TOPK_FULL_MASK, through, o);
+        if (lane >= o) through += t;
+    }
+    if (lane == QSA_WARP - 1) warp_sums[warp] = through;
+    __syncthreads();
+    TopkScan s = {through - v, 0};
+#pragma unroll
+    for (int w = 0; w < THREADS / QSA_WARP; ++w) {
+        const topk_counts c = warp_sums[w];
+        if (w < warp) s.before += c;
+        s.total += c;
+    }
+    __syncthreads();
+    return s;
+}
+
+__device__ __forceinline__ topk_counts topk_warp_sum(topk_counts v) {
+#pragma unroll
+    for (int o = QSA_WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(TOPK_FULL_MASK, v, o);
+    return v;
+}
+
+// Writes block b's selected cells at row[pos..]: all w of them when key > thr; at thr, its first
+// cells while the ties before it (at_before) leave budget. Returns the cells written.
+__device__ __forceinline__ unsigned topk_emit_block(int* row, unsigned pos, int b, unsigned key, unsigned w,
+                                                    unsigned thr, unsigned at_before, unsigned budget) {
+    unsigned n = 0;
+    if (key > thr) n = w;
+    else if (key == thr && at_before < budget) n = min(w, budget - at_before);
+    for (unsigned c = 0; c < n; ++c) row[pos + c] = b * QSA_BLOCK_CELLS + static_cast<int>(c);
+    return n;
+}
+
+__device__ __forceinline__ void topk_identity(int* row, int n_kv, int threads) {
+    for (int j = threadIdx.x; j < n_kv; j += threads) row[j] = j;
+}
+
+// block_topk_kernel (the reference): one CTA of 256 threads per query, grid nq. Each radix pass adds
+// the cells of the blocks matching the prefix into one shared histogram with plain atomics and picks
+// the digit. The emit cuts blocks 0..n_bid into contiguous per-thread ranges, scans the ranges'
+// (above, at) cells across the CTA, and each thread writes its range's selected cells from its rank.
+__global__ void __launch_bounds__(TOPK_REF_THREADS)
+block_topk_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* __restrict__ ids,
+                  int /*nq: the grid*/, int max_blocks, int /*active_blocks: each CTA reads its own n_bid*/) {
+    __shared__ unsigned hist[QSA_RADIX_BINS];
+    __shared__ unsigned digit_above[2];
+    __shared__ topk_counts warp_sums[TOPK_REF_THREADS / QSA_WARP];
+    const int q = blockIdx.x, tid = threadIdx.x;
+    const int* st = steps + q * QSA_STEP_INTS;
+    const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
+    const unsigned width = st[QSA_STEP_WIDTH];
+    int* row = ids + static_cast<size_t>(q) * QSA_SELECT_CAP;
+    if (n_kv <= static_cast<int>(width)) {
+        topk_identity(row, n_kv, TOPK_REF_THREADS);
+        return;
+    }
+    const float* srow = scores + static_cast<size_t>(q) * max_blocks;
+
+    unsigned thr = 0, mask = 0, above = 0;  // thr holds the digits found so far
+    for (int pass = 0; pass < QSA_RADIX_PASSES; ++pass) {
+        const int shift = topk_shift(pass);
+        for (int i = tid; i < QSA_RADIX_BINS; i += TOPK_REF_THREADS) hist[i] = 0;
+        __syncthreads();
+        for (int b = tid; b <= n_bid; b += TOPK_REF_THREADS) {
+            const unsigned w = qsa_block_weight(b, n_kv, n_bid);
+            if (w == 0) continue;
+            const unsigned key = qsa_order_key(srow[b]);
+            if ((key & mask) == thr) atomicAdd(&hist[(key >> shift) & TOPK_DIGIT_MASK], w);
+        }
+        __syncthreads();
+        if (tid < QSA_WARP) {
+            unsigned a = above;
+            const unsigned d = qsa_radix_digit(topk_lane_bins(hist), a, width);
+            if (tid == 0) {
+                digit_above[0] = d;
+                digit_above[1] = a;
+            }
+        }
+        __syncthreads();
+        thr |= digit_above[0] << shift;
+        mask |= TOPK_DIGIT_MASK << shift;
+        above = digit_above[1];
+    }
+
+    const unsigned budget = width - above;
+    const int blocks = n_bid + 1, per = (blocks + TOPK_REF_THREADS - 1) / TOPK_REF_THREADS;
+    const int b0 = min(tid * per, blocks), b1 = min(b0 + per, blocks);
+    unsigned a = 0, t = 0;
+    for (int b = b0; b < b1; ++b) {
+        const unsigned w = qsa_block_weight(b, n_kv, n_bid);
+        if (w == 0) continue;
+        const unsigned key = qsa_order_key(srow[b]);
+        if (key > thr) a += w;
+        else if (key == thr) t += w;
+    }
+    const topk_counts before = topk_block_scan<TOPK_REF_THREADS>(topk_pack(a, t), warp_sums).before;
+    unsigned at_before = topk_at(before);
+    unsigned pos = topk_above(before) + min(at_before, budget);
+    for (int b = b0; b < b1; ++b) {
+        const unsigned w = qsa_block_weight(b, n_kv, n_bid);
+        if (w == 0) continue;
+        const unsigned key = qsa_order_key(srow[b]);
+        pos += topk_emit_block(row, pos, b, key, w, thr, at_before, budget);
+        if (key == thr) at_before += w;
+    }
+}
+
+// block_topk_wide_kernel (the old decode top-k): one CTA of 1,024 threads per query, grid nq. Thread t
+// reads blocks t, t + 1024, ... (coalesced). Each warp has its own histogram; the lanes of one digit
+// add as one (__match_any_sync): a complete block weighs R cells, so they add popc(lanes) * R, and the
+// tail block, whose weight differs, adds its own. The warps' histograms are summed per bin (the same
+// integers as the reference's). The emit walks tiles of 1,024 blocks: a block-wide scan of the
+// blocks' (above, at) cells plus the totals of the tiles before gives each block's rank.
+__global__ void __launch_bounds__(TOPK_WIDE_THREADS)
+block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* __restrict__ ids,
+                       int /*nq: the grid*/, int max_blocks, int /*active_blocks: each CTA reads its own n_bid*/) {
+    constexpr int WARPS = TOPK_WIDE_THREADS / QSA_WARP;
+    __shared__ unsigned warp_hist[WARPS][QSA_RADIX_BINS];
+    __shared__ unsigned hist[QSA_RADIX_BINS];
+    __shared__ unsigned digit_above[2];
+    __shared__ topk_counts warp_sums[WARPS];
+    const int q = blockIdx.x, tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
+    const int* st = steps + q * QSA_STEP_INTS;
+    const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
+    const unsigned width = st[QSA_STEP_WIDTH];
+    int* row = ids + static_cast<size_t>(q) * QSA_SELECT_CAP;
+    if (n_kv <= static_cast<int>(width)) {
+        topk_identity(row, n_kv, TOPK_WIDE_THREADS);
+        return;
+    }
+    const float* srow = scores + static_cast<size_t>(q) * max_blocks;
+    const unsigned tail = qsa_block_weight(n_bid, n_kv, n_bid);
+
+    unsigned thr = 0, mask = 0, above = 0;
+    unsigned* own = warp_hist[warp];
+    for (int pass = 0; pass < QSA_RADIX_PASSES; ++pass) {
+        const int shift = topk_shift(pass);
+        for (int i = lane; i < QSA_RADIX_BINS; i += QSA_WARP) own[i] = 0;
+        __syncwarp();
+        for (int base = 0; base < n_bid; base += TOPK_WIDE_THREADS) {  // complete blocks
+            const int b = base + tid;
+            bool hit = false;
+            unsigned digit = QSA_RADIX_BINS;  // no bin: lanes without a matching block group apart
+            if (b < n_bid) {
+                const unsigned key = qsa_order_key(srow[b]);
+                hit = (key & mask) == thr;
+                digit = (key >> shift) & TOPK_DIGIT_MASK;
+            }
+            const unsigned peers = __match_any_sync(TOPK_FULL_MASK, hit ? digit : QSA_RADIX_BINS);
+            if (hit && lane == __ffs(peers) - 1) atomicAdd(&own[digit], __popc(peers) * QSA_BLOCK_CELLS);
+        }
+        if (tid == 0 && tail != 0) {
+            const unsigned key = qsa_order_key(srow[n_bid]);
+            if ((key & mask) == thr) atomicAdd(&own[(key >> shift) & TOPK_DIGIT_MASK], tail);
+        }
+        __syncthreads();
+        if (tid < QSA_RADIX_BINS) {
+            unsigned sum = 0;
+            for (int w = 0; w < WARPS; ++w) sum += warp_hist[w][tid];
+            hist[tid] = sum;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            unsigned a = above;
+            const unsigned d = qsa_radix_digit(topk_lane_bins(hist), a, width);
+            if (tid == 0) {
+                digit_above[0] = d;
+                digit_above[1] = a;
+            }
+        }
+        __syncthreads();
+        thr |= digit_above[0] << shift;
+        mask |= TOPK_DIGIT_MASK << shift;
+        above = digit_above[1];
+    }
+
+    const unsigned budget = width - above;
+    topk_counts carry = 0;  // cells above / at thr in the tiles before
+    for (int base = 0; base <= n_bid; base += TOPK_WIDE_THREADS) {
+        const int b = base + tid;
+        const unsigned w = b <= n_bid ? qsa_block_weight(b, n_kv, n_bid) : 0;
+        const unsigned key = w != 0 ? qsa_order_key(srow[b]) : 0;
+        const topk_counts mine = key > thr ? topk_pack(w, 0) : key == thr ? topk_pack(0, w) : 0;
+        const TopkScan s = topk_block_scan<TOPK_WIDE_THREADS>(mine, warp_sums);
+        const topk_counts before = carry + s.before;
+        carry += s.total;
+        const unsigned at_before = topk_at(before);
+        topk_emit_block(row, topk_above(before) + min(at_before, budget), b, key, w, thr, at_before, budget);
+    }
+}
+
+// ---- qsa_block_topk_split: chunks of 2,048 blocks, one CTA a chunk, grid (chunks, nq), six launches ----
+// Scratch: hist [nq][passes][256] (the queries' global histograms: zero between calls, accumulated by
+// the passes, zeroed again by the emit); counts [nq][chunks] (each chunk's cells above / at thr,
+// written by the count launch; the row stride is the grid's width); select [nq][2] (thr, above,
+// written by chunk 0 of the count launch). A query with n_kv <= width, or a chunk past its n_bid,
+// takes no part in the passes and the count; the emit writes the identity.
+
+// The digits of passes 0..PASSES-1 (PASSES >= 1) and the cells above them, from the query's complete
+// histograms of those passes (their launches have ended), with the reference's rule: every warp
+// derives them itself. All the bins are loaded before the first digit, so their loads overlap.
+template <int PASSES>
+__device__ __forceinline__ void topk_split_prefix(const unsigned* query_hist, unsigned width, unsigned& thr,
+                                                  unsigned& mask, unsigned& above) {
+    TopkLaneBins bins[PASSES];
+#pragma unroll
+    for (int p = 0; p < PASSES; ++p) bins[p] = topk_lane_bins(query_hist + p * QSA_RADIX_BINS);
+    thr = 0;
+    mask = 0;
+    above = 0;
+#pragma unroll
+    for (int p = 0; p < PASSES; ++p) {
+        thr |= qsa_radix_digit(bins[p], above, width) << topk_shift(p);
+        mask |= TOPK_DIGIT_MASK << topk_shift(p);
+    }
+}
+
+// The chunk's scores of thread tid (blocks first + i * threads + tid: coalesced), loaded at once
+// before anything waits on them; blocks past n_bid are not read.
+__device__ __forceinline__ void topk_split_load(const float* srow, int first, int n_bid,
+                                                float (&s)[TOPK_SPLIT_BLOCKS_PER_THREAD]) {
+#pragma unroll
+    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+        const int b = first + i * TOPK_SPLIT_THREADS + static_cast<int>(threadIdx.x);
+        s[i] = b <= n_bid ? srow[b] : 0.0f;
+    }
+}
+
+// Launches 1-4: pass PASS. The CTA derives the prefix, builds its chunk's histogram (a histogram per
+// warp, lanes of one digit adding as one, as in the wide kernel) and adds it into the query's.
+template <int PASS>
+__global__ void __launch_bounds__(TOPK_SPLIT_THREADS)
+block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* /*ids*/,
+                             int /*nq: the grid*/, int max_blocks, int /*active_blocks: the grid*/,
+                             unsigned* __restrict__ hist) {
+    constexpr int WARPS = TOPK_SPLIT_THREADS / QSA_WARP;
+    __shared__ unsigned warp_hist[WARPS][QSA_RADIX_BINS];
+    const int q = blockIdx.y, first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
+    const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
+    const int* st = steps + q * QSA_STEP_INTS;
+    const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
+    const unsigned width = st[QSA_STEP_WIDTH];
+    if (n_kv <= static_cast<int>(width) || first > n_bid) return;
+    float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
+    topk_split_load(scores + static_cast<size_t>(q) * max_blocks, first, n_bid, s);
+    unsigned* query_hist = hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST;
+
+    unsigned thr = 0, mask = 0, above = 0;
+    if constexpr (PASS > 0) topk_split_prefix<PASS>(query_hist, width, thr, mask, above);
+    unsigned* own = warp_hist[warp];
+    for (int i = lane; i < QSA_RADIX_BINS; i += QSA_WARP) own[i] = 0;
+    __syncwarp();
+    const int shift = topk_shift(PASS);
+#pragma unroll
+    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+        const int b = first + i * TOPK_SPLIT_THREADS + tid;
+        bool hit = false;
+        unsigned digit = QSA_RADIX_BINS;
+        if (b <= n_bid) {
+            const unsigned key = qsa_order_key(s[i]);
+            hit = (key & mask) == thr;
+            digit = (key >> shift) & TOPK_DIGIT_MASK;
+        }
+        const bool complete = hit && b < n_bid;  // R cells; the tail adds its own weight below
+        const unsigned peers = __match_any_sync(TOPK_FULL_MASK, complete ? digit : QSA_RADIX_BINS);
+        if (complete && lane == __ffs(peers) - 1) atomicAdd(&own[digit], __popc(peers) * QSA_BLOCK_CELLS);
+        if (hit && b == n_bid) {
+            const unsigned tail = qsa_block_weight(b, n_kv, n_bid);
+            if (tail != 0) atomicAdd(&own[digit], tail);
+        }
+    }
+    __syncthreads();
+    for (int bin = tid; bin < QSA_RADIX_BINS; bin += TOPK_SPLIT_THREADS) {
+        unsigned sum = 0;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) sum += warp_hist[w][bin];
+        if (sum != 0) atomicAdd(&query_hist[PASS * QSA_RADIX_BINS + bin], sum);
+    }
+}
+
+// Every pass's kernel instantiated here, so that a plain nvcc build (tests/test_nvcc.py) compiles them
+// too; CuPy finds them by their name expressions.
+static_assert(QSA_RADIX_PASSES == 4, "one instantiation per radix pass");
+#define TOPK_SPLIT_PASS(P)                                                                                  \
+    template __global__ void block_topk_split_pass_kernel<P>(const float* __restrict__, const int* __restrict__, \
+                                                             int*, int, int, int, unsigned* __restrict__);
+TOPK_SPLIT_PASS(0)
+TOPK_SPLIT_PASS(1)
+TOPK_SPLIT_PASS(2)
+TOPK_SPLIT_PASS(3)
+#undef TOPK_SPLIT_PASS
+
+// Launch 5: thr and above from the four complete histograms; each chunk's cells above / at thr.
+__global__ void __launch_bounds__(TOPK_SPLIT_THREADS)
+block_topk_split_count_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* /*ids*/,
+                              int /*nq: the grid*/, int max_blocks, int /*active_blocks: the grid*/,
+                              const unsigned* __restrict__ hist, topk_counts* __restrict__ counts,
+                              unsigned* __restrict__ select) {
+    __shared__ topk_counts warp_sums[TOPK_SPLIT_THREADS / QSA_WARP];
+    const int q = blockIdx.y, first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
+    const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
+    const int* st = steps + q * QSA_STEP_INTS;
+    const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
+    const unsigned width = st[QSA_STEP_WIDTH];
+    if (n_kv <= static_cast<int>(width) || first > n_bid) return;
+    float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
+    topk_split_load(scores + static_cast<size_t>(q) * max_blocks, first, n_bid, s);
+
+    unsigned thr, mask, above;
+    topk_split_prefix<QSA_RADIX_PASSES>(hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST, width, thr, mask, above);
+    topk_counts mine = 0;
+#pragma unroll
+    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+        const int b = first + i * TOPK_SPLIT_THREADS + tid;
+        if (b > n_bid) continue;
+        const unsigned w = qsa_block_weight(b, n_kv, n_bid);
+        const unsigned key = qsa_order_key(s[i]);
+        if (key > thr) mine += topk_pack(w, 0);
+        else if (key == thr) mine += topk_pack(0, w);
+    }
+    mine = topk_warp_sum(mine);
+    if (lane == 0) warp_sums[warp] = mine;
+    __syncthreads();
+    if (tid == 0) {
+        topk_counts chunk = 0;
+        for (int w = 0; w < TOPK_SPLIT_THREADS / QSA_WARP; ++w) chunk += warp_sums[w];
+        counts[static_cast<size_t>(q) * gridDim.x + blockIdx.x] = chunk;
+        if (blockIdx.x == 0) {
+            select[2 * q] = thr;
+            select[2 * q + 1] = above;
+        }
+    }
+}
+
+// Launch 6: the emit. The chunk starts at the cells above thr in the chunks before it plus
+// min(cells at thr before it, budget); inside it, thread t takes 8 consecutive blocks and a
+// block-wide scan gives their rank, as in the reference's emit. Chunk 0 zeroes the query's
+// histograms (the count launch was their last reader), so the next call or graph replay starts clean.
+__global__ void __launch_bounds__(TOPK_SPLIT_THREADS)
+block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __restrict__ steps,
+                             int* __restrict__ ids, int /*nq: the grid*/, int max_blocks,
+                             int /*active_blocks: the grid*/, unsigned* __restrict__ hist,
+                             const topk_counts* __restrict__ counts, const unsigned* __restrict__ select) {
+    // A thread's 8 consecutive keys: one pad word per 32 puts them in distinct banks across a warp.
+    __shared__ unsigned keys[QSA_SPLIT_CHUNK_BLOCKS + QSA_SPLIT_CHUNK_BLOCKS / QSA_WARP];
+    __shared__ topk_counts warp_sums[TOPK_SPLIT_THREADS / QSA_WARP];
+    const int q = blockIdx.y, chunk = blockIdx.x, first = chunk * QSA_SPLIT_CHUNK_BLOCKS;
+    const int tid = threadIdx.x, lane = tid % QSA_WARP;
+    const int* st = steps + q * QSA_STEP_INTS;
+    const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
+    const unsigned width = st[QSA_STEP_WIDTH];
+    int* row = ids + static_cast<size_t>(q) * QSA_SELECT_CAP;
+    if (chunk == 0) {
+        unsigned* query_hist = hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST;
+        for (int i = tid; i < TOPK_SPLIT_HIST; i += TOPK_SPLIT_THREADS) query_hist[i] = 0;
+    }
+    if (n_kv <= static_cast<int>(width)) {
+        if (chunk == 0) topk_identity(row, n_kv, TOPK_SPLIT_THREADS);
+        return;
+    }
+    if (first > n_bid) return;
+    float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
+    topk_split_load(scores + static_cast<size_t>(q) * max_blocks, first, n_bid, s);
+    const unsigned thr = select[2 * q], budget = width - select[2 * q + 1];
+
+    topk_counts before = 0;  // the chunks before this one, summed by every warp
+    for (int c = lane; c < chunk; c += QSA_WARP) before += counts[static_cast<size_t>(q) * gridDim.x + c];
+    before = topk_warp_sum(before);
+
+#pragma unroll
+    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {  // from the coalesced layout to the thread's range
+        const int j = i * TOPK_SPLIT_THREADS + tid;
+        keys[j + j / QSA_WARP] = first + j <= n_bid ? qsa_order_key(s[i]) : 0;
+    }
+    __syncthreads();
+    unsigned key[TOPK_SPLIT_BLOCKS_PER_THREAD], w[TOPK_SPLIT_BLOCKS_PER_THREAD];
+    unsigned a = 0, t = 0;
+#pragma unroll
+    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+        const int j = tid * TOPK_SPLIT_BLOCKS_PER_THREAD + i, b = first + j;
+        key[i] = keys[j + j / QSA_WARP];
+        w[i] = b <= n_bid ? qsa_block_weight(b, n_kv, n_bid) : 0;
+        if (key[i] > thr) a += w[i];
+        else if (key[i] == thr) t += w[i];
+    }
+    before += topk_block_scan<TOPK_SPLIT_THREADS>(topk_pack(a, t), warp_sums).before;
+    unsigned at_before = topk_at(before);
+    unsigned pos = topk_above(before) + min(at_before, budget);
+#pragma unroll
+    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+        const int b = first + tid * TOPK_SPLIT_BLOCKS_PER_THREAD + i;
+        pos += topk_emit_block(row, pos, b, key[i], w[i], thr, at_before, budget);
+        if (key[i] == thr) at_before += w[i];
+    }
+}

@@ -1,0 +1,107 @@
+"""Launchers of the top-k kernels in ``kernels/topk.cu`` (spec section 3).
+
+``topk_launcher`` resolves the kernels, grids and arguments once and allocates (zeroed) the split's
+scratch once, then returns a callable that only enqueues launches on the current CuPy stream: no
+host sync, no allocation, so it can be captured into a CUDA graph and replayed while the context
+grows (every count the kernels need is on the device, in the step records).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..geometry import RADIX_BINS, RADIX_PASSES, SELECT_CAP, SPLIT_CHUNK_BLOCKS, STEP_INTS, GeometryError
+from ..kernels import Module, load
+
+SOURCE = "topk.cu"
+TOPK_VARIANTS = ("reference", "wide", "split")
+KERNEL_NAMES: dict[str, tuple[str, ...]] = {
+    "reference": ("block_topk_kernel",),
+    "wide": ("block_topk_wide_kernel",),
+    # launch order: four radix passes, the count, the emit
+    "split": (
+        *(f"block_topk_split_pass_kernel<{p}>" for p in range(RADIX_PASSES)),
+        "block_topk_split_count_kernel",
+        "block_topk_split_emit_kernel",
+    ),
+}
+_ALL_NAMES = tuple(name for v in TOPK_VARIANTS for name in KERNEL_NAMES[v])  # one module, one compile
+
+# Threads a CTA, as the kernels' __launch_bounds__ (TOPK_*_THREADS in topk.cu; a test checks they agree).
+THREADS = {"reference": 256, "wide": 1024, "split": 256}
+MAX_GRID_Y = 65535  # the split's grid is (chunks, nq)
+
+
+def module() -> Module:
+    return load(SOURCE, _ALL_NAMES)
+
+
+def split_chunks(max_blocks: int, active_blocks: int = 0) -> int:
+    """CTAs a query of the split kernels: a prompt call's active blocks, else the capacity's max_blocks."""
+    return -(-(active_blocks or max_blocks) // SPLIT_CHUNK_BLOCKS)
+
+
+@dataclass(frozen=True)
+class TopkLaunch:
+    """A top-k call ready to run: calling it enqueues the variant's launches on the current stream."""
+
+    launches: tuple[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[Any, ...]], ...]
+    accumulators: tuple[Any, ...] = ()  # scratch the kernels add into: all zero between calls
+
+    def __call__(self) -> None:
+        for kernel, grid, block, args in self.launches:
+            kernel(grid, block, args)
+
+
+def _check(scores: Any, steps: Any, ids: Any, active_blocks: int) -> tuple[int, int]:
+    if scores.dtype != np.float32 or scores.ndim != 2 or not scores.flags.c_contiguous:
+        raise GeometryError(f"scores must be C-contiguous float32 [nq, max_blocks] (got {scores.dtype} {list(scores.shape)})")
+    nq, mb = (int(n) for n in scores.shape)
+    if not 1 <= nq <= MAX_GRID_Y or mb < 3:
+        raise GeometryError(f"scores must have 1..{MAX_GRID_Y} queries and >= 3 blocks (got {[nq, mb]})")
+    for name, a, shape in (("steps", steps, (nq, STEP_INTS)), ("ids", ids, (nq, SELECT_CAP))):
+        if a.dtype != np.int32 or a.shape != shape or not a.flags.c_contiguous:
+            raise GeometryError(f"{name} must be C-contiguous int32 {list(shape)} (got {a.dtype} {list(a.shape)})")
+    if not 0 <= active_blocks <= mb:
+        raise GeometryError(f"active_blocks must be 0 (a decode call) or at most max_blocks = {mb} (got {active_blocks})")
+    return nq, mb
+
+
+def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blocks: int = 0) -> TopkLaunch:
+    """A callable launching ``variant`` on ``scores`` (float32 [nq, max_blocks]) and ``steps`` (int32 [nq, 4])
+    into ``ids`` (int32 [nq, SELECT_CAP], poisoned by the caller): each query's entries 0..width-1.
+
+    ``active_blocks`` is a prompt call's largest n_bid + 1 (0 for a decode call, whose grid is sized by
+    max_blocks); only the split's grid depends on it. The step records are the caller's to validate
+    (``geometry.validate_steps``): reading them here would need a host sync.
+    """
+    if variant not in TOPK_VARIANTS:
+        raise ValueError(f"unknown top-k variant {variant!r} (expected one of {', '.join(TOPK_VARIANTS)})")
+    nq, mb = _check(scores, steps, ids, active_blocks)
+    mod = module()
+    kernels = [mod.function(name) for name in KERNEL_NAMES[variant]]
+    block = (THREADS[variant],)
+    common = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
+    if variant != "split":
+        return TopkLaunch(((kernels[0], (nq,), block, common),))
+
+    import cupy
+
+    chunks = split_chunks(mb, active_blocks)
+    hist = cupy.zeros((nq, RADIX_PASSES, RADIX_BINS), dtype=cupy.uint32)  # the queries' global histograms
+    counts = cupy.zeros((nq, chunks), dtype=cupy.uint64)  # per chunk: cells above thr << 32 | cells at thr
+    select = cupy.zeros((nq, 2), dtype=cupy.uint32)  # per query: thr, above
+    grid = (chunks, nq)
+    *passes, count, emit = kernels
+    return TopkLaunch(
+        (
+            *((k, grid, block, (*common, hist)) for k in passes),
+            (count, grid, block, (*common, hist, counts, select)),
+            (emit, grid, block, (*common, hist, counts, select)),
+        ),
+        accumulators=(hist,),
+    )
+
