@@ -103,7 +103,8 @@ def _check_iters(iters: int) -> None:
         raise UsageProblem(f"ITERS must be > 0 (got {iters})")
 
 
-def _open(opts: dict[str, Any], command: str) -> Any:
+def _open(opts: dict[str, Any], command: str, config: Any = None) -> Any:
+    """A session from the run options; a sweep config's l2, warm-up and seed take the place of theirs."""
     from .runs import Settings, session
 
     lock = None
@@ -113,6 +114,8 @@ def _open(opts: dict[str, Any], command: str) -> Any:
         lock = parse_lock_spec(opts["lock_spec"])
     settings = Settings(backend=opts["backend"], l2=opts["l2"], warmup=opts["warmup"], seed=opts["seed"],
                         check_model=not opts["no_model"], device_id=opts["device_id"])
+    if config is not None:
+        settings.l2, settings.warmup, settings.seed = config.l2, config.warmup, config.seed
     warn = lambda msg: click.echo(f"qsa: warning: {msg}", err=True)  # noqa: E731
     return session(settings, command, sys.argv[1:], lock, opts["lock_clocks_optional"], warn)
 
@@ -144,14 +147,19 @@ def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
 @click.option("--iters", "iters_opt", type=int, default=DEFAULT_ITERS, show_default=True, help="ITERS with --inputs.")
 @click.option("--dump", "dump_path", type=click.Path(dir_okay=False, writable=True),
               help="Write every variant's scores (and the CPU model's) to this .npz file.")
+@click.option("--config", "config_name", metavar="CONFIG", help="Run the scorer cases of a YAML sweep instead.")
 @run_options
 def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int, dump_path: str | None,
-                 **opts: Any) -> int:
+                 config_name: str | None, **opts: Any) -> int:
     """A decode call's scorer, old (multi) and new (halve), on the same inputs: hashes and times."""
     from .geometry import Call, check_queries
     from .inputs import load_scorer_inputs, save_npz_atomic
     from .runs import scorer_inputs, select_bench as run
 
+    if config_name:
+        if args or inputs_path or dump_path:
+            raise UsageProblem("--config takes no CTX Q ITERS CAP, --inputs or --dump")
+        return _sweep(config_name, "scores", opts, "select-bench --config")
     if inputs_path:
         if args:
             raise UsageProblem("give CTX Q ITERS CAP or --inputs FILE, not both")
@@ -187,9 +195,10 @@ def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int,
               help="COUNT with --inputs (0: decode call, 1: prompt call with the active block count).")
 @click.option("--dump", "dump_path", type=click.Path(dir_okay=False, writable=True),
               help="Write every variant's ids (and the CPU oracle's) to this .npz file.")
+@click.option("--config", "config_name", metavar="CONFIG", help="Run the top-k cases of a YAML sweep instead.")
 @run_options
 def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iters_opt: int, count_opt: int,
-                dump_path: str | None, **opts: Any) -> int:
+                dump_path: str | None, config_name: str | None, **opts: Any) -> int:
     """A call's top-k: every variant's ids against the reference and each other, and their times.
 
     COUNT 0 is a decode call (no active block count); 1, the default, the prompt path's call.
@@ -198,6 +207,10 @@ def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, 
     from .inputs import load_topk_inputs, save_npz_atomic
     from .runs import topk_parity as run, topk_score_sets, topk_selftest
 
+    if config_name:
+        if args or inputs_path or dump_path or selftest:
+            raise UsageProblem("--config takes no CTX Q ITERS CAP [COUNT], --inputs, --dump or --selftest")
+        return _sweep(config_name, "topk", opts, "topk-parity --config")
     if selftest:
         if args or inputs_path:
             raise UsageProblem("--selftest takes no CTX Q ITERS CAP and no --inputs")
@@ -267,3 +280,154 @@ def selftest(require_gpu: bool, seed: int, device_id: int, json_path: str | None
 
     record, rows = run(Settings(seed=seed, device_id=device_id), require_gpu, sys.argv[1:])
     return _finish_selftest(record, rows, {"json_path": json_path})
+
+
+def _sweep(config_name: str, stage: str | None, opts: dict[str, Any], command: str) -> int:
+    from rich.progress import Progress
+
+    from . import report
+    from .config import config_path, load_config
+    from .runs import sweep
+
+    config = load_config(config_path(config_name))
+    if stage is not None and not config.cases(stage):
+        raise UsageProblem(f"{config.source} has no {stage} cases")
+    with _open(opts, command, config) as s, Progress(transient=True) as bar:
+        task = bar.add_task("sweep", total=None)
+
+        def progress(done: int, total: int, message: str) -> None:
+            bar.update(task, completed=done, total=total, description=message)
+
+        sweep(s, config, stage, progress)
+        record = s.record
+    tables = [t for st, t in (("scores", report.scores_table), ("topk", report.topk_table)) if st in config.stages
+              and (stage is None or st == stage)]
+    return _finish(record, opts, [t(record) for t in tables] + ([report.thresholds_table(record)] if record.thresholds else []))
+
+
+@cli.command("sweep")
+@click.argument("config_name", metavar="CONFIG")
+@run_options
+def sweep_cmd(config_name: str, **opts: Any) -> int:
+    """Run a YAML sweep (a file, or a shipped config by name: ci, selftest, sm75-decode)."""
+    return _sweep(config_name, None, opts, "sweep")
+
+
+@cli.command("window-bench")
+@click.argument("args", nargs=-1, metavar="CTX Q ITERS CAP")
+@run_options
+def window_bench(args: tuple[str, ...], **opts: Any) -> int:
+    """A decode window's selection (scores, then top-k) as one CUDA graph per kernel pair, replays timed."""
+    from .geometry import Call, check_queries
+    from .runs import window_bench as run
+
+    if len(args) != 4:
+        raise UsageProblem(f"window-bench takes CTX Q ITERS CAP (got {len(args)} argument(s))")
+    ctx, nq, iters, cap = _ints(args, ["CTX", "Q", "ITERS", "CAP"])
+    call = Call(ctx, nq, cap)
+    check_queries(nq, prompt=False)
+    _check_iters(iters)
+    if opts["backend"] != "gpu":
+        raise UsageProblem("window-bench replays CUDA graphs: it needs --backend gpu")
+    with _open(opts, "window-bench") as s:
+        run(s, call, iters)
+        from . import report
+
+        return _finish(s.record, opts, [report.window_table(s.record)])
+
+
+@cli.command("report")
+@click.argument("paths", nargs=-1, required=True, metavar="FILE...")
+@click.option("--markdown", is_flag=True, help="Print pull-request markdown instead of tables.")
+def report_cmd(paths: tuple[str, ...], markdown: bool) -> int:
+    """Re-render saved result records."""
+    from rich.console import Console
+
+    from . import report
+    from .results import load_record
+
+    console = Console()
+    for path in paths:
+        record = load_record(path)
+        if markdown:
+            console.print(report.markdown(record), markup=False, highlight=False)
+            continue
+        console.print(f"[bold]{path}[/bold]: {record.command} ({record.created})", highlight=False)
+        for table in report.tables(record):
+            console.print(table)
+        console.print(report.clocks_line(record))
+    return 0
+
+
+@cli.command("gate")
+@click.option("--baseline", "baseline_path", required=True, type=click.Path(dir_okay=False), help="The baseline record.")
+@click.option("--results", "results_path", type=click.Path(dir_okay=False),
+              help="Compare this saved record instead of running the config.")
+@click.option("--config", "config_name", default="ci", show_default=True, help="The sweep to run when no --results.")
+@click.option("--tolerance", type=click.FloatRange(min=0), default=0.05, show_default=True,
+              help="A median slower than the baseline's by more than this (and outside both spreads) is SLOW.")
+@click.option("--force", is_flag=True, help="Compare with a baseline from another device or kernel source.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, writable=True), help="Write JUnit XML here.")
+@click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
+              help="Write the record of the run the gate made (with --config).")
+def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tolerance: float, force: bool,
+             junit_path: str | None, device_id: int, json_path: str | None) -> int:
+    """CI regression gate: parity must hold and no median may be SLOW against the baseline."""
+    from rich.console import Console
+
+    from . import gate
+    from .config import config_path, load_config
+    from .files import atomic_write
+    from .results import load_record
+    from .runs import Settings, session, sweep
+
+    baseline = load_record(baseline_path)
+    if results_path:
+        record = load_record(results_path)
+        gate.check_comparable(record, baseline, force)
+    else:
+        config = load_config(config_path(config_name))
+        settings = Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id)
+        with session(settings, "gate", sys.argv[1:]) as s:
+            gate.check_comparable(s.record, baseline, force)  # refuse before measuring
+            sweep(s, config)
+            record = s.record
+        if json_path:
+            record.write(json_path)
+    result = gate.compare(record, baseline, tolerance=tolerance, force=force)
+    console = Console()
+    console.print(gate.gate_table(result))
+    if junit_path:
+        with atomic_write(junit_path) as fh:
+            fh.write(gate.junit_xml(result))
+    console.print("[green]GATE PASS[/green]" if result.passed else "[red]GATE FAIL[/red]")
+    return 0 if result.passed else EXIT_PARITY
+
+
+@cli.command("plot")
+@click.argument("path", metavar="FILE.json")
+@click.option("-o", "--output", "out_path", required=True, type=click.Path(dir_okay=False, writable=True))
+def plot_cmd(path: str, out_path: str) -> int:
+    """Time against context per variant and query count (log scales, the read floor as a line)."""
+    from .plot import plot_record
+    from .results import load_record
+
+    plot_record(load_record(path), out_path)
+    click.echo(out_path)
+    return 0
+
+
+@cli.command("info")
+@click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
+def info_cmd(device_id: int) -> int:
+    """The device, its clocks and limits, every kernel as compiled for it, and what the engine dispatches here."""
+    from rich.console import Console
+
+    from . import report
+    from .runs import device_report
+
+    console = Console()
+    for table in report.info_tables(device_report(device_id)):
+        console.print(table)
+    return 0

@@ -46,6 +46,7 @@ def probe(device_id: int = 0) -> DeviceProbe:
         "compute_capability": f"{props['major']}.{props['minor']}",
         "sms": int(props["multiProcessorCount"]),
         "l2_bytes": int(props["l2CacheSize"]),
+        "shared_optin_bytes": int(props["sharedMemPerBlockOptin"]),
         "memory_bytes": int(props["totalGlobalMem"]),
         "pci_bus_id": cupy.cuda.Device(device_id).pci_bus_id,
         "driver": _version(cupy.cuda.runtime.driverGetVersion()),

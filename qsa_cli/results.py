@@ -89,6 +89,22 @@ class ParityCheck:
 
 
 @dataclass
+class ThresholdCheck:
+    """A sweep's threshold on one case, e.g. new vs old speedup >= 2.5, or new / read floor <= 1.3."""
+
+    stage: str
+    case: dict[str, Any]
+    name: str  # "min_speedup" or "max_floor_ratio"
+    value: float
+    limit: float
+    passed: bool
+
+    @property
+    def key(self) -> str:
+        return case_key(self.stage, self.case)
+
+
+@dataclass
 class RunRecord:
     command: str
     argv: list[str]
@@ -97,6 +113,7 @@ class RunRecord:
     settings: dict[str, Any] = field(default_factory=dict)
     measurements: list[Measurement] = field(default_factory=list)
     parity: list[ParityCheck] = field(default_factory=list)
+    thresholds: list[ThresholdCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     tool_version: str = __version__
@@ -106,7 +123,7 @@ class RunRecord:
 
     @property
     def passed(self) -> bool:
-        return all(p.equal for p in self.parity)
+        return all(p.equal for p in self.parity) and all(t.passed for t in self.thresholds)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **asdict(self)}
@@ -118,6 +135,7 @@ class RunRecord:
         data.pop("schema_version", None)
         data["measurements"] = [Measurement(**m) for m in data.get("measurements", [])]
         data["parity"] = [ParityCheck(**p) for p in data.get("parity", [])]
+        data["thresholds"] = [ThresholdCheck(**t) for t in data.get("thresholds", [])]
         return cls(**data)
 
     def write(self, path: str | os.PathLike[str]) -> None:

@@ -289,3 +289,103 @@ def _dispatched_check(s: Session, seed: int, d: Any) -> tuple[int, list[str]]:
         checks += len(t.parity)
         failures += _parity_failures(t)
     return checks, failures
+
+
+# ---- sweeps (YAML configs) ----------------------------------------------------------------------------
+
+
+def sweep(s: Session, config: Any, stage: str | None = None,
+          progress: Callable[[int, int, str], None] = lambda done, total, msg: None) -> None:
+    """Run every case of a sweep (only ``stage``'s when given) into the session's record, then its thresholds."""
+    from .config import SweepCase
+
+    s.record.settings.update({"config": config.source, "iterations": config.iterations})
+    cases: list[SweepCase] = config.cases(stage)
+    kinds = {c.kind for c in cases}
+    s.record.settings["dispatch"] = {k: _dispatch_summary(s, k) for k in sorted(kinds)}
+    for i, case in enumerate(cases):
+        progress(i, len(cases), f"{case.stage} ctx={case.ctx} q={case.nq} cap={case.capacity} "
+                 f"{case.kind}{' ' + case.score_set if case.score_set else ''}")
+        call = case.call
+        measurer = s.measurer(config.iterations)
+        if case.stage == "scores":
+            inputs = scorer_inputs(call, config.seed)
+            s.take(scores_stage.run_scores(inputs, measurer, config.variants_for("scores"), s.settings.check_model))
+        else:
+            inputs_t = synthetic_scores(call, case.score_set or "continuous", config.seed)
+            variants = tuple(v for v in config.variants_for("topk") if v in topk_variants(s))
+            s.take(topk_stage.run_topk(inputs_t, measurer, variants, call.active_blocks, s.settings.check_model,
+                                       argpartition=s.on_gpu and config.iterations > 0))
+    progress(len(cases), len(cases), "done")
+    check_thresholds(s.record, config.thresholds)
+
+
+def check_thresholds(record: RunRecord, thresholds: Any) -> None:
+    """Add a ThresholdCheck per (case, threshold) the record has the medians for."""
+    from .results import ThresholdCheck
+
+    olds = {"scores": scores_stage.OLD, "topk": topk_stage.OLD}
+    news = {"scores": scores_stage.NEW, "topk": topk_stage.NEW}
+    medians: dict[tuple[str, str], float] = {(m.key, m.variant): m.median_us for m in record.measurements}
+    for m in record.measurements:
+        limits = thresholds.get(m.stage)
+        if limits is None or m.variant != news.get(m.stage):
+            continue
+        old = medians.get((m.key, olds[m.stage]))
+        floor = medians.get((m.key, scores_stage.READ_FLOOR))
+        if limits.min_speedup is not None and old is not None:
+            value = old / m.median_us
+            record.thresholds.append(ThresholdCheck(m.stage, m.case, "min_speedup", value, limits.min_speedup,
+                                                    value >= limits.min_speedup))
+        if limits.max_floor_ratio is not None and floor is not None:
+            value = m.median_us / floor
+            record.thresholds.append(ThresholdCheck(m.stage, m.case, "max_floor_ratio", value,
+                                                    limits.max_floor_ratio, value <= limits.max_floor_ratio))
+
+
+# ---- the window and qsa info ----------------------------------------------------------------------------
+
+
+def window_bench(s: Session, call: Call, iters: int) -> StageOutcome:
+    """Each kernel pair this device runs, captured as one CUDA graph (scores then top-k), replays timed."""
+    from .stages import window as window_stage
+
+    available = topk_variants(s)
+    pairs = tuple(p for p in window_stage.PAIRS if p[1] in available)
+    s.record.settings["dispatch"] = _dispatch_summary(s, "decode")
+    inputs = scorer_inputs(call, s.settings.seed)
+    return s.take(window_stage.run_window(inputs, s.measurer(iters), pairs))
+
+
+@dataclass
+class DeviceReport:
+    device: dict[str, Any]
+    clocks: dict[str, Any] | None
+    kernels: list[Any]  # kernels.KernelInfo, as compiled for this device
+    dispatch: dict[str, Any]  # kind -> summary
+    notes: list[str]
+
+
+def device_report(device_id: int = 0) -> DeviceReport:
+    """What ``qsa info`` shows: the device and its clocks, every kernel's resources, the engine's choice."""
+    from .launch import scores as scores_launch
+    from .launch import topk as topk_launch
+
+    with session(Settings(device_id=device_id), "info", []) as s:
+        cc = s.compute_capability or 0
+        kernels, notes = [], []
+        for mod, names in ((scores_launch.module(), scores_launch.KERNEL_NAMES),
+                           (topk_launch.module(), topk_launch.KERNEL_NAMES)):
+            kernels += [mod.info(name) for group in names.values() for name in group]
+        if topk_launch.CLUSTER in topk_launch.available_variants(cc):
+            from .launch import topk_cluster
+
+            kernels.append(topk_cluster.module().info(topk_cluster.KERNEL_NAMES["cluster"][0]))
+            optin = int(s.record.device.get("shared_optin_bytes", 0))
+            notes.append(f"cluster top-k: capacities up to {topk_cluster.cluster_max_capacity(optin)} cells fit "
+                         f"{optin} B of shared memory per CTA")
+        else:
+            notes.append(f"cluster top-k: needs sm_90 or newer (this device is sm_{cc})")
+        clocks = s.clocks.read().to_dict() if s.clocks is not None else None
+        dispatch = {kind: _dispatch_summary(s, kind) for kind in ("decode", "prompt")}
+        return DeviceReport(s.record.device, clocks, kernels, dispatch, notes)

@@ -8,6 +8,7 @@ grows (every count the kernels need is on the device, in the step records).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from ..kernels import Module, load
 
 SOURCE = "topk.cu"
 TOPK_VARIANTS = ("reference", "wide", "split")
+CLUSTER = "cluster"  # in topk_cluster.cu (sm_90+): launched through launch/topk_cluster.py
 KERNEL_NAMES: dict[str, tuple[str, ...]] = {
     "reference": ("block_topk_kernel",),
     "wide": ("block_topk_wide_kernel",),
@@ -37,6 +39,13 @@ MAX_GRID_Y = 65535  # the split's grid is (chunks, nq)
 
 def module() -> Module:
     return load(SOURCE, _ALL_NAMES)
+
+
+def available_variants(compute_capability: int) -> tuple[str, ...]:
+    """The top-k variants this card runs: all of topk.cu's, and the cluster kernel on sm_90 and newer."""
+    from .topk_cluster import CLUSTER_MIN_CC
+
+    return TOPK_VARIANTS + ((CLUSTER,) if compute_capability >= CLUSTER_MIN_CC else ())
 
 
 def split_chunks(max_blocks: int, active_blocks: int = 0) -> int:
@@ -70,7 +79,7 @@ def _check(scores: Any, steps: Any, ids: Any, active_blocks: int) -> tuple[int, 
     return nq, mb
 
 
-def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blocks: int = 0) -> TopkLaunch:
+def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blocks: int = 0) -> Callable[[], None]:
     """A callable launching ``variant`` on ``scores`` (float32 [nq, max_blocks]) and ``steps`` (int32 [nq, 4])
     into ``ids`` (int32 [nq, SELECT_CAP], poisoned by the caller): each query's entries 0..width-1.
 
@@ -78,8 +87,12 @@ def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blo
     max_blocks); only the split's grid depends on it. The step records are the caller's to validate
     (``geometry.validate_steps``): reading them here would need a host sync.
     """
+    if variant == CLUSTER:
+        from .topk_cluster import cluster_launcher
+
+        return cluster_launcher(scores, steps, ids, active_blocks=active_blocks)
     if variant not in TOPK_VARIANTS:
-        raise ValueError(f"unknown top-k variant {variant!r} (expected one of {', '.join(TOPK_VARIANTS)})")
+        raise ValueError(f"unknown top-k variant {variant!r} (expected one of {', '.join(TOPK_VARIANTS + (CLUSTER,))})")
     nq, mb = _check(scores, steps, ids, active_blocks)
     mod = module()
     kernels = [mod.function(name) for name in KERNEL_NAMES[variant]]
