@@ -63,12 +63,6 @@ class ClockReading:
     event_reasons: list[str]
     throttled: bool  # a thermal, power or hardware slowdown among the reasons
 
-    @classmethod
-    def from_mask(cls, sm_mhz: int | None, mem_mhz: int | None, temperature_c: int | None,
-                  power_w: float | None, mask: int) -> ClockReading:
-        reasons = decode_reasons(mask)
-        return cls(sm_mhz, mem_mhz, temperature_c, power_w, reasons, bool(SLOWDOWN_REASONS.intersection(reasons)))
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -83,7 +77,7 @@ class ClockMonitor:
     """NVML for one device: ``read()`` around measurements, ``device_info()`` for the record.
 
     ``nvml`` is the ``pynvml`` module (or a stand-in with its names, in tests). When NVML cannot be
-    used, ``available`` is False and ``unavailable`` says why; nothing raises.
+    used, ``available`` is False and ``unavailable`` says why: making a monitor never raises.
     """
 
     def __init__(self, nvml: Any | None = None, index: int = 0, pci_bus_id: str | None = None) -> None:
@@ -153,12 +147,14 @@ class ClockMonitor:
             raise RuntimeError(f"NVML unavailable ({self.unavailable})")
         n = self.nvml
         power_mw = self._get(n.nvmlDeviceGetPowerUsage)
-        return ClockReading.from_mask(
+        reasons = decode_reasons(self._reason_mask())
+        return ClockReading(
             sm_mhz=self._get(n.nvmlDeviceGetClockInfo, n.NVML_CLOCK_SM),
             mem_mhz=self._get(n.nvmlDeviceGetClockInfo, n.NVML_CLOCK_MEM),
             temperature_c=self._get(n.nvmlDeviceGetTemperature, n.NVML_TEMPERATURE_GPU),
             power_w=power_mw / 1000 if power_mw is not None else None,
-            mask=self._reason_mask(),
+            event_reasons=reasons,
+            throttled=bool(SLOWDOWN_REASONS.intersection(reasons)),
         )
 
     def device_info(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The regression gate: a run's record against a baseline record, and a sweep's thresholds.
+"""The regression gate: a run's record against a baseline record.
 
 A row is SLOW only when its median is slower than the baseline's by more than the tolerance AND the
 two runs' 10th-90th percentile spreads do not overlap, so noise alone never fails a build; FAST is
@@ -8,20 +8,15 @@ the mirror image. Any parity failure in the run fails the gate whatever the time
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rich.table import Table
 
-from .config import Thresholds
 from .report import measurement_index
 from .results import Measurement, RunRecord
-from .stages import scores as scores_stage
-from .stages import topk as topk_stage
 
 FAILING = ("SLOW", "PARITY-FAIL")
 VERDICT_STYLE = {"FAST": "green", "SLOW": "red", "SAME": "", "PARITY-FAIL": "bold red", "MISSING": "yellow", "NEW": "cyan"}
-OLD_NEW = {scores_stage.STAGE: (scores_stage.OLD, scores_stage.NEW), topk_stage.STAGE: (topk_stage.OLD, topk_stage.NEW)}
 
 
 class GateError(ValueError):
@@ -62,8 +57,9 @@ class GateResult:
         return sum(r.verdict == verdict for r in self.rows)
 
 
-def mismatches(record: RunRecord, baseline: RunRecord) -> list[str]:
-    """What makes the two runs' times incomparable: the card or the kernel sources."""
+def check_comparable(record: RunRecord, baseline: RunRecord, force: bool = False) -> list[str]:
+    """What makes the two runs' times incomparable (the card, the kernel sources): a GateError unless
+    ``force``, when the differences are returned for the result's notes. Cheap: call it before measuring."""
     out = []
     for what, get in (("backend", lambda r: r.backend),
                       ("device", lambda r: r.device.get("name")),
@@ -72,6 +68,8 @@ def mismatches(record: RunRecord, baseline: RunRecord) -> list[str]:
         ours, theirs = get(record), get(baseline)
         if ours != theirs:
             out.append(f"{what} {ours!r} here, {theirs!r} in the baseline")
+    if out and not force:
+        raise GateError(f"the baseline is not comparable: {'; '.join(out)} (pass --force to compare anyway)")
     return out
 
 
@@ -93,9 +91,7 @@ def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, for
     """Every (case, variant) of the run against the baseline's, plus a row for each failed parity check."""
     if not 0 <= tolerance < 1:
         raise GateError(f"tolerance must be a fraction in [0, 1) such as 0.05 (got {tolerance})")
-    differ = mismatches(record, baseline)
-    if differ and not force:
-        raise GateError(f"the baseline is not comparable: {'; '.join(differ)} (pass --force to compare anyway)")
+    differ = check_comparable(record, baseline, force)
     ours, theirs = measurement_index(record), measurement_index(baseline)
     rows = []
     for (key, variant), m in ours.items():
@@ -107,29 +103,6 @@ def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, for
     rows += [GateRow(p.key, f"{p.subject} vs {p.against}", None, None, "PARITY-FAIL", p.detail)
              for p in record.parity if not p.equal]
     return GateResult(tuple(rows), tolerance, tuple(f"forced: {d}" for d in differ))
-
-
-def check_thresholds(record: RunRecord, thresholds: Mapping[str, Thresholds]) -> list[str]:
-    """One line per case that breaks a sweep's threshold (``config.Thresholds``); empty when all hold."""
-    index = measurement_index(record)
-    out = []
-    for stage, limits in thresholds.items():
-        old, new = OLD_NEW[stage]
-        for (key, variant), m_new in index.items():
-            if variant != new or m_new.stage != stage:
-                continue
-            m_old, m_floor = index.get((key, old)), index.get((key, scores_stage.READ_FLOOR))
-            if limits.min_speedup is not None and m_old is not None:
-                speedup = m_old.median_us / m_new.median_us
-                if speedup < limits.min_speedup:
-                    out.append(f"{key}: {new} is {speedup:.2f}x as fast as {old} "
-                               f"({m_old.median_us:.1f} / {m_new.median_us:.1f} µs), below {limits.min_speedup:g}x")
-            if limits.max_floor_ratio is not None and m_floor is not None:
-                ratio = m_new.median_us / m_floor.median_us
-                if ratio > limits.max_floor_ratio:
-                    out.append(f"{key}: {new} takes {ratio:.2f}x the read floor "
-                               f"({m_new.median_us:.1f} / {m_floor.median_us:.1f} µs), above {limits.max_floor_ratio:g}x")
-    return out
 
 
 # ---- rendering --------------------------------------------------------------------------------------------

@@ -17,11 +17,13 @@ from .geometry import BLOCK_CELLS
 from .results import Measurement, ParityCheck, RunRecord
 from .stages import scores as scores_stage
 from .stages import topk as topk_stage
+from .stages import window as window_stage
 
 THROTTLED_MARK = "*"
 THROTTLED_NOTE = f"{THROTTLED_MARK} throttled: a thermal, power or hardware slowdown was reported around these samples"
 MISSING = "–"
-LABEL_COLUMNS = {"context", "kind", "score set", "verdict", "stage", "case", "subject", "against", "result", "detail"}
+LABEL_COLUMNS = {"context", "kind", "score set", "verdict", "stage", "case", "subject", "against", "result", "detail",
+                 "threshold", "what", "value here", "kernel", "scorer", "top-k", "why"}
 
 Index = dict[tuple[str, str], Measurement]
 
@@ -142,10 +144,12 @@ def scores_table(record: RunRecord) -> Table:
     return _footnote(table, shown)
 
 
-def _dispatched(record: RunRecord, kind: str) -> str | None:
-    """The top-k variant the engine runs for ``kind`` calls on this card, as the run recorded it."""
+def dispatch_of(record: RunRecord, kind: str) -> dict[str, Any] | None:
+    """The engine's choice for ``kind`` calls as the run recorded it: one summary, or one per kind (a sweep)."""
     d = record.settings.get("dispatch") or {}
-    return d.get("topk") if d.get("kind", kind) == kind else None
+    if kind in d:
+        return d[kind]
+    return d if d.get("kind", kind) == kind and "topk" in d else None
 
 
 def topk_table(record: RunRecord) -> Table:
@@ -157,7 +161,7 @@ def topk_table(record: RunRecord) -> Table:
     shown: list[Measurement | None] = []
     for key, case in stage_cases(record, topk_stage.STAGE).items():
         row = [index.get((key, v)) for v in (ref, old, new, lib)]
-        dispatched = _dispatched(record, case["kind"])
+        dispatched = (dispatch_of(record, case["kind"]) or {}).get("topk")
         m_disp = index.get((key, dispatched)) if dispatched else None
         shown += [*row, m_disp]
         checks = parity_of(record, key)
@@ -170,6 +174,43 @@ def topk_table(record: RunRecord) -> Table:
     return _footnote(table, shown)
 
 
+def window_table(record: RunRecord) -> Table:
+    """A decode window's selection (scores then top-k, one CUDA graph) per kernel pair, and its ids."""
+    pairs = [window_stage.pair_name(*p) for p in window_stage.PAIRS]
+    old = pairs[0]
+    index = measurement_index(record)
+    table = _table("Window: scores then top-k as one graph, median µs per replay",
+                   ["context", "capacity", "queries", *pairs, "dispatched", "speedup", "identical", "verdict"])
+    shown: list[Measurement | None] = []
+    for key, case in stage_cases(record, window_stage.STAGE).items():
+        row = [index.get((key, p)) for p in pairs]
+        d = dispatch_of(record, case["kind"])
+        dispatched = window_stage.pair_name(d["scores"], d["topk"]) if d else None
+        m_disp = index.get((key, dispatched)) if dispatched else None
+        shown += row
+        checks = parity_of(record, key)
+        worst = min(checks, key=lambda p: (p.equal, p.rows_equal or 0), default=None)
+        table.add_row(
+            context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]), *(_time(m) for m in row),
+            f"{_time(m_disp)} {dispatched}" if m_disp else MISSING, _ratio(index.get((key, old)), m_disp, "{:.2f}x"),
+            _rows_equal(worst) if worst else MISSING, _verdict(checks),
+        )
+    return _footnote(table, shown)
+
+
+THRESHOLD_FORMS = {"min_speedup": ("{:.2f}x", ">="), "max_floor_ratio": ("{:.2f}", "<=")}
+
+
+def thresholds_table(record: RunRecord) -> Table:
+    """A sweep's thresholds checked on each case (``record.thresholds``)."""
+    table = _table("Thresholds", ["stage", "case", "threshold", "value", "limit", "result"])
+    for t in record.thresholds:
+        fmt, sense = THRESHOLD_FORMS[t.name]
+        result = "[green]holds[/green]" if t.passed else "[red]BROKEN[/red]"
+        table.add_row(t.stage, case_label(t.case), t.name, fmt.format(t.value), f"{sense} {fmt.format(t.limit)}", result)
+    return table
+
+
 def parity_table(record: RunRecord) -> Table:
     """Every bitwise check of the run, with the first difference of those that fail."""
     table = _table("Parity (bitwise)", ["stage", "case", "subject", "against", "identical", "result", "detail"])
@@ -177,6 +218,56 @@ def parity_table(record: RunRecord) -> Table:
         result = "[green]equal[/green]" if p.equal else "[red]DIFFERS[/red]"
         table.add_row(p.stage, case_label(p.case), p.subject, p.against, _rows_equal(p), result, p.detail)
     return table
+
+
+STAGE_TABLES = {scores_stage.STAGE: scores_table, topk_stage.STAGE: topk_table, window_stage.STAGE: window_table}
+
+
+def tables(record: RunRecord) -> list[Table]:
+    """Every table a record has rows for: one per stage it ran, then its thresholds."""
+    stages = {row.stage for row in [*record.measurements, *record.parity]}
+    out = [render(record) for stage, render in STAGE_TABLES.items() if stage in stages]
+    return out + ([thresholds_table(record)] if record.thresholds else [])
+
+
+# ---- qsa info -----------------------------------------------------------------------------------------------
+
+
+def _value(name: str, value: Any) -> str:
+    if name.endswith("_bytes") and isinstance(value, int):
+        return f"{value / 2**20:,.0f} MiB"
+    return MISSING if value is None else str(value)
+
+
+def _reading(clocks: dict[str, Any]) -> str:
+    parts = [f"SM {clocks['sm_mhz']} MHz", f"memory {clocks['mem_mhz']} MHz", f"{clocks['temperature_c']} °C",
+             f"{clocks['power_w']:.0f} W" if clocks.get("power_w") is not None else None,
+             "reasons: " + (", ".join(clocks["event_reasons"]) or "none")]
+    return ", ".join(p for p in parts if p)
+
+
+def info_tables(info: Any) -> list[Table]:
+    """``qsa info``: the device (with NVML's view and its clocks now), the kernels as compiled, the dispatch.
+
+    ``info`` is a ``runs.DeviceReport`` (device, clocks, kernels, dispatch, notes).
+    """
+    device = _table("Device", ["what", "value here"])
+    for name, value in info.device.items():
+        if name == "nvml":
+            for k, v in value.items():
+                device.add_row(f"nvml {k}", _value(k, v))
+        else:
+            device.add_row(name, _value(name, value))
+    device.add_row("clocks now", _reading(info.clocks) if info.clocks else "unavailable")
+    kernels = _table("Kernels as compiled for this device",
+                     ["kernel", "registers", "shared bytes", "local bytes", "max threads"])
+    for k in info.kernels:
+        kernels.add_row(k.name, str(k.registers), str(k.shared_bytes), str(k.local_bytes), str(k.max_threads))
+    kernels.caption = "; ".join(n for n in info.notes if n) or None
+    dispatch = _table("What the engine dispatches here", ["kind", "scorer", "top-k", "why"])
+    for kind, d in info.dispatch.items():
+        dispatch.add_row(kind, d["scores"], d["topk"], "; ".join(d["reasons"].values()))
+    return [device, kernels, dispatch]
 
 
 # ---- clocks -----------------------------------------------------------------------------------------------
@@ -315,6 +406,14 @@ def markdown(record: RunRecord) -> str:
     lines = [_header(record), ""]
     lines += _scores_markdown(record, index)
     lines += _topk_markdown(record, index)
+    broken = [t for t in record.thresholds if not t.passed]
+    if broken:
+        t = broken[0]
+        fmt, sense = THRESHOLD_FORMS[t.name]
+        lines += [f"**FAIL**: {len(broken)} of {len(record.thresholds)} thresholds broken; first: {case_label(t.case)}: "
+                  f"{t.name} {fmt.format(t.value)}, not {sense} {fmt.format(t.limit)}", ""]
+    elif record.thresholds:
+        lines += [f"Every threshold holds ({len(record.thresholds)} checks).", ""]
     contexts = sorted({row.case["ctx"] for row in [*record.measurements, *record.parity]})
     loose = [f"{context_label(c)} = {c}" for c in contexts if not _label_is_exact(context_label(c), c)]
     if loose:

@@ -147,3 +147,68 @@ def test_a_parity_only_run_renders() -> None:
     md = report.markdown(r)
     assert "|" not in md and "Identical ids in every query of every case (1 checks)." in md
     assert "`qsa sweep`" in md.splitlines()[0]
+
+
+def test_dispatch_recorded_per_kind_as_a_sweep_does() -> None:
+    r = seed_record()
+    r.settings["dispatch"] = {"decode": {"kind": "decode", "scores": "halve", "topk": "wide", "reasons": {}},
+                              "prompt": {"kind": "prompt", "scores": "reference", "topk": "reference", "reasons": {}}}
+    assert report.dispatch_of(r, "prompt")["topk"] == "reference"
+    assert row_of(text(report.topk_table(r)), "420K", " 6 ")[8] == "210.0 wide"
+
+
+def test_window_table() -> None:
+    rng = np.random.default_rng(5)
+    case = scores_case(420000, 4)
+    pairs = (("multi+wide", 470.0), ("halve+split", 160.0), ("halve+cluster", 150.0))
+    ms = [measurement("window", name, case, t, rng) for name, t in pairs]
+    checks = [parity("window", case, name, "cpu-oracle", equal=name != "halve+cluster") for name, _ in pairs]
+    r = record(ms, checks)
+    r.settings["dispatch"] = {"kind": "decode", "scores": "halve", "topk": "split", "reasons": {}}
+    rendered = text(report.window_table(r))
+    assert "multi+wide" in rendered and "halve+cluster" in rendered
+    assert row_of(rendered, "420K") == ["420K", "524288", "4", "470.0", "160.0", "150.0", "160.0 halve+split", "2.94x",
+                                        "3/4", "FAIL halve+cluster vs cpu-oracle"]
+    assert [t.title for t in report.tables(r)] == [report.window_table(r).title]
+
+
+def test_thresholds_table_and_markdown() -> None:
+    from qsa_cli.results import ThresholdCheck
+
+    r = seed_record()
+    r.thresholds = [ThresholdCheck("scores", scores_case(131072, 1), "min_speedup", 1.2018, 1.0, True),
+                    ThresholdCheck("scores", scores_case(420000, 8), "max_floor_ratio", 12.75, 10.0, False)]
+    rendered = text(report.thresholds_table(r))
+    assert row_of(rendered, "131K") == ["scores", "131K (131072), 1 query, capacity 524288", "min_speedup", "1.20x",
+                                        ">= 1.00x", "holds"]
+    assert row_of(rendered, "420K")[3:] == ["12.75", "<= 10.00", "BROKEN"]
+    assert [t.title for t in report.tables(r)][-1] == "Thresholds" and len(report.tables(r)) == 3
+    assert ("**FAIL**: 1 of 2 thresholds broken; first: 420K, 8 queries, capacity 524288: max_floor_ratio 12.75, "
+            "not <= 10.00") in report.markdown(r)
+    r.thresholds.pop()
+    assert "Every threshold holds (1 checks)." in report.markdown(r)
+
+
+def test_info_tables() -> None:
+    from types import SimpleNamespace
+
+    from qsa_cli.kernels import KernelInfo
+
+    info = SimpleNamespace(
+        device={"name": "NVIDIA H200", "compute_capability": "9.0", "sms": 132, "l2_bytes": 62914560,
+                "nvml": {"name": "NVIDIA H200", "max_sm_mhz": 1980, "power_limit_w": 700.0}},
+        clocks={"sm_mhz": 1980, "mem_mhz": 3201, "temperature_c": 35, "power_w": 80.4, "event_reasons": ["gpu_idle"],
+                "throttled": False},
+        kernels=[KernelInfo("block_scores_halve_kernel<4>", 40, 0, 0, 1024)],
+        dispatch={"decode": {"kind": "decode", "scores": "multi", "topk": "cluster",
+                             "reasons": {"scores": "sm_90 decode: old multi scorer", "topk": "sm_90 decode: cluster"}}},
+        notes=["cluster top-k: available (sm_90)"],
+    )
+    device, kernels, dispatch = (text(t) for t in report.info_tables(info))
+    assert row_of(device, "l2_bytes")[1] == "60 MiB" and row_of(device, "nvml max_sm_mhz")[1] == "1980"
+    assert row_of(device, "clocks now")[1] == "SM 1980 MHz, memory 3201 MHz, 35 °C, 80 W, reasons: gpu_idle"
+    assert row_of(kernels, "halve") == ["block_scores_halve_kernel<4>", "40", "0", "0", "1024"]
+    assert "cluster top-k: available" in kernels
+    assert row_of(dispatch, "decode")[:3] == ["decode", "multi", "cluster"]
+    info.clocks = None
+    assert row_of(text(report.info_tables(info)[0]), "clocks now")[1] == "unavailable"
