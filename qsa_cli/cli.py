@@ -17,6 +17,8 @@ import click
 EXIT_PARITY = 1
 EXIT_USAGE = 2
 DEFAULT_ITERS = 50
+# "-3" among CTX Q ITERS CAP is a (bad) number, not an unknown option: let the range checks name it.
+POSITIONAL_NEGATIVES = {"ignore_unknown_options": True}
 
 
 class UsageProblem(click.ClickException):
@@ -90,6 +92,9 @@ def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def _ints(args: tuple[str, ...], names: list[str]) -> list[int]:
     values = []
+    for raw in args:
+        if raw.startswith("-") and not raw[1:].isdigit():
+            raise UsageProblem(f"no such option: {raw}")
     for name, raw in zip(names, args):
         try:
             values.append(int(raw))
@@ -140,7 +145,7 @@ def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
     return EXIT_PARITY if failed else 0
 
 
-@cli.command("select-bench")
+@cli.command("select-bench", context_settings=POSITIONAL_NEGATIVES)
 @click.argument("args", nargs=-1, metavar="CTX Q ITERS CAP")
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False),
               help="Replay the tensors of an .npz file (pooled, dead, q, steps) instead of synthetic ones.")
@@ -168,9 +173,10 @@ def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int,
         check_queries(given.nq, prompt=False)
         call = None
     else:
+        ints = _ints(args, ["CTX", "Q", "ITERS", "CAP"])
         if len(args) != 4:
             raise UsageProblem(f"select-bench takes CTX Q ITERS CAP (got {len(args)} argument(s))")
-        ctx, nq, iters, cap = _ints(args, ["CTX", "Q", "ITERS", "CAP"])
+        ctx, nq, iters, cap = ints
         call = Call(ctx, nq, cap)
         check_queries(nq, prompt=False)
         given = None
@@ -185,7 +191,7 @@ def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int,
         return _finish(s.record, opts, [report.scores_table(s.record)])
 
 
-@cli.command("topk-parity")
+@cli.command("topk-parity", context_settings=POSITIONAL_NEGATIVES)
 @click.argument("args", nargs=-1, metavar="[CTX Q ITERS CAP [COUNT]]")
 @click.option("--selftest", is_flag=True, help="Run spec section 6's case matrix (parity only).")
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False),
@@ -226,9 +232,10 @@ def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, 
         active = int(given.steps[:, 2].max()) + 1 if count else 0
         sets = [given]
     else:
+        ints = _ints(args, ["CTX", "Q", "ITERS", "CAP", "COUNT", "?"])
         if len(args) not in (4, 5):
             raise UsageProblem(f"topk-parity takes CTX Q ITERS CAP [COUNT] (got {len(args)} argument(s))")
-        ctx, nq, iters, cap, *rest = _ints(args, ["CTX", "Q", "ITERS", "CAP", "COUNT"])
+        ctx, nq, iters, cap, *rest = ints
         count = rest[0] if rest else 1
         if count not in (0, 1):
             raise UsageProblem(f"COUNT must be 0 (decode call) or 1 (prompt call with the count) (got {count})")
@@ -313,7 +320,7 @@ def sweep_cmd(config_name: str, **opts: Any) -> int:
     return _sweep(config_name, None, opts, "sweep")
 
 
-@cli.command("window-bench")
+@cli.command("window-bench", context_settings=POSITIONAL_NEGATIVES)
 @click.argument("args", nargs=-1, metavar="CTX Q ITERS CAP")
 @run_options
 def window_bench(args: tuple[str, ...], **opts: Any) -> int:
@@ -321,9 +328,10 @@ def window_bench(args: tuple[str, ...], **opts: Any) -> int:
     from .geometry import Call, check_queries
     from .runs import window_bench as run
 
+    ints = _ints(args, ["CTX", "Q", "ITERS", "CAP"])
     if len(args) != 4:
         raise UsageProblem(f"window-bench takes CTX Q ITERS CAP (got {len(args)} argument(s))")
-    ctx, nq, iters, cap = _ints(args, ["CTX", "Q", "ITERS", "CAP"])
+    ctx, nq, iters, cap = ints
     call = Call(ctx, nq, cap)
     check_queries(nq, prompt=False)
     _check_iters(iters)

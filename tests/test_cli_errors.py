@@ -37,6 +37,12 @@ BAD = [
     (("topk-parity", "100", "2", "5", "100", "--lock-clocks", "fast"), "lock"),
     (("select-bench", "100", "2", "5", "20000000"), "capacity must be <="),
     (("nonsense",), "No such command"),
+    (("select-bench", "100", "2", "5", "100", "--bogus"), "no such option: --bogus"),
+    (("select-bench", "100", "2", "5", "100", "7"), "takes CTX Q ITERS CAP (got 5"),
+    (("window-bench", "100", "9", "5", "100"), "a decode call has at most 8 queries"),
+    (("window-bench", "100", "2", "5", "100", "--backend", "cpu"), "needs --backend gpu"),
+    (("sweep", "no-such-config"), "no such config file"),
+    (("select-bench", "--config", "ci", "100", "2", "5", "100"), "--config takes no"),
 ]
 
 
