@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -41,8 +41,8 @@ THRESHOLD_KEYS = {"scores": ("min_speedup", "max_floor_ratio"), "topk": ("min_sp
 CASE_KEYS = ("stages", "contexts", "queries", "capacity", "kind", "score_sets")
 SETTING_KEYS = ("description", "iterations", "warmup", "l2", "seed", "variants", "thresholds")
 TOP_KEYS = (*SETTING_KEYS, *CASE_KEYS, "matrix")
-DEFAULTS: dict[str, Any] = {"iterations": 50, "warmup": DEFAULT_WARMUP,  # 50: the seed's
-                            "l2": "cold", "seed": 0, "kind": "decode",
+# 50 iterations: the seed's
+DEFAULTS: dict[str, Any] = {"iterations": 50, "warmup": DEFAULT_WARMUP, "l2": "cold", "seed": 0, "kind": "decode",
                             "score_sets": ("continuous",)}
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)\s*$")
@@ -226,13 +226,11 @@ def _parse(r: _Reader, root: Any) -> SweepConfig:
     def setting(key: str, read: Any) -> Any:
         return read(top[key]) if key in top else DEFAULTS[key]
 
-    variants = _variants(r, top["variants"]) if "variants" in top else {}
-    thresholds = _thresholds(r, top["thresholds"]) if "thresholds" in top else {}
     stages = {s for b in blocks for s in b.stages}
-    for key, given, node in (("variants", variants, top.get("variants")), ("thresholds", thresholds, top.get("thresholds"))):
-        unused = sorted(set(given) - stages)
-        if unused:
-            raise r.error(node, f"{key} for stage {unused[0]!r}, which no case runs")
+    variants = _per_stage(r, top.get("variants"), "variants", tuple(STAGE_VARIANTS), stages,
+                          lambda stage, n: r.choices(n, f"a {stage} variant", STAGE_VARIANTS[stage]))
+    thresholds = _per_stage(r, top.get("thresholds"), "thresholds", tuple(THRESHOLD_KEYS), stages,
+                            lambda stage, n: _thresholds(r, stage, n))
     return SweepConfig(
         source=r.source,
         description=str(r.value(top["description"])) if "description" in top else "",
@@ -285,17 +283,22 @@ def _block(r: _Reader, keys: dict[str, Any], where: Any) -> SweepBlock:
     return SweepBlock(stages, contexts, capacities, queries, kind, score_sets)
 
 
-def _variants(r: _Reader, node: Any) -> dict[str, tuple[str, ...]]:
-    stages = r.mapping(node, tuple(STAGE_VARIANTS), "variants")
-    return {stage: r.choices(n, f"a {stage} variant", STAGE_VARIANTS[stage]) for stage, n in stages.items()}
-
-
-def _thresholds(r: _Reader, node: Any) -> dict[str, Thresholds]:
+def _per_stage(r: _Reader, node: Any, what: str, allowed: tuple[str, ...], stages: set[str],
+               read: Callable[[str, Any], Any]) -> dict[str, Any]:
+    """A mapping of stage -> setting, for stages the sweep runs."""
+    if node is None:
+        return {}
     out = {}
-    for stage, n in r.mapping(node, tuple(THRESHOLD_KEYS), "thresholds").items():
-        limits = r.mapping(n, THRESHOLD_KEYS[stage], f"the {stage} thresholds")
-        out[stage] = Thresholds(**{k: r.number(v, k) for k, v in limits.items()})
+    for stage, value in r.mapping(node, allowed, what).items():
+        if stage not in stages:
+            raise r.error(value, f"{what} for stage {stage!r}, which no case runs")
+        out[stage] = read(stage, value)
     return out
+
+
+def _thresholds(r: _Reader, stage: str, node: Any) -> Thresholds:
+    limits = r.mapping(node, THRESHOLD_KEYS[stage], f"the {stage} thresholds")
+    return Thresholds(**{k: r.number(v, k) for k, v in limits.items()})
 
 
 # ---- shipped configs -------------------------------------------------------------------------------------

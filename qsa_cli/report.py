@@ -96,6 +96,12 @@ def _rows_equal(p: ParityCheck) -> str:
     return f"{p.rows_equal}/{p.rows}"
 
 
+def _identical(checks: list[ParityCheck]) -> str:
+    """The worst of a case's checks, e.g. "7/8" when one query's ids differ."""
+    worst = min(checks, key=lambda p: (p.equal, p.rows_equal or 0), default=None)
+    return _rows_equal(worst) if worst else MISSING
+
+
 def _verdict(checks: list[ParityCheck]) -> str:
     if not checks:
         return MISSING
@@ -165,11 +171,10 @@ def topk_table(record: RunRecord) -> Table:
         m_disp = index.get((key, dispatched)) if dispatched else None
         shown += [*row, m_disp]
         checks = parity_of(record, key)
-        worst = min(checks, key=lambda p: (p.equal, p.rows_equal or 0), default=None)
         table.add_row(
             context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]), case["kind"], case.get("score_set", ""),
             *(_time(m) for m in row[:3]), f"{_time(m_disp)} {dispatched}" if m_disp else MISSING, _time(row[3]),
-            _rows_equal(worst) if worst else MISSING, _verdict(checks),
+            _identical(checks), _verdict(checks),
         )
     return _footnote(table, shown)
 
@@ -189,11 +194,10 @@ def window_table(record: RunRecord) -> Table:
         m_disp = index.get((key, dispatched)) if dispatched else None
         shown += row
         checks = parity_of(record, key)
-        worst = min(checks, key=lambda p: (p.equal, p.rows_equal or 0), default=None)
         table.add_row(
             context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]), *(_time(m) for m in row),
             f"{_time(m_disp)} {dispatched}" if m_disp else MISSING, _ratio(index.get((key, old)), m_disp, "{:.2f}x"),
-            _rows_equal(worst) if worst else MISSING, _verdict(checks),
+            _identical(checks), _verdict(checks),
         )
     return _footnote(table, shown)
 
@@ -240,10 +244,9 @@ def _value(name: str, value: Any) -> str:
 
 
 def _reading(clocks: dict[str, Any]) -> str:
-    parts = [f"SM {clocks['sm_mhz']} MHz", f"memory {clocks['mem_mhz']} MHz", f"{clocks['temperature_c']} °C",
-             f"{clocks['power_w']:.0f} W" if clocks.get("power_w") is not None else None,
-             "reasons: " + (", ".join(clocks["event_reasons"]) or "none")]
-    return ", ".join(p for p in parts if p)
+    forms = (("sm_mhz", "SM {} MHz"), ("mem_mhz", "memory {} MHz"), ("temperature_c", "{} °C"), ("power_w", "{:.0f} W"))
+    parts = [form.format(clocks[name]) for name, form in forms if clocks.get(name) is not None]
+    return ", ".join([*parts, "reasons: " + (", ".join(clocks["event_reasons"]) or "none")])
 
 
 def info_tables(info: Any) -> list[Table]:
