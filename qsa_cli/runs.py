@@ -108,9 +108,10 @@ def session(
     record.device["nvml"] = monitor.device_info()
     s.clocks = monitor if monitor.available else None
     with cupy.cuda.Device(settings.device_id), contextlib.ExitStack() as stack:
+        stack.callback(monitor.close)
         if lock is not None:
-            stack.enter_context(lock_clocks(monitor, lock[0], lock[1], optional=lock_optional, warn=warn))
-            record.settings["clock_lock"] = {"sm_mhz": lock[0], "mem_mhz": lock[1]}
+            state = stack.enter_context(lock_clocks(monitor, lock[0], lock[1], optional=lock_optional, warn=warn))
+            record.settings["clock_lock"] = state.to_dict()
         yield s
 
 
