@@ -25,12 +25,7 @@ from .timing import DEFAULT_WARMUP
 BACKENDS = ("gpu", "cpu")
 CPU_TOPK_VARIANTS = ("reference", "wide", "split")
 
-# Spec section 6's selftest: (context, capacity), plus contexts and capacities up to 1,048,576 cells.
-SELFTEST_CASES: tuple[tuple[int, int], ...] = (
-    (9000, 9000), (135160, 135160), (135176, 135176), (2100, 262144), (9000, 262144),
-    (32768, 262144), (262144, 262144), (300001, 524288), (524288, 524288),
-    (2051, 4096), (2052, 4096), (700003, 1048576), (1048576, 1048576),
-)
+SELFTEST_CONFIG = "selftest"  # configs/selftest.yaml: spec section 6's matrix, plus up to 1,048,576 cells
 
 
 @dataclass
@@ -179,18 +174,19 @@ class SelftestRow:
 
 
 def topk_selftest(s: Session, seed: int, progress: Callable[[str], None] = lambda msg: None) -> list[SelftestRow]:
-    """Spec section 6's matrix: decode calls (8 queries, no count) and prompt calls (64, with the count)."""
+    """Spec section 6's matrix (configs/selftest.yaml): decode calls of 8 queries without the count and
+    prompt calls of 64 with it, every score set, every variant this device runs, and the CPU oracle."""
+    from .config import config_path, load_config
+
+    calls = dict.fromkeys(c.call for c in load_config(config_path(SELFTEST_CONFIG)).cases("topk"))
     rows = []
-    for ctx, cap in SELFTEST_CASES:
-        for nq, prompt in ((MAX_QUERIES, False), (PROMPT_QUERIES, True)):
-            call = Call(ctx, nq, cap, prompt=prompt)
-            progress(f"top-k {call.kind} ctx={ctx} cap={cap}")
-            t0 = time.perf_counter()
-            out = topk_parity(s, topk_score_sets(call, seed, None), 0, call.active_blocks)
-            failed = [p for p in out.parity if not p.equal]
-            detail = f"{failed[0].subject} vs {failed[0].against} ({failed[0].case['score_set']}): {failed[0].detail}" if failed else ""
-            rows.append(SelftestRow(f"top-k {call.kind} {ctx} / {cap}", len(out.parity), not failed,
-                                    time.perf_counter() - t0, detail))
+    for call in calls:
+        progress(f"top-k {call.kind} ctx={call.ctx} cap={call.capacity}")
+        t0 = time.perf_counter()
+        out = topk_parity(s, topk_score_sets(call, seed, None), 0, call.active_blocks)
+        failures = _parity_failures(out)
+        rows.append(SelftestRow(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity), not failures,
+                                time.perf_counter() - t0, failures[0] if failures else ""))
     if s.on_gpu:
         progress("top-k split in a CUDA graph")
         t0 = time.perf_counter()
