@@ -1,0 +1,111 @@
+"""Launchers of the three block scorers in ``kernels/scores.cu`` (spec section 2).
+
+``scorer_launcher`` resolves the kernels, grids and arguments once and returns a closure that only
+enqueues launches on the current CuPy stream: no host sync, no allocation, so it can be captured
+into a CUDA graph and replayed while the context grows (every count the kernels need is on the device).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..geometry import HALVE_MAX_QUERIES, MAX_QUERIES
+from ..inputs import ScorerInputs
+from ..kernels import Module, load
+
+SOURCE = "scores.cu"
+SCORER_VARIANTS = ("reference", "multi", "halve")
+KERNEL_NAMES: dict[str, tuple[str, ...]] = {
+    "reference": ("block_scores_kernel",),
+    "multi": ("block_scores_multi_kernel",),
+    "halve": tuple(f"block_scores_halve_kernel<{n}>" for n in range(1, HALVE_MAX_QUERIES + 1)),
+}
+_ALL_NAMES = tuple(name for v in SCORER_VARIANTS for name in KERNEL_NAMES[v])  # one module, one compile
+
+WARP = 32
+WARPS_PER_CTA = 8  # the reference and the old decode scorer (spec section 2)
+MULTI_CTAS = 256  # the old decode scorer's fixed grid (spec section 2)
+# The new decode scorer: small CTAs round its 70-168 registers a thread into more resident warps
+# (H200, 420K cells, 4 queries: 23.6 us with 128 threads a CTA, 25.2 us with 256).
+HALVE_WARPS_PER_CTA = 4
+
+
+@dataclass(frozen=True)
+class DeviceScorerInputs:
+    """The scorer's inputs on the current device (cupy arrays, C-contiguous)."""
+
+    pooled: Any  # float32 [max_blocks, IDX_DIM]
+    dead: Any  # float32 [IDX_DIM]
+    q: Any  # float32 [nq, IDX_HEADS, IDX_DIM]
+    steps: Any  # int32 [nq, 4]
+
+    @classmethod
+    def from_host(cls, inputs: ScorerInputs) -> DeviceScorerInputs:
+        import cupy
+
+        return cls(*(cupy.asarray(np.ascontiguousarray(a)) for a in (inputs.pooled, inputs.dead, inputs.q, inputs.steps)))
+
+    @property
+    def nq(self) -> int:
+        return int(self.q.shape[0])
+
+    @property
+    def max_blocks(self) -> int:
+        return int(self.pooled.shape[0])
+
+
+def module() -> Module:
+    return load(SOURCE, _ALL_NAMES)
+
+
+def _resident_grid(kernel: Any, threads: int) -> int:
+    """CTAs that fill the card once: the grid-striding kernel then has no second wave."""
+    import cupy
+
+    sms = int(cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["multiProcessorCount"])
+    per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, 0)
+    return sms * max(1, int(per_sm))
+
+
+def scorer_launcher(variant: str, dev: DeviceScorerInputs, out: Any) -> Callable[[], None]:
+    """A closure launching ``variant`` on ``dev`` into ``out`` (float32 [nq, max_blocks], poisoned by the caller).
+
+    Blocks 0..n_bid of each query's row are written, no others. "halve" runs 5-8 queries as two
+    launches (queries 0..3, then 4..nq-1) on pointer offsets into q, steps and out.
+    """
+    if variant not in SCORER_VARIANTS:
+        raise ValueError(f"unknown scorer variant {variant!r} (expected one of {', '.join(SCORER_VARIANTS)})")
+    nq, mb = dev.nq, dev.max_blocks
+    if variant != "reference" and nq > MAX_QUERIES:
+        raise ValueError(f"the {variant} scorer is a decode kernel: at most {MAX_QUERIES} queries (got {nq})")
+    if out.dtype != np.float32 or out.shape != (nq, mb) or not out.flags.c_contiguous:
+        raise ValueError(f"scores must be C-contiguous float32 [{nq}, {mb}] (got {out.dtype} {list(out.shape)})")
+    mod = module()
+    launches: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[Any, ...]]] = []
+    if variant == "reference":
+        grid = (-(-mb // WARPS_PER_CTA), nq)
+        args = (dev.pooled, dev.dead, dev.q, dev.steps, out, np.int32(nq), np.int32(mb))
+        launches.append((mod.function(KERNEL_NAMES["reference"][0]), grid, (WARPS_PER_CTA * WARP,), args))
+    elif variant == "multi":
+        args = (dev.pooled, dev.dead, dev.q, dev.steps, out, np.int32(nq), np.int32(mb))
+        launches.append((mod.function(KERNEL_NAMES["multi"][0]), (MULTI_CTAS,), (WARPS_PER_CTA * WARP,), args))
+    else:
+        block = (HALVE_WARPS_PER_CTA * WARP,)
+        for start in range(0, nq, HALVE_MAX_QUERIES):
+            n = min(HALVE_MAX_QUERIES, nq - start)
+            kernel = mod.function(KERNEL_NAMES["halve"][n - 1])
+            # more CTAs than there are blocks for their warps would only launch idle warps
+            grid = (min(_resident_grid(kernel, block[0]), -(-mb // HALVE_WARPS_PER_CTA)),)
+            sub = slice(start, start + n)
+            args = (dev.pooled, dev.dead, dev.q[sub], dev.steps[sub], out[sub], np.int32(n), np.int32(mb))
+            launches.append((kernel, grid, block, args))
+
+    def launch() -> None:
+        for kernel, grid, block, args in launches:
+            kernel(grid, block, args)
+
+    return launch

@@ -1,0 +1,188 @@
+"""The three scorer kernels on the GPU: identical bytes to each other and to the exact CPU model.
+
+GPU tests (``-m gpu``) skip cleanly without cupy or a device. Each draws a fresh seed, printed;
+``QSA_TEST_SEED=N`` replays one. Every output is poisoned before its kernel runs, and exactly blocks
+0..n_bid of each query must be written. The launcher's argument checks at the end need no device.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qsa_cli.geometry import HALVE_MAX_QUERIES, IDX_DIM, IDX_HEADS, MAX_QUERIES, STEP_NBID, Call, max_blocks, window_steps
+from qsa_cli.inputs import SCORE_POISON_BITS, ScorerInputs, score_poison, synthetic_scorer_inputs
+from qsa_cli.launch.scores import KERNEL_NAMES, SCORER_VARIANTS, DeviceScorerInputs, scorer_launcher
+from qsa_cli.model.scores import first_difference, score_blocks
+
+# (context, capacity): 2K-524K cells, the window's last n_kv % 4 = 2, 1, 3, 0, 1, 3; capacity above the context.
+WINDOWS = [(2050, 9000), (9001, 16384), (32771, 262144), (131072, 135176), (300001, 524288), (524287, 524296)]
+ADVERSARIAL_WINDOWS = [(40003, 65536), (131077, 131100)]
+SPECIALS = ((np.nan, 0.002), (np.inf, 0.002), (-np.inf, 0.002), (0.0, 0.03), (-0.0, 0.03))  # (value, share)
+
+
+@pytest.fixture(scope="module")
+def cupy() -> Any:
+    cupy = pytest.importorskip("cupy")
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver, no device: whatever CuPy raises
+        pytest.skip(f"no CUDA device ({exc})")
+    if count == 0:
+        pytest.skip("no CUDA device")
+    return cupy
+
+
+def fresh_seed() -> int:
+    seed = int(os.environ.get("QSA_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+    print(f"seed {seed} (QSA_TEST_SEED={seed} replays it)")
+    return seed
+
+
+def sub_window(inputs: ScorerInputs, nq: int) -> ScorerInputs:
+    """The last nq queries of a window: the window of nq queries ending at the same context."""
+    return ScorerInputs(inputs.pooled, inputs.dead, inputs.q[-nq:], inputs.steps[-nq:])
+
+
+def run_variant(cupy: Any, variant: str, dev: DeviceScorerInputs) -> np.ndarray:
+    out = cupy.asarray(score_poison((dev.nq, dev.max_blocks)))
+    scorer_launcher(variant, dev, out)()
+    cupy.cuda.get_current_stream().synchronize()
+    return out.get()
+
+
+def assert_written_exactly(got: np.ndarray, steps: np.ndarray, what: str) -> None:
+    bits = got.view(np.uint32)
+    for i, nb in enumerate(steps[:, STEP_NBID]):
+        unwritten = np.flatnonzero(bits[i, : nb + 1] == SCORE_POISON_BITS)
+        assert unwritten.size == 0, f"{what}: query {i} block {unwritten[0]} <= n_bid {nb} not written"
+        clobbered = np.flatnonzero(bits[i, nb + 1 :] != SCORE_POISON_BITS)
+        assert clobbered.size == 0, f"{what}: query {i} block {nb + 1 + clobbered[0]} > n_bid {nb} written"
+
+
+def assert_same_bytes(got: np.ndarray, want: np.ndarray, steps: np.ndarray, what: str) -> None:
+    if got.tobytes() != want.tobytes():
+        where = first_difference(got, want, steps)
+        detail = f"query {where[0]} block {where[1]}: {got[where]!r} vs {want[where]!r}" if where else "past n_bid"
+        pytest.fail(f"{what}: bytes differ, first at {detail}")
+
+
+def check_window(cupy: Any, inputs: ScorerInputs, want_all: np.ndarray, label: str) -> None:
+    """Every variant, 1..8 queries ending at the window's context, against the model's bytes (want_all)."""
+    dev_all = DeviceScorerInputs.from_host(inputs)
+    for nq in range(1, inputs.nq + 1):
+        sub = sub_window(inputs, nq)
+        dev = DeviceScorerInputs(dev_all.pooled, dev_all.dead, dev_all.q[-nq:], dev_all.steps[-nq:])
+        want = want_all[-nq:]
+        got = {v: run_variant(cupy, v, dev) for v in SCORER_VARIANTS}
+        for v in SCORER_VARIANTS:
+            what = f"{label} {nq} queries, {v}"
+            assert_written_exactly(got[v], sub.steps, what)
+            assert_same_bytes(got[v], got["reference"], sub.steps, f"{what} vs reference")
+            assert_same_bytes(got[v], want, sub.steps, f"{what} vs the CPU model")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("ctx", "capacity"), WINDOWS, ids=[f"{c}-of-{k}" for c, k in WINDOWS])
+def test_scorers_match_model(cupy: Any, ctx: int, capacity: int) -> None:
+    inputs = synthetic_scorer_inputs(Call(ctx, MAX_QUERIES, capacity), fresh_seed())
+    check_window(cupy, inputs, score_blocks(inputs, order="butterfly"), f"context {ctx} of {capacity}")
+
+
+def adversarial_inputs(ctx: int, capacity: int, seed: int) -> ScorerInputs:
+    """Keys and queries across 1e-30..1e30 (per row and per element: products overflow and go subnormal),
+    with NaN, +-inf and +-0 sprinkled in."""
+    rng = np.random.default_rng(seed)
+    mb = max_blocks(capacity)
+
+    def wild(rows: int, row_exp: float) -> np.ndarray:
+        per_elem = rng.random((rows, 1)) < 0.3  # a third of the rows scaled per element, the rest per row
+        exponent = np.where(per_elem, rng.uniform(-30, 30, (rows, IDX_DIM)), rng.uniform(-row_exp, row_exp, (rows, 1)))
+        x = rng.standard_normal((rows, IDX_DIM)) * 10.0**exponent
+        kind = rng.choice(len(SPECIALS) + 1, size=x.shape, p=[1 - sum(p for _, p in SPECIALS), *(p for _, p in SPECIALS)])
+        for k, (value, _) in enumerate(SPECIALS, start=1):
+            x[kind == k] = value
+        return x.astype(np.float32)
+
+    pooled = wild(mb, 30)
+    dead = wild(1, 30)[0]
+    q = wild(MAX_QUERIES * IDX_HEADS, 10).reshape(MAX_QUERIES, IDX_HEADS, IDX_DIM)
+    return ScorerInputs(pooled, dead, q, window_steps(ctx, MAX_QUERIES))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("ctx", "capacity"), ADVERSARIAL_WINDOWS, ids=[f"{c}-of-{k}" for c, k in ADVERSARIAL_WINDOWS])
+def test_scorers_match_model_adversarial(cupy: Any, ctx: int, capacity: int) -> None:
+    inputs = adversarial_inputs(ctx, capacity, fresh_seed())
+    want = score_blocks(inputs, order="butterfly")
+    assert np.isinf(want).any() and (want == 0).any(), "the adversarial inputs should reach inf and 0 scores"
+    check_window(cupy, inputs, want, f"adversarial context {ctx} of {capacity}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", SCORER_VARIANTS)
+def test_graph_replay_follows_device_steps(cupy: Any, variant: str) -> None:
+    """A launch captured into a CUDA graph reads every count from the device: replayed after the
+    window's step records advance by one cell (a new block completes), it scores the new window."""
+    ctx, capacity = 20003, 32768  # 20004 cells completes block 5000
+    seed = fresh_seed()
+    base = synthetic_scorer_inputs(Call(ctx, MAX_QUERIES, capacity), seed)
+    windows = [ScorerInputs(base.pooled, base.dead, base.q, window_steps(c, MAX_QUERIES)) for c in (ctx, ctx + 1)]
+    dev = DeviceScorerInputs.from_host(windows[0])
+    poison = cupy.asarray(score_poison((MAX_QUERIES, dev.max_blocks)))
+    out = cupy.empty_like(poison)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        launch = scorer_launcher(variant, dev, out)
+        launch()  # any first-launch work happens outside the capture
+        stream.begin_capture()
+        launch()
+        graph = stream.end_capture()
+        for w in windows:
+            dev.steps.set(w.steps, stream=stream)
+            cupy.copyto(out, poison)
+            graph.launch(stream)
+            stream.synchronize()
+            got = out.get()
+            assert_written_exactly(got, w.steps, f"{variant} graph replay")
+            assert_same_bytes(got, score_blocks(w, order="butterfly"), w.steps, f"{variant} graph replay at context {w.steps[-1, 1]}")
+
+
+# ---- the launcher's argument checks (CPU: they fail before any kernel is resolved) ---------------
+
+
+def _host_dev(nq: int) -> DeviceScorerInputs:
+    mb = max_blocks(64)
+    return DeviceScorerInputs(
+        np.zeros((mb, IDX_DIM), np.float32),
+        np.zeros(IDX_DIM, np.float32),
+        np.zeros((nq, IDX_HEADS, IDX_DIM), np.float32),
+        window_steps(64, nq),
+    )
+
+
+def test_launcher_rejects_unknown_variant() -> None:
+    dev = _host_dev(1)
+    with pytest.raises(ValueError, match="unknown scorer variant 'fast'"):
+        scorer_launcher("fast", dev, np.zeros((1, dev.max_blocks), np.float32))
+
+
+@pytest.mark.parametrize("variant", ["multi", "halve"])
+def test_decode_scorers_reject_more_than_8_queries(variant: str) -> None:
+    dev = _host_dev(MAX_QUERIES + 1)
+    with pytest.raises(ValueError, match="at most 8 queries"):
+        scorer_launcher(variant, dev, np.zeros((dev.nq, dev.max_blocks), np.float32))
+
+
+def test_launcher_rejects_wrong_output() -> None:
+    dev = _host_dev(2)
+    with pytest.raises(ValueError, match="scores must be"):
+        scorer_launcher("reference", dev, np.zeros((2, dev.max_blocks - 1), np.float32))
+
+
+def test_kernel_names_cover_variants() -> None:
+    assert set(KERNEL_NAMES) == set(SCORER_VARIANTS)
+    assert len(KERNEL_NAMES["halve"]) == HALVE_MAX_QUERIES  # one instantiation per sub-window size
