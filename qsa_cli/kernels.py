@@ -1,20 +1,25 @@
 """Finding the CUDA sources in ``kernels/``, compiling them through CuPy for this device, caching.
 
-The sources are read once, their local ``#include "..."`` lines inlined, so that the text CuPy
-compiles (and hashes for its on-disk cache) is the whole program: editing the header changes the
-cache key. Modules are compiled once per (source, device) in a process; CuPy's disk cache keeps
-the binaries between runs. CuPy is imported only here, and only when a kernel is first needed.
+The sources are read once, their local ``#include "..."`` lines inlined, so that the text NVRTC
+compiles (and the disk cache is keyed by) is the whole program: editing the header changes the key.
+Modules are compiled once per (source, device) in a process and kept on disk between runs, in the
+manner of CuPy's own kernel cache. CuPy is imported only here, and only when a kernel is first needed.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
+import os
 import re
+import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from .files import atomic_write
 
 # Fixed NVRTC options: no fast math, no contraction of separate multiplies and adds; the kernels
 # use explicit round-to-nearest intrinsics where the spec fixes the arithmetic.
@@ -90,16 +95,17 @@ class KernelInfo:
 class Module:
     """One compiled source: its functions by the names the spec uses (template names included)."""
 
-    def __init__(self, raw: Any, source: str, names: tuple[str, ...]) -> None:
+    def __init__(self, raw: Any, source: str, names: tuple[str, ...], lowered: dict[str, str]) -> None:
         self._raw = raw
         self.source = source
         self.names = names
+        self._lowered = lowered  # name expression (e.g. a template instance) -> its mangled name
 
     def function(self, name: str) -> Any:
         try:
-            return self._raw.get_function(name)
-        except Exception as exc:  # CuPy raises its compile exception lazily, at first use
-            raise KernelError(_compile_message(self.source, exc)) from exc
+            return self._raw.get_function(self._lowered.get(name, name))
+        except Exception as exc:
+            raise KernelError(f"kernels/{self.source} has no function {name!r} ({exc})") from exc
 
     def info(self, name: str) -> KernelInfo:
         attrs = self.function(name).attributes
@@ -117,20 +123,66 @@ def _compile_message(source: str, exc: Exception) -> str:
     return f"kernels/{source} failed to compile for this device:\n{log}"
 
 
-@functools.cache
-def load(source: str, names: tuple[str, ...], device_id: int | None = None) -> Module:
-    """Compile ``kernels/<source>`` for the current (or given) device, once per process."""
+def cache_dir() -> Path:
+    """Where compiled kernels are kept between runs (``QSA_CACHE_DIR``, else ``~/.cache/qsa/kernels``)."""
+    root = os.environ.get("QSA_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "qsa", "kernels")
+    return Path(root)
+
+
+def _compile(source: str, names: tuple[str, ...], arch: str) -> tuple[bytes, dict[str, str]]:
+    """NVRTC through CuPy's compiler helper, with exactly COMPILE_OPTIONS.
+
+    Not ``cupy.RawModule(code=...)``: that appends ``-ftz=true`` to every compile, flushing subnormal
+    results to zero, which changes the bits of the scorer's products and of the top-k's ``score + 0.0f``
+    on tiny values (the engine is built by nvcc, whose default is ``-ftz=false``).
+    """
+    import cupy
+    from cupy.cuda import compiler
+
+    text = source_text(source)
+    key = hashlib.sha256("\0".join([text, *COMPILE_OPTIONS, *names, arch, cupy.__version__]).encode()).hexdigest()
+    binary_path, names_path = cache_dir() / f"{key}.bin", cache_dir() / f"{key}.json"
+    if binary_path.is_file() and names_path.is_file():
+        return binary_path.read_bytes(), json.loads(names_path.read_text())
+    binary, lowered = compiler.compile_using_nvrtc(text, COMPILE_OPTIONS, name_expressions=list(names),
+                                                  filename=source)
+    binary = binary if isinstance(binary, bytes) else binary.encode()
+    lowered = dict(lowered or {})
+    try:  # a cache that cannot be written only costs a compile next time
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        with atomic_write(binary_path, "wb") as fh:
+            fh.write(binary)
+        with atomic_write(names_path) as fh:
+            json.dump(lowered, fh)
+    except OSError:
+        pass
+    return binary, lowered
+
+
+def load(source: str, names: tuple[str, ...]) -> Module:
+    """``kernels/<source>`` compiled for the current device: once per process, cached on disk between runs."""
     import cupy
 
-    device = cupy.cuda.Device(device_id) if device_id is not None else cupy.cuda.Device()
-    with device:
+    return _load(source, names, cupy.cuda.Device().id)
+
+
+@functools.cache
+def _load(source: str, names: tuple[str, ...], device_id: int) -> Module:
+    import cupy
+
+    with cupy.cuda.Device(device_id) as device:
         try:
-            raw = cupy.RawModule(code=source_text(source), options=COMPILE_OPTIONS, name_expressions=names)
-            module = Module(raw, source, names)
-            for name in names:
-                module.function(name)  # compile now, so errors surface here with the log
+            binary, lowered = _compile(source, names, device.compute_capability)
         except KernelError:
             raise
         except Exception as exc:
             raise KernelError(_compile_message(source, exc)) from exc
+        with tempfile.TemporaryDirectory(prefix="qsa-") as tmp:
+            path = Path(tmp) / f"{source}.bin"
+            path.write_bytes(binary)
+            raw = cupy.RawModule(path=str(path))  # loads the binary as is: no options added
+            module = Module(raw, source, names, lowered)
+            for name in names:
+                module.function(name)  # load now, while the file exists, so a bad name surfaces here
     return module
