@@ -1,0 +1,102 @@
+"""Launcher of the cluster top-k in ``kernels/topk_cluster.cu`` (spec section 3; sm_90 and newer).
+
+A cluster of ``CLUSTER_CTAS`` CTAs per query, grid ``(CLUSTER_CTAS, nq)``; each CTA keeps its slice of
+the query's order keys in dynamic shared memory, one uint32 a block, sized by the capacity (a decode
+call: ``max_blocks``) or by a prompt call's active block count. A capacity whose slice does not fit
+the device's opt-in shared memory per CTA is refused with ``ClusterUnavailable``, as is a card older
+than sm_90.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..dispatch import CLUSTER_MIN_CC
+from ..geometry import BLOCK_CELLS, CLUSTER_CTAS, RADIX_BINS, RADIX_PASSES, capacity_of
+from ..kernels import KernelError, Module, load
+
+SOURCE = "topk_cluster.cu"
+KERNEL_NAMES: dict[str, tuple[str, ...]] = {"cluster": ("block_topk_cluster_kernel",)}
+THREADS = 1024  # CLUSTER_THREADS in topk_cluster.cu; the GPU test checks it against the compiled kernel
+WORD_BYTES = 4  # a uint32: one block's order key, one histogram bin
+SCRATCH_BYTES = 1024  # room for the kernel's per-warp counts and pass results
+# The kernel's static shared memory, bounded without a compile so that fit decisions need no device:
+# the four passes' histograms plus the scratch (the launcher checks the compiled kernel against it).
+STATIC_SMEM_BYTES = RADIX_PASSES * RADIX_BINS * WORD_BYTES + SCRATCH_BYTES
+
+
+class ClusterUnavailable(ValueError):
+    """The cluster top-k cannot run this call on this device (too old a card, or too large a capacity)."""
+
+
+def cluster_smem_bytes(max_blocks: int) -> int:
+    """Dynamic shared memory per CTA for a call of ``max_blocks`` blocks: ceil(max_blocks / 8) keys."""
+    return -(-max_blocks // CLUSTER_CTAS) * WORD_BYTES
+
+
+def cluster_fits(max_blocks: int, device_max_smem_optin: int) -> bool:
+    """Whether a CTA's slice and the kernel's static shared memory fit the device's opt-in limit."""
+    return cluster_smem_bytes(max_blocks) + STATIC_SMEM_BYTES <= device_max_smem_optin
+
+
+def cluster_max_capacity(device_max_smem_optin: int) -> int:
+    """The largest capacity in cells whose ``max_blocks = capacity // 4 + 2`` fits (0 when none does)."""
+    fit_blocks = (device_max_smem_optin - STATIC_SMEM_BYTES) // WORD_BYTES * CLUSTER_CTAS
+    return max(0, capacity_of(fit_blocks) + BLOCK_CELLS - 1)
+
+
+def require_cluster(compute_capability: int, max_blocks: int, device_max_smem_optin: int, active_blocks: int = 0) -> int:
+    """The dynamic shared memory bytes a launch needs; ClusterUnavailable (one line) when it cannot run.
+
+    A prompt call's ``active_blocks`` (its largest n_bid + 1) sizes the slices; a decode call (0) is
+    sized by ``max_blocks``, so a captured graph stays valid while the context grows to the capacity.
+    """
+    if compute_capability < CLUSTER_MIN_CC:
+        raise ClusterUnavailable(
+            f"the cluster top-k needs sm_{CLUSTER_MIN_CC} or newer (thread-block clusters); this device is sm_{compute_capability}"
+        )
+    blocks = active_blocks or max_blocks
+    if not cluster_fits(blocks, device_max_smem_optin):
+        what = f"{active_blocks} active blocks" if active_blocks else f"capacity {capacity_of(max_blocks)} cells"
+        raise ClusterUnavailable(
+            f"the cluster top-k cannot hold {what}: {cluster_smem_bytes(blocks) + STATIC_SMEM_BYTES} B of shared "
+            f"memory per CTA, over this device's {device_max_smem_optin} B "
+            f"(capacity at most {cluster_max_capacity(device_max_smem_optin)} cells)"
+        )
+    return cluster_smem_bytes(blocks)
+
+
+def module() -> Module:
+    return load(SOURCE, KERNEL_NAMES["cluster"])
+
+
+def cluster_launcher(scores: Any, steps: Any, ids: Any, *, active_blocks: int = 0) -> Callable[[], None]:
+    """A closure launching the cluster top-k on ``scores`` (float32 [nq, max_blocks]) and ``steps``
+    (int32 [nq, 4]) into ``ids`` (int32 [nq, SELECT_CAP], poisoned by the caller): each query's entries
+    0..width-1. It only enqueues one launch on the current stream, so it can be captured into a CUDA graph.
+    """
+    from .topk import _check  # here, not at import: launch/topk.py may import this module
+
+    nq, mb = _check(scores, steps, ids, active_blocks)
+    import cupy
+
+    device = cupy.cuda.Device()
+    optin = int(cupy.cuda.runtime.getDeviceProperties(device.id)["sharedMemPerBlockOptin"])
+    dynamic = require_cluster(int(device.compute_capability), mb, optin, active_blocks)
+    kernel = module().function(KERNEL_NAMES["cluster"][0])
+    static = int(kernel.attributes["shared_size_bytes"])
+    if static > STATIC_SMEM_BYTES:
+        raise KernelError(f"{SOURCE}: {static} B of static shared memory, over the {STATIC_SMEM_BYTES} B the launcher sizes for")
+    # The limit belongs to the kernel, shared by every launcher: only ever raise it.
+    if kernel.max_dynamic_shared_size_bytes < dynamic:
+        kernel.max_dynamic_shared_size_bytes = dynamic
+    grid, block = (CLUSTER_CTAS, nq), (THREADS,)
+    args = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
+
+    def launch() -> None:
+        kernel(grid, block, args, shared_mem=dynamic)
+
+    return launch

@@ -1,0 +1,207 @@
+"""block_topk_cluster_kernel on the GPU (sm_90+): ids identical to the CPU oracle's.
+
+GPU tests (``-m gpu``) skip cleanly without cupy, a device or an sm_90 card. Each draws a fresh seed
+(printed; ``QSA_TEST_SEED=N`` replays it). The ids are poisoned before every run and compared as bytes
+with the oracle's matrix, which holds the poison past each query's width: exactly entries 0..width-1
+of every row must be written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qsa_cli.dispatch import CLUSTER_MIN_CC
+from qsa_cli.geometry import MAX_QUERIES, PROMPT_QUERIES, SELECT_CAP, STEP_NBID, Call, max_blocks, window_steps
+from qsa_cli.inputs import SCORE_SETS, TopkInputs, id_poison, synthetic_scores
+from qsa_cli.launch.topk_cluster import (
+    STATIC_SMEM_BYTES,
+    THREADS,
+    ClusterUnavailable,
+    cluster_launcher,
+    cluster_max_capacity,
+    module,
+)
+from qsa_cli.model.topk import first_difference, topk_ids
+
+# (context, capacity): the spec's selftest windows plus contexts up to 1,048,576 at capacity 1,048,576.
+WINDOWS = [
+    (9000, 9000),
+    (135160, 135160),
+    (135176, 135176),
+    (2100, 262144),
+    (9000, 262144),
+    (32768, 262144),
+    (262144, 262144),
+    (300001, 524288),
+    (524288, 524288),
+    (2100, 1 << 20),
+    (65539, 1 << 20),
+    (1 << 20, 1 << 20),
+]
+# Prompt calls (64 queries) cost the CPU oracle 64 rows each: every set on these, levels64 on the rest.
+PROMPT_WINDOWS = [(9000, 9000), (2100, 262144), (32768, 262144), (135176, 135176), (300001, 524288)]
+GRAPH_REPLAYS = 50
+
+
+@pytest.fixture(scope="module")
+def cupy() -> Any:
+    """CuPy on an sm_90+ device, else the test is skipped."""
+    cupy = pytest.importorskip("cupy")
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver, no device: whatever CuPy raises
+        pytest.skip(f"no CUDA device ({exc})")
+    if count == 0:
+        pytest.skip("no CUDA device")
+    cc = int(cupy.cuda.Device().compute_capability)
+    if cc < CLUSTER_MIN_CC:
+        pytest.skip(f"the cluster top-k needs sm_{CLUSTER_MIN_CC}+ (this device is sm_{cc})")
+    return cupy
+
+
+@pytest.fixture
+def seed(rng: np.random.Generator) -> int:
+    return int(rng.integers(2**31))
+
+
+def run_cluster(cupy: Any, inputs: TopkInputs, active_blocks: int = 0) -> np.ndarray:
+    scores, steps = cupy.asarray(inputs.scores), cupy.asarray(inputs.steps)
+    ids = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
+    cluster_launcher(scores, steps, ids, active_blocks=active_blocks)()
+    return cupy.asnumpy(ids)
+
+
+def assert_ids(got: np.ndarray, want: np.ndarray, steps: np.ndarray, what: str) -> None:
+    if got.tobytes() != want.tobytes():
+        where = first_difference(got, want, steps)
+        detail = f"query {where[0]} position {where[1]}: id {got[where]} vs {want[where]}" if where else "past width"
+        pytest.fail(f"{what}: ids differ from the oracle's, first at {detail}")
+
+
+def prompt_active(steps: np.ndarray) -> int:
+    return int(steps[:, STEP_NBID].max()) + 1
+
+
+def check_call(cupy: Any, inputs: TopkInputs, what: str) -> None:
+    """As the call it is (decode: no count; more than 8 queries: prompt, with its count)."""
+    active = prompt_active(inputs.steps) if inputs.nq > MAX_QUERIES else 0
+    assert_ids(run_cluster(cupy, inputs, active), topk_ids(inputs, "oracle"), inputs.steps, what)
+
+
+def decode_of(prompt: TopkInputs) -> TopkInputs:
+    """A prompt window's last 8 queries: the decode window ending at the same context."""
+    return TopkInputs(prompt.scores[-MAX_QUERIES:], prompt.steps[-MAX_QUERIES:], prompt.score_set)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("score_set", SCORE_SETS)
+@pytest.mark.parametrize(("ctx", "capacity"), WINDOWS, ids=[f"{c}-of-{k}" for c, k in WINDOWS])
+def test_decode_matches_oracle(cupy: Any, seed: int, ctx: int, capacity: int, score_set: str) -> None:
+    inputs = synthetic_scores(Call(ctx, MAX_QUERIES, capacity), score_set, seed)
+    check_call(cupy, inputs, f"decode {score_set} context {ctx} of {capacity}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("ctx", "capacity", "score_set"),
+    [(c, k, s) for c, k in PROMPT_WINDOWS for s in SCORE_SETS] + [(1 << 20, 1 << 20, "levels64")],
+)
+def test_prompt_matches_oracle(cupy: Any, seed: int, ctx: int, capacity: int, score_set: str) -> None:
+    """64 queries with the active block count; the same window's last 8 as a decode call."""
+    inputs = synthetic_scores(Call(ctx, PROMPT_QUERIES, capacity, prompt=True), score_set, seed)
+    want = topk_ids(inputs, "oracle")
+    what = f"{score_set} context {ctx} of {capacity}"
+    assert_ids(run_cluster(cupy, inputs, prompt_active(inputs.steps)), want, inputs.steps, f"prompt {what}")
+    decode = decode_of(inputs)
+    assert_ids(run_cluster(cupy, decode), want[-MAX_QUERIES:], decode.steps, f"decode {what}")
+
+
+def special_scores(rng: np.random.Generator, nq: int, capacity: int, shares: dict[float, float]) -> np.ndarray:
+    """Normal scores with a share of the blocks replaced by each special value."""
+    s = rng.standard_normal((nq, max_blocks(capacity))).astype(np.float32)
+    kind = rng.random(s.shape)
+    start = 0.0
+    for value, share in shares.items():
+        s[(kind >= start) & (kind < start + share)] = np.float32(value)
+        start += share
+    return s
+
+
+SPECIAL_MIXES = {
+    "sprinkled": {np.nan: 0.01, np.inf: 0.001, -np.inf: 0.01, 0.0: 0.05, -0.0: 0.05},
+    "mostly-nan": {np.nan: 0.998, np.inf: 0.0002},  # thr lands on NaN's key 0
+    "inf-and-zeros": {np.inf: 0.3, -np.inf: 0.3, 0.0: 0.2, -0.0: 0.2},  # +-0 tie as one key
+    "mostly-minus-inf": {-np.inf: 0.999},
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mix", SPECIAL_MIXES)
+@pytest.mark.parametrize(("ctx", "capacity"), [(9003, 16384), (131074, 262144)])
+def test_nan_inf_and_signed_zeros(cupy: Any, seed: int, ctx: int, capacity: int, mix: str) -> None:
+    rng = np.random.default_rng(seed)
+    for nq in (MAX_QUERIES, PROMPT_QUERIES):
+        inputs = TopkInputs(special_scores(rng, nq, capacity, SPECIAL_MIXES[mix]), window_steps(ctx, nq))
+        check_call(cupy, inputs, f"{mix} {nq} queries at context {ctx} of {capacity}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ctx", [1, 8, 2051, 2052, 2053, 2058, 4096, 4097, 4098, 4099])
+def test_identity_boundary_and_tails(cupy: Any, seed: int, ctx: int) -> None:
+    """n_kv <= 2051 is the identity; 2052 the first cut; one query per tail of 0-3 cells."""
+    for score_set in SCORE_SETS:
+        for nq in sorted({1, min(ctx, MAX_QUERIES)}):
+            inputs = synthetic_scores(Call(ctx, nq, 9000), score_set, seed)
+            check_call(cupy, inputs, f"{score_set} {nq} queries at context {ctx}")
+
+
+@pytest.mark.gpu
+def test_graph_replays_follow_the_device_steps(cupy: Any, seed: int) -> None:
+    """Captured once, replayed 50 times while the window grows a cell a replay (crossing blocks and
+    tails, the steps rewritten on the device): every replay gives that window's oracle ids."""
+    ctx, capacity = 40000, 65536
+    base = synthetic_scores(Call(ctx + GRAPH_REPLAYS - 1, MAX_QUERIES, capacity), "levels64", seed)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        scores = cupy.asarray(base.scores)
+        steps = cupy.asarray(window_steps(ctx, MAX_QUERIES))
+        poison = cupy.asarray(id_poison((MAX_QUERIES, SELECT_CAP)))
+        ids = cupy.empty_like(poison)
+        launch = cluster_launcher(scores, steps, ids)
+        launch()  # module loading and first-use work stay out of the capture
+        stream.begin_capture()
+        launch()
+        graph = stream.end_capture()
+        for replay in range(GRAPH_REPLAYS):
+            window = TopkInputs(base.scores, window_steps(ctx + replay, MAX_QUERIES))
+            steps.set(window.steps, stream=stream)
+            cupy.copyto(ids, poison)
+            graph.launch(stream)
+            got = cupy.asnumpy(ids, stream=stream)
+            assert_ids(got, topk_ids(window, "oracle"), window.steps, f"replay {replay} (context {ctx + replay})")
+
+
+@pytest.mark.gpu
+def test_compiled_kernel_matches_the_launcher(cupy: Any) -> None:
+    info = module().info("block_topk_cluster_kernel")
+    print(info)
+    assert info.max_threads == THREADS
+    assert info.shared_bytes <= STATIC_SMEM_BYTES
+    assert info.local_bytes == 0
+
+
+@pytest.mark.gpu
+def test_refuses_a_capacity_past_the_device(cupy: Any) -> None:
+    optin = int(cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["sharedMemPerBlockOptin"])
+    capacity = cluster_max_capacity(optin) + 1
+    print(f"opt-in shared memory {optin} B: capacity at most {capacity - 1} cells")
+    scores = cupy.zeros((1, max_blocks(capacity)), cupy.float32)
+    steps = cupy.asarray(window_steps(9000, 1))
+    ids = cupy.asarray(id_poison((1, SELECT_CAP)))
+    with pytest.raises(ClusterUnavailable, match=f"capacity {capacity - capacity % 4} cells"):
+        cluster_launcher(scores, steps, ids)
+    largest = TopkInputs(np.zeros((1, max_blocks(capacity - 1)), np.float32), window_steps(9000, 1))
+    assert_ids(run_cluster(cupy, largest), topk_ids(largest, "oracle"), largest.steps, "the largest capacity that fits")

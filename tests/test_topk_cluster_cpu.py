@@ -1,0 +1,94 @@
+"""The cluster top-k launcher's shared-memory sizing and refusals (no device needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qsa_cli.dispatch import CLUSTER_MIN_CC
+from qsa_cli.geometry import CLUSTER_CTAS, MAX_CAPACITY, SELECT_CAP, GeometryError, max_blocks, window_steps
+from qsa_cli.launch.topk_cluster import (
+    KERNEL_NAMES,
+    STATIC_SMEM_BYTES,
+    ClusterUnavailable,
+    cluster_fits,
+    cluster_launcher,
+    cluster_max_capacity,
+    cluster_smem_bytes,
+    require_cluster,
+)
+
+H200_OPTIN = 232448  # sharedMemPerBlockOptin of an H100 / H200: 227 KB
+SPEC_CAPACITIES = (9000, 135160, 135176, 262144, 524288, 1 << 20)
+
+
+def test_smem_is_a_slice_of_keys() -> None:
+    mb = max_blocks(524288)  # 131074 blocks: slices of 16385
+    assert cluster_smem_bytes(mb) == 16385 * 4
+    assert cluster_smem_bytes(CLUSTER_CTAS * 100) == 100 * 4
+    assert cluster_smem_bytes(CLUSTER_CTAS * 100 + 1) == 101 * 4
+
+
+@pytest.mark.parametrize("optin", [H200_OPTIN, 101376, 166912, 49152])  # sm_90, sm_86/89, sm_80, a 48 KB card
+def test_max_capacity_is_the_fit_boundary(optin: int) -> None:
+    cap = cluster_max_capacity(optin)
+    assert cluster_fits(max_blocks(cap), optin)
+    assert not cluster_fits(max_blocks(cap + 1), optin)
+
+
+def test_h200_holds_every_spec_capacity_and_refuses_the_largest() -> None:
+    cap = cluster_max_capacity(H200_OPTIN)
+    assert 1_800_000 < cap < 1_830_000, cap  # about 57K keys a CTA, 8 CTAs, 4 cells a block
+    for c in SPEC_CAPACITIES:
+        assert cluster_fits(max_blocks(c), H200_OPTIN), c
+    assert not cluster_fits(max_blocks(MAX_CAPACITY), H200_OPTIN)
+
+
+def test_require_returns_the_dynamic_bytes() -> None:
+    mb = max_blocks(524288)
+    assert require_cluster(90, mb, H200_OPTIN) == cluster_smem_bytes(mb)
+    assert require_cluster(100, mb, H200_OPTIN, active_blocks=2500) == cluster_smem_bytes(2500)
+
+
+@pytest.mark.parametrize("cc", [70, 75, 80, 86, 89])
+def test_refuses_cards_before_sm90(cc: int) -> None:
+    with pytest.raises(ClusterUnavailable, match=f"needs sm_{CLUSTER_MIN_CC} or newer.*sm_{cc}$"):
+        require_cluster(cc, max_blocks(9000), H200_OPTIN)
+
+
+def test_refuses_a_capacity_past_the_limit_in_one_line() -> None:
+    cap = cluster_max_capacity(H200_OPTIN) + 1
+    mb = max_blocks(cap)
+    with pytest.raises(ClusterUnavailable) as err:
+        require_cluster(90, mb, H200_OPTIN)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert f"capacity {cap - cap % 4} cells" in msg  # the capacity max_blocks stands for
+    assert f"{cluster_smem_bytes(mb) + STATIC_SMEM_BYTES} B" in msg and f"{H200_OPTIN} B" in msg
+    assert f"at most {cluster_max_capacity(H200_OPTIN)} cells" in msg
+    assert isinstance(err.value, ValueError)
+
+
+def test_a_prompt_call_is_sized_by_its_active_blocks() -> None:
+    mb = max_blocks(MAX_CAPACITY)  # too large as a decode call ...
+    with pytest.raises(ClusterUnavailable, match="capacity"):
+        require_cluster(90, mb, H200_OPTIN)
+    assert require_cluster(90, mb, H200_OPTIN, active_blocks=2501) == cluster_smem_bytes(2501)  # ... fine as a prompt
+    with pytest.raises(ClusterUnavailable, match=f"{mb - 1} active blocks"):
+        require_cluster(90, mb, H200_OPTIN, active_blocks=mb - 1)
+
+
+def test_launcher_checks_arrays_before_touching_a_device() -> None:
+    nq, mb = 2, max_blocks(9000)
+    steps = window_steps(9000, nq)
+    ids = np.zeros((nq, SELECT_CAP), np.int32)
+    with pytest.raises(GeometryError, match="scores must be"):
+        cluster_launcher(np.zeros((nq, mb), np.float64), steps, ids)
+    with pytest.raises(GeometryError, match="ids must be"):
+        cluster_launcher(np.zeros((nq, mb), np.float32), steps, ids[:, :-1])
+    with pytest.raises(GeometryError, match="active_blocks"):
+        cluster_launcher(np.zeros((nq, mb), np.float32), steps, ids, active_blocks=mb + 1)
+
+
+def test_kernel_names() -> None:
+    assert KERNEL_NAMES == {"cluster": ("block_topk_cluster_kernel",)}
