@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from qsa_cli.geometry import IDX_DIM, IDX_HEADS, TAIL_BONUS, Call, GeometryError, max_blocks, window_steps
 from qsa_cli.inputs import SCORE_POISON_BITS, ScorerInputs, rng_for, synthetic_scorer_inputs
+from qsa_cli.model import scores as scores_model
 from qsa_cli.model.scores import (
     butterfly_sum,
     first_difference,
@@ -204,6 +205,35 @@ def test_lane_partials_traps(seed: int) -> None:
     assert canon(got) == canon(partials_ref(keys, q))
 
 
+def edge_traps(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Traps whose correct fma is subnormal, or is +-FLT_MAX beside the overflow threshold (a double rounding
+    gives the wrong subnormal, or inf / the float below max): a*b = +-half ulp(c) * (1 - i^2 2^-46)."""
+    i = rng.integers(1, 64, n)
+    sub = rng.random(n) < 0.5
+    c_sign, ab_sign = rng.choice([-1.0, 1.0], (2, n))
+    c = np.where(sub, np.ldexp(2.0 * rng.integers(1 << 20, 1 << 22, n) + 1, -149), F32_MAX) * c_sign
+    a = np.ldexp(1 + i * 2.0**-23, np.where(sub, -75, 52))  # half ulp(c) = 2^-150 or 2^103
+    b = np.ldexp(1 - i * 2.0**-23, np.where(sub, -75, 51)) * c_sign * ab_sign
+    return a.astype(F32), b.astype(F32), c.astype(F32)
+
+
+@pytest.mark.parametrize("seed", [43, 44])
+def test_lane_partials_traps_at_range_edges(seed: int) -> None:
+    """The fast path's midpoint test also catches the subnormal grid's midpoints and the overflow threshold."""
+    rows = 24
+    a, b, c = (x.reshape(rows, 32) for x in edge_traps(rng_for(seed), rows * 32))
+    want = np.array([fma_ref(*t) for t in zip(a.ravel(), b.ravel(), c.ravel())], F32).reshape(rows, 32)
+    with np.errstate(over="ignore"):
+        naive = (a.astype(np.float64) * b + c).astype(F32)
+    assert np.all(naive.view(np.uint32) != want.view(np.uint32))  # every case is a trap
+    assert canon(fma_f32(a, b, c)) == canon(want)
+    zeros = np.zeros_like(a)
+    keys = np.stack([a, c, zeros, zeros], -1).reshape(rows, IDX_DIM)  # p = c * 1, then fma(a, b, c), then + 0
+    qs = np.stack([b, np.ones_like(b), np.ones_like(b), np.ones_like(b)], -1).reshape(rows, IDX_DIM)
+    got = lane_partials(keys, qs)[np.arange(rows), np.arange(rows)]  # row r's keys against its own query
+    assert canon(got) == canon(want), f"seed {seed}"
+
+
 @pytest.mark.parametrize("seed", [51, 52, 53])
 def test_lane_partials_match_fma_steps(seed: int) -> None:
     rng = rng_for(seed)
@@ -352,6 +382,21 @@ def test_scores_match_slow_reference(kind: str, seed: int) -> None:
             inp = adversarial_inputs(rng, ctx, nq, ctx + 8)
         else:
             inp = synthetic_scorer_inputs(Call(ctx, nq, ctx + 8), seed)
+        want = scores_ref(inp)
+        for order in ("butterfly", "halve"):
+            got = score_blocks(inp, order)
+            assert got.tobytes() == want.tobytes(), (seed, ctx, nq, order, first_difference(got, want, inp.steps))
+
+
+@pytest.mark.parametrize("blocks_per_chunk", [1, 3])
+@pytest.mark.parametrize("seed", [105])
+def test_chunks_split_the_window(blocks_per_chunk: int, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiny chunks put the window's queries' n_bid (dead key, tail bonus) in different chunks."""
+    rng = rng_for(seed, blocks_per_chunk)
+    for nq, tail in [(3, 2), (6, 1), (8, 3)]:
+        ctx = int(rng.integers(4, 9)) * 4 + tail + nq
+        inp = adversarial_inputs(rng, ctx, nq, ctx + 12)
+        monkeypatch.setattr(scores_model, "_CHUNK_PARTIALS", blocks_per_chunk * nq * IDX_HEADS * 32)
         want = scores_ref(inp)
         for order in ("butterfly", "halve"):
             got = score_blocks(inp, order)
