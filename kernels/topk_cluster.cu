@@ -12,17 +12,37 @@
 //     thr exactly when, at the first pass where its digit differs from thr's, its digit is higher (the
 //     pass's histogram counts it there), and at thr when it matches all four digits. CTA r writes its
 //     selected cells ascending from (cells above in CTAs < r) + min(cells at thr in CTAs < r, budget).
-#include <cooperative_groups.h>
-
 #include "qsa_common.cuh"
 
 // Threads of a CTA; qsa_cli/launch/topk_cluster.py launches with the same and checks them against the
 // compiled kernel's maximum (set by __launch_bounds__).
 #define CLUSTER_THREADS 1024
 
-namespace cg = cooperative_groups;
-
 namespace {
+
+// The three cluster operations, as PTX (what cooperative_groups' cluster_group lowers to), so the
+// kernel needs no toolkit header and compiles wherever NVRTC runs.
+__device__ __forceinline__ unsigned cluster_cta_rank() {
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    return rank;
+}
+
+// Every thread of every CTA of the cluster arrives (release) and waits (acquire): shared-memory
+// writes before it are visible to all the cluster's CTAs after it.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive;\n\tbarrier.cluster.wait;" ::: "memory");
+}
+
+// Word `i` of the shared array `own` as it lies in CTA `rank` of the cluster (distributed shared memory).
+__device__ __forceinline__ unsigned cluster_load(const unsigned* own, unsigned rank, int i) {
+    unsigned long long local;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(local) : "l"(own + i));
+    unsigned remote, value;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(static_cast<unsigned>(local)), "r"(rank));
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(value) : "r"(remote) : "memory");
+    return value;
+}
 
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr unsigned kDigitMask = QSA_RADIX_BINS - 1u;
@@ -54,8 +74,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     __shared__ unsigned warp_above[kWarps], warp_at[kWarps];
     __shared__ unsigned sel[kSelSlots];
 
-    const cg::cluster_group cluster = cg::this_cluster();
-    const int rank = static_cast<int>(cluster.block_rank()), q = blockIdx.y;
+    const int rank = static_cast<int>(cluster_cta_rank()), q = blockIdx.y;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
     const int* st = steps + q * QSA_STEP_INTS;
     const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
@@ -105,7 +124,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         }
         if (tid == 0 && tail != 0 && 0 <= tail_at && tail_at < n && (keys[tail_at] & mask) == thr)
             atomicAdd(&own[(keys[tail_at] >> shift) & kDigitMask], tail);
-        cluster.sync();  // every CTA's histogram of this pass is complete and visible
+        cluster_sync();  // every CTA's histogram of this pass is complete and visible
 
         // Thread t < 256 sums bin t over the cluster (and over the CTAs before this one), then a suffix
         // scan gives the cells at digits >= t. The digit rule's d is the largest t in 1..255 with
@@ -115,7 +134,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         if (tid < QSA_RADIX_BINS) {
 #pragma unroll
             for (int r = 0; r < QSA_CLUSTER_CTAS; ++r) {
-                const unsigned h = cluster.map_shared_rank(own, r)[tid];
+                const unsigned h = cluster_load(own, r, tid);
                 total += h;
                 if (r < rank) before += h;
             }
@@ -189,5 +208,5 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         above_before += chunk & kHalfMask;
         at_before += chunk >> kHalfBits;
     }
-    cluster.sync();  // no CTA leaves while another may still read its histograms
+    cluster_sync();  // no CTA leaves while another may still read its histograms
 }

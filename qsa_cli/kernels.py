@@ -130,47 +130,24 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def _cuda_include_dirs() -> list[str]:
-    """Folders holding the CUDA toolkit headers (``cooperative_groups.h``) that NVRTC does not search itself.
-
-    CuPy's RawModule adds these on its own; compiling through NVRTC directly, we look where CuPy does:
-    CUDA_PATH / the toolkit CuPy found, then the headers of the ``nvidia-*`` wheels beside CuPy.
-    """
-    import cupy
-
-    roots: list[Path] = []
-    try:
-        from cupy import _environment
-
-        cuda_path = _environment.get_cuda_path()
-        if cuda_path:
-            roots.append(Path(cuda_path) / "include")
-    except Exception:  # a private helper: fall through to the other places
-        pass
-    roots += [Path(os.environ[v]) / "include" for v in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(v)]
-    roots.append(Path("/usr/local/cuda/include"))
-    site = Path(cupy.__file__).resolve().parent.parent
-    roots += sorted(site.glob("nvidia/*/include"))
-    return list(dict.fromkeys(str(r) for r in roots if (r / "cooperative_groups.h").is_file()))[:1]
-
-
 def _compile(source: str, names: tuple[str, ...], arch: str) -> tuple[bytes, dict[str, str]]:
     """NVRTC through CuPy's compiler helper, with exactly COMPILE_OPTIONS.
 
     Not ``cupy.RawModule(code=...)``: that appends ``-ftz=true`` to every compile, flushing subnormal
     results to zero, which changes the bits of the scorer's products and of the top-k's ``score + 0.0f``
-    on tiny values (the engine is built by nvcc, whose default is ``-ftz=false``).
+    on tiny values (the engine is built by nvcc, whose default is ``-ftz=false``). The kernels include
+    no toolkit header (the cluster kernel writes its three cluster operations in PTX), so NVRTC needs
+    no include path and the sources compile wherever CuPy's NVRTC runs.
     """
     import cupy
     from cupy.cuda import compiler
 
     text = source_text(source)
-    options = COMPILE_OPTIONS + tuple(f"-I{d}" for d in _cuda_include_dirs())
-    key = hashlib.sha256("\0".join([text, *options, *names, arch, cupy.__version__]).encode()).hexdigest()
+    key = hashlib.sha256("\0".join([text, *COMPILE_OPTIONS, *names, arch, cupy.__version__]).encode()).hexdigest()
     binary_path, names_path = cache_dir() / f"{key}.bin", cache_dir() / f"{key}.json"
     if binary_path.is_file() and names_path.is_file():
         return binary_path.read_bytes(), json.loads(names_path.read_text())
-    binary, lowered = compiler.compile_using_nvrtc(text, options, name_expressions=list(names),
+    binary, lowered = compiler.compile_using_nvrtc(text, COMPILE_OPTIONS, name_expressions=list(names),
                                                   filename=source)
     binary = binary if isinstance(binary, bytes) else binary.encode()
     lowered = dict(lowered or {})

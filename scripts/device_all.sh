@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The full device run: GPU tests, selftests, every benchmark of docs/benchmarks.md, the CI gate round
 # trip and the plot, with the card's clocks recorded. Never locks or changes the clocks.
-# Results: $OUT/log.txt and $OUT/records.tar.gz (one JSON record per command). Usage: bash scripts/device_all.sh [quick]
+# Results: $OUT/log.txt and $OUT/records.tar.gz (one JSON record per command).
+# Usage: bash scripts/device_all.sh [quick | no-scores]   (quick: tests and selftests only)
 set -uo pipefail
 out="${OUT:-device_out}"
 rec="$out/records"
@@ -16,7 +17,7 @@ step "GPU tests"; python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests 2>&1
 step "selftest"; qsa selftest --require-gpu --json "$rec/selftest.json"
 step "topk-parity --selftest"; qsa topk-parity --selftest --json "$rec/topk-selftest.json"
 if [ "${1:-}" != quick ]; then
-  for ctx in 32768 131072 420000 524288; do for q in 1 3 4 6 8; do
+  [ "${1:-}" != no-scores ] && for ctx in 32768 131072 420000 524288; do for q in 1 3 4 6 8; do
     step "select-bench $ctx $q"; qsa select-bench $ctx $q 50 524288 --json "$rec/scores-$ctx-$q.json" | tail -8
   done; done
   for ctx in 9000 131072 420000 524288 1048576; do for q in 1 3 6 8; do
