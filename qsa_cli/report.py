@@ -239,7 +239,7 @@ def tables(record: RunRecord) -> list[Table]:
 
 def _value(name: str, value: Any) -> str:
     if name.endswith("_bytes") and isinstance(value, int):
-        return f"{value / 2**20:,.0f} MiB"
+        return f"{value / 2**20:,.0f} MiB" if value >= 2**20 else f"{value / 2**10:,.0f} KiB"
     return MISSING if value is None else str(value)
 
 

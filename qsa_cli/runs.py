@@ -348,8 +348,10 @@ def window_bench(s: Session, call: Call, iters: int) -> StageOutcome:
     from .stages import window as window_stage
 
     available = topk_variants(s)
-    pairs = tuple(p for p in window_stage.PAIRS if p[1] in available)
-    s.record.settings["dispatch"] = _dispatch_summary(s, "decode")
+    summary = _dispatch_summary(s, "decode")
+    dispatched = (summary["scores"], summary["topk"])  # what the engine replays on this card
+    pairs = tuple(dict.fromkeys(p for p in (*window_stage.PAIRS, dispatched) if p[1] in available))
+    s.record.settings["dispatch"] = summary
     inputs = scorer_inputs(call, s.settings.seed)
     return s.take(window_stage.run_window(inputs, s.measurer(iters), pairs))
 
