@@ -135,7 +135,7 @@ def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
         console.print(table)
     console.print(report.clocks_line(record))
     if opts["markdown"]:
-        console.print(report.markdown(record), markup=False, highlight=False)
+        click.echo(report.markdown(record))  # plain: a console would wrap the lines
     if opts["json_path"]:
         record.write(opts["json_path"])
     failed = [p for p in record.parity if not p.equal]
@@ -347,20 +347,22 @@ def window_bench(args: tuple[str, ...], **opts: Any) -> int:
 @cli.command("report")
 @click.argument("paths", nargs=-1, required=True, metavar="FILE...")
 @click.option("--markdown", is_flag=True, help="Print pull-request markdown instead of tables.")
-def report_cmd(paths: tuple[str, ...], markdown: bool) -> int:
+@click.option("--merge", is_flag=True, help="Render the runs as one (same device): one table across them.")
+def report_cmd(paths: tuple[str, ...], markdown: bool, merge: bool) -> int:
     """Re-render saved result records."""
     from rich.console import Console
 
     from . import report
-    from .results import load_record
+    from .results import load_record, merge_records
 
+    records = [load_record(path) for path in paths]
+    named = [("merged", merge_records(records))] if merge else list(zip(paths, records))
     console = Console()
-    for path in paths:
-        record = load_record(path)
+    for name, record in named:
         if markdown:
-            console.print(report.markdown(record), markup=False, highlight=False)
+            click.echo(report.markdown(record))  # plain: a console would wrap the lines
             continue
-        console.print(f"[bold]{path}[/bold]: {record.command} ({record.created})", highlight=False)
+        console.print(f"[bold]{name}[/bold]: {record.command} ({record.created})", highlight=False)
         for table in report.tables(record):
             console.print(table)
         console.print(report.clocks_line(record))

@@ -23,7 +23,6 @@ import itertools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -305,11 +304,10 @@ def _thresholds(r: _Reader, stage: str, node: Any) -> Thresholds:
 
 
 def shipped_dir() -> Path:
-    """``configs/`` beside the package in a checkout, else the copy the wheel carries."""
-    checkout = Path(__file__).resolve().parent.parent / "configs"
-    if checkout.is_dir():
-        return checkout
-    return Path(str(resources.files("qsa_cli.config_files")))
+    """The copy of ``configs/`` an installed wheel carries (``qsa_cli/config_files``), else the checkout's."""
+    here = Path(__file__).resolve().parent
+    installed = here / "config_files"
+    return installed if installed.is_dir() else here.parent / "configs"
 
 
 def shipped_configs() -> list[str]:

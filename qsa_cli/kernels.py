@@ -15,7 +15,6 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +32,12 @@ class KernelError(RuntimeError):
 
 
 def kernel_dir() -> Path:
-    """``kernels/`` beside the package in a checkout, else the copy the wheel carries."""
-    checkout = Path(__file__).resolve().parent.parent / "kernels"
-    if (checkout / "qsa_common.cuh").is_file():
-        return checkout
-    installed = Path(str(resources.files("qsa_cli.kernel_src")))
-    if (installed / "qsa_common.cuh").is_file():
-        return installed
-    raise KernelError(f"kernel sources not found (looked in {checkout} and {installed})")
+    """The copy of ``kernels/`` an installed wheel carries (``qsa_cli/kernel_src``), else the checkout's."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "kernel_src", here.parent / "kernels"):
+        if (candidate / "qsa_common.cuh").is_file():
+            return candidate
+    raise KernelError(f"kernel sources not found (looked in {here / 'kernel_src'} and {here.parent / 'kernels'})")
 
 
 def source_files() -> list[Path]:

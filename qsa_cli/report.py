@@ -423,4 +423,5 @@ def markdown(record: RunRecord) -> str:
         lines += ["Contexts in cells: " + ", ".join(loose) + ".", ""]
     if any(m.throttled for m in record.measurements):
         lines += [f"{THROTTLED_NOTE}.", ""]
+    lines += [f"{note}." for note in record.notes]
     return "\n".join(lines).rstrip() + "\n"

@@ -175,3 +175,29 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
+
+
+def merge_records(records: list[RunRecord]) -> RunRecord:
+    """Many runs of one device as one record (e.g. a benchmark table built from one command per case).
+
+    Refuses runs of different devices or backends; runs of different kernel sources are merged with a
+    note naming each hash, since a table of them compares more than one version.
+    """
+    first = records[0]
+    for r in records[1:]:
+        if (r.backend, r.device.get("name"), r.device.get("compute_capability")) != (
+            first.backend, first.device.get("name"), first.device.get("compute_capability")):
+            raise InputError(f"cannot merge runs of {first.device.get('name', first.backend)} and "
+                             f"{r.device.get('name', r.backend)}")
+    merged = RunRecord.from_dict(first.to_dict())
+    merged.command, merged.argv = "report", []
+    merged.notes = [f"merged from {len(records)} runs, the first: `qsa {' '.join(first.argv)}`"]
+    hashes = sorted({r.kernel_source_hash for r in records})
+    if len(hashes) > 1:
+        merged.notes.append("kernel sources differ between the merged runs: " + ", ".join(h[:12] for h in hashes))
+    for r in records[1:]:
+        merged.measurements += r.measurements
+        merged.parity += r.parity
+        merged.thresholds += r.thresholds
+    merged.created = max(r.created for r in records)
+    return merged

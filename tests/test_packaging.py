@@ -23,3 +23,21 @@ def test_kernel_sources_and_configs_are_package_data():
     assert {"*.cu", "*.cuh"} <= set(config["qsa_cli.kernel_src"])
     assert list(ROOT.glob("kernels/*.cu")) and list(ROOT.glob("configs/*.yaml"))
     assert config["qsa_cli.config_files"] == ["*.yaml"]
+
+
+def test_installed_layout_finds_its_kernels_and_configs(tmp_path):
+    """As a wheel lays it out: qsa_cli/ with kernel_src/ and config_files/ inside, no checkout beside it."""
+    import shutil
+    import subprocess
+
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "qsa_cli", site / "qsa_cli", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "kernels", site / "qsa_cli" / "kernel_src")
+    shutil.copytree(ROOT / "configs", site / "qsa_cli" / "config_files")
+    code = ("from qsa_cli import kernels, config; print(kernels.kernel_dir()); print(config.shipped_dir()); "
+            "print(len(kernels.source_text('topk.cu')) > 0, config.shipped_configs())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(site)},
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == str(site / "qsa_cli" / "kernel_src")
+    assert out[1] == str(site / "qsa_cli" / "config_files")
+    assert out[2] == "True ['ci', 'selftest', 'sm75-decode']"

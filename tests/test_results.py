@@ -3,7 +3,7 @@ import json
 import pytest
 
 from qsa_cli.inputs import InputError
-from qsa_cli.results import SCHEMA_VERSION, Measurement, ParityCheck, RunRecord, case_key, load_record
+from qsa_cli.results import SCHEMA_VERSION, Measurement, ParityCheck, RunRecord, case_key, load_record, merge_records
 
 
 def _record(rng) -> RunRecord:
@@ -59,3 +59,16 @@ def test_failed_parity_fails_the_record(rng):
     r = _record(rng)
     r.parity.append(ParityCheck("scores", {}, "halve", "cpu-model", False, "query 0 block 3"))
     assert not r.passed
+
+
+def test_merge_records(rng):
+    a, b = _record(rng), _record(rng)
+    b.measurements[0].case = {**b.measurements[0].case, "ctx": 131072}
+    b.kernel_source_hash = "f" * 64
+    merged = merge_records([a, b])
+    assert len(merged.measurements) == 2 and len(merged.parity) == 2
+    assert "merged from 2 runs" in merged.notes[0] and "kernel sources differ" in merged.notes[1]
+    other = _record(rng)
+    other.device = {"name": "Another GPU", "compute_capability": "8.0"}
+    with pytest.raises(InputError, match="cannot merge"):
+        merge_records([a, other])
