@@ -403,12 +403,50 @@ def _topk_markdown(record: RunRecord, index: Index) -> list[str]:
     return out
 
 
+STAGE_TITLES = {
+    scores_stage.STAGE: "Scorer, every variant",
+    topk_stage.STAGE: "Top-k, every variant",
+    window_stage.STAGE: "Window (scores then top-k as one CUDA graph), every pair",
+}
+
+
+def _variants_markdown(record: RunRecord, index: Index, stage: str) -> list[str]:
+    """One row per case, one column per variant measured (median µs), grouped like the seed's tables;
+    the scorer's rows add the new kernel's ratio to the read floor."""
+    cases = stage_cases(record, stage)
+    variants = list(dict.fromkeys(m.variant for m in record.measurements if m.stage == stage))
+    if not variants:
+        return []
+    ratio = stage == scores_stage.STAGE and scores_stage.READ_FLOOR in variants and scores_stage.NEW in variants
+    out: list[str] = []
+    for (kind, capacity, l2), group in _groups(cases, ("kind", "capacity", "l2")).items():
+        with_set = any(c.get("score_set") for c in group.values())
+        head = ["context", "queries", *(["score set"] if with_set else []), *variants,
+                *(["new / read floor"] if ratio else [])]
+        rows = []
+        for key, case in sorted(group.items(), key=lambda kc: (kc[1]["ctx"], kc[1]["nq"], kc[1].get("score_set", ""))):
+            row = [context_label(case["ctx"]), str(case["nq"]), *([case.get("score_set", "")] if with_set else [])]
+            row += [_time(index.get((key, v))) for v in variants]
+            if ratio:
+                row.append(_ratio(index.get((key, scores_stage.NEW)), index.get((key, scores_stage.READ_FLOOR)), "{:.2f}"))
+            rows.append(row)
+        out += [f"### {STAGE_TITLES[stage]}: a {kind} call, median µs, capacity {capacity}, L2 {l2}", ""]
+        out += _md_table(head, rows) + [""]
+    return out
+
+
 def markdown(record: RunRecord) -> str:
-    """The run as pull-request markdown in the seed's style: µs for the scorer, ms for the top-k."""
+    """The run as pull-request markdown in the seed's style (µs for the scorer, ms for the top-k), then
+    every variant's medians per case."""
     index = measurement_index(record)
     lines = [_header(record), ""]
     lines += _scores_markdown(record, index)
     lines += _topk_markdown(record, index)
+    for stage in STAGE_TITLES:
+        lines += _variants_markdown(record, index, stage)
+    windows = [p for p in record.parity if p.stage == window_stage.STAGE]
+    if windows:
+        lines += [_parity_summary(windows, "Identical ids after the replays, every pair against the CPU oracle"), ""]
     broken = [t for t in record.thresholds if not t.passed]
     if broken:
         t = broken[0]

@@ -212,3 +212,16 @@ def test_info_tables() -> None:
     assert row_of(dispatch, "decode")[:3] == ["decode", "multi", "cluster"]
     info.clocks = None
     assert row_of(text(report.info_tables(info)[0]), "clocks now")[1] == "unavailable"
+
+
+def test_markdown_has_every_variant_table_with_the_floor_ratio():
+    from qsa_cli.results import Measurement, RunRecord
+
+    r = RunRecord(command="select-bench", argv=["select-bench", "420000", "4", "5", "524288"], backend="gpu",
+                  device={"name": "NVIDIA H200", "compute_capability": "9.0"})
+    case = {"ctx": 420000, "nq": 4, "capacity": 524288, "kind": "decode", "l2": "cold"}
+    for variant, t in (("multi", 120.0), ("halve", 24.0), ("read-floor", 16.0)):
+        r.measurements.append(Measurement("scores", variant, case, [t, t, t]))
+    md = report.markdown(r)
+    assert "| context | queries | multi | halve | read-floor | new / read floor |" in md
+    assert "| 420K | 4 | 120.0 | 24.0 | 16.0 | 1.50 |" in md
