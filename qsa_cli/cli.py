@@ -127,6 +127,7 @@ def _open(opts: dict[str, Any], command: str, config: Any = None) -> Any:
 
 def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
     from rich.console import Console
+    from rich.markup import escape
 
     from . import report
 
@@ -140,7 +141,7 @@ def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
         record.write(opts["json_path"])
     failed = [p for p in record.parity if not p.equal]
     for p in failed[:5]:
-        console.print(f"[red]DIFFERS[/red] {p.key}: {p.subject} vs {p.against}: {p.detail}", highlight=False)
+        console.print(f"[red]DIFFERS[/red] {escape(f'{p.key}: {p.subject} vs {p.against}: {p.detail}')}", highlight=False)
     console.print("[green]PASS[/green]" if not failed else f"[red]FAIL[/red] ({len(failed)} checks differ)")
     return EXIT_PARITY if failed else 0
 
@@ -268,7 +269,7 @@ def _finish_selftest(record: Any, rows: list[Any], opts: dict[str, Any]) -> int:
     console.print(table)
     for r in rows:
         if r.detail:
-            console.print(f"{r.check}: {r.detail}", highlight=False)
+            console.print(f"{r.check}: {r.detail}", highlight=False, markup=False)
     if opts.get("json_path"):
         record.write(opts["json_path"])
     failed = [r for r in rows if r.passed is False]

@@ -92,12 +92,12 @@ def session(
     if not s.on_gpu:
         yield s
         return
-    import cupy
-
     from .clocks import ClockMonitor, lock_clocks
     from .device import require
 
-    found = require(settings.device_id)
+    found = require(settings.device_id)  # a one-line NoDeviceError before anything imports CuPy
+    import cupy
+
     record.device = found.info
     monitor = ClockMonitor.for_pci_bus_id(found.info["pci_bus_id"])
     record.device["nvml"] = monitor.device_info()

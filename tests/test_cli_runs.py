@@ -1,0 +1,101 @@
+"""The commands end to end on the CPU backend (the exact models): records, dumps, replays, reports, gate."""
+
+import json
+
+import numpy as np
+import pytest
+
+from qsa_cli.cli import main
+from qsa_cli.geometry import Call
+from qsa_cli.inputs import save_npz_atomic, synthetic_scorer_inputs, synthetic_scores
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+def test_select_bench_cpu_writes_record_and_dump(capsys, tmp_path):
+    js, dump = tmp_path / "r.json", tmp_path / "d.npz"
+    code, out, err = run(capsys, "select-bench", "9003", "5", "2", "16384", "--backend", "cpu",
+                         "--json", str(js), "--dump", str(dump), "--markdown")
+    assert code == 0, err
+    assert "PASS" in out and "| context | queries | before | after |" in out
+    record = json.loads(js.read_text())
+    assert record["schema"] == "qsa.run" and record["backend"] == "cpu"
+    variants = {m["variant"] for m in record["measurements"]}
+    assert variants == {"multi", "halve"} and all(len(m["samples_us"]) == 2 for m in record["measurements"])
+    assert all(p["equal"] for p in record["parity"])
+    with np.load(dump) as d:
+        assert d["multi"].tobytes() == d["halve"].tobytes() == d["cpu_model"].tobytes()
+        assert d["steps"].tolist()[-1] == [9002, 9003, 2250, 2051]
+
+
+def test_select_bench_replays_an_inputs_file_with_nan_and_inf(capsys, tmp_path, rng):
+    inputs = synthetic_scorer_inputs(Call(5001, 3, 6000), int(rng.integers(1 << 30)))
+    pooled = inputs.pooled.copy()
+    pooled[7, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    path = tmp_path / "in.npz"
+    save_npz_atomic(path, pooled=pooled, dead=inputs.dead, q=inputs.q, steps=inputs.steps)
+    code, out, err = run(capsys, "select-bench", "--inputs", str(path), "--iters", "1", "--backend", "cpu")
+    assert code == 0, err and "PASS" in out
+
+
+def test_topk_parity_cpu_decode_and_prompt(capsys, tmp_path):
+    for count in ("0", "1"):
+        js = tmp_path / f"t{count}.json"
+        code, out, err = run(capsys, "topk-parity", "9001", "3", "1", "20000", count, "--backend", "cpu",
+                             "--json", str(js))
+        assert code == 0, err
+        record = json.loads(js.read_text())
+        kinds = {m["case"]["kind"] for m in record["measurements"]}
+        assert kinds == {"prompt" if count == "1" else "decode"}
+        assert {m["case"]["score_set"] for m in record["measurements"]} == {"continuous", "levels64", "equal"}
+
+
+def test_topk_parity_replays_scores_with_nan(capsys, tmp_path, rng):
+    t = synthetic_scores(Call(9001, 2, 9001), "levels64", int(rng.integers(1 << 30)))
+    scores = t.scores.copy()
+    scores[0, :50] = np.nan
+    scores[1, 10:20] = -np.inf
+    path, dump = tmp_path / "s.npz", tmp_path / "ids.npz"
+    save_npz_atomic(path, scores=scores, steps=t.steps)
+    code, out, err = run(capsys, "topk-parity", "--inputs", str(path), "--iters", "1", "--count", "0",
+                         "--backend", "cpu", "--dump", str(dump))
+    assert code == 0, err
+    with np.load(dump) as d:
+        assert d["given__split"].tobytes() == d["given__cpu_oracle"].tobytes()
+
+
+def test_report_and_gate_on_saved_cpu_records(capsys, tmp_path):
+    js = tmp_path / "r.json"
+    assert run(capsys, "select-bench", "4099", "2", "5", "8192", "--backend", "cpu", "--json", str(js))[0] == 0
+    code, out, _ = run(capsys, "report", str(js))
+    assert code == 0 and "Scorer" in out and "clocks: not recorded (CPU backend)" in out
+    code, out, _ = run(capsys, "report", "--markdown", str(js))
+    assert code == 0 and out.startswith("**CPU backend")
+    junit = tmp_path / "gate.xml"
+    code, out, _ = run(capsys, "gate", "--baseline", str(js), "--results", str(js), "--junit", str(junit))
+    assert code == 0 and "GATE PASS" in out and junit.read_text().startswith("<?xml")
+    slowed = json.loads(js.read_text())
+    for m in slowed["measurements"]:
+        m["samples_us"] = [s / 10 for s in m["samples_us"]]
+    base = tmp_path / "fast-baseline.json"
+    base.write_text(json.dumps(slowed))
+    code, out, _ = run(capsys, "gate", "--baseline", str(base), "--results", str(js))
+    assert code == 1 and "SLOW" in out and "GATE FAIL" in out
+
+
+def test_selftest_without_a_device(capsys):
+    code, out, _ = run(capsys, "selftest")
+    assert code == 0 and "GPU checks" in out and "skipped" in out and "PASS" in out
+    code, out, _ = run(capsys, "selftest", "--require-gpu")
+    assert code == 1 and "FAIL" in out
+
+
+def test_gpu_backend_without_a_device_is_one_line(capsys):
+    code, out, err = run(capsys, "select-bench", "9000", "2", "5", "9000")
+    assert code == 2 and err.startswith("qsa: error: ") and len(err.strip().splitlines()) == 1
+    assert "--backend cpu" in err
