@@ -10,3 +10,23 @@ def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     seed = int(os.environ.get("QSA_TEST_SEED", abs(hash(request.node.nodeid)) % 2**31))
     print(f"seed={seed} (rerun with QSA_TEST_SEED={seed})")
     return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="session")
+def cupy():
+    """CuPy with a CUDA device, else the GPU test is skipped (never failed) on this machine."""
+    cupy = pytest.importorskip("cupy")
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver, no device: whatever CuPy raises
+        pytest.skip(f"no CUDA device ({exc})")
+    if count == 0:
+        pytest.skip("no CUDA device")
+    return cupy
+
+
+def fresh_seed() -> int:
+    """A new seed per call (``QSA_TEST_SEED`` replays one), printed so a failure can be replayed."""
+    seed = int(os.environ.get("QSA_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+    print(f"seed {seed} (QSA_TEST_SEED={seed} replays it)")
+    return seed

@@ -7,11 +7,11 @@ GPU tests (``-m gpu``) skip cleanly without cupy or a device. Each draws a fresh
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import fresh_seed
 
 from qsa_cli.geometry import HALVE_MAX_QUERIES, IDX_DIM, IDX_HEADS, MAX_QUERIES, STEP_NBID, Call, max_blocks, window_steps
 from qsa_cli.inputs import SCORE_POISON_BITS, ScorerInputs, score_poison, synthetic_scorer_inputs
@@ -22,24 +22,6 @@ from qsa_cli.model.scores import first_difference, score_blocks
 WINDOWS = [(2050, 9000), (9001, 16384), (32771, 262144), (131072, 135176), (300001, 524288), (524287, 524296)]
 ADVERSARIAL_WINDOWS = [(40003, 65536), (131077, 131100)]
 SPECIALS = ((np.nan, 0.002), (np.inf, 0.002), (-np.inf, 0.002), (0.0, 0.03), (-0.0, 0.03))  # (value, share)
-
-
-@pytest.fixture(scope="module")
-def cupy() -> Any:
-    cupy = pytest.importorskip("cupy")
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # no driver, no device: whatever CuPy raises
-        pytest.skip(f"no CUDA device ({exc})")
-    if count == 0:
-        pytest.skip("no CUDA device")
-    return cupy
-
-
-def fresh_seed() -> int:
-    seed = int(os.environ.get("QSA_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
-    print(f"seed {seed} (QSA_TEST_SEED={seed} replays it)")
-    return seed
 
 
 def sub_window(inputs: ScorerInputs, nq: int) -> ScorerInputs:

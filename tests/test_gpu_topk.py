@@ -7,11 +7,11 @@ GPU tests (``-m gpu``) skip cleanly without cupy or a device. Each draws a fresh
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import fresh_seed
 
 from qsa_cli.geometry import (
     MAX_QUERIES,
@@ -45,24 +45,6 @@ CASES = [
 # (value, share of the blocks): NaN ranks lowest, -0 ties +0, infinities at both ends
 SPECIALS = ((np.nan, 0.05), (np.inf, 0.02), (-np.inf, 0.05), (0.0, 0.2), (-0.0, 0.2), (1.0, 0.1), (-1.0, 0.1))
 SPECIAL_CASES = [(9000, 262144), (135176, 524288), (2 * CELLS_PER_CHUNK + 7, 524288)]
-
-
-@pytest.fixture(scope="module")
-def cupy() -> Any:
-    cupy = pytest.importorskip("cupy")
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # no driver, no device: whatever CuPy raises
-        pytest.skip(f"no CUDA device ({exc})")
-    if count == 0:
-        pytest.skip("no CUDA device")
-    return cupy
-
-
-def fresh_seed() -> int:
-    seed = int(os.environ.get("QSA_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
-    print(f"seed {seed} (QSA_TEST_SEED={seed} replays it)")
-    return seed
 
 
 def special_scores(call: Call, seed: int) -> TopkInputs:
