@@ -294,26 +294,37 @@ block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__
 // ---- qsa_block_topk_split: chunks of 2,048 blocks, one CTA a chunk, grid (chunks, nq), six launches ----
 // Scratch: hist [nq][passes][256] (the queries' global histograms: zero between calls, accumulated by
 // the passes, zeroed again by the emit); counts [nq][chunks] (each chunk's cells above / at thr,
-// written by the count launch; the row stride is the grid's width); select [nq][2] (thr, above,
-// written by chunk 0 of the count launch). A query with n_kv <= width, or a chunk past its n_bid,
-// takes no part in the passes and the count; the emit writes the identity.
+// written by the count launch; the row stride is the grid's width); select [nq][passes][2] (slot p:
+// the key's digits 0..p, lower digits 0, and the cells above them, written by chunk 0 of launch p + 2
+// and read by launch p + 3; slot 3 is (thr, above), which the emit reads). A query with
+// n_kv <= width, or a chunk past its n_bid, takes no part in the passes and the count; the emit writes
+// the identity. Chunk 0 (first block 0 <= n_bid) takes part in every launch of a query that selects,
+// so every slot a launch reads was written in this call, and no slot needs clearing.
 
-// The digits of passes 0..PASSES-1 (PASSES >= 1) and the cells above them, from the query's complete
-// histograms of those passes (their launches have ended), with the reference's rule: every warp
-// derives them itself. All the bins are loaded before the first digit, so their loads overlap.
-template <int PASSES>
-__device__ __forceinline__ void topk_split_prefix(const unsigned* query_hist, unsigned width, unsigned& thr,
-                                                  unsigned& mask, unsigned& above) {
-    TopkLaneBins bins[PASSES];
-#pragma unroll
-    for (int p = 0; p < PASSES; ++p) bins[p] = topk_lane_bins(query_hist + p * QSA_RADIX_BINS);
-    thr = 0;
-    mask = 0;
-    above = 0;
-#pragma unroll
-    for (int p = 0; p < PASSES; ++p) {
-        thr |= qsa_radix_digit(bins[p], above, width) << topk_shift(p);
-        mask |= TOPK_DIGIT_MASK << topk_shift(p);
+// Launch k (k = 1..4: passes 1-3, the count) derives digit k - 1 with the reference's rule from the
+// query's complete histogram k - 1 (its launch has ended) and the digits 0..k-2 and the cells above
+// them that launch k - 1 derived the same way and left in select slot k - 2 (none when k = 1): the
+// reference's recursion, each step computed once per launch and passed on, so thr and above are the
+// reference's by induction. Warp-collective: ONE warp of the CTA calls it and leaves (thr, above) in
+// shared memory for the others; chunk 0 also stores them in slot k - 1. The bins and the slot are
+// loaded at once. Launch k writes only slot k - 1 while its CTAs read slot k - 2: no race.
+template <int DIGIT>
+__device__ __forceinline__ void topk_split_next_digit(const unsigned* query_hist, unsigned* query_select,
+                                                      unsigned width, unsigned* thr_above, bool publish) {
+    const TopkLaneBins bins = topk_lane_bins(query_hist + DIGIT * QSA_RADIX_BINS);
+    unsigned thr = 0, above = 0;
+    if constexpr (DIGIT > 0) {
+        thr = query_select[2 * (DIGIT - 1)];
+        above = query_select[2 * (DIGIT - 1) + 1];
+    }
+    thr |= qsa_radix_digit(bins, above, width) << topk_shift(DIGIT);
+    if (threadIdx.x % QSA_WARP == 0) {
+        thr_above[0] = thr;
+        thr_above[1] = above;
+        if (publish) {
+            query_select[2 * DIGIT] = thr;
+            query_select[2 * DIGIT + 1] = above;
+        }
     }
 }
 
@@ -328,15 +339,18 @@ __device__ __forceinline__ void topk_split_load(const float* srow, int first, in
     }
 }
 
-// Launches 1-4: pass PASS. The CTA derives the prefix, builds its chunk's histogram (a histogram per
-// warp, lanes of one digit adding as one, as in the wide kernel) and adds it into the query's.
+// Launches 1-4: pass PASS. Warp 0 derives digit PASS - 1 (topk_split_next_digit) while every thread's
+// score loads are in flight; one barrier shares it. The CTA builds its chunk's histogram (a histogram
+// per warp, lanes of one digit adding as one, as in the wide kernel; a warp-iteration where no lane's
+// block matches the prefix adds nothing and skips the match) and adds its nonzero bins into the query's.
 template <int PASS>
 __global__ void __launch_bounds__(TOPK_SPLIT_THREADS)
 block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* /*ids*/,
                              int /*nq: the grid*/, int max_blocks, int /*active_blocks: the grid*/,
-                             unsigned* __restrict__ hist) {
+                             unsigned* __restrict__ hist, unsigned* __restrict__ select) {
     constexpr int WARPS = TOPK_SPLIT_THREADS / QSA_WARP;
     __shared__ unsigned warp_hist[WARPS][QSA_RADIX_BINS];
+    __shared__ unsigned thr_above[2];
     const int q = blockIdx.y, first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
     const int* st = steps + q * QSA_STEP_INTS;
@@ -347,11 +361,19 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
     topk_split_load(scores + static_cast<size_t>(q) * max_blocks, first, n_bid, s);
     unsigned* query_hist = hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST;
 
-    unsigned thr = 0, mask = 0, above = 0;
-    if constexpr (PASS > 0) topk_split_prefix<PASS>(query_hist, width, thr, mask, above);
     unsigned* own = warp_hist[warp];
     for (int i = lane; i < QSA_RADIX_BINS; i += QSA_WARP) own[i] = 0;
-    __syncwarp();
+    unsigned thr = 0, mask = 0;  // digits 0..PASS-1 and their bits
+    if constexpr (PASS > 0) {
+        if (warp == 0)
+            topk_split_next_digit<PASS - 1>(query_hist, select + static_cast<size_t>(q) * 2 * QSA_RADIX_PASSES,
+                                            width, thr_above, blockIdx.x == 0);
+        __syncthreads();  // thr_above, and every warp's zeroed histogram
+        thr = thr_above[0];
+        mask = 0xffffffffu << topk_shift(PASS - 1);
+    } else {
+        __syncwarp();
+    }
     const int shift = topk_shift(PASS);
 #pragma unroll
     for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
@@ -364,8 +386,10 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
             digit = (key >> shift) & TOPK_DIGIT_MASK;
         }
         const bool complete = hit && b < n_bid;  // R cells; the tail adds its own weight below
-        const unsigned peers = __match_any_sync(TOPK_FULL_MASK, complete ? digit : QSA_RADIX_BINS);
-        if (complete && lane == __ffs(peers) - 1) atomicAdd(&own[digit], __popc(peers) * QSA_BLOCK_CELLS);
+        if (__any_sync(TOPK_FULL_MASK, complete)) {  // warp-uniform: the whole warp matches or none
+            const unsigned peers = __match_any_sync(TOPK_FULL_MASK, complete ? digit : QSA_RADIX_BINS);
+            if (complete && lane == __ffs(peers) - 1) atomicAdd(&own[digit], __popc(peers) * QSA_BLOCK_CELLS);
+        }
         if (hit && b == n_bid) {
             const unsigned tail = qsa_block_weight(b, n_kv, n_bid);
             if (tail != 0) atomicAdd(&own[digit], tail);
@@ -385,20 +409,23 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
 static_assert(QSA_RADIX_PASSES == 4, "one instantiation per radix pass");
 #define TOPK_SPLIT_PASS(P)                                                                                  \
     template __global__ void block_topk_split_pass_kernel<P>(const float* __restrict__, const int* __restrict__, \
-                                                             int*, int, int, int, unsigned* __restrict__);
+                                                             int*, int, int, int, unsigned* __restrict__,       \
+                                                             unsigned* __restrict__);
 TOPK_SPLIT_PASS(0)
 TOPK_SPLIT_PASS(1)
 TOPK_SPLIT_PASS(2)
 TOPK_SPLIT_PASS(3)
 #undef TOPK_SPLIT_PASS
 
-// Launch 5: thr and above from the four complete histograms; each chunk's cells above / at thr.
+// Launch 5: warp 0 derives digit 3, so thr and above (topk_split_next_digit; chunk 0 leaves them in
+// select slot 3 for the emit), while the score loads are in flight; each chunk's cells above / at thr.
 __global__ void __launch_bounds__(TOPK_SPLIT_THREADS)
 block_topk_split_count_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* /*ids*/,
                               int /*nq: the grid*/, int max_blocks, int /*active_blocks: the grid*/,
                               const unsigned* __restrict__ hist, topk_counts* __restrict__ counts,
                               unsigned* __restrict__ select) {
     __shared__ topk_counts warp_sums[TOPK_SPLIT_THREADS / QSA_WARP];
+    __shared__ unsigned thr_above[2];
     const int q = blockIdx.y, first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
     const int* st = steps + q * QSA_STEP_INTS;
@@ -408,8 +435,12 @@ block_topk_split_count_kernel(const float* __restrict__ scores, const int* __res
     float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
     topk_split_load(scores + static_cast<size_t>(q) * max_blocks, first, n_bid, s);
 
-    unsigned thr, mask, above;
-    topk_split_prefix<QSA_RADIX_PASSES>(hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST, width, thr, mask, above);
+    if (warp == 0)
+        topk_split_next_digit<QSA_RADIX_PASSES - 1>(hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST,
+                                                    select + static_cast<size_t>(q) * 2 * QSA_RADIX_PASSES, width,
+                                                    thr_above, blockIdx.x == 0);
+    __syncthreads();
+    const unsigned thr = thr_above[0];
     topk_counts mine = 0;
 #pragma unroll
     for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
@@ -427,17 +458,15 @@ block_topk_split_count_kernel(const float* __restrict__ scores, const int* __res
         topk_counts chunk = 0;
         for (int w = 0; w < TOPK_SPLIT_THREADS / QSA_WARP; ++w) chunk += warp_sums[w];
         counts[static_cast<size_t>(q) * gridDim.x + blockIdx.x] = chunk;
-        if (blockIdx.x == 0) {
-            select[2 * q] = thr;
-            select[2 * q + 1] = above;
-        }
     }
 }
 
 // Launch 6: the emit. The chunk starts at the cells above thr in the chunks before it plus
 // min(cells at thr before it, budget); inside it, thread t takes 8 consecutive blocks and a
-// block-wide scan gives their rank, as in the reference's emit. Chunk 0 zeroes the query's
-// histograms (the count launch was their last reader), so the next call or graph replay starts clean.
+// block-wide scan gives their rank, as in the reference's emit; warp 0 sums the counts of the chunks
+// before and shares them through shared memory. thr and above are select slot 3 (the count's). Chunk 0
+// zeroes the query's histograms (the count launch was their last reader), so the next call or graph
+// replay starts clean.
 __global__ void __launch_bounds__(TOPK_SPLIT_THREADS)
 block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __restrict__ steps,
                              int* __restrict__ ids, int /*nq: the grid*/, int max_blocks,
@@ -446,8 +475,9 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
     // A thread's 8 consecutive keys: one pad word per 32 puts them in distinct banks across a warp.
     __shared__ unsigned keys[QSA_SPLIT_CHUNK_BLOCKS + QSA_SPLIT_CHUNK_BLOCKS / QSA_WARP];
     __shared__ topk_counts warp_sums[TOPK_SPLIT_THREADS / QSA_WARP];
+    __shared__ topk_counts chunks_before;
     const int q = blockIdx.y, chunk = blockIdx.x, first = chunk * QSA_SPLIT_CHUNK_BLOCKS;
-    const int tid = threadIdx.x, lane = tid % QSA_WARP;
+    const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
     const int* st = steps + q * QSA_STEP_INTS;
     const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
     const unsigned width = st[QSA_STEP_WIDTH];
@@ -463,18 +493,23 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
     if (first > n_bid) return;
     float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
     topk_split_load(scores + static_cast<size_t>(q) * max_blocks, first, n_bid, s);
-    const unsigned thr = select[2 * q], budget = width - select[2 * q + 1];
+    const unsigned* thr_above = select + static_cast<size_t>(q) * 2 * QSA_RADIX_PASSES + 2 * (QSA_RADIX_PASSES - 1);
+    const unsigned thr = thr_above[0], budget = width - thr_above[1];
 
-    topk_counts before = 0;  // the chunks before this one, summed by every warp
-    for (int c = lane; c < chunk; c += QSA_WARP) before += counts[static_cast<size_t>(q) * gridDim.x + c];
-    before = topk_warp_sum(before);
+    if (warp == 0) {  // the chunks before this one; read once the barrier below has passed
+        topk_counts sum = 0;
+        for (int c = lane; c < chunk; c += QSA_WARP) sum += counts[static_cast<size_t>(q) * gridDim.x + c];
+        sum = topk_warp_sum(sum);
+        if (lane == 0) chunks_before = sum;
+    }
 
 #pragma unroll
     for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {  // from the coalesced layout to the thread's range
         const int j = i * TOPK_SPLIT_THREADS + tid;
         keys[j + j / QSA_WARP] = first + j <= n_bid ? qsa_order_key(s[i]) : 0;
     }
-    __syncthreads();
+    __syncthreads();  // keys and chunks_before
+    topk_counts before = chunks_before;
     unsigned key[TOPK_SPLIT_BLOCKS_PER_THREAD], w[TOPK_SPLIT_BLOCKS_PER_THREAD];
     unsigned a = 0, t = 0;
 #pragma unroll

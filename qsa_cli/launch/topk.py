@@ -106,12 +106,14 @@ def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blo
     chunks = split_chunks(mb, active_blocks)
     hist = cupy.zeros((nq, RADIX_PASSES, RADIX_BINS), dtype=cupy.uint32)  # the queries' global histograms
     counts = cupy.zeros((nq, chunks), dtype=cupy.uint64)  # per chunk: cells above thr << 32 | cells at thr
-    select = cupy.zeros((nq, 2), dtype=cupy.uint32)  # per query: thr, above
+    # per query and pass p: the key's digits 0..p and the cells above them, passed from launch to launch
+    # (slot 3 is thr, above); each slot is written in the call before it is read, so it needs no clearing
+    select = cupy.zeros((nq, RADIX_PASSES, 2), dtype=cupy.uint32)
     grid = (chunks, nq)
     *passes, count, emit = kernels
     return TopkLaunch(
         (
-            *((k, grid, block, (*common, hist)) for k in passes),
+            *((k, grid, block, (*common, hist, select)) for k in passes),
             (count, grid, block, (*common, hist, counts, select)),
             (emit, grid, block, (*common, hist, counts, select)),
         ),

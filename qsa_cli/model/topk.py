@@ -209,15 +209,6 @@ def select_wide(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
 # ---- qsa_block_topk_split: chunks of 2,048 blocks, six launches -----------------------------
 
 
-def _derive(hist: np.ndarray, width: int) -> tuple[int, int]:
-    """Prefix and ``above`` from the complete histograms of the passes so far (the split CTAs' first step)."""
-    prefix, above = 0, 0
-    for pass_hist in hist:
-        d, above = digit_rule(pass_hist, above, width)
-        prefix = (prefix << RADIX_BITS) | d
-    return prefix, above
-
-
 def select_split(
     scores_row: np.ndarray,
     step: np.ndarray,
@@ -228,8 +219,9 @@ def select_split(
 
     The grid has ``ceil(blocks / chunk_blocks)`` chunks, ``blocks`` being ``active_blocks`` when a
     prompt call passes it and the score row's ``max_blocks`` otherwise; a chunk past the query's
-    ``n_bid`` does nothing. Every chunk of a launch derives the same digits from the same complete
-    histograms, so the model derives them once per launch.
+    ``n_bid`` does nothing. Launch k (passes 1-3, then the count) derives digit k - 1 from the complete
+    histogram k - 1 and the digits and ``above`` that launch k - 1 left in the ``select`` scratch (every
+    chunk of a launch derives the same, so the model derives it once per launch).
     """
     n_kv, n_bid, width = _query(step)
     blocks = active_blocks or scores_row.shape[0]
@@ -244,13 +236,17 @@ def select_split(
     chunk = np.arange(n_bid + 1) // chunk_blocks
 
     hist = np.zeros((RADIX_PASSES, RADIX_BINS), dtype=np.int64)  # the query's global histograms
+    prefix, above = 0, 0  # select's latest slot: the digits so far and the cells above them
     for p in range(RADIX_PASSES):  # launches 1-4
-        prefix, _ = _derive(hist[:p], width)
+        if p > 0:  # digit p - 1, from histogram p - 1 and the slot of launch p - 1
+            d, above = digit_rule(hist[p - 1], above, width)
+            prefix = (prefix << RADIX_BITS) | d
         match = _matches(keys, prefix, p)
         per_chunk = _weighted_bincount(chunk[match] * RADIX_BINS + _digits(keys[match], p), weights[match], grid * RADIX_BINS)
         hist[p] += per_chunk.reshape(grid, RADIX_BINS).sum(axis=0)  # each chunk's atomic adds
 
-    thr, above = _derive(hist, width)  # launch 5: count each chunk's cells above / at thr
+    d, above = digit_rule(hist[-1], above, width)  # launch 5: digit 3, then each chunk's cells above / at thr
+    thr = (prefix << RADIX_BITS) | d
     above_cells = np.where(keys > np.uint32(thr), weights, 0)
     tie_cells = np.where(keys == np.uint32(thr), weights, 0)
     chunk_above = _weighted_bincount(chunk, above_cells, grid)
