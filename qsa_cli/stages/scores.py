@@ -13,23 +13,13 @@ import numpy as np
 
 from ..inputs import ScorerInputs, score_poison
 from ..model.scores import first_difference, score_blocks, scores_hash
-from .common import Measurer, StageOutcome, bitwise_check
+from .common import Measurer, StageOutcome, bitwise_check, call_case
 
 STAGE = "scores"
 OLD, NEW = "multi", "halve"
 CPU_MODEL = "cpu-model"
 MODEL_ORDER = {"reference": "butterfly", "multi": "butterfly", "halve": "halve"}
 READ_FLOOR = "read-floor"
-
-
-def scores_case(inputs: ScorerInputs, l2: str) -> dict[str, Any]:
-    return {
-        "ctx": int(inputs.steps[:, 1].max()),
-        "nq": inputs.nq,
-        "capacity": inputs.capacity,
-        "kind": "decode",
-        "l2": l2,
-    }
 
 
 def describe_difference(steps: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
@@ -48,7 +38,7 @@ def run_scores(
     check_model: bool = True,
 ) -> StageOutcome:
     """Run ``variants`` on ``inputs``, time each, and check them bit for bit against each other and the model."""
-    case = scores_case(inputs, measurer.l2)
+    case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2)
     out = StageOutcome()
     key_bytes = inputs.key_bytes()
     if measurer.timer is None:

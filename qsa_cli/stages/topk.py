@@ -15,23 +15,12 @@ import numpy as np
 from ..geometry import SELECT_CAP
 from ..inputs import TopkInputs, id_poison
 from ..model.topk import first_difference, topk_ids
-from .common import Measurer, StageOutcome, bitwise_check
+from .common import Measurer, StageOutcome, bitwise_check, call_case
 
 STAGE = "topk"
 OLD, NEW, REFERENCE = "wide", "split", "reference"
 CPU_ORACLE = "cpu-oracle"
 ARGPARTITION = "cupy.argpartition"
-
-
-def topk_case(inputs: TopkInputs, kind: str, l2: str) -> dict[str, Any]:
-    return {
-        "ctx": int(inputs.steps[:, 1].max()),
-        "nq": inputs.nq,
-        "capacity": inputs.capacity,
-        "kind": kind,
-        "score_set": inputs.score_set,
-        "l2": l2,
-    }
 
 
 def describe_difference(steps: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
@@ -51,7 +40,8 @@ def run_topk(
     argpartition: bool = False,
 ) -> StageOutcome:
     """Run ``variants`` on ``inputs`` (a decode call when ``active_blocks`` is 0, else a prompt call)."""
-    case = topk_case(inputs, "prompt" if active_blocks else "decode", measurer.l2)
+    case = call_case(inputs.steps, inputs.capacity, "prompt" if active_blocks else "decode", measurer.l2,
+                     score_set=inputs.score_set)
     out = StageOutcome()
     if measurer.timer is None:
         for v in variants:

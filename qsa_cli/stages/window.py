@@ -7,13 +7,12 @@ CPU oracle's ids on the CPU model's scores, so a kernel whose scratch a replay l
 
 from __future__ import annotations
 
-from typing import Any
 
 from ..geometry import SELECT_CAP
 from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
 from ..model.scores import score_blocks
 from ..model.topk import topk_ids
-from .common import Measurer, StageOutcome, bitwise_check
+from .common import Measurer, StageOutcome, bitwise_check, call_case
 from .topk import describe_difference
 
 STAGE = "window"
@@ -25,11 +24,6 @@ def pair_name(scorer: str, topk: str) -> str:
     return f"{scorer}+{topk}"
 
 
-def window_case(inputs: ScorerInputs, l2: str) -> dict[str, Any]:
-    return {"ctx": int(inputs.steps[:, 1].max()), "nq": inputs.nq, "capacity": inputs.capacity,
-            "kind": "decode", "l2": l2}
-
-
 def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[tuple[str, str], ...]) -> StageOutcome:
     """Capture each pair as one graph on a non-blocking stream, time its replays, check its ids."""
     import cupy
@@ -37,7 +31,7 @@ def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[tuple[str,
     from ..launch.scores import DeviceScorerInputs, scorer_launcher
     from ..launch.topk import topk_launcher
 
-    case = window_case(inputs, measurer.l2)
+    case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2)
     out = StageOutcome()
     expected = topk_ids(TopkInputs(score_blocks(inputs, "butterfly"), inputs.steps), "oracle")
     out.outputs[CPU_ORACLE] = expected
