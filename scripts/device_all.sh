@@ -24,6 +24,9 @@ if [ "${1:-}" != quick ]; then
     cap=524288; [ $ctx -gt 524288 ] && cap=1048576
     step "topk-parity $ctx $q 50 $cap 0"; qsa topk-parity $ctx $q 50 $cap 0 --json "$rec/topk-$ctx-$q.json" | tail -10
   done; done
+  for q in 1 3 8; do  # the engine's top-k reads scores the scorer has just written: warm L2 too
+    step "topk-parity 524288 $q 50 524288 0 --l2 warm"; qsa topk-parity 524288 $q 50 524288 0 --l2 warm --json "$rec/topk-warm-524288-$q.json" | tail -10
+  done
   for ctx in 131072 420000 524288; do for q in 1 4 8; do
     step "window-bench $ctx $q"; qsa window-bench $ctx $q 50 524288 --json "$rec/window-$ctx-$q.json" | tail -8
   done; done
