@@ -18,6 +18,12 @@
 
 #define QSA_WARP 32
 
+// Threads a CTA of each top-k kernel (their __launch_bounds__; the launchers read geometry.py's copy).
+#define QSA_TOPK_REF_THREADS 256
+#define QSA_TOPK_WIDE_THREADS 1024
+#define QSA_TOPK_SPLIT_THREADS 256
+#define QSA_TOPK_CLUSTER_THREADS 1024
+
 // A step record: four int32 per query, in this order.
 #define QSA_STEP_POS 0
 #define QSA_STEP_NKV 1

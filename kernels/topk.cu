@@ -10,15 +10,12 @@
 
 // Threads of a CTA; qsa_cli/launch/topk.py launches with the same and checks them against the
 // compiled kernels' maximum (set by __launch_bounds__).
-#define TOPK_REF_THREADS 256
-#define TOPK_WIDE_THREADS 1024
-#define TOPK_SPLIT_THREADS 256
 
 #define TOPK_FULL_MASK 0xffffffffu
 #define TOPK_DIGIT_MASK (QSA_RADIX_BINS - 1u)
 #define TOPK_KEY_BITS (QSA_RADIX_BITS * QSA_RADIX_PASSES)
 #define TOPK_DIGITS_PER_LANE (QSA_RADIX_BINS / QSA_WARP)
-#define TOPK_SPLIT_BLOCKS_PER_THREAD (QSA_SPLIT_CHUNK_BLOCKS / TOPK_SPLIT_THREADS)
+#define TOPK_SPLIT_BLOCKS_PER_THREAD (QSA_SPLIT_CHUNK_BLOCKS / QSA_TOPK_SPLIT_THREADS)
 #define TOPK_SPLIT_HIST (QSA_RADIX_PASSES * QSA_RADIX_BINS)  // a query's global histograms, all passes
 
 // Cells above thr (high word) and at thr (low word) of a range of blocks: one 64-bit value, so a single
@@ -141,19 +138,19 @@ __device__ __forceinline__ void topk_identity(int* row, int n_kv, int threads) {
 // the cells of the blocks matching the prefix into one shared histogram with plain atomics and picks
 // the digit. The emit cuts blocks 0..n_bid into contiguous per-thread ranges, scans the ranges'
 // (above, at) cells across the CTA, and each thread writes its range's selected cells from its rank.
-__global__ void __launch_bounds__(TOPK_REF_THREADS)
+__global__ void __launch_bounds__(QSA_TOPK_REF_THREADS)
 block_topk_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* __restrict__ ids,
                   int /*nq: the grid*/, int max_blocks, int /*active_blocks: each CTA reads its own n_bid*/) {
     __shared__ unsigned hist[QSA_RADIX_BINS];
     __shared__ unsigned digit_above[2];
-    __shared__ topk_counts warp_sums[TOPK_REF_THREADS / QSA_WARP];
+    __shared__ topk_counts warp_sums[QSA_TOPK_REF_THREADS / QSA_WARP];
     const int q = blockIdx.x, tid = threadIdx.x;
     const int* st = steps + q * QSA_STEP_INTS;
     const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
     const unsigned width = st[QSA_STEP_WIDTH];
     int* row = ids + static_cast<size_t>(q) * QSA_SELECT_CAP;
     if (n_kv <= static_cast<int>(width)) {
-        topk_identity(row, n_kv, TOPK_REF_THREADS);
+        topk_identity(row, n_kv, QSA_TOPK_REF_THREADS);
         return;
     }
     const float* srow = scores + static_cast<size_t>(q) * max_blocks;
@@ -161,9 +158,9 @@ block_topk_kernel(const float* __restrict__ scores, const int* __restrict__ step
     unsigned thr = 0, mask = 0, above = 0;  // thr holds the digits found so far
     for (int pass = 0; pass < QSA_RADIX_PASSES; ++pass) {
         const int shift = topk_shift(pass);
-        for (int i = tid; i < QSA_RADIX_BINS; i += TOPK_REF_THREADS) hist[i] = 0;
+        for (int i = tid; i < QSA_RADIX_BINS; i += QSA_TOPK_REF_THREADS) hist[i] = 0;
         __syncthreads();
-        for (int b = tid; b <= n_bid; b += TOPK_REF_THREADS) {
+        for (int b = tid; b <= n_bid; b += QSA_TOPK_REF_THREADS) {
             const unsigned w = qsa_block_weight(b, n_kv, n_bid);
             if (w == 0) continue;
             const unsigned key = qsa_order_key(srow[b]);
@@ -185,7 +182,7 @@ block_topk_kernel(const float* __restrict__ scores, const int* __restrict__ step
     }
 
     const unsigned budget = width - above;
-    const int blocks = n_bid + 1, per = (blocks + TOPK_REF_THREADS - 1) / TOPK_REF_THREADS;
+    const int blocks = n_bid + 1, per = (blocks + QSA_TOPK_REF_THREADS - 1) / QSA_TOPK_REF_THREADS;
     const int b0 = min(tid * per, blocks), b1 = min(b0 + per, blocks);
     unsigned a = 0, t = 0;
     for (int b = b0; b < b1; ++b) {
@@ -195,7 +192,7 @@ block_topk_kernel(const float* __restrict__ scores, const int* __restrict__ step
         if (key > thr) a += w;
         else if (key == thr) t += w;
     }
-    const topk_counts before = topk_block_scan<TOPK_REF_THREADS>(topk_pack(a, t), warp_sums).before;
+    const topk_counts before = topk_block_scan<QSA_TOPK_REF_THREADS>(topk_pack(a, t), warp_sums).before;
     unsigned at_before = topk_at(before);
     unsigned pos = topk_above(before) + min(at_before, budget);
     for (int b = b0; b < b1; ++b) {
@@ -213,10 +210,10 @@ block_topk_kernel(const float* __restrict__ scores, const int* __restrict__ step
 // tail block, whose weight differs, adds its own. The warps' histograms are summed per bin (the same
 // integers as the reference's). The emit walks tiles of 1,024 blocks: a block-wide scan of the
 // blocks' (above, at) cells plus the totals of the tiles before gives each block's rank.
-__global__ void __launch_bounds__(TOPK_WIDE_THREADS)
+__global__ void __launch_bounds__(QSA_TOPK_WIDE_THREADS)
 block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* __restrict__ ids,
                        int /*nq: the grid*/, int max_blocks, int /*active_blocks: each CTA reads its own n_bid*/) {
-    constexpr int WARPS = TOPK_WIDE_THREADS / QSA_WARP;
+    constexpr int WARPS = QSA_TOPK_WIDE_THREADS / QSA_WARP;
     __shared__ unsigned warp_hist[WARPS][QSA_RADIX_BINS];
     __shared__ unsigned hist[QSA_RADIX_BINS];
     __shared__ unsigned digit_above[2];
@@ -227,7 +224,7 @@ block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__
     const unsigned width = st[QSA_STEP_WIDTH];
     int* row = ids + static_cast<size_t>(q) * QSA_SELECT_CAP;
     if (n_kv <= static_cast<int>(width)) {
-        topk_identity(row, n_kv, TOPK_WIDE_THREADS);
+        topk_identity(row, n_kv, QSA_TOPK_WIDE_THREADS);
         return;
     }
     const float* srow = scores + static_cast<size_t>(q) * max_blocks;
@@ -239,7 +236,7 @@ block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__
         const int shift = topk_shift(pass);
         for (int i = lane; i < QSA_RADIX_BINS; i += QSA_WARP) own[i] = 0;
         __syncwarp();
-        for (int base = 0; base < n_bid; base += TOPK_WIDE_THREADS) {  // complete blocks
+        for (int base = 0; base < n_bid; base += QSA_TOPK_WIDE_THREADS) {  // complete blocks
             const int b = base + tid;
             bool hit = false;
             unsigned digit = QSA_RADIX_BINS;  // no bin: lanes without a matching block group apart
@@ -278,12 +275,12 @@ block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__
 
     const unsigned budget = width - above;
     topk_counts carry = 0;  // cells above / at thr in the tiles before
-    for (int base = 0; base <= n_bid; base += TOPK_WIDE_THREADS) {
+    for (int base = 0; base <= n_bid; base += QSA_TOPK_WIDE_THREADS) {
         const int b = base + tid;
         const unsigned w = b <= n_bid ? qsa_block_weight(b, n_kv, n_bid) : 0;
         const unsigned key = w != 0 ? qsa_order_key(srow[b]) : 0;
         const topk_counts mine = key > thr ? topk_pack(w, 0) : key == thr ? topk_pack(0, w) : 0;
-        const TopkScan s = topk_block_scan<TOPK_WIDE_THREADS>(mine, warp_sums);
+        const TopkScan s = topk_block_scan<QSA_TOPK_WIDE_THREADS>(mine, warp_sums);
         const topk_counts before = carry + s.before;
         carry += s.total;
         const unsigned at_before = topk_at(before);
@@ -334,7 +331,7 @@ __device__ __forceinline__ void topk_split_load(const float* srow, int first, in
                                                 float (&s)[TOPK_SPLIT_BLOCKS_PER_THREAD]) {
 #pragma unroll
     for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
-        const int b = first + i * TOPK_SPLIT_THREADS + static_cast<int>(threadIdx.x);
+        const int b = first + i * QSA_TOPK_SPLIT_THREADS + static_cast<int>(threadIdx.x);
         s[i] = b <= n_bid ? srow[b] : 0.0f;
     }
 }
@@ -344,11 +341,11 @@ __device__ __forceinline__ void topk_split_load(const float* srow, int first, in
 // per warp, lanes of one digit adding as one, as in the wide kernel; a warp-iteration where no lane's
 // block matches the prefix adds nothing and skips the match) and adds its nonzero bins into the query's.
 template <int PASS>
-__global__ void __launch_bounds__(TOPK_SPLIT_THREADS)
+__global__ void __launch_bounds__(QSA_TOPK_SPLIT_THREADS)
 block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* /*ids*/,
                              int /*nq: the grid*/, int max_blocks, int /*active_blocks: the grid*/,
                              unsigned* __restrict__ hist, unsigned* __restrict__ select) {
-    constexpr int WARPS = TOPK_SPLIT_THREADS / QSA_WARP;
+    constexpr int WARPS = QSA_TOPK_SPLIT_THREADS / QSA_WARP;
     __shared__ unsigned warp_hist[WARPS][QSA_RADIX_BINS];
     __shared__ unsigned thr_above[2];
     const int q = blockIdx.y, first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
@@ -377,7 +374,7 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
     const int shift = topk_shift(PASS);
 #pragma unroll
     for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
-        const int b = first + i * TOPK_SPLIT_THREADS + tid;
+        const int b = first + i * QSA_TOPK_SPLIT_THREADS + tid;
         bool hit = false;
         unsigned digit = QSA_RADIX_BINS;
         if (b <= n_bid) {
@@ -396,7 +393,7 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
         }
     }
     __syncthreads();
-    for (int bin = tid; bin < QSA_RADIX_BINS; bin += TOPK_SPLIT_THREADS) {
+    for (int bin = tid; bin < QSA_RADIX_BINS; bin += QSA_TOPK_SPLIT_THREADS) {
         unsigned sum = 0;
 #pragma unroll
         for (int w = 0; w < WARPS; ++w) sum += warp_hist[w][bin];
@@ -419,12 +416,12 @@ TOPK_SPLIT_PASS(3)
 
 // Launch 5: warp 0 derives digit 3, so thr and above (topk_split_next_digit; chunk 0 leaves them in
 // select slot 3 for the emit), while the score loads are in flight; each chunk's cells above / at thr.
-__global__ void __launch_bounds__(TOPK_SPLIT_THREADS)
+__global__ void __launch_bounds__(QSA_TOPK_SPLIT_THREADS)
 block_topk_split_count_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* /*ids*/,
                               int /*nq: the grid*/, int max_blocks, int /*active_blocks: the grid*/,
                               const unsigned* __restrict__ hist, topk_counts* __restrict__ counts,
                               unsigned* __restrict__ select) {
-    __shared__ topk_counts warp_sums[TOPK_SPLIT_THREADS / QSA_WARP];
+    __shared__ topk_counts warp_sums[QSA_TOPK_SPLIT_THREADS / QSA_WARP];
     __shared__ unsigned thr_above[2];
     const int q = blockIdx.y, first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
@@ -444,7 +441,7 @@ block_topk_split_count_kernel(const float* __restrict__ scores, const int* __res
     topk_counts mine = 0;
 #pragma unroll
     for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
-        const int b = first + i * TOPK_SPLIT_THREADS + tid;
+        const int b = first + i * QSA_TOPK_SPLIT_THREADS + tid;
         if (b > n_bid) continue;
         const unsigned w = qsa_block_weight(b, n_kv, n_bid);
         const unsigned key = qsa_order_key(s[i]);
@@ -456,7 +453,7 @@ block_topk_split_count_kernel(const float* __restrict__ scores, const int* __res
     __syncthreads();
     if (tid == 0) {
         topk_counts chunk = 0;
-        for (int w = 0; w < TOPK_SPLIT_THREADS / QSA_WARP; ++w) chunk += warp_sums[w];
+        for (int w = 0; w < QSA_TOPK_SPLIT_THREADS / QSA_WARP; ++w) chunk += warp_sums[w];
         counts[static_cast<size_t>(q) * gridDim.x + blockIdx.x] = chunk;
     }
 }
@@ -467,14 +464,14 @@ block_topk_split_count_kernel(const float* __restrict__ scores, const int* __res
 // before and shares them through shared memory. thr and above are select slot 3 (the count's). Chunk 0
 // zeroes the query's histograms (the count launch was their last reader), so the next call or graph
 // replay starts clean.
-__global__ void __launch_bounds__(TOPK_SPLIT_THREADS)
+__global__ void __launch_bounds__(QSA_TOPK_SPLIT_THREADS)
 block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __restrict__ steps,
                              int* __restrict__ ids, int /*nq: the grid*/, int max_blocks,
                              int /*active_blocks: the grid*/, unsigned* __restrict__ hist,
                              const topk_counts* __restrict__ counts, const unsigned* __restrict__ select) {
     // A thread's 8 consecutive keys: one pad word per 32 puts them in distinct banks across a warp.
     __shared__ unsigned keys[QSA_SPLIT_CHUNK_BLOCKS + QSA_SPLIT_CHUNK_BLOCKS / QSA_WARP];
-    __shared__ topk_counts warp_sums[TOPK_SPLIT_THREADS / QSA_WARP];
+    __shared__ topk_counts warp_sums[QSA_TOPK_SPLIT_THREADS / QSA_WARP];
     __shared__ topk_counts chunks_before;
     const int q = blockIdx.y, chunk = blockIdx.x, first = chunk * QSA_SPLIT_CHUNK_BLOCKS;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
@@ -484,10 +481,10 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
     int* row = ids + static_cast<size_t>(q) * QSA_SELECT_CAP;
     if (chunk == 0) {
         unsigned* query_hist = hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST;
-        for (int i = tid; i < TOPK_SPLIT_HIST; i += TOPK_SPLIT_THREADS) query_hist[i] = 0;
+        for (int i = tid; i < TOPK_SPLIT_HIST; i += QSA_TOPK_SPLIT_THREADS) query_hist[i] = 0;
     }
     if (n_kv <= static_cast<int>(width)) {
-        if (chunk == 0) topk_identity(row, n_kv, TOPK_SPLIT_THREADS);
+        if (chunk == 0) topk_identity(row, n_kv, QSA_TOPK_SPLIT_THREADS);
         return;
     }
     if (first > n_bid) return;
@@ -505,7 +502,7 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
 
 #pragma unroll
     for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {  // from the coalesced layout to the thread's range
-        const int j = i * TOPK_SPLIT_THREADS + tid;
+        const int j = i * QSA_TOPK_SPLIT_THREADS + tid;
         keys[j + j / QSA_WARP] = first + j <= n_bid ? qsa_order_key(s[i]) : 0;
     }
     __syncthreads();  // keys and chunks_before
@@ -520,7 +517,7 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
         if (key[i] > thr) a += w[i];
         else if (key[i] == thr) t += w[i];
     }
-    before += topk_block_scan<TOPK_SPLIT_THREADS>(topk_pack(a, t), warp_sums).before;
+    before += topk_block_scan<QSA_TOPK_SPLIT_THREADS>(topk_pack(a, t), warp_sums).before;
     unsigned at_before = topk_at(before);
     unsigned pos = topk_above(before) + min(at_before, budget);
 #pragma unroll

@@ -14,10 +14,6 @@
 //     selected cells ascending from (cells above in CTAs < r) + min(cells at thr in CTAs < r, budget).
 #include "qsa_common.cuh"
 
-// Threads of a CTA; qsa_cli/launch/topk_cluster.py launches with the same and checks them against the
-// compiled kernel's maximum (set by __launch_bounds__).
-#define CLUSTER_THREADS 1024
-
 namespace {
 
 // The three cluster operations, as PTX (what cooperative_groups' cluster_group lowers to), so the
@@ -47,7 +43,7 @@ __device__ __forceinline__ unsigned cluster_load(const unsigned* own, unsigned r
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr unsigned kDigitMask = QSA_RADIX_BINS - 1u;
 constexpr int kKeyBits = QSA_RADIX_BITS * QSA_RADIX_PASSES;
-constexpr int kWarps = CLUSTER_THREADS / QSA_WARP;
+constexpr int kWarps = QSA_TOPK_CLUSTER_THREADS / QSA_WARP;
 constexpr int kBinWarps = QSA_RADIX_BINS / QSA_WARP;  // warps 0..7 hold one histogram bin a thread
 constexpr int kLoadsInFlight = 8;                      // independent global loads a thread issues at once
 // A chunk of 32 blocks has at most 32 * R cells above and at thr: both counts fit one word's halves.
@@ -55,7 +51,7 @@ constexpr int kHalfBits = 16;
 constexpr unsigned kHalfMask = (1u << kHalfBits) - 1u;
 static_assert(QSA_WARP * QSA_BLOCK_CELLS <= kHalfMask, "a chunk's counts must fit 16 bits");
 static_assert(kWarps == QSA_WARP, "one lane per warp reads the warps' counts");
-static_assert(CLUSTER_THREADS >= QSA_RADIX_BINS, "a thread per histogram bin");
+static_assert(QSA_TOPK_CLUSTER_THREADS >= QSA_RADIX_BINS, "a thread per histogram bin");
 
 // Per-CTA values the passes hand to the emit (indices into `sel`).
 enum Sel { kAbove, kAtBefore, kAboveBefore, kSelSlots };
@@ -64,7 +60,7 @@ __device__ __forceinline__ int key_shift(int pass) { return kKeyBits - QSA_RADIX
 
 }  // namespace
 
-__global__ void __cluster_dims__(QSA_CLUSTER_CTAS, 1, 1) __launch_bounds__(CLUSTER_THREADS)
+__global__ void __cluster_dims__(QSA_CLUSTER_CTAS, 1, 1) __launch_bounds__(QSA_TOPK_CLUSTER_THREADS)
 block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* __restrict__ ids,
                           int /*nq: the grid*/, int max_blocks,
                           int /*active_blocks: the launcher sizes shared memory by it; each CTA reads n_bid*/) {
@@ -81,7 +77,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     const unsigned width = st[QSA_STEP_WIDTH];
     int* row = ids + static_cast<size_t>(q) * QSA_SELECT_CAP;
     if (n_kv <= static_cast<int>(width)) {  // the whole cluster leaves here: no CTA reads another's memory
-        for (int j = rank * CLUSTER_THREADS + tid; j < n_kv; j += QSA_CLUSTER_CTAS * CLUSTER_THREADS) row[j] = j;
+        for (int j = rank * QSA_TOPK_CLUSTER_THREADS + tid; j < n_kv; j += QSA_CLUSTER_CTAS * QSA_TOPK_CLUSTER_THREADS) row[j] = j;
         return;
     }
     const int blocks = n_bid + 1, per = (blocks + QSA_CLUSTER_CTAS - 1) / QSA_CLUSTER_CTAS;
@@ -89,19 +85,19 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     const int tail_at = n_bid - lo;  // the tail block's index in the slice, when 0 <= tail_at < n
     const unsigned tail = qsa_block_weight(n_bid, n_kv, n_bid);
 
-    for (int i = tid; i < QSA_RADIX_PASSES * QSA_RADIX_BINS; i += CLUSTER_THREADS) (&hist[0][0])[i] = 0;
+    for (int i = tid; i < QSA_RADIX_PASSES * QSA_RADIX_BINS; i += QSA_TOPK_CLUSTER_THREADS) (&hist[0][0])[i] = 0;
     if (tid < kSelSlots) sel[tid] = 0;
     const float* srow = scores + static_cast<size_t>(q) * max_blocks + lo;
-    for (int base = 0; base < n; base += kLoadsInFlight * CLUSTER_THREADS) {
+    for (int base = 0; base < n; base += kLoadsInFlight * QSA_TOPK_CLUSTER_THREADS) {
         float v[kLoadsInFlight];
 #pragma unroll
         for (int k = 0; k < kLoadsInFlight; ++k) {
-            const int i = base + k * CLUSTER_THREADS + tid;
+            const int i = base + k * QSA_TOPK_CLUSTER_THREADS + tid;
             v[k] = i < n ? srow[i] : 0.0f;
         }
 #pragma unroll
         for (int k = 0; k < kLoadsInFlight; ++k) {
-            const int i = base + k * CLUSTER_THREADS + tid;
+            const int i = base + k * QSA_TOPK_CLUSTER_THREADS + tid;
             if (i < n) keys[i] = qsa_order_key(v[k]);
         }
     }
@@ -113,7 +109,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         unsigned* own = hist[pass];
         // The slice's histogram: the lanes of one digit add as one (a complete block weighs R cells);
         // a warp with no matching block skips the match.
-        for (int base = warp * QSA_WARP; base < n; base += CLUSTER_THREADS) {
+        for (int base = warp * QSA_WARP; base < n; base += QSA_TOPK_CLUSTER_THREADS) {
             const int i = base + lane;
             const unsigned key = i < n ? keys[i] : 0u;
             const bool complete = i < n && i != tail_at && (key & mask) == thr;
@@ -167,7 +163,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     // Emit: warp w takes a run of whole 32-block chunks of the slice; its cells above / at thr, scanned
     // over the warps, and the CTAs before give its first rank; inside, a warp scan per chunk.
     const unsigned budget = width - above;
-    const int span = (n + CLUSTER_THREADS - 1) / CLUSTER_THREADS * QSA_WARP;
+    const int span = (n + QSA_TOPK_CLUSTER_THREADS - 1) / QSA_TOPK_CLUSTER_THREADS * QSA_WARP;
     const int wlo = min(warp * span, n), whi = min(wlo + span, n);
     unsigned a = 0, t = 0;
     for (int i = wlo + lane; i < whi; i += QSA_WARP) {

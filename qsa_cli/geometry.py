@@ -21,6 +21,11 @@ CLUSTER_CTAS = 8
 RADIX_BITS = 8
 RADIX_BINS = 256
 RADIX_PASSES = 4
+WARP = 32
+TOPK_REF_THREADS = 256
+TOPK_WIDE_THREADS = 1024
+TOPK_SPLIT_THREADS = 256
+TOPK_CLUSTER_THREADS = 1024
 TAIL_BONUS = np.float32(1e9)
 
 STEP_POS, STEP_NKV, STEP_NBID, STEP_WIDTH = range(4)
@@ -146,8 +151,6 @@ def header_mismatches(defines: dict[str, str]) -> list[str]:
     bad = []
     for macro, text in defines.items():
         name = macro.removeprefix("QSA_")
-        if name == "WARP":
-            continue  # hardware, not geometry
         mine = globals().get(name)
         value = float(text.rstrip("f")) if name == "TAIL_BONUS" else int(text, 0)
         if mine is None or float(mine) != value:

@@ -9,7 +9,7 @@ rec="$out/records"
 mkdir -p "$rec"
 export PYTHONPATH=. PYTHONUNBUFFERED=1 COLUMNS=200
 qsa() { python3 -m qsa_cli "$@"; }
-step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; }
+step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; tar czf "$out/records.tar.gz" -C "$out" records; }  # a snapshot per step: a run cut short still returns its records
 {
 step "card"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv
 step "info"; qsa info
@@ -46,4 +46,4 @@ step "gate running ci.yaml against the first run"; qsa gate --baseline "$rec/ci.
 step "plot"; qsa plot "$rec/ci.json" -o "$out/ci.png"
 step "clocks after"; nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_event_reasons.active --format=csv
 } 2>&1 | tee "$out/log.txt"
-tar czf "$out/records.tar.gz" -C "$out" records && rm -rf "$rec"
+step "done" >/dev/null && rm -rf "$rec"

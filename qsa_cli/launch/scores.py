@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..geometry import HALVE_MAX_QUERIES, MAX_QUERIES
+from ..geometry import HALVE_MAX_QUERIES, MAX_QUERIES, WARP
 from ..inputs import ScorerInputs
 from ..kernels import Module, load
 
@@ -26,7 +26,6 @@ KERNEL_NAMES: dict[str, tuple[str, ...]] = {
 }
 _ALL_NAMES = tuple(name for v in SCORER_VARIANTS for name in KERNEL_NAMES[v])  # one module, one compile
 
-WARP = 32
 WARPS_PER_CTA = 8  # the reference and the old decode scorer (spec section 2)
 MULTI_CTAS = 256  # the old decode scorer's fixed grid (spec section 2)
 # The new decode scorer: small CTAs round its 70-168 registers a thread into more resident warps

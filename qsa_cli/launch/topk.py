@@ -14,7 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from ..geometry import RADIX_BINS, RADIX_PASSES, SELECT_CAP, SPLIT_CHUNK_BLOCKS, STEP_INTS, GeometryError
+from ..geometry import (
+    RADIX_BINS,
+    RADIX_PASSES,
+    SELECT_CAP,
+    SPLIT_CHUNK_BLOCKS,
+    STEP_INTS,
+    TOPK_REF_THREADS,
+    TOPK_SPLIT_THREADS,
+    TOPK_WIDE_THREADS,
+    GeometryError,
+)
 from ..kernels import Module, load
 
 SOURCE = "topk.cu"
@@ -32,8 +42,8 @@ KERNEL_NAMES: dict[str, tuple[str, ...]] = {
 }
 _ALL_NAMES = tuple(name for v in TOPK_VARIANTS for name in KERNEL_NAMES[v])  # one module, one compile
 
-# Threads a CTA, as the kernels' __launch_bounds__ (TOPK_*_THREADS in topk.cu; a test checks they agree).
-THREADS = {"reference": 256, "wide": 1024, "split": 256}
+# Threads a CTA: the kernels' __launch_bounds__ (QSA_TOPK_*_THREADS of qsa_common.cuh).
+THREADS = {"reference": TOPK_REF_THREADS, "wide": TOPK_WIDE_THREADS, "split": TOPK_SPLIT_THREADS}
 MAX_GRID_Y = 65535  # the split's grid is (chunks, nq)
 
 

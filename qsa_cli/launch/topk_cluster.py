@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 
 from ..dispatch import CLUSTER_MIN_CC
-from ..geometry import BLOCK_CELLS, CLUSTER_CTAS, RADIX_BINS, RADIX_PASSES, capacity_of
+from ..geometry import BLOCK_CELLS, CLUSTER_CTAS, RADIX_BINS, RADIX_PASSES, TOPK_CLUSTER_THREADS, capacity_of
 from ..kernels import KernelError, Module, load
 
 SOURCE = "topk_cluster.cu"
 KERNEL_NAMES: dict[str, tuple[str, ...]] = {"cluster": ("block_topk_cluster_kernel",)}
-THREADS = 1024  # CLUSTER_THREADS in topk_cluster.cu; the GPU test checks it against the compiled kernel
+THREADS = TOPK_CLUSTER_THREADS
 WORD_BYTES = 4  # a uint32: one block's order key, one histogram bin
 SCRATCH_BYTES = 1024  # room for the kernel's per-warp counts and pass results
 # The kernel's static shared memory, bounded without a compile so that fit decisions need no device:

@@ -25,6 +25,7 @@ from ..geometry import (
     STEP_NBID,
     STEP_NKV,
     TAIL_BONUS,
+    WARP,
     GeometryError,
     validate_steps,
 )
@@ -32,7 +33,6 @@ from ..inputs import ScorerInputs, score_poison
 
 ORDERS = ("butterfly", "halve")
 
-WARP = 32
 LANE_DIMS = IDX_DIM // WARP  # 4: a lane's float4 of the key and of a query head
 OFFSETS = (16, 8, 4, 2, 1)  # the butterfly's xor offsets, in order
 _CHUNK_PARTIALS = 1 << 20  # lane partials per chunk of blocks (4 MB of float32): bounds memory, fits caches

@@ -21,6 +21,8 @@ from ..geometry import (
     STEP_NBID,
     STEP_NKV,
     STEP_WIDTH,
+    TOPK_WIDE_THREADS,
+    WARP,
     GeometryError,
     block_weights,
     validate_steps,
@@ -29,8 +31,7 @@ from ..inputs import TopkInputs, id_poison
 
 ALGORITHMS = ("oracle", "reference", "wide", "split")
 
-WIDE_THREADS = 1024  # block_topk_wide_kernel: one CTA of 1,024 threads per query
-WARP = 32
+WIDE_THREADS = TOPK_WIDE_THREADS  # block_topk_wide_kernel: one CTA of 1,024 threads per query
 _DIGIT_MASK = RADIX_BINS - 1
 _KEY_BITS = RADIX_BITS * RADIX_PASSES  # 32
 
