@@ -56,11 +56,16 @@ def _decode_scorer(cc: int, halve: bool | None) -> tuple[str, str]:
     return "halve", f"{sm} decode: new halving scorer (default on {sm}; {ENV_SCORES_HALVE}=0 keeps multi)"
 
 
-def _decode_topk(cc: int, split: bool | None) -> tuple[str, str]:
+def _decode_topk(cc: int, split: bool | None, cluster_refusal: str | None) -> tuple[str, str]:
     sm = f"sm_{cc}"
     if cc >= CLUSTER_MIN_CC:
-        note = f"; {ENV_TOPK_SPLIT}={int(split)} does not apply" if split is not None else ""
-        return "cluster", f"{sm} decode: cluster top-k (sm_{CLUSTER_MIN_CC}+{note})"
+        if cluster_refusal is None:
+            note = f"; {ENV_TOPK_SPLIT}={int(split)} does not apply" if split is not None else ""
+            return "cluster", f"{sm} decode: cluster top-k (sm_{CLUSTER_MIN_CC}+{note})"
+        # The call does not fit the cluster kernel: the rule of a card without clusters (not sm_75).
+        if split is True:
+            return "split", f"{sm} decode: {cluster_refusal}; {ENV_TOPK_SPLIT}=1 turns the split top-k on"
+        return "wide", f"{sm} decode: {cluster_refusal}; the old wide top-k (the split defaults on sm_75 only)"
     if split is True:
         return "split", f"{ENV_TOPK_SPLIT}=1 turns the split top-k on for {sm}"
     if split is False:
@@ -70,11 +75,13 @@ def _decode_topk(cc: int, split: bool | None) -> tuple[str, str]:
     return "wide", f"{sm} decode: old wide top-k (the split defaults on sm_{NEW_KERNELS_CC} only)"
 
 
-def dispatch(cc: int, kind: str, env: Mapping[str, str]) -> Dispatch:
+def dispatch(cc: int, kind: str, env: Mapping[str, str], cluster_refusal: str | None = None) -> Dispatch:
     """The variants the engine runs for a ``kind`` call ("decode" or "prompt") on an sm_``cc`` card.
 
     ``env`` is read for ``STRATA_SCORES_HALVE`` and ``STRATA_TOPK_SPLIT`` (pass ``os.environ`` for the
     process's); both are validated even where they do not decide, so a typo never passes silently.
+    ``cluster_refusal`` says why the cluster top-k cannot take this call (its capacity does not fit the
+    card's shared memory): the decode top-k then falls back to the rule of a card without clusters.
     """
     _check_cc(cc)
     if kind not in CALL_KINDS:
@@ -85,5 +92,5 @@ def dispatch(cc: int, kind: str, env: Mapping[str, str]) -> Dispatch:
         why = "prompt call: the reference kernel (the seed's new kernels are decode-path only)"
         return Dispatch("reference", "reference", {"scores": why, "topk": why})
     scores, scores_why = _decode_scorer(cc, halve)
-    topk, topk_why = _decode_topk(cc, split)
+    topk, topk_why = _decode_topk(cc, split, cluster_refusal)
     return Dispatch(scores, topk, {"scores": scores_why, "topk": topk_why})

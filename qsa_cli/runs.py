@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .geometry import MAX_QUERIES, PROMPT_QUERIES, Call
+from .geometry import MAX_QUERIES, PROMPT_QUERIES, Call, check_queries
 from .inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from .kernels import sources_hash
 from .results import RunRecord
@@ -110,20 +110,39 @@ def session(
         yield s
 
 
-def dispatch_for(s: Session, kind: str) -> Any:
-    """The engine's choice for this device (sm_75 when on the CPU backend, where the new kernels default)."""
+def cluster_refusal(s: Session, max_blocks: int, active_blocks: int = 0) -> str | None:
+    """Why the cluster top-k cannot take a call of this size on this card (None when it can, or when the
+    card has no clusters and the question does not arise)."""
+    from .dispatch import CLUSTER_MIN_CC
+
+    cc = s.compute_capability or 0
+    if not s.on_gpu or cc < CLUSTER_MIN_CC:
+        return None
+    from .launch.topk_cluster import ClusterUnavailable, require_cluster
+
+    try:
+        require_cluster(cc, max_blocks, s.record.device["shared_optin_bytes"], active_blocks)
+    except ClusterUnavailable as refused:
+        return str(refused)
+    return None
+
+
+def dispatch_for(s: Session, kind: str, max_blocks: int = 0) -> Any:
+    """The engine's choice for this device and call size (sm_75 on the CPU backend, where the new
+    kernels default); a capacity the cluster top-k cannot hold falls back as the engine does."""
     from .dispatch import NEW_KERNELS_CC, dispatch
 
-    return dispatch(s.compute_capability or NEW_KERNELS_CC, kind, os.environ)
+    refusal = cluster_refusal(s, max_blocks) if max_blocks else None
+    return dispatch(s.compute_capability or NEW_KERNELS_CC, kind, os.environ, refusal)
 
 
 # ---- the scorer ---------------------------------------------------------------------------------
 
 
-def scorer_inputs(call: Call, seed: int, inputs: ScorerInputs | None = None) -> ScorerInputs:
-    if call.nq > MAX_QUERIES:
-        raise ValueError(f"a decode scorer call has at most {MAX_QUERIES} queries (got {call.nq})")
-    return inputs if inputs is not None else synthetic_scorer_inputs(call, seed)
+def scorer_inputs(call: Call, seed: int) -> ScorerInputs:
+    """A decode call's synthetic inputs (the scorers' decode kernels take 1-8 queries)."""
+    check_queries(call.nq, prompt=False)
+    return synthetic_scorer_inputs(call, seed)
 
 
 def select_bench(s: Session, inputs: ScorerInputs, iters: int) -> StageOutcome:
@@ -135,12 +154,21 @@ def select_bench(s: Session, inputs: ScorerInputs, iters: int) -> StageOutcome:
 # ---- the top-k ----------------------------------------------------------------------------------
 
 
-def topk_variants(s: Session) -> tuple[str, ...]:
+def topk_variants(s: Session, max_blocks: int, active_blocks: int = 0) -> tuple[str, ...]:
+    """The variants this card runs for a call of this size: the cluster kernel only where it fits
+    (a note in the record says why it was left out)."""
     if not s.on_gpu:
         return CPU_TOPK_VARIANTS
-    from .launch.topk import available_variants
+    from .launch.topk import CLUSTER, available_variants
 
-    return available_variants(s.compute_capability or 0)
+    variants = available_variants(s.compute_capability or 0)
+    refusal = cluster_refusal(s, max_blocks, active_blocks)
+    if refusal is None:
+        return variants
+    note = f"cluster top-k left out: {refusal}"
+    if note not in s.record.notes:
+        s.record.notes.append(note)
+    return tuple(v for v in variants if v != CLUSTER)
 
 
 def topk_score_sets(call: Call, seed: int, given: TopkInputs | None) -> list[TopkInputs]:
@@ -149,9 +177,9 @@ def topk_score_sets(call: Call, seed: int, given: TopkInputs | None) -> list[Top
 
 def topk_parity(s: Session, inputs: list[TopkInputs], iters: int, active_blocks: int) -> StageOutcome:
     """Every variant on every score set; times, identical-id counts, and the dispatched variant."""
-    variants = topk_variants(s)
+    variants = topk_variants(s, inputs[0].max_blocks, active_blocks)
     kind = "prompt" if active_blocks else "decode"
-    s.record.settings["dispatch"] = _dispatch_summary(s, kind)
+    s.record.settings["dispatch"] = _dispatch_summary(s, kind, inputs[0].max_blocks)
     out = StageOutcome()
     for inp in inputs:
         out.extend(topk_stage.run_topk(inp, s.measurer(iters), variants, active_blocks, s.settings.check_model,
@@ -159,8 +187,8 @@ def topk_parity(s: Session, inputs: list[TopkInputs], iters: int, active_blocks:
     return s.take(out)
 
 
-def _dispatch_summary(s: Session, kind: str) -> dict[str, Any]:
-    d = dispatch_for(s, kind)
+def _dispatch_summary(s: Session, kind: str, max_blocks: int = 0) -> dict[str, Any]:
+    d = dispatch_for(s, kind, max_blocks)
     return {"kind": kind, "scores": d.scores, "topk": d.topk, "reasons": dict(d.reasons)}
 
 
@@ -203,6 +231,7 @@ SELFTEST_SCORER_CASES: tuple[tuple[int, int, int], ...] = (
     (2048, 1, 4096), (2049, 3, 2049), (9002, 4, 16384), (32771, 5, 65536), (131072, 8, 262144),
 )
 SELFTEST_TOPK_CASES: tuple[tuple[int, int], ...] = ((2052, 4096), (9000, 262144), (135176, 135176))
+DISPATCH_CALL = Call(420001, 4, 524288)  # the selftest's check of what the engine dispatches here
 
 
 def _timed(name: str, body: Callable[[], tuple[int, list[str]]]) -> SelftestRow:
@@ -225,11 +254,12 @@ def _scorer_check(s: Session, seed: int, variants: tuple[str, ...]) -> tuple[int
     return checks, failures
 
 
-def _topk_check(s: Session, seed: int, variants: tuple[str, ...]) -> tuple[int, list[str]]:
+def _topk_check(s: Session, seed: int) -> tuple[int, list[str]]:
     checks, failures = 0, []
     for ctx, cap in SELFTEST_TOPK_CASES:
         for nq, prompt in ((MAX_QUERIES, False), (PROMPT_QUERIES, True)):
             call = Call(ctx, nq, cap, prompt=prompt)
+            variants = topk_variants(s, call.max_blocks, call.active_blocks)
             for inp in topk_score_sets(call, seed, None):
                 out = s.take(topk_stage.run_topk(inp, s.measurer(0), variants, call.active_blocks, check_model=True))
                 checks += len(out.parity)
@@ -254,7 +284,7 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str]) -> tuple[Ru
     with session(cpu, "selftest", argv) as s:
         rows.append(_timed("scorer models: halving == butterfly", lambda: _scorer_check(s, settings.seed, ("multi", "halve"))))
         rows.append(_timed("top-k models: reference, wide, split == oracle",
-                           lambda: _topk_check(s, settings.seed, CPU_TOPK_VARIANTS)))
+                           lambda: _topk_check(s, settings.seed)))
         record = s.record
     found = probe(settings.device_id)
     if not found.available:
@@ -265,10 +295,11 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str]) -> tuple[Ru
 
         rows.append(_timed(f"scorer kernels ({', '.join(SCORER_VARIANTS)}) == model",
                            lambda: _scorer_check(g, settings.seed, SCORER_VARIANTS)))
-        variants = topk_variants(g)
-        rows.append(_timed(f"top-k kernels ({', '.join(variants)}) == oracle",
-                           lambda: _topk_check(g, settings.seed, variants)))
-        d = dispatch_for(g, "decode")
+        from .launch.topk import available_variants
+
+        variants = available_variants(g.compute_capability or 0)
+        rows.append(_timed(f"top-k kernels ({', '.join(variants)}) == oracle", lambda: _topk_check(g, settings.seed)))
+        d = dispatch_for(g, "decode", DISPATCH_CALL.max_blocks)
         rows.append(_timed(f"dispatch here (sm_{g.compute_capability}): {d.scores} + {d.topk}",
                            lambda: _dispatched_check(g, settings.seed, d)))
         g.record.parity = record.parity + g.record.parity
@@ -278,7 +309,7 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str]) -> tuple[Ru
 
 def _dispatched_check(s: Session, seed: int, d: Any) -> tuple[int, list[str]]:
     """The variants the engine would run on this card, on a decode call, against the models."""
-    call = Call(420001, 4, 524288)
+    call = DISPATCH_CALL
     out = s.take(scores_stage.run_scores(synthetic_scorer_inputs(call, seed), s.measurer(0), (d.scores,), True))
     checks, failures = len(out.parity), _parity_failures(out)
     for inp in topk_score_sets(call, seed, None):
@@ -298,8 +329,8 @@ def sweep(s: Session, config: Any, stage: str | None = None,
 
     s.record.settings.update({"config": config.source, "iterations": config.iterations})
     cases: list[SweepCase] = config.cases(stage)
-    kinds = {c.kind for c in cases}
-    s.record.settings["dispatch"] = {k: _dispatch_summary(s, k) for k in sorted(kinds)}
+    largest = {c.kind: max(d.call.max_blocks for d in cases if d.kind == c.kind) for c in cases}
+    s.record.settings["dispatch"] = {k: _dispatch_summary(s, k, largest[k]) for k in sorted(largest)}
     for i, case in enumerate(cases):
         progress(i, len(cases), f"{case.stage} ctx={case.ctx} q={case.nq} cap={case.capacity} "
                  f"{case.kind}{' ' + case.score_set if case.score_set else ''}")
@@ -310,7 +341,8 @@ def sweep(s: Session, config: Any, stage: str | None = None,
             s.take(scores_stage.run_scores(inputs, measurer, config.variants_for("scores"), s.settings.check_model))
         else:
             inputs_t = synthetic_scores(call, case.score_set or "continuous", config.seed)
-            variants = tuple(v for v in config.variants_for("topk") if v in topk_variants(s))
+            available = topk_variants(s, call.max_blocks, call.active_blocks)
+            variants = tuple(v for v in config.variants_for("topk") if v in available)
             s.take(topk_stage.run_topk(inputs_t, measurer, variants, call.active_blocks, s.settings.check_model,
                                        argpartition=s.on_gpu and config.iterations > 0))
     progress(len(cases), len(cases), "done")
@@ -347,8 +379,8 @@ def window_bench(s: Session, call: Call, iters: int) -> StageOutcome:
     """Each kernel pair this device runs, captured as one CUDA graph (scores then top-k), replays timed."""
     from .stages import window as window_stage
 
-    available = topk_variants(s)
-    summary = _dispatch_summary(s, "decode")
+    available = topk_variants(s, call.max_blocks)
+    summary = _dispatch_summary(s, "decode", call.max_blocks)
     dispatched = (summary["scores"], summary["topk"])  # what the engine replays on this card
     pairs = tuple(dict.fromkeys(p for p in (*window_stage.PAIRS, dispatched) if p[1] in available))
     s.record.settings["dispatch"] = summary
