@@ -103,6 +103,20 @@ def _ints(args: tuple[str, ...], names: list[str]) -> list[int]:
     return values
 
 
+def _decode_call(args: tuple[str, ...], command: str) -> tuple[Any, int]:
+    """CTX Q ITERS CAP of a decode call (1-8 queries): the call and ITERS, or a one-line usage error."""
+    from .geometry import Call, check_queries
+
+    ints = _ints(args, ["CTX", "Q", "ITERS", "CAP"])
+    if len(args) != 4:
+        raise UsageProblem(f"{command} takes CTX Q ITERS CAP (got {len(args)} argument(s))")
+    ctx, nq, iters, cap = ints
+    call = Call(ctx, nq, cap)
+    check_queries(nq, prompt=False)
+    _check_iters(iters)
+    return call, iters
+
+
 def _check_iters(iters: int) -> None:
     if iters <= 0:
         raise UsageProblem(f"ITERS must be > 0 (got {iters})")
@@ -158,7 +172,7 @@ def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
 def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int, dump_path: str | None,
                  config_name: str | None, **opts: Any) -> int:
     """A decode call's scorer, old (multi) and new (halve), on the same inputs: hashes and times."""
-    from .geometry import Call, check_queries
+    from .geometry import check_queries
     from .inputs import load_scorer_inputs, save_npz_atomic
     from .runs import scorer_inputs, select_bench as run
 
@@ -174,12 +188,7 @@ def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int,
         check_queries(given.nq, prompt=False)
         call = None
     else:
-        ints = _ints(args, ["CTX", "Q", "ITERS", "CAP"])
-        if len(args) != 4:
-            raise UsageProblem(f"select-bench takes CTX Q ITERS CAP (got {len(args)} argument(s))")
-        ctx, nq, iters, cap = ints
-        call = Call(ctx, nq, cap)
-        check_queries(nq, prompt=False)
+        call, iters = _decode_call(args, "select-bench")
         given = None
     _check_iters(iters)
     with _open(opts, "select-bench") as s:
@@ -326,16 +335,9 @@ def sweep_cmd(config_name: str, **opts: Any) -> int:
 @run_options
 def window_bench(args: tuple[str, ...], **opts: Any) -> int:
     """A decode window's selection (scores, then top-k) as one CUDA graph per kernel pair, replays timed."""
-    from .geometry import Call, check_queries
     from .runs import window_bench as run
 
-    ints = _ints(args, ["CTX", "Q", "ITERS", "CAP"])
-    if len(args) != 4:
-        raise UsageProblem(f"window-bench takes CTX Q ITERS CAP (got {len(args)} argument(s))")
-    ctx, nq, iters, cap = ints
-    call = Call(ctx, nq, cap)
-    check_queries(nq, prompt=False)
-    _check_iters(iters)
+    call, iters = _decode_call(args, "window-bench")
     if opts["backend"] != "gpu":
         raise UsageProblem("window-bench replays CUDA graphs: it needs --backend gpu")
     with _open(opts, "window-bench") as s:

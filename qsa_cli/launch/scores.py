@@ -34,27 +34,14 @@ HALVE_WARPS_PER_CTA = 4
 
 
 @dataclass(frozen=True)
-class DeviceScorerInputs:
-    """The scorer's inputs on the current device (cupy arrays, C-contiguous)."""
-
-    pooled: Any  # float32 [max_blocks, IDX_DIM]
-    dead: Any  # float32 [IDX_DIM]
-    q: Any  # float32 [nq, IDX_HEADS, IDX_DIM]
-    steps: Any  # int32 [nq, 4]
+class DeviceScorerInputs(ScorerInputs):
+    """The scorer's inputs on the current device: the same four arrays, as C-contiguous cupy arrays."""
 
     @classmethod
     def from_host(cls, inputs: ScorerInputs) -> DeviceScorerInputs:
         import cupy
 
         return cls(*(cupy.asarray(np.ascontiguousarray(a)) for a in (inputs.pooled, inputs.dead, inputs.q, inputs.steps)))
-
-    @property
-    def nq(self) -> int:
-        return int(self.q.shape[0])
-
-    @property
-    def max_blocks(self) -> int:
-        return int(self.pooled.shape[0])
 
 
 def module() -> Module:
