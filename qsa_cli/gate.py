@@ -15,8 +15,8 @@ from rich.table import Table
 from .report import measurement_index
 from .results import Measurement, RunRecord
 
-FAILING = ("SLOW", "PARITY-FAIL")
-VERDICT_STYLE = {"FAST": "green", "SLOW": "red", "SAME": "", "PARITY-FAIL": "bold red", "MISSING": "yellow", "NEW": "cyan"}
+FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD")
+VERDICT_STYLE = {"FAST": "green", "SLOW": "red", "SAME": "", "PARITY-FAIL": "bold red", "MISSING": "yellow", "NEW": "cyan", "THRESHOLD": "bold red"}
 
 
 class GateError(ValueError):
@@ -29,7 +29,7 @@ class GateRow:
     variant: str  # a measured variant, or "subject vs against" for a parity failure
     baseline_us: float | None
     median_us: float | None
-    verdict: str  # FAST, SLOW, SAME, PARITY-FAIL, MISSING (baseline only), NEW (run only)
+    verdict: str  # FAST, SLOW, SAME, PARITY-FAIL, THRESHOLD (a sweep's), MISSING (baseline only), NEW (run only)
     detail: str = ""
 
     @property
@@ -88,7 +88,8 @@ def _timing_row(key: str, variant: str, m: Measurement, b: Measurement, toleranc
 
 
 def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, force: bool = False) -> GateResult:
-    """Every (case, variant) of the run against the baseline's, plus a row for each failed parity check."""
+    """Every (case, variant) of the run against the baseline's, plus a row for each failed parity check
+    and each broken threshold of the run's sweep."""
     if not 0 <= tolerance < 1:
         raise GateError(f"tolerance must be a fraction in [0, 1) such as 0.05 (got {tolerance})")
     differ = check_comparable(record, baseline, force)
@@ -102,6 +103,8 @@ def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, for
              for (key, variant), b in theirs.items() if (key, variant) not in ours]
     rows += [GateRow(p.key, f"{p.subject} vs {p.against}", None, None, "PARITY-FAIL", p.detail)
              for p in record.parity if not p.equal]
+    rows += [GateRow(t.key, t.name, None, None, "THRESHOLD", f"{t.value:.2f}, the limit is {t.limit:.2f}")
+             for t in record.thresholds if not t.passed]
     return GateResult(tuple(rows), tolerance, tuple(f"forced: {d}" for d in differ))
 
 
@@ -127,7 +130,7 @@ def gate_table(result: GateResult) -> Table:
 
 
 def junit_xml(result: GateResult) -> str:
-    """JUnit XML for CI: one testcase per row; SLOW and PARITY-FAIL are failures, MISSING is skipped."""
+    """JUnit XML for CI: one testcase per row; SLOW, PARITY-FAIL and THRESHOLD are failures, MISSING is skipped."""
     failures = sum(r.failed for r in result.rows)
     skipped = result.count("MISSING")
     counts = {"tests": str(len(result.rows)), "failures": str(failures), "errors": "0", "skipped": str(skipped)}

@@ -148,3 +148,16 @@ def test_gate_table_renders() -> None:
 def test_fresh_noise_is_seeded() -> None:
     a, b = seed_record(seed=4, noise=0.1), seed_record(seed=4, noise=0.1)
     assert np.array_equal(a.measurements[5].samples_us, b.measurements[5].samples_us)
+
+
+def test_a_broken_threshold_of_the_sweep_fails() -> None:
+    from qsa_cli.results import ThresholdCheck
+
+    base = seed_record(0)
+    run = copy.deepcopy(base)
+    m = run.measurements[0]
+    run.thresholds.append(ThresholdCheck(m.stage, m.case, "min_speedup", 1.8, 2.5, False))
+    result = compare(run, base)
+    assert not result.passed and verdicts(result).get("THRESHOLD") == 1
+    run.thresholds[0] = ThresholdCheck(m.stage, m.case, "min_speedup", 3.1, 2.5, True)
+    assert compare(run, base).passed
