@@ -255,7 +255,7 @@ def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, 
         sets = None
     _check_iters(iters)
     with _open(opts, "topk-parity") as s:
-        sets = sets if sets is not None else topk_score_sets(call, opts["seed"], None)
+        sets = sets if sets is not None else topk_score_sets(call, opts["seed"])
         outcome = run(s, sets, iters, active)
         if dump_path:
             save_npz_atomic(dump_path, **{k.replace("-", "_").replace(".", "__"): v for k, v in outcome.outputs.items()})

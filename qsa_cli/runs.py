@@ -171,8 +171,8 @@ def topk_variants(s: Session, max_blocks: int, active_blocks: int = 0) -> tuple[
     return tuple(v for v in variants if v != CLUSTER)
 
 
-def topk_score_sets(call: Call, seed: int, given: TopkInputs | None) -> list[TopkInputs]:
-    return [given] if given is not None else [synthetic_scores(call, name, seed) for name in SCORE_SETS]
+def topk_score_sets(call: Call, seed: int) -> list[TopkInputs]:
+    return [synthetic_scores(call, name, seed) for name in SCORE_SETS]
 
 
 def topk_parity(s: Session, inputs: list[TopkInputs], iters: int, active_blocks: int) -> StageOutcome:
@@ -211,7 +211,7 @@ def topk_selftest(s: Session, seed: int, progress: Callable[[str], None] = lambd
     for call in calls:
         progress(f"top-k {call.kind} ctx={call.ctx} cap={call.capacity}")
         t0 = time.perf_counter()
-        out = topk_parity(s, topk_score_sets(call, seed, None), 0, call.active_blocks)
+        out = topk_parity(s, topk_score_sets(call, seed), 0, call.active_blocks)
         failures = _parity_failures(out)
         rows.append(SelftestRow(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity), not failures,
                                 time.perf_counter() - t0, failures[0] if failures else ""))
@@ -259,12 +259,17 @@ def _topk_check(s: Session, seed: int) -> tuple[int, list[str]]:
     for ctx, cap in SELFTEST_TOPK_CASES:
         for nq, prompt in ((MAX_QUERIES, False), (PROMPT_QUERIES, True)):
             call = Call(ctx, nq, cap, prompt=prompt)
-            variants = topk_variants(s, call.max_blocks, call.active_blocks)
-            for inp in topk_score_sets(call, seed, None):
-                out = s.take(topk_stage.run_topk(inp, s.measurer(0), variants, call.active_blocks, check_model=True))
-                checks += len(out.parity)
-                failures += _parity_failures(out)
+            c, f = _topk_call_check(s, call, seed, topk_variants(s, call.max_blocks, call.active_blocks))
+            checks, failures = checks + c, failures + f
     return checks, failures
+
+
+def _topk_call_check(s: Session, call: Call, seed: int, variants: tuple[str, ...]) -> tuple[int, list[str]]:
+    """Parity only: ``variants`` on every score set of ``call``, against each other and the oracle."""
+    out = StageOutcome()
+    for inp in topk_score_sets(call, seed):
+        out.extend(s.take(topk_stage.run_topk(inp, s.measurer(0), variants, call.active_blocks, check_model=True)))
+    return len(out.parity), _parity_failures(out)
 
 
 def _constants_check() -> tuple[int, list[str]]:
@@ -311,12 +316,8 @@ def _dispatched_check(s: Session, seed: int, d: Any) -> tuple[int, list[str]]:
     """The variants the engine would run on this card, on a decode call, against the models."""
     call = DISPATCH_CALL
     out = s.take(scores_stage.run_scores(synthetic_scorer_inputs(call, seed), s.measurer(0), (d.scores,), True))
-    checks, failures = len(out.parity), _parity_failures(out)
-    for inp in topk_score_sets(call, seed, None):
-        t = s.take(topk_stage.run_topk(inp, s.measurer(0), (d.topk,), 0, check_model=True))
-        checks += len(t.parity)
-        failures += _parity_failures(t)
-    return checks, failures
+    checks, failures = _topk_call_check(s, call, seed, (d.topk,))
+    return checks + len(out.parity), _parity_failures(out) + failures
 
 
 # ---- sweeps (YAML configs) ----------------------------------------------------------------------------
