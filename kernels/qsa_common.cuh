@@ -43,6 +43,24 @@ __device__ __forceinline__ float qsa_lane_partial(float4 k, float4 q) {
     return p;
 }
 
+// Programmatic dependent launch (sm_90 and newer). A launch made with programmatic stream serialization
+// may start once every CTA of the launch before it in the stream has called qsa_allow_next_grid (or
+// exited), so its prologue (the step records, the scores: read-only inputs) overlaps the tail of that
+// launch; qsa_wait_prior_grid then blocks until that launch has ended and its writes are visible, so
+// a kernel calls it before it reads or writes anything another launch of its call writes or reads.
+// Launched plainly, or built for an older card, both are no-ops: the bits cannot depend on them.
+__device__ __forceinline__ void qsa_allow_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void qsa_wait_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float qsa_relu(float x) { return x > 0.0f ? x : 0.0f; }
 
 // The top-k's ranking key: a larger key is a larger score. +0.0f makes -0 equal +0; NaN ranks lowest.

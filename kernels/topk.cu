@@ -297,6 +297,10 @@ block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__
 // n_kv <= width, or a chunk past its n_bid, takes no part in the passes and the count; the emit writes
 // the identity. Chunk 0 (first block 0 <= n_bid) takes part in every launch of a query that selects,
 // so every slot a launch reads was written in this call, and no slot needs clearing.
+// On sm_90 and newer, launches 2-6 are programmatic dependent launches (qsa_cli/launch/driver.py): each
+// starts while the launch before it ends, loads its step record and scores, and waits
+// (qsa_wait_prior_grid) before it reads or writes any scratch; every kernel lets the next one start
+// at once (qsa_allow_next_grid). The waits order every scratch access as plain launches would.
 
 // Launch k (k = 1..4: passes 1-3, the count) derives digit k - 1 with the reference's rule from the
 // query's complete histogram k - 1 (its launch has ended) and the digits 0..k-2 and the cells above
@@ -348,6 +352,7 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
     constexpr int WARPS = QSA_TOPK_SPLIT_THREADS / QSA_WARP;
     __shared__ unsigned warp_hist[WARPS][QSA_RADIX_BINS];
     __shared__ unsigned thr_above[2];
+    qsa_allow_next_grid();
     const int q = blockIdx.y, first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
     const int* st = steps + q * QSA_STEP_INTS;
@@ -356,6 +361,7 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
     if (n_kv <= static_cast<int>(width) || first > n_bid) return;
     float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
     topk_split_load(scores + static_cast<size_t>(q) * max_blocks, first, n_bid, s);
+    qsa_wait_prior_grid();  // the launch before has ended: its histogram and select slot are complete
     unsigned* query_hist = hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST;
 
     unsigned* own = warp_hist[warp];
@@ -423,6 +429,7 @@ block_topk_split_count_kernel(const float* __restrict__ scores, const int* __res
                               unsigned* __restrict__ select) {
     __shared__ topk_counts warp_sums[QSA_TOPK_SPLIT_THREADS / QSA_WARP];
     __shared__ unsigned thr_above[2];
+    qsa_allow_next_grid();
     const int q = blockIdx.y, first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
     const int* st = steps + q * QSA_STEP_INTS;
@@ -431,6 +438,7 @@ block_topk_split_count_kernel(const float* __restrict__ scores, const int* __res
     if (n_kv <= static_cast<int>(width) || first > n_bid) return;
     float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
     topk_split_load(scores + static_cast<size_t>(q) * max_blocks, first, n_bid, s);
+    qsa_wait_prior_grid();  // pass 3 has ended: histogram 3 and select slot 2 are complete
 
     if (warp == 0)
         topk_split_next_digit<QSA_RADIX_PASSES - 1>(hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST,
@@ -479,17 +487,19 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
     const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
     const unsigned width = st[QSA_STEP_WIDTH];
     int* row = ids + static_cast<size_t>(q) * QSA_SELECT_CAP;
+    const bool selects = n_kv > static_cast<int>(width), active = selects && first <= n_bid;
+    float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
+    if (active) topk_split_load(scores + static_cast<size_t>(q) * max_blocks, first, n_bid, s);
+    qsa_wait_prior_grid();  // the count has ended: the histograms' last reader, counts and select slot 3
     if (chunk == 0) {
         unsigned* query_hist = hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST;
         for (int i = tid; i < TOPK_SPLIT_HIST; i += QSA_TOPK_SPLIT_THREADS) query_hist[i] = 0;
     }
-    if (n_kv <= static_cast<int>(width)) {
+    if (!selects) {
         if (chunk == 0) topk_identity(row, n_kv, QSA_TOPK_SPLIT_THREADS);
         return;
     }
-    if (first > n_bid) return;
-    float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
-    topk_split_load(scores + static_cast<size_t>(q) * max_blocks, first, n_bid, s);
+    if (!active) return;
     const unsigned* thr_above = select + static_cast<size_t>(q) * 2 * QSA_RADIX_PASSES + 2 * (QSA_RADIX_PASSES - 1);
     const unsigned thr = thr_above[0], budget = width - thr_above[1];
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,11 +65,16 @@ def require(device_id: int = 0) -> DeviceProbe:
 
 
 def environment() -> dict[str, Any]:
+    """Versions, the host, and the switches set for this run (they change what runs, never the bits)."""
     import numpy
 
     from . import __version__
+    from .dispatch import ENV_SCORES_HALVE, ENV_TOPK_SPLIT
+    from .launch.topk import PDL_ENV
 
-    return {"python": platform.python_version(), "numpy": numpy.__version__, "qsa": __version__, "host": platform.node()}
+    switches = {k: os.environ[k] for k in (ENV_SCORES_HALVE, ENV_TOPK_SPLIT, PDL_ENV) if k in os.environ}
+    return {"python": platform.python_version(), "numpy": numpy.__version__, "qsa": __version__,
+            "host": platform.node(), "switches": switches}
 
 
 def _version(v: int) -> str:

@@ -418,6 +418,12 @@ def device_report(device_id: int = 0) -> DeviceReport:
                          f"{optin} B of shared memory per CTA")
         else:
             notes.append(f"cluster top-k: needs sm_90 or newer (this device is sm_{cc})")
+        if topk_launch.programmatic_launches(cc):
+            notes.append(f"split top-k: launches 2-6 are programmatic dependent launches ({topk_launch.PDL_ENV}=0 "
+                         "runs them one after another)")
+        else:
+            notes.append("split top-k: launches one after another (programmatic launches need sm_90 or newer, "
+                         f"or {topk_launch.PDL_ENV} is 0)")
         clocks = s.clocks.read().to_dict() if s.clocks is not None else None
         dispatch = {kind: _dispatch_summary(s, kind) for kind in ("decode", "prompt")}
         return DeviceReport(s.record.device, clocks, kernels, dispatch, notes)

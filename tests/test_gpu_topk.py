@@ -22,8 +22,23 @@ from qsa_cli.geometry import (
     Call,
     window_steps,
 )
-from qsa_cli.inputs import ID_POISON, SCORE_SETS, TopkInputs, id_poison, synthetic_scores
-from qsa_cli.launch.topk import KERNEL_NAMES, THREADS, TOPK_VARIANTS, module, split_chunks, topk_launcher
+from qsa_cli.inputs import (
+    ID_POISON,
+    SCORE_SETS,
+    TopkInputs,
+    id_poison,
+    synthetic_scores,
+)
+from qsa_cli.launch.topk import (
+    KERNEL_NAMES,
+    PDL_ENV,
+    THREADS,
+    TOPK_VARIANTS,
+    module,
+    programmatic_launches,
+    split_chunks,
+    topk_launcher,
+)
 from qsa_cli.model.topk import first_difference, topk_ids
 
 CELLS_PER_CHUNK = SPLIT_CHUNK_BLOCKS * 4  # a chunk of blocks, in cells
@@ -135,6 +150,29 @@ def test_split_is_clean_across_calls_and_graph_replays(cupy: Any) -> None:
             cupy.copyto(ids, poison)
             graph.launch(stream)
             check(f"replay {replay}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pdl", ["0", "1"], ids=["plain", "programmatic"])
+def test_split_plain_and_programmatic_launches(cupy: Any, monkeypatch: pytest.MonkeyPatch, pdl: str) -> None:
+    """The split's launches 2-6 one after another (QSA_PDL=0) or overlapping (sm_90+): the oracle's ids
+    either way, called back to back on one stream so that each call's first launch follows an emit."""
+    monkeypatch.setenv(PDL_ENV, pdl)
+    seed = fresh_seed()
+    cc = int(cupy.cuda.Device().compute_capability)
+    for call in (Call(524288, MAX_QUERIES, 524288), Call(135176, PROMPT_QUERIES, 524288, True)):
+        for score_set in SCORE_SETS:
+            inputs = synthetic_scores(call, score_set, seed)
+            expected = topk_ids(inputs, "oracle")
+            scores, steps = cupy.asarray(inputs.scores), cupy.asarray(inputs.steps)
+            poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
+            ids = cupy.empty_like(poison)
+            launch = topk_launcher("split", scores, steps, ids, active_blocks=call.active_blocks)
+            assert launch.programmatic == programmatic_launches(cc, {PDL_ENV: pdl})
+            for n in range(3):
+                cupy.copyto(ids, poison)
+                launch()
+                assert_ids(ids.get(), expected, inputs, f"{call.kind} {score_set} QSA_PDL={pdl} call {n}")
 
 
 @pytest.mark.gpu

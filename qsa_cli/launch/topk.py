@@ -8,7 +8,9 @@ grows (every count the kernels need is on the device, in the step records).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +28,7 @@ from ..geometry import (
     GeometryError,
 )
 from ..kernels import Module, load
+from .driver import PDL_MIN_CC, ProgrammaticLaunch
 
 SOURCE = "topk.cu"
 TOPK_VARIANTS = ("reference", "wide", "split")
@@ -63,16 +66,27 @@ def split_chunks(max_blocks: int, active_blocks: int = 0) -> int:
     return -(-(active_blocks or max_blocks) // SPLIT_CHUNK_BLOCKS)
 
 
+PDL_ENV = "QSA_PDL"  # "0": the split's launches run one after another even where PDL exists
+
+
+def programmatic_launches(compute_capability: int, env: Mapping[str, str] | None = None) -> bool:
+    """Whether the split's launches 2-6 are programmatic dependent launches: on sm_90 and newer, unless
+    ``QSA_PDL=0``. Their bits cannot differ (the kernels wait before touching their call's scratch)."""
+    env = os.environ if env is None else env
+    return compute_capability >= PDL_MIN_CC and env.get(PDL_ENV, "1") != "0"
+
+
 @dataclass(frozen=True)
 class TopkLaunch:
     """A top-k call ready to run: calling it enqueues the variant's launches on the current stream."""
 
-    launches: tuple[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[Any, ...]], ...]
+    launches: tuple[Callable[[], None], ...]
     accumulators: tuple[Any, ...] = ()  # scratch the kernels add into: all zero between calls
+    programmatic: bool = False  # launches after the first are programmatic dependent launches
 
     def __call__(self) -> None:
-        for kernel, grid, block, args in self.launches:
-            kernel(grid, block, args)
+        for launch in self.launches:
+            launch()
 
 
 def _check(scores: Any, steps: Any, ids: Any, active_blocks: int) -> tuple[int, int]:
@@ -109,7 +123,7 @@ def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blo
     block = (THREADS[variant],)
     common = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
     if variant != "split":
-        return TopkLaunch(((kernels[0], (nq,), block, common),))
+        return TopkLaunch((functools.partial(kernels[0], (nq,), block, common),))
 
     import cupy
 
@@ -121,12 +135,19 @@ def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blo
     select = cupy.zeros((nq, RADIX_PASSES, 2), dtype=cupy.uint32)
     grid = (chunks, nq)
     *passes, count, emit = kernels
+    calls = (
+        *((k, (*common, hist, select)) for k in passes),
+        (count, (*common, hist, counts, select)),
+        (emit, (*common, hist, counts, select)),
+    )
+    # The first launch waits for whatever the stream ran before (the scores' writer, the previous
+    # call's emit, which zeroes the histograms) as usual; the others may overlap the launch before them.
+    programmatic = programmatic_launches(int(cupy.cuda.Device().compute_capability))
+    launch = ProgrammaticLaunch if programmatic else lambda k, g, b, a: functools.partial(k, g, b, a)
     return TopkLaunch(
-        (
-            *((k, grid, block, (*common, hist, select)) for k in passes),
-            (count, grid, block, (*common, hist, counts, select)),
-            (emit, grid, block, (*common, hist, counts, select)),
-        ),
+        tuple(functools.partial(k, grid, block, a) if i == 0 else launch(k, grid, block, a)
+              for i, (k, a) in enumerate(calls)),
         accumulators=(hist,),
+        programmatic=programmatic,
     )
 
