@@ -2,8 +2,8 @@
 // topk_cluster.cu: block_topk_cluster_kernel, the Hopper decode top-k (spec section 3). A thread-block
 // cluster of QSA_CLUSTER_CTAS CTAs per query, grid (QSA_CLUSTER_CTAS, nq); the ids are the reference's:
 //   - CTA r loads the order keys of a contiguous 1/QSA_CLUSTER_CTAS of the query's blocks 0..n_bid into
-//     dynamic shared memory once (the launcher sizes it, qsa_cli/launch/topk_cluster.py); the four radix
-//     passes and the emit read only shared memory;
+//     dynamic shared memory once (the launcher sizes it, qsa_cli/launch/topk_cluster.py), adding pass 0's
+//     histogram as it goes; the later passes and the emit read only shared memory;
 //   - each pass, every CTA histograms its slice, the cluster syncs, and every CTA sums the same
 //     QSA_CLUSTER_CTAS histograms through distributed shared memory and applies the reference's digit
 //     rule to the sum: a pure function of integer counts, so thr, above and the tie budget are the
@@ -12,22 +12,29 @@
 //     thr exactly when, at the first pass where its digit differs from thr's, its digit is higher (the
 //     pass's histogram counts it there), and at thr when it matches all four digits. CTA r writes its
 //     selected cells ascending from (cells above in CTAs < r) + min(cells at thr in CTAs < r, budget).
+// Warp w owns a contiguous span of the slice, read in chunks of 128 keys (4 consecutive keys a lane,
+// one 16-byte read); the histograms have a column per lane, so every key adds with one plain shared
+// atomic (no lane ever shares a word with another).
 #include "qsa_common.cuh"
 
 namespace {
 
-// The three cluster operations, as PTX (what cooperative_groups' cluster_group lowers to), so the
-// kernel needs no toolkit header and compiles wherever NVRTC runs.
+// The cluster operations, as PTX (what cooperative_groups' cluster_group lowers to), so the kernel
+// needs no toolkit header and compiles wherever NVRTC runs.
 __device__ __forceinline__ unsigned cluster_cta_rank() {
     unsigned rank;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
     return rank;
 }
 
-// Every thread of every CTA of the cluster arrives (release) and waits (acquire): shared-memory
-// writes before it are visible to all the cluster's CTAs after it.
+// Every thread of every CTA of the cluster arrives (release: its shared-memory writes before it become
+// visible to the cluster) and later waits (acquire) for all of them. Split so that a CTA can arrive
+// after its last remote read and wait only before it exits.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive;\n\tbarrier.cluster.wait;" ::: "memory");
+    cluster_arrive();
+    cluster_wait();
 }
 
 // Word `i` of the shared array `own` as it lies in CTA `rank` of the cluster (distributed shared memory).
@@ -45,13 +52,16 @@ constexpr unsigned kDigitMask = QSA_RADIX_BINS - 1u;
 constexpr int kKeyBits = QSA_RADIX_BITS * QSA_RADIX_PASSES;
 constexpr int kWarps = QSA_TOPK_CLUSTER_THREADS / QSA_WARP;
 constexpr int kBinWarps = QSA_RADIX_BINS / QSA_WARP;  // warps 0..7 hold one histogram bin a thread
-constexpr int kLoadsInFlight = 8;                      // independent global loads a thread issues at once
-// A chunk of 32 blocks has at most 32 * R cells above and at thr: both counts fit one word's halves.
+constexpr int kBinsPerWarp = QSA_RADIX_BINS / kWarps; // bins each warp sums over the lanes' columns
+constexpr int kLaneKeys = 4;                          // consecutive keys a lane reads at once (uint4)
+constexpr int kChunkKeys = QSA_WARP * kLaneKeys;      // keys of a warp's chunk
+// A chunk's cells above and at thr fit one word's halves.
 constexpr int kHalfBits = 16;
 constexpr unsigned kHalfMask = (1u << kHalfBits) - 1u;
-static_assert(QSA_WARP * QSA_BLOCK_CELLS <= kHalfMask, "a chunk's counts must fit 16 bits");
+static_assert(kChunkKeys * QSA_BLOCK_CELLS <= kHalfMask, "a chunk's counts must fit 16 bits");
 static_assert(kWarps == QSA_WARP, "one lane per warp reads the warps' counts");
-static_assert(QSA_TOPK_CLUSTER_THREADS >= QSA_RADIX_BINS, "a thread per histogram bin");
+static_assert(QSA_TOPK_CLUSTER_THREADS >= QSA_RADIX_BINS && QSA_RADIX_BINS % kWarps == 0, "bins over threads and warps");
+static_assert(QSA_RADIX_BITS * (QSA_RADIX_PASSES - 1) == 24, "pass 0's digit is the key's top byte");
 
 // Per-CTA values the passes hand to the emit (indices into `sel`).
 enum Sel { kAbove, kAtBefore, kAboveBefore, kSelSlots };
@@ -64,7 +74,12 @@ __global__ void __cluster_dims__(QSA_CLUSTER_CTAS, 1, 1) __launch_bounds__(QSA_T
 block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* __restrict__ ids,
                           int /*nq: the grid*/, int max_blocks,
                           int /*active_blocks: the launcher sizes shared memory by it; each CTA reads n_bid*/) {
-    extern __shared__ unsigned keys[];  // this CTA's slice of order keys
+    extern __shared__ uint4 slice_keys[];  // this CTA's slice of order keys, padded to 16 bytes
+    unsigned* keys = reinterpret_cast<unsigned*>(slice_keys);
+    // The pass's histogram of the slice, one column per lane: lanes never collide on a word (bank
+    // = lane), so every key adds with one plain shared atomic.
+    __shared__ uint4 lane_hist_words[QSA_RADIX_BINS * QSA_WARP / 4];
+    unsigned(*lane_hist)[QSA_WARP] = reinterpret_cast<unsigned(*)[QSA_WARP]>(lane_hist_words);
     __shared__ unsigned hist[QSA_RADIX_PASSES][QSA_RADIX_BINS];  // one per pass: read remotely after it
     __shared__ unsigned bin_warp_cells[kBinWarps];
     __shared__ unsigned warp_above[kWarps], warp_at[kWarps];
@@ -84,42 +99,83 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     const int lo = min(rank * per, blocks), n = min(lo + per, blocks) - lo;  // slice: blocks lo..lo+n-1
     const int tail_at = n_bid - lo;  // the tail block's index in the slice, when 0 <= tail_at < n
     const unsigned tail = qsa_block_weight(n_bid, n_kv, n_bid);
+    // Block weight by slice index (i < n): the tail's own, R for the others (a weight-0 tail adds 0).
+    auto weight = [&](int i) { return i == tail_at ? tail : static_cast<unsigned>(QSA_BLOCK_CELLS); };
+    // Warp w's span of the slice: whole chunks, so every lane's 16-byte read is aligned.
+    const int span = (n + kWarps * kChunkKeys - 1) / (kWarps * kChunkKeys) * kChunkKeys;
+    const int wlo = min(warp * span, n), whi = min(wlo + span, n);
+    const int chunks = (whi - wlo + kChunkKeys - 1) / kChunkKeys;
 
+    for (int i = tid; i < QSA_RADIX_BINS * QSA_WARP / 4; i += QSA_TOPK_CLUSTER_THREADS) lane_hist_words[i] = make_uint4(0, 0, 0, 0);
     for (int i = tid; i < QSA_RADIX_PASSES * QSA_RADIX_BINS; i += QSA_TOPK_CLUSTER_THREADS) (&hist[0][0])[i] = 0;
     if (tid < kSelSlots) sel[tid] = 0;
+    __syncthreads();  // the lanes' columns are zero before pass 0 adds into them
+
+    // The slice's keys, with pass 0's histogram (the top byte over every key): 16-byte loads of the
+    // aligned middle of the scores row, the few floats before and after it one by one.
     const float* srow = scores + static_cast<size_t>(q) * max_blocks + lo;
-    for (int base = 0; base < n; base += kLoadsInFlight * QSA_TOPK_CLUSTER_THREADS) {
-        float v[kLoadsInFlight];
+    const int head = min(n, static_cast<int>((4u - static_cast<unsigned>(reinterpret_cast<size_t>(srow) / 4u % 4u)) % 4u));
+    const int n4 = (n - head) / 4;
+    const float4* srow4 = reinterpret_cast<const float4*>(srow + head);
+    auto store_key = [&](int i, float score) {
+        const unsigned key = qsa_order_key(score);
+        keys[i] = key;
+        atomicAdd(&lane_hist[key >> key_shift(0)][lane], weight(i));
+    };
+    for (int base = 0; base < n4; base += kLaneKeys * QSA_TOPK_CLUSTER_THREADS) {
+        float4 v[kLaneKeys];  // every load in flight before the first key is stored
 #pragma unroll
-        for (int k = 0; k < kLoadsInFlight; ++k) {
-            const int i = base + k * QSA_TOPK_CLUSTER_THREADS + tid;
-            v[k] = i < n ? srow[i] : 0.0f;
+        for (int k = 0; k < kLaneKeys; ++k) {
+            const int j = base + k * QSA_TOPK_CLUSTER_THREADS + tid;
+            v[k] = j < n4 ? srow4[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
 #pragma unroll
-        for (int k = 0; k < kLoadsInFlight; ++k) {
-            const int i = base + k * QSA_TOPK_CLUSTER_THREADS + tid;
-            if (i < n) keys[i] = qsa_order_key(v[k]);
+        for (int k = 0; k < kLaneKeys; ++k) {
+            const int j = base + k * QSA_TOPK_CLUSTER_THREADS + tid, i = head + 4 * j;
+            if (j < n4) {
+                store_key(i, v[k].x);
+                store_key(i + 1, v[k].y);
+                store_key(i + 2, v[k].z);
+                store_key(i + 3, v[k].w);
+            }
         }
     }
+    if (tid < head) store_key(tid, srow[tid]);
+    for (int i = head + 4 * n4 + tid; i < n; i += QSA_TOPK_CLUSTER_THREADS) store_key(i, srow[i]);
     __syncthreads();
+
+    // A lane's 4 keys of chunk k of its warp's span, and whether each is in the slice.
+    auto chunk_keys = [&](int k, unsigned (&key)[kLaneKeys]) {
+        const int i0 = wlo + k * kChunkKeys + kLaneKeys * lane;
+        const uint4 k4 = i0 < whi ? slice_keys[i0 / kLaneKeys] : make_uint4(0, 0, 0, 0);
+        key[0] = k4.x;
+        key[1] = k4.y;
+        key[2] = k4.z;
+        key[3] = k4.w;
+        return i0;
+    };
 
     unsigned thr = 0, mask = 0, above = 0;  // thr holds the digits found so far
     for (int pass = 0; pass < QSA_RADIX_PASSES; ++pass) {
         const int shift = key_shift(pass);
         unsigned* own = hist[pass];
-        // The slice's histogram: the lanes of one digit add as one (a complete block weighs R cells);
-        // a warp with no matching block skips the match.
-        for (int base = warp * QSA_WARP; base < n; base += QSA_TOPK_CLUSTER_THREADS) {
-            const int i = base + lane;
-            const unsigned key = i < n ? keys[i] : 0u;
-            const bool complete = i < n && i != tail_at && (key & mask) == thr;
-            if (!__any_sync(kFullMask, complete)) continue;
-            const unsigned digit = (key >> shift) & kDigitMask;
-            const unsigned peers = __match_any_sync(kFullMask, complete ? digit : QSA_RADIX_BINS);
-            if (complete && lane == __ffs(peers) - 1) atomicAdd(&own[digit], __popc(peers) * QSA_BLOCK_CELLS);
+        if (pass > 0) {  // pass 0 was added as the keys were stored
+            for (int k = 0; k < chunks; ++k) {
+                unsigned key[kLaneKeys];
+                const int i0 = chunk_keys(k, key);
+#pragma unroll
+                for (int j = 0; j < kLaneKeys; ++j)
+                    if (i0 + j < whi && (key[j] & mask) == thr)
+                        atomicAdd(&lane_hist[(key[j] >> shift) & kDigitMask][lane], weight(i0 + j));
+            }
+            __syncthreads();
         }
-        if (tid == 0 && tail != 0 && 0 <= tail_at && tail_at < n && (keys[tail_at] & mask) == thr)
-            atomicAdd(&own[(keys[tail_at] >> shift) & kDigitMask], tail);
+        // Warp w sums its bins over the lanes' columns (and clears them for the next pass).
+        for (int bin = warp * kBinsPerWarp; bin < (warp + 1) * kBinsPerWarp; ++bin) {
+            const unsigned cells = __reduce_add_sync(kFullMask, lane_hist[bin][lane]);
+            lane_hist[bin][lane] = 0;
+            if (lane == 0) own[bin] = cells;
+        }
         cluster_sync();  // every CTA's histogram of this pass is complete and visible
 
         // Thread t < 256 sums bin t over the cluster (and over the CTAs before this one), then a suffix
@@ -142,6 +198,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             }
             if (lane == 0) bin_warp_cells[warp] = cells;
         }
+        if (pass == QSA_RADIX_PASSES - 1) cluster_arrive();  // the last remote read is done
         __syncthreads();
         if (tid < QSA_RADIX_BINS)
             for (int w = warp + 1; w < kBinWarps; ++w) cells += bin_warp_cells[w];
@@ -160,16 +217,19 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         mask |= kDigitMask << shift;
     }
 
-    // Emit: warp w takes a run of whole 32-block chunks of the slice; its cells above / at thr, scanned
-    // over the warps, and the CTAs before give its first rank; inside, a warp scan per chunk.
+    // Emit: warp w's cells above / at thr, scanned over the warps, and the CTAs before give its first
+    // rank; inside, a warp scan per chunk (lanes in order, each lane's 4 keys in order).
     const unsigned budget = width - above;
-    const int span = (n + QSA_TOPK_CLUSTER_THREADS - 1) / QSA_TOPK_CLUSTER_THREADS * QSA_WARP;
-    const int wlo = min(warp * span, n), whi = min(wlo + span, n);
     unsigned a = 0, t = 0;
-    for (int i = wlo + lane; i < whi; i += QSA_WARP) {
-        const unsigned w = qsa_block_weight(lo + i, n_kv, n_bid);
-        if (keys[i] > thr) a += w;
-        else if (keys[i] == thr) t += w;
+    for (int k = 0; k < chunks; ++k) {
+        unsigned key[kLaneKeys];
+        const int i0 = chunk_keys(k, key);
+#pragma unroll
+        for (int j = 0; j < kLaneKeys; ++j) {
+            if (i0 + j >= whi) continue;
+            if (key[j] > thr) a += weight(i0 + j);
+            else if (key[j] == thr) t += weight(i0 + j);
+        }
     }
     a = __reduce_add_sync(kFullMask, a);
     t = __reduce_add_sync(kFullMask, t);
@@ -181,11 +241,16 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     unsigned above_before = sel[kAboveBefore] + __reduce_add_sync(kFullMask, lane < warp ? warp_above[lane] : 0u);
     unsigned at_before = sel[kAtBefore] + __reduce_add_sync(kFullMask, lane < warp ? warp_at[lane] : 0u);
     // Once the cells before reach width, everything selected is written.
-    for (int base = wlo; base < whi && above_before + min(at_before, budget) < width; base += QSA_WARP) {
-        const int i = base + lane, b = lo + i;
-        const unsigned key = i < whi ? keys[i] : 0u;
-        const unsigned w = i < whi ? qsa_block_weight(b, n_kv, n_bid) : 0u;
-        const unsigned mine = key > thr ? w : key == thr ? w << kHalfBits : 0u;
+    for (int k = 0; k < chunks && above_before + min(at_before, budget) < width; ++k) {
+        unsigned key[kLaneKeys], w[kLaneKeys];
+        const int i0 = chunk_keys(k, key);
+        unsigned mine = 0;
+#pragma unroll
+        for (int j = 0; j < kLaneKeys; ++j) {
+            w[j] = i0 + j < whi ? weight(i0 + j) : 0u;
+            if (key[j] > thr) mine += w[j];
+            else if (key[j] == thr) mine += w[j] << kHalfBits;
+        }
         if (!__any_sync(kFullMask, mine != 0)) continue;
         unsigned through = mine;
 #pragma unroll
@@ -194,15 +259,21 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             if (lane >= o) through += v;
         }
         const unsigned ahead = through - mine;
-        const unsigned ab = above_before + (ahead & kHalfMask), tb = at_before + (ahead >> kHalfBits);
-        unsigned count = 0;
-        if (key > thr) count = w;
-        else if (key == thr && tb < budget) count = min(w, budget - tb);
-        const unsigned pos = ab + min(tb, budget);
-        for (unsigned c = 0; c < count; ++c) row[pos + c] = b * QSA_BLOCK_CELLS + static_cast<int>(c);
+        unsigned ab = above_before + (ahead & kHalfMask), tb = at_before + (ahead >> kHalfBits);
+#pragma unroll
+        for (int j = 0; j < kLaneKeys; ++j) {
+            unsigned count = 0;
+            if (key[j] > thr) count = w[j];
+            else if (key[j] == thr && tb < budget) count = min(w[j], budget - tb);
+            const unsigned pos = ab + min(tb, budget);
+            const int b = lo + i0 + j;
+            for (unsigned c = 0; c < count; ++c) row[pos + c] = b * QSA_BLOCK_CELLS + static_cast<int>(c);
+            if (key[j] > thr) ab += w[j];
+            else if (key[j] == thr) tb += w[j];
+        }
         const unsigned chunk = __shfl_sync(kFullMask, through, QSA_WARP - 1);
         above_before += chunk & kHalfMask;
         at_before += chunk >> kHalfBits;
     }
-    cluster_sync();  // no CTA leaves while another may still read its histograms
+    cluster_wait();  // no CTA leaves while another may still read its histograms
 }

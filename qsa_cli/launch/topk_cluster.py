@@ -1,8 +1,9 @@
 """Launcher of the cluster top-k in ``kernels/topk_cluster.cu`` (spec section 3; sm_90 and newer).
 
 A cluster of ``CLUSTER_CTAS`` CTAs per query, grid ``(CLUSTER_CTAS, nq)``; each CTA keeps its slice of
-the query's order keys in dynamic shared memory, one uint32 a block, sized by the capacity (a decode
-call: ``max_blocks``) or by a prompt call's active block count. A capacity whose slice does not fit
+the query's order keys in dynamic shared memory, one uint32 a block (padded to 16 bytes: a lane reads
+4 keys at once), sized by the capacity (a decode call: ``max_blocks``) or by a prompt call's active
+block count. A capacity whose slice does not fit
 the device's opt-in shared memory per CTA is refused with ``ClusterUnavailable``, as is a card older
 than sm_90.
 """
@@ -15,17 +16,27 @@ from typing import Any
 import numpy as np
 
 from ..dispatch import CLUSTER_MIN_CC
-from ..geometry import BLOCK_CELLS, CLUSTER_CTAS, RADIX_BINS, RADIX_PASSES, TOPK_CLUSTER_THREADS, capacity_of
+from ..geometry import (
+    BLOCK_CELLS,
+    CLUSTER_CTAS,
+    RADIX_BINS,
+    RADIX_PASSES,
+    TOPK_CLUSTER_THREADS,
+    WARP,
+    capacity_of,
+)
 from ..kernels import KernelError, Module, load
 
 SOURCE = "topk_cluster.cu"
 KERNEL_NAMES: dict[str, tuple[str, ...]] = {"cluster": ("block_topk_cluster_kernel",)}
 THREADS = TOPK_CLUSTER_THREADS
 WORD_BYTES = 4  # a uint32: one block's order key, one histogram bin
+LANE_KEYS = 4  # keys a lane reads at once (16 bytes): the slice is padded to a multiple
 SCRATCH_BYTES = 1024  # room for the kernel's per-warp counts and pass results
 # The kernel's static shared memory, bounded without a compile so that fit decisions need no device:
-# the four passes' histograms plus the scratch (the launcher checks the compiled kernel against it).
-STATIC_SMEM_BYTES = RADIX_PASSES * RADIX_BINS * WORD_BYTES + SCRATCH_BYTES
+# the four passes' histograms, the histogram with a column per lane, and the scratch (the launcher
+# checks the compiled kernel against it).
+STATIC_SMEM_BYTES = (RADIX_PASSES + WARP) * RADIX_BINS * WORD_BYTES + SCRATCH_BYTES
 
 
 class ClusterUnavailable(ValueError):
@@ -33,8 +44,10 @@ class ClusterUnavailable(ValueError):
 
 
 def cluster_smem_bytes(max_blocks: int) -> int:
-    """Dynamic shared memory per CTA for a call of ``max_blocks`` blocks: ceil(max_blocks / 8) keys."""
-    return -(-max_blocks // CLUSTER_CTAS) * WORD_BYTES
+    """Dynamic shared memory per CTA for a call of ``max_blocks`` blocks: ceil(max_blocks / 8) keys,
+    rounded up to a multiple of 4."""
+    keys = -(-max_blocks // CLUSTER_CTAS)
+    return -(-keys // LANE_KEYS) * LANE_KEYS * WORD_BYTES
 
 
 def cluster_fits(max_blocks: int, device_max_smem_optin: int) -> bool:
@@ -44,7 +57,7 @@ def cluster_fits(max_blocks: int, device_max_smem_optin: int) -> bool:
 
 def cluster_max_capacity(device_max_smem_optin: int) -> int:
     """The largest capacity in cells whose ``max_blocks = capacity // 4 + 2`` fits (0 when none does)."""
-    fit_blocks = (device_max_smem_optin - STATIC_SMEM_BYTES) // WORD_BYTES * CLUSTER_CTAS
+    fit_blocks = (device_max_smem_optin - STATIC_SMEM_BYTES) // (LANE_KEYS * WORD_BYTES) * LANE_KEYS * CLUSTER_CTAS
     return max(0, capacity_of(fit_blocks) + BLOCK_CELLS - 1)
 
 
@@ -78,7 +91,8 @@ def cluster_launcher(scores: Any, steps: Any, ids: Any, *, active_blocks: int = 
     (int32 [nq, 4]) into ``ids`` (int32 [nq, SELECT_CAP], poisoned by the caller): each query's entries
     0..width-1. It only enqueues one launch on the current stream, so it can be captured into a CUDA graph.
     """
-    from .topk import _check  # here, not at import: launch/topk.py may import this module
+    # here, not at import: launch/topk.py may import this module
+    from .topk import _check
 
     nq, mb = _check(scores, steps, ids, active_blocks)
     import cupy
@@ -91,8 +105,7 @@ def cluster_launcher(scores: Any, steps: Any, ids: Any, *, active_blocks: int = 
     if static > STATIC_SMEM_BYTES:
         raise KernelError(f"{SOURCE}: {static} B of static shared memory, over the {STATIC_SMEM_BYTES} B the launcher sizes for")
     # The limit belongs to the kernel, shared by every launcher: only ever raise it.
-    if kernel.max_dynamic_shared_size_bytes < dynamic:
-        kernel.max_dynamic_shared_size_bytes = dynamic
+    kernel.max_dynamic_shared_size_bytes = max(kernel.max_dynamic_shared_size_bytes, dynamic)
     grid, block = (CLUSTER_CTAS, nq), (THREADS,)
     args = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
 
