@@ -2,7 +2,9 @@
 
 A row is SLOW only when its median is slower than the baseline's by more than the tolerance AND the
 two runs' 10th-90th percentile spreads do not overlap, so noise alone never fails a build; FAST is
-the mirror image. Any parity failure in the run fails the gate whatever the times say.
+the mirror image. Any parity failure in the run fails the gate whatever the times say. A library's
+reference point (``cupy.argpartition``, timed beside the kernels for scale, with CuPy's own host
+work and allocations inside) is compared and shown but never fails the gate: its verdict is REFERENCE.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from rich.table import Table
 
 from .report import measurement_index
 from .results import Measurement, RunRecord
+from .stages.topk import ARGPARTITION
 
 FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD")
-VERDICT_STYLE = {"FAST": "green", "SLOW": "red", "SAME": "", "PARITY-FAIL": "bold red", "MISSING": "yellow", "NEW": "cyan", "THRESHOLD": "bold red"}
+VERDICT_STYLE = {"FAST": "green", "SLOW": "red", "SAME": "", "PARITY-FAIL": "bold red", "MISSING": "yellow", "NEW": "cyan",
+                 "THRESHOLD": "bold red", "REFERENCE": "dim"}
+REFERENCE_POINTS = (ARGPARTITION,)  # variants the gate shows but does not judge
 
 
 class GateError(ValueError):
@@ -29,7 +34,8 @@ class GateRow:
     variant: str  # a measured variant, or "subject vs against" for a parity failure
     baseline_us: float | None
     median_us: float | None
-    verdict: str  # FAST, SLOW, SAME, PARITY-FAIL, THRESHOLD (a sweep's), MISSING (baseline only), NEW (run only)
+    verdict: str  # FAST, SLOW, SAME, PARITY-FAIL, THRESHOLD (a sweep's), MISSING (baseline only), NEW (run only),
+    # REFERENCE (a library's reference point: never fails)
     detail: str = ""
 
     @property
@@ -84,6 +90,8 @@ def _timing_row(key: str, variant: str, m: Measurement, b: Measurement, toleranc
     else:
         verdict = "SAME"
         detail = "beyond the tolerance but within the runs' spread" if abs(ratio - 1) > tolerance else ""
+    if variant in REFERENCE_POINTS:
+        verdict, detail = "REFERENCE", f"a library's reference point, not gated ({ratio:.2f}x the baseline)"
     return GateRow(key, variant, b.median_us, m.median_us, verdict, detail)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -12,6 +13,7 @@ from rich.console import Console
 
 from qsa_cli.gate import GateError, check_comparable, compare, gate_table, junit_xml
 from qsa_cli.results import RunRecord
+from qsa_cli.stages.topk import ARGPARTITION
 
 
 def verdicts(result: object) -> dict[str, int]:
@@ -47,6 +49,19 @@ def test_a_slower_new_kernel_is_slow_and_fails() -> None:
 def test_a_faster_new_kernel_is_fast_and_passes() -> None:
     result = compare(seed_record(seed=2, noise=0.02, scale=0.7), seed_record(seed=1, noise=0.02))
     assert verdicts(result) == {"FAST": 25, "SAME": 50} and result.passed
+
+
+def test_a_library_reference_point_is_shown_but_never_fails() -> None:
+    """cupy.argpartition's time includes CuPy's own host work: a change there is no regression of ours."""
+    baseline = seed_record(seed=5, noise=0.02)
+    topk = next(m for m in baseline.measurements if m.stage == "topk")
+    baseline.measurements.append(dataclasses.replace(topk, variant=ARGPARTITION, samples_us=[s * 20 for s in topk.samples_us]))
+    for factor in (1.4, 1.0, 0.7):
+        result = compare(slowed(baseline, ARGPARTITION, factor), baseline)
+        (row,) = [r for r in result.rows if r.variant == ARGPARTITION]
+        assert row.verdict == "REFERENCE" and f"({factor:.2f}x the baseline)" in row.detail
+        assert result.passed and not row.failed
+    assert compare(slowed(slowed(baseline, ARGPARTITION, 1.4), "split", 1.3), baseline).passed is False
 
 
 def test_a_deliberately_slowed_run_fails_against_its_own_baseline() -> None:
