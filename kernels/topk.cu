@@ -84,6 +84,24 @@ __device__ __forceinline__ unsigned qsa_radix_digit(const TopkLaneBins& bins, un
     return static_cast<unsigned>(__shfl_sync(TOPK_FULL_MASK, stop, winner));
 }
 
+// CTA-collective, once the pass's histogram `hist` is complete: warp 0 applies the reference's digit
+// rule and shares (digit, above) through `digit_above`; every thread adds the digit to thr and mask.
+__device__ __forceinline__ void topk_take_digit(const unsigned* hist, unsigned* digit_above, int shift, unsigned width,
+                                                unsigned& thr, unsigned& mask, unsigned& above) {
+    if (threadIdx.x < QSA_WARP) {
+        unsigned a = above;
+        const unsigned d = qsa_radix_digit(topk_lane_bins(hist), a, width);
+        if (threadIdx.x == 0) {
+            digit_above[0] = d;
+            digit_above[1] = a;
+        }
+    }
+    __syncthreads();
+    thr |= digit_above[0] << shift;
+    mask |= TOPK_DIGIT_MASK << shift;
+    above = digit_above[1];
+}
+
 // Block-wide exclusive scan of packed counts (THREADS a multiple of 32, at most 1,024); every thread
 // also gets the CTA's total. warp_sums holds THREADS / 32 values and may be reused once it returns.
 struct TopkScan {
@@ -167,18 +185,7 @@ block_topk_kernel(const float* __restrict__ scores, const int* __restrict__ step
             if ((key & mask) == thr) atomicAdd(&hist[(key >> shift) & TOPK_DIGIT_MASK], w);
         }
         __syncthreads();
-        if (tid < QSA_WARP) {
-            unsigned a = above;
-            const unsigned d = qsa_radix_digit(topk_lane_bins(hist), a, width);
-            if (tid == 0) {
-                digit_above[0] = d;
-                digit_above[1] = a;
-            }
-        }
-        __syncthreads();
-        thr |= digit_above[0] << shift;
-        mask |= TOPK_DIGIT_MASK << shift;
-        above = digit_above[1];
+        topk_take_digit(hist, digit_above, shift, width, thr, mask, above);
     }
 
     const unsigned budget = width - above;
@@ -259,18 +266,7 @@ block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__
             hist[tid] = sum;
         }
         __syncthreads();
-        if (warp == 0) {
-            unsigned a = above;
-            const unsigned d = qsa_radix_digit(topk_lane_bins(hist), a, width);
-            if (tid == 0) {
-                digit_above[0] = d;
-                digit_above[1] = a;
-            }
-        }
-        __syncthreads();
-        thr |= digit_above[0] << shift;
-        mask |= TOPK_DIGIT_MASK << shift;
-        above = digit_above[1];
+        topk_take_digit(hist, digit_above, shift, width, thr, mask, above);
     }
 
     const unsigned budget = width - above;
