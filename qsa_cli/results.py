@@ -31,8 +31,19 @@ def case_key(stage: str, case: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+class CaseKeyed:
+    """A result about one case of one stage; ``key`` is the case as the reports and the gate index it."""
+
+    stage: str
+    case: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        return case_key(self.stage, self.case)
+
+
 @dataclass
-class Measurement:
+class Measurement(CaseKeyed):
     """The timed samples of one variant on one case, with the clocks around them."""
 
     stage: str  # "scores", "topk", "window"
@@ -44,10 +55,6 @@ class Measurement:
     clocks_before: dict[str, Any] | None = None
     clocks_after: dict[str, Any] | None = None
     throttled: bool = False  # a clocks-event reason for thermal, power or hardware slowdown was seen
-
-    @property
-    def key(self) -> str:
-        return case_key(self.stage, self.case)
 
     @property
     def median_us(self) -> float:
@@ -70,7 +77,7 @@ class Measurement:
 
 
 @dataclass
-class ParityCheck:
+class ParityCheck(CaseKeyed):
     """One bitwise comparison: ``subject`` against ``against`` on one case."""
 
     stage: str
@@ -83,13 +90,9 @@ class ParityCheck:
     rows_equal: int | None = None  # queries whose whole output row is identical
     rows: int | None = None
 
-    @property
-    def key(self) -> str:
-        return case_key(self.stage, self.case)
-
 
 @dataclass
-class ThresholdCheck:
+class ThresholdCheck(CaseKeyed):
     """A sweep's threshold on one case, e.g. new vs old speedup >= 2.5, or new / read floor <= 1.3."""
 
     stage: str
@@ -98,10 +101,6 @@ class ThresholdCheck:
     value: float
     limit: float
     passed: bool
-
-    @property
-    def key(self) -> str:
-        return case_key(self.stage, self.case)
 
 
 @dataclass
