@@ -69,10 +69,9 @@ def environment() -> dict[str, Any]:
     import numpy
 
     from . import __version__
-    from .dispatch import ENV_SCORES_HALVE, ENV_TOPK_SPLIT
-    from .launch.topk import PDL_ENV
+    from .dispatch import SWITCHES
 
-    switches = {k: os.environ[k] for k in (ENV_SCORES_HALVE, ENV_TOPK_SPLIT, PDL_ENV) if k in os.environ}
+    switches = {k: os.environ[k] for k in SWITCHES if k in os.environ}
     return {"python": platform.python_version(), "numpy": numpy.__version__, "qsa": __version__,
             "host": platform.node(), "switches": switches}
 

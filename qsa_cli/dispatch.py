@@ -19,9 +19,12 @@ CALL_KINDS = ("decode", "prompt")
 
 ENV_SCORES_HALVE = "STRATA_SCORES_HALVE"
 ENV_TOPK_SPLIT = "STRATA_TOPK_SPLIT"
+ENV_PDL = "QSA_PDL"  # "0": the split's launches run one after another even where PDL exists
+SWITCHES = (ENV_SCORES_HALVE, ENV_TOPK_SPLIT, ENV_PDL)
 
 NEW_KERNELS_CC = 75  # the seed measured (and defaults) its kernels on sm_75 only
 CLUSTER_MIN_CC = 90  # thread-block clusters: sm_90 and newer
+PDL_MIN_CC = 90  # programmatic dependent launch (griddepcontrol): sm_90 and newer
 
 
 @dataclass(frozen=True)
@@ -94,3 +97,9 @@ def dispatch(cc: int, kind: str, env: Mapping[str, str], cluster_refusal: str | 
     scores, scores_why = _decode_scorer(cc, halve)
     topk, topk_why = _decode_topk(cc, split, cluster_refusal)
     return Dispatch(scores, topk, {"scores": scores_why, "topk": topk_why})
+
+
+def programmatic_launches(compute_capability: int, env: Mapping[str, str]) -> bool:
+    """Whether the split's launches 2-6 are programmatic dependent launches: on sm_90 and newer, unless
+    ``QSA_PDL=0``. Their bits cannot differ (the kernels wait before touching their call's scratch)."""
+    return compute_capability >= PDL_MIN_CC and env.get(ENV_PDL, "1") != "0"

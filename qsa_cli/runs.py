@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .dispatch import ENV_PDL, programmatic_launches
 from .geometry import MAX_QUERIES, PROMPT_QUERIES, Call, check_queries
 from .inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from .kernels import sources_hash
@@ -418,12 +419,12 @@ def device_report(device_id: int = 0) -> DeviceReport:
                          f"{optin} B of shared memory per CTA")
         else:
             notes.append(f"cluster top-k: needs sm_90 or newer (this device is sm_{cc})")
-        if topk_launch.programmatic_launches(cc):
-            notes.append(f"split top-k: launches 2-6 are programmatic dependent launches ({topk_launch.PDL_ENV}=0 "
+        if programmatic_launches(cc, os.environ):
+            notes.append(f"split top-k: launches 2-6 are programmatic dependent launches ({ENV_PDL}=0 "
                          "runs them one after another)")
         else:
             notes.append("split top-k: launches one after another (programmatic launches need sm_90 or newer, "
-                         f"or {topk_launch.PDL_ENV} is 0)")
+                         f"or {ENV_PDL} is 0)")
         clocks = s.clocks.read().to_dict() if s.clocks is not None else None
         dispatch = {kind: _dispatch_summary(s, kind) for kind in ("decode", "prompt")}
         return DeviceReport(s.record.device, clocks, kernels, dispatch, notes)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import fresh_seed
 
+from qsa_cli.dispatch import ENV_PDL, programmatic_launches
 from qsa_cli.geometry import (
     MAX_QUERIES,
     PROMPT_QUERIES,
@@ -31,11 +32,9 @@ from qsa_cli.inputs import (
 )
 from qsa_cli.launch.topk import (
     KERNEL_NAMES,
-    PDL_ENV,
     THREADS,
     TOPK_VARIANTS,
     module,
-    programmatic_launches,
     split_chunks,
     topk_launcher,
 )
@@ -157,7 +156,7 @@ def test_split_is_clean_across_calls_and_graph_replays(cupy: Any) -> None:
 def test_split_plain_and_programmatic_launches(cupy: Any, monkeypatch: pytest.MonkeyPatch, pdl: str) -> None:
     """The split's launches 2-6 one after another (QSA_PDL=0) or overlapping (sm_90+): the oracle's ids
     either way, called back to back on one stream so that each call's first launch follows an emit."""
-    monkeypatch.setenv(PDL_ENV, pdl)
+    monkeypatch.setenv(ENV_PDL, pdl)
     seed = fresh_seed()
     cc = int(cupy.cuda.Device().compute_capability)
     for call in (Call(524288, MAX_QUERIES, 524288), Call(135176, PROMPT_QUERIES, 524288, True)):
@@ -168,7 +167,7 @@ def test_split_plain_and_programmatic_launches(cupy: Any, monkeypatch: pytest.Mo
             poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
             ids = cupy.empty_like(poison)
             launch = topk_launcher("split", scores, steps, ids, active_blocks=call.active_blocks)
-            assert launch.programmatic == programmatic_launches(cc, {PDL_ENV: pdl})
+            assert launch.programmatic == programmatic_launches(cc, {ENV_PDL: pdl})
             for n in range(3):
                 cupy.copyto(ids, poison)
                 launch()

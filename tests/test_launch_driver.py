@@ -11,8 +11,8 @@ import ctypes
 import numpy as np
 import pytest
 
+from qsa_cli.dispatch import ENV_PDL, PDL_MIN_CC, programmatic_launches
 from qsa_cli.launch import driver
-from qsa_cli.launch.topk import PDL_ENV, programmatic_launches
 
 
 def test_launch_structures_match_cuda_h() -> None:
@@ -55,6 +55,6 @@ def test_kernel_params_refuse_what_the_kernels_never_take(value: object) -> None
 
 @pytest.mark.parametrize("cc", [70, 75, 80, 86, 89, 90, 100, 120])
 def test_programmatic_launches_on_sm90_and_newer_unless_switched_off(cc: int) -> None:
-    assert programmatic_launches(cc, {}) == (cc >= driver.PDL_MIN_CC)
-    assert programmatic_launches(cc, {PDL_ENV: "1"}) == (cc >= driver.PDL_MIN_CC)
-    assert programmatic_launches(cc, {PDL_ENV: "0"}) is False
+    assert programmatic_launches(cc, {}) == (cc >= PDL_MIN_CC)
+    assert programmatic_launches(cc, {ENV_PDL: "1"}) == (cc >= PDL_MIN_CC)
+    assert programmatic_launches(cc, {ENV_PDL: "0"}) is False

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..dispatch import programmatic_launches
 from ..geometry import (
     RADIX_BINS,
     RADIX_PASSES,
@@ -28,7 +29,7 @@ from ..geometry import (
     GeometryError,
 )
 from ..kernels import Module, load
-from .driver import PDL_MIN_CC, ProgrammaticLaunch
+from .driver import ProgrammaticLaunch
 
 SOURCE = "topk.cu"
 TOPK_VARIANTS = ("reference", "wide", "split")
@@ -64,16 +65,6 @@ def available_variants(compute_capability: int) -> tuple[str, ...]:
 def split_chunks(max_blocks: int, active_blocks: int = 0) -> int:
     """CTAs a query of the split kernels: a prompt call's active blocks, else the capacity's max_blocks."""
     return -(-(active_blocks or max_blocks) // SPLIT_CHUNK_BLOCKS)
-
-
-PDL_ENV = "QSA_PDL"  # "0": the split's launches run one after another even where PDL exists
-
-
-def programmatic_launches(compute_capability: int, env: Mapping[str, str] | None = None) -> bool:
-    """Whether the split's launches 2-6 are programmatic dependent launches: on sm_90 and newer, unless
-    ``QSA_PDL=0``. Their bits cannot differ (the kernels wait before touching their call's scratch)."""
-    env = os.environ if env is None else env
-    return compute_capability >= PDL_MIN_CC and env.get(PDL_ENV, "1") != "0"
 
 
 @dataclass(frozen=True)
@@ -135,18 +126,17 @@ def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blo
     select = cupy.zeros((nq, RADIX_PASSES, 2), dtype=cupy.uint32)
     grid = (chunks, nq)
     *passes, count, emit = kernels
-    calls = (
+    (first, first_args), *rest = (
         *((k, (*common, hist, select)) for k in passes),
         (count, (*common, hist, counts, select)),
         (emit, (*common, hist, counts, select)),
     )
     # The first launch waits for whatever the stream ran before (the scores' writer, the previous
     # call's emit, which zeroes the histograms) as usual; the others may overlap the launch before them.
-    programmatic = programmatic_launches(int(cupy.cuda.Device().compute_capability))
-    launch = ProgrammaticLaunch if programmatic else lambda k, g, b, a: functools.partial(k, g, b, a)
+    programmatic = programmatic_launches(int(cupy.cuda.Device().compute_capability), os.environ)
+    later = ProgrammaticLaunch if programmatic else functools.partial
     return TopkLaunch(
-        tuple(functools.partial(k, grid, block, a) if i == 0 else launch(k, grid, block, a)
-              for i, (k, a) in enumerate(calls)),
+        (functools.partial(first, grid, block, first_args), *(later(k, grid, block, a) for k, a in rest)),
         accumulators=(hist,),
         programmatic=programmatic,
     )
