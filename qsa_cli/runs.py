@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dispatch import ENV_PDL, programmatic_launches
+from .dispatch import CLUSTER_MIN_CC, ENV_PDL, NEW_KERNELS_CC, dispatch, programmatic_launches
 from .geometry import MAX_QUERIES, PROMPT_QUERIES, Call, check_queries
 from .inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from .kernels import sources_hash
@@ -114,8 +114,6 @@ def session(
 def cluster_refusal(s: Session, max_blocks: int, active_blocks: int = 0) -> str | None:
     """Why the cluster top-k cannot take a call of this size on this card (None when it can, or when the
     card has no clusters and the question does not arise)."""
-    from .dispatch import CLUSTER_MIN_CC
-
     cc = s.compute_capability or 0
     if not s.on_gpu or cc < CLUSTER_MIN_CC:
         return None
@@ -131,8 +129,6 @@ def cluster_refusal(s: Session, max_blocks: int, active_blocks: int = 0) -> str 
 def dispatch_for(s: Session, kind: str, max_blocks: int = 0) -> Any:
     """The engine's choice for this device and call size (sm_75 on the CPU backend, where the new
     kernels default); a capacity the cluster top-k cannot hold falls back as the engine does."""
-    from .dispatch import NEW_KERNELS_CC, dispatch
-
     refusal = cluster_refusal(s, max_blocks) if max_blocks else None
     return dispatch(s.compute_capability or NEW_KERNELS_CC, kind, os.environ, refusal)
 
@@ -426,5 +422,5 @@ def device_report(device_id: int = 0) -> DeviceReport:
             notes.append("split top-k: launches one after another (programmatic launches need sm_90 or newer, "
                          f"or {ENV_PDL} is 0)")
         clocks = s.clocks.read().to_dict() if s.clocks is not None else None
-        dispatch = {kind: _dispatch_summary(s, kind) for kind in ("decode", "prompt")}
-        return DeviceReport(s.record.device, clocks, kernels, dispatch, notes)
+        choices = {kind: _dispatch_summary(s, kind) for kind in ("decode", "prompt")}
+        return DeviceReport(s.record.device, clocks, kernels, choices, notes)
