@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from .timing import DEFAULT_WARMUP  # timing imports neither numpy nor CuPy at import
+
 EXIT_PARITY = 1
 EXIT_USAGE = 2
 DEFAULT_ITERS = 50
@@ -56,9 +58,11 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         if not isinstance(exc, _user_errors()):
             raise
+        from .kernels import KernelError
+
         message = str(exc)
         # A compiler log is many lines by nature; every other error is one line.
-        _err(message if type(exc).__name__ == "KernelError" else " ".join(message.split()))
+        _err(message if isinstance(exc, KernelError) else " ".join(message.split()))
         code = EXIT_USAGE
     sys.exit(code or 0)
 
@@ -76,7 +80,8 @@ def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="gpu: the CUDA kernels; cpu: the exact CPU models of the same arithmetic."),
         click.option("--l2", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
                      help="cold: flush the L2 before every sample; warm: repeat on the same data."),
-        click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True, help="Untimed runs first."),
+        click.option("--warmup", type=click.IntRange(min=0), default=DEFAULT_WARMUP, show_default=True,
+                     help="Untimed runs first."),
         click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs."),
         click.option("--no-model", is_flag=True, help="Skip the check against the exact CPU model."),
         click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True),
