@@ -75,3 +75,11 @@ __device__ __forceinline__ unsigned qsa_order_key(float score) {
 __device__ __forceinline__ int qsa_block_weight(int b, int n_kv, int n_bid) {
     return b < n_bid ? QSA_BLOCK_CELLS : n_kv - n_bid * QSA_BLOCK_CELLS;
 }
+
+// The top-k's radix select (topk.cu, topk_cluster.cu): digits of QSA_RADIX_BITS from the key's top.
+#define TOPK_FULL_MASK 0xffffffffu
+#define TOPK_DIGIT_MASK (QSA_RADIX_BINS - 1u)
+#define TOPK_KEY_BITS (QSA_RADIX_BITS * QSA_RADIX_PASSES)
+
+// Bit position of pass p's digit: 8 bits a pass from the top of the key.
+__device__ __forceinline__ int topk_shift(int pass) { return TOPK_KEY_BITS - QSA_RADIX_BITS * (pass + 1); }

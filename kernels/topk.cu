@@ -11,9 +11,6 @@
 // Threads of a CTA; qsa_cli/launch/topk.py launches with the same and checks them against the
 // compiled kernels' maximum (set by __launch_bounds__).
 
-#define TOPK_FULL_MASK 0xffffffffu
-#define TOPK_DIGIT_MASK (QSA_RADIX_BINS - 1u)
-#define TOPK_KEY_BITS (QSA_RADIX_BITS * QSA_RADIX_PASSES)
 #define TOPK_DIGITS_PER_LANE (QSA_RADIX_BINS / QSA_WARP)
 #define TOPK_SPLIT_BLOCKS_PER_THREAD (QSA_SPLIT_CHUNK_BLOCKS / QSA_TOPK_SPLIT_THREADS)
 #define TOPK_SPLIT_HIST (QSA_RADIX_PASSES * QSA_RADIX_BINS)  // a query's global histograms, all passes
@@ -27,9 +24,6 @@ __device__ __forceinline__ topk_counts topk_pack(unsigned above, unsigned at) {
 }
 __device__ __forceinline__ unsigned topk_above(topk_counts c) { return static_cast<unsigned>(c >> 32); }
 __device__ __forceinline__ unsigned topk_at(topk_counts c) { return static_cast<unsigned>(c); }
-
-// Bit position of pass p's digit: 8 bits a pass from the top of the key.
-__device__ __forceinline__ int topk_shift(int pass) { return TOPK_KEY_BITS - QSA_RADIX_BITS * (pass + 1); }
 
 // A lane's share of one pass's histogram: lane l holds the counts of digits 255-8l down to 248-8l.
 // Loaded apart from qsa_radix_digit so that a kernel can have every load in flight at once.

@@ -47,9 +47,6 @@ __device__ __forceinline__ unsigned cluster_load(const unsigned* own, unsigned r
     return value;
 }
 
-constexpr unsigned kFullMask = 0xffffffffu;
-constexpr unsigned kDigitMask = QSA_RADIX_BINS - 1u;
-constexpr int kKeyBits = QSA_RADIX_BITS * QSA_RADIX_PASSES;
 constexpr int kWarps = QSA_TOPK_CLUSTER_THREADS / QSA_WARP;
 constexpr int kBinWarps = QSA_RADIX_BINS / QSA_WARP;  // warps 0..7 hold one histogram bin a thread
 constexpr int kBinsPerWarp = QSA_RADIX_BINS / kWarps; // bins each warp sums over the lanes' columns
@@ -65,8 +62,6 @@ static_assert(QSA_RADIX_BITS * (QSA_RADIX_PASSES - 1) == 24, "pass 0's digit is 
 
 // Per-CTA values the passes hand to the emit (indices into `sel`).
 enum Sel { kAbove, kAtBefore, kAboveBefore, kSelSlots };
-
-__device__ __forceinline__ int key_shift(int pass) { return kKeyBits - QSA_RADIX_BITS * (pass + 1); }
 
 }  // namespace
 
@@ -120,7 +115,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     auto store_key = [&](int i, float score) {
         const unsigned key = qsa_order_key(score);
         keys[i] = key;
-        atomicAdd(&lane_hist[key >> key_shift(0)][lane], weight(i));
+        atomicAdd(&lane_hist[key >> topk_shift(0)][lane], weight(i));
     };
     for (int base = 0; base < n4; base += kLaneKeys * QSA_TOPK_CLUSTER_THREADS) {
         float4 v[kLaneKeys];  // every load in flight before the first key is stored
@@ -157,7 +152,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
 
     unsigned thr = 0, mask = 0, above = 0;  // thr holds the digits found so far
     for (int pass = 0; pass < QSA_RADIX_PASSES; ++pass) {
-        const int shift = key_shift(pass);
+        const int shift = topk_shift(pass);
         unsigned* own = hist[pass];
         if (pass > 0) {  // pass 0 was added as the keys were stored
             for (int k = 0; k < chunks; ++k) {
@@ -166,13 +161,13 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
 #pragma unroll
                 for (int j = 0; j < kLaneKeys; ++j)
                     if (i0 + j < whi && (key[j] & mask) == thr)
-                        atomicAdd(&lane_hist[(key[j] >> shift) & kDigitMask][lane], weight(i0 + j));
+                        atomicAdd(&lane_hist[(key[j] >> shift) & TOPK_DIGIT_MASK][lane], weight(i0 + j));
             }
             __syncthreads();
         }
         // Warp w sums its bins over the lanes' columns (and clears them for the next pass).
         for (int bin = warp * kBinsPerWarp; bin < (warp + 1) * kBinsPerWarp; ++bin) {
-            const unsigned cells = __reduce_add_sync(kFullMask, lane_hist[bin][lane]);
+            const unsigned cells = __reduce_add_sync(TOPK_FULL_MASK, lane_hist[bin][lane]);
             lane_hist[bin][lane] = 0;
             if (lane == 0) own[bin] = cells;
         }
@@ -193,7 +188,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             cells = total;
 #pragma unroll
             for (int o = 1; o < QSA_WARP; o <<= 1) {
-                const unsigned v = __shfl_down_sync(kFullMask, cells, o);
+                const unsigned v = __shfl_down_sync(TOPK_FULL_MASK, cells, o);
                 if (lane + o < QSA_WARP) cells += v;
             }
             if (lane == 0) bin_warp_cells[warp] = cells;
@@ -208,13 +203,13 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             if (pass == QSA_RADIX_PASSES - 1) sel[kAtBefore] = before;
         }
         if (tid < QSA_RADIX_BINS) {  // whole warps: the CTAs before this one gain their cells above d
-            const unsigned v = __reduce_add_sync(kFullMask, tid > static_cast<int>(d) ? before : 0u);
+            const unsigned v = __reduce_add_sync(TOPK_FULL_MASK, tid > static_cast<int>(d) ? before : 0u);
             if (lane == 0 && v != 0) atomicAdd(&sel[kAboveBefore], v);
         }
         __syncthreads();
         above = sel[kAbove];
         thr |= d << shift;
-        mask |= kDigitMask << shift;
+        mask |= TOPK_DIGIT_MASK << shift;
     }
 
     // Emit: warp w's cells above / at thr, scanned over the warps, and the CTAs before give its first
@@ -231,15 +226,15 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             else if (key[j] == thr) t += weight(i0 + j);
         }
     }
-    a = __reduce_add_sync(kFullMask, a);
-    t = __reduce_add_sync(kFullMask, t);
+    a = __reduce_add_sync(TOPK_FULL_MASK, a);
+    t = __reduce_add_sync(TOPK_FULL_MASK, t);
     if (lane == 0) {
         warp_above[warp] = a;
         warp_at[warp] = t;
     }
     __syncthreads();
-    unsigned above_before = sel[kAboveBefore] + __reduce_add_sync(kFullMask, lane < warp ? warp_above[lane] : 0u);
-    unsigned at_before = sel[kAtBefore] + __reduce_add_sync(kFullMask, lane < warp ? warp_at[lane] : 0u);
+    unsigned above_before = sel[kAboveBefore] + __reduce_add_sync(TOPK_FULL_MASK, lane < warp ? warp_above[lane] : 0u);
+    unsigned at_before = sel[kAtBefore] + __reduce_add_sync(TOPK_FULL_MASK, lane < warp ? warp_at[lane] : 0u);
     // Once the cells before reach width, everything selected is written.
     for (int k = 0; k < chunks && above_before + min(at_before, budget) < width; ++k) {
         unsigned key[kLaneKeys], w[kLaneKeys];
@@ -251,11 +246,11 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             if (key[j] > thr) mine += w[j];
             else if (key[j] == thr) mine += w[j] << kHalfBits;
         }
-        if (!__any_sync(kFullMask, mine != 0)) continue;
+        if (!__any_sync(TOPK_FULL_MASK, mine != 0)) continue;
         unsigned through = mine;
 #pragma unroll
         for (int o = 1; o < QSA_WARP; o <<= 1) {
-            const unsigned v = __shfl_up_sync(kFullMask, through, o);
+            const unsigned v = __shfl_up_sync(TOPK_FULL_MASK, through, o);
             if (lane >= o) through += v;
         }
         const unsigned ahead = through - mine;
@@ -271,7 +266,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             if (key[j] > thr) ab += w[j];
             else if (key[j] == thr) tb += w[j];
         }
-        const unsigned chunk = __shfl_sync(kFullMask, through, QSA_WARP - 1);
+        const unsigned chunk = __shfl_sync(TOPK_FULL_MASK, through, QSA_WARP - 1);
         above_before += chunk & kHalfMask;
         at_before += chunk >> kHalfBits;
     }
