@@ -43,6 +43,18 @@ __device__ __forceinline__ TopkLaneBins topk_lane_bins(const unsigned* hist) {
     return bins;
 }
 
+// The same from a histogram in global memory (16-byte aligned), read by whole warps at once: a lane's
+// eight words in two 16-byte loads, so the warp asks the L2 for 64 sectors instead of 256. Every CTA
+// of the split reads its query's histogram at the same moment, and the sectors all sit in a few L2
+// slices: the single-word reads cost the split about as many sectors as its scores.
+static_assert(TOPK_DIGITS_PER_LANE == 8, "a lane's bins are two uint4");
+__device__ __forceinline__ TopkLaneBins topk_lane_bins_global(const unsigned* hist) {
+    const uint4* hist4 = reinterpret_cast<const uint4*>(hist);
+    const int low = (topk_lane_top_digit() + 1) / 4 - 2;  // the uint4 holding the lane's lowest digit
+    const uint4 lo = hist4[low], hi = hist4[low + 1];
+    return {{hi.w, hi.z, hi.y, hi.x, lo.w, lo.z, lo.y, lo.x}};
+}
+
 // The reference's digit rule, warp-collective (all 32 lanes of a warp call it with their bins of the
 // same histogram and the same above and width, and get the same digit and above): walk the digits
 // from 255 down to 1 and stop at the first d where above + cells at digits >= d >= width (d = 0 when
@@ -302,7 +314,7 @@ block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__
 template <int DIGIT>
 __device__ __forceinline__ void topk_split_next_digit(const unsigned* query_hist, unsigned* query_select,
                                                       unsigned width, unsigned* thr_above, bool publish) {
-    const TopkLaneBins bins = topk_lane_bins(query_hist + DIGIT * QSA_RADIX_BINS);
+    const TopkLaneBins bins = topk_lane_bins_global(query_hist + DIGIT * QSA_RADIX_BINS);
     unsigned thr = 0, above = 0;
     if constexpr (DIGIT > 0) {
         thr = query_select[2 * (DIGIT - 1)];
@@ -332,8 +344,10 @@ __device__ __forceinline__ void topk_split_load(const float* srow, int first, in
 
 // Launches 1-4: pass PASS. Warp 0 derives digit PASS - 1 (topk_split_next_digit) while every thread's
 // score loads are in flight; one barrier shares it. The CTA builds its chunk's histogram (a histogram
-// per warp, lanes of one digit adding as one, as in the wide kernel; a warp-iteration where no lane's
-// block matches the prefix adds nothing and skips the match) and adds its nonzero bins into the query's.
+// per warp; each block matching the prefix adds its cells with a plain shared atomic, which the
+// hardware serializes where lanes share a bin: measured faster than grouping the lanes with
+// __match_any_sync as the wide kernel does, except where a whole warp shares one digit, as ties do,
+// which adds with one atomic) and adds its nonzero bins into the query's.
 template <int PASS>
 __global__ void __launch_bounds__(QSA_TOPK_SPLIT_THREADS)
 block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* /*ids*/,
@@ -371,21 +385,20 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
 #pragma unroll
     for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
         const int b = first + i * QSA_TOPK_SPLIT_THREADS + tid;
-        bool hit = false;
-        unsigned digit = QSA_RADIX_BINS;
-        if (b <= n_bid) {
-            const unsigned key = qsa_order_key(s[i]);
-            hit = (key & mask) == thr;
-            digit = (key >> shift) & TOPK_DIGIT_MASK;
-        }
-        const bool complete = hit && b < n_bid;  // R cells; the tail adds its own weight below
-        if (__any_sync(TOPK_FULL_MASK, complete)) {  // warp-uniform: the whole warp matches or none
-            const unsigned peers = __match_any_sync(TOPK_FULL_MASK, complete ? digit : QSA_RADIX_BINS);
-            if (complete && lane == __ffs(peers) - 1) atomicAdd(&own[digit], __popc(peers) * QSA_BLOCK_CELLS);
-        }
-        if (hit && b == n_bid) {
-            const unsigned tail = qsa_block_weight(b, n_kv, n_bid);
-            if (tail != 0) atomicAdd(&own[digit], tail);
+        const unsigned key = qsa_order_key(s[i]);
+        const bool hit = b <= n_bid && (key & mask) == thr;
+        const unsigned hits = __ballot_sync(TOPK_FULL_MASK, hit);
+        if (hits == 0) continue;  // warp-uniform
+        const unsigned digit = (key >> shift) & TOPK_DIGIT_MASK, w = hit ? qsa_block_weight(b, n_kv, n_bid) : 0u;
+        const int leader = __ffs(hits) - 1;
+        const unsigned lead_digit = __shfl_sync(TOPK_FULL_MASK, digit, leader);  // every lane: not in a || operand
+        if (__all_sync(TOPK_FULL_MASK, !hit || digit == lead_digit)) {
+            // one digit for the whole warp (ties: runs of equal scores): one atomic, not 32 in a row
+            const unsigned complete = __ballot_sync(TOPK_FULL_MASK, w == QSA_BLOCK_CELLS);
+            if (lane == leader) atomicAdd(&own[digit], __popc(complete) * QSA_BLOCK_CELLS);
+            if (w != 0 && w != QSA_BLOCK_CELLS) atomicAdd(&own[digit], w);  // the tail block
+        } else if (w != 0) {
+            atomicAdd(&own[digit], w);
         }
     }
     __syncthreads();
@@ -471,6 +484,7 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
     __shared__ unsigned keys[QSA_SPLIT_CHUNK_BLOCKS + QSA_SPLIT_CHUNK_BLOCKS / QSA_WARP];
     __shared__ topk_counts warp_sums[QSA_TOPK_SPLIT_THREADS / QSA_WARP];
     __shared__ topk_counts chunks_before;
+    __shared__ unsigned thr_budget[2];
     const int q = blockIdx.y, chunk = blockIdx.x, first = chunk * QSA_SPLIT_CHUNK_BLOCKS;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
     const int* st = steps + q * QSA_STEP_INTS;
@@ -490,14 +504,16 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
         return;
     }
     if (!active) return;
-    const unsigned* thr_above = select + static_cast<size_t>(q) * 2 * QSA_RADIX_PASSES + 2 * (QSA_RADIX_PASSES - 1);
-    const unsigned thr = thr_above[0], budget = width - thr_above[1];
-
-    if (warp == 0) {  // the chunks before this one; read once the barrier below has passed
+    if (warp == 0) {  // thr, the budget and the chunks before this one; read once the barrier below has passed
         topk_counts sum = 0;
         for (int c = lane; c < chunk; c += QSA_WARP) sum += counts[static_cast<size_t>(q) * gridDim.x + c];
         sum = topk_warp_sum(sum);
-        if (lane == 0) chunks_before = sum;
+        if (lane == 0) {
+            const unsigned* thr_above = select + static_cast<size_t>(q) * 2 * QSA_RADIX_PASSES + 2 * (QSA_RADIX_PASSES - 1);
+            chunks_before = sum;
+            thr_budget[0] = thr_above[0];
+            thr_budget[1] = width - thr_above[1];
+        }
     }
 
 #pragma unroll
@@ -505,7 +521,8 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
         const int j = i * QSA_TOPK_SPLIT_THREADS + tid;
         keys[j + j / QSA_WARP] = first + j <= n_bid ? qsa_order_key(s[i]) : 0;
     }
-    __syncthreads();  // keys and chunks_before
+    __syncthreads();  // keys, chunks_before and thr_budget
+    const unsigned thr = thr_budget[0], budget = thr_budget[1];
     topk_counts before = chunks_before;
     unsigned key[TOPK_SPLIT_BLOCKS_PER_THREAD], w[TOPK_SPLIT_BLOCKS_PER_THREAD];
     unsigned a = 0, t = 0;
