@@ -80,6 +80,9 @@ __device__ __forceinline__ int qsa_block_weight(int b, int n_kv, int n_bid) {
 #define TOPK_FULL_MASK 0xffffffffu
 #define TOPK_DIGIT_MASK (QSA_RADIX_BINS - 1u)
 #define TOPK_KEY_BITS (QSA_RADIX_BITS * QSA_RADIX_PASSES)
+// The split's histograms: a row of a warp's blocks with at most this many matching lanes adds with
+// plain atomics without checking whether they share a digit (few lanes: few serialized adds).
+#define TOPK_SPLIT_FEW_HITS 4
 
 // Bit position of pass p's digit: 8 bits a pass from the top of the key.
 __device__ __forceinline__ int topk_shift(int pass) { return TOPK_KEY_BITS - QSA_RADIX_BITS * (pass + 1); }

@@ -35,20 +35,12 @@ __device__ __forceinline__ int topk_lane_top_digit() {
     return QSA_RADIX_BINS - 1 - static_cast<int>(threadIdx.x % QSA_WARP) * TOPK_DIGITS_PER_LANE;
 }
 
-__device__ __forceinline__ TopkLaneBins topk_lane_bins(const unsigned* hist) {
-    const int top = topk_lane_top_digit();
-    TopkLaneBins bins;
-#pragma unroll
-    for (int i = 0; i < TOPK_DIGITS_PER_LANE; ++i) bins.cells[i] = hist[top - i];
-    return bins;
-}
-
-// The same from a histogram in global memory (16-byte aligned), read by whole warps at once: a lane's
-// eight words in two 16-byte loads, so the warp asks the L2 for 64 sectors instead of 256. Every CTA
-// of the split reads its query's histogram at the same moment, and the sectors all sit in a few L2
-// slices: the single-word reads cost the split about as many sectors as its scores.
+// A lane's bins from a histogram in shared or global memory (16-byte aligned): its eight words in two
+// 16-byte loads, so a warp reads 64 sectors instead of 256. Every CTA of the split reads its query's
+// global histogram at the same moment, from a few L2 slices: word by word, those reads cost the split
+// about as many sectors as its scores.
 static_assert(TOPK_DIGITS_PER_LANE == 8, "a lane's bins are two uint4");
-__device__ __forceinline__ TopkLaneBins topk_lane_bins_global(const unsigned* hist) {
+__device__ __forceinline__ TopkLaneBins topk_lane_bins(const unsigned* hist) {
     const uint4* hist4 = reinterpret_cast<const uint4*>(hist);
     const int low = (topk_lane_top_digit() + 1) / 4 - 2;  // the uint4 holding the lane's lowest digit
     const uint4 lo = hist4[low], hi = hist4[low + 1];
@@ -143,6 +135,16 @@ __device__ __forceinline__ topk_counts topk_warp_sum(topk_counts v) {
     return v;
 }
 
+__device__ __forceinline__ unsigned topk_warp_sum(unsigned v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_add_sync(TOPK_FULL_MASK, v);  // one instruction from sm_80; the same integer sum
+#else
+#pragma unroll
+    for (int o = QSA_WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(TOPK_FULL_MASK, v, o);
+    return v;
+#endif
+}
+
 // Writes block b's selected cells at row[pos..]: all w of them when key > thr; at thr, its first
 // cells while the ties before it (at_before) leave budget. Returns the cells written.
 __device__ __forceinline__ unsigned topk_emit_block(int* row, unsigned pos, int b, unsigned key, unsigned w,
@@ -165,7 +167,7 @@ __device__ __forceinline__ void topk_identity(int* row, int n_kv, int threads) {
 __global__ void __launch_bounds__(QSA_TOPK_REF_THREADS)
 block_topk_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* __restrict__ ids,
                   int /*nq: the grid*/, int max_blocks, int /*active_blocks: each CTA reads its own n_bid*/) {
-    __shared__ unsigned hist[QSA_RADIX_BINS];
+    __shared__ __align__(16) unsigned hist[QSA_RADIX_BINS];  // topk_lane_bins reads it 16 bytes at once
     __shared__ unsigned digit_above[2];
     __shared__ topk_counts warp_sums[QSA_TOPK_REF_THREADS / QSA_WARP];
     const int q = blockIdx.x, tid = threadIdx.x;
@@ -228,7 +230,7 @@ block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__
                        int /*nq: the grid*/, int max_blocks, int /*active_blocks: each CTA reads its own n_bid*/) {
     constexpr int WARPS = QSA_TOPK_WIDE_THREADS / QSA_WARP;
     __shared__ unsigned warp_hist[WARPS][QSA_RADIX_BINS];
-    __shared__ unsigned hist[QSA_RADIX_BINS];
+    __shared__ __align__(16) unsigned hist[QSA_RADIX_BINS];  // topk_lane_bins reads it 16 bytes at once
     __shared__ unsigned digit_above[2];
     __shared__ topk_counts warp_sums[WARPS];
     const int q = blockIdx.x, tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
@@ -314,7 +316,7 @@ block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__
 template <int DIGIT>
 __device__ __forceinline__ void topk_split_next_digit(const unsigned* query_hist, unsigned* query_select,
                                                       unsigned width, unsigned* thr_above, bool publish) {
-    const TopkLaneBins bins = topk_lane_bins_global(query_hist + DIGIT * QSA_RADIX_BINS);
+    const TopkLaneBins bins = topk_lane_bins(query_hist + DIGIT * QSA_RADIX_BINS);
     unsigned thr = 0, above = 0;
     if constexpr (DIGIT > 0) {
         thr = query_select[2 * (DIGIT - 1)];
@@ -331,23 +333,77 @@ __device__ __forceinline__ void topk_split_next_digit(const unsigned* query_hist
     }
 }
 
-// The chunk's scores of thread tid (blocks first + i * threads + tid: coalesced), loaded at once
-// before anything waits on them; blocks past n_bid are not read.
-__device__ __forceinline__ void topk_split_load(const float* srow, int first, int n_bid,
-                                                float (&s)[TOPK_SPLIT_BLOCKS_PER_THREAD]) {
-#pragma unroll
-    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
-        const int b = first + i * QSA_TOPK_SPLIT_THREADS + static_cast<int>(threadIdx.x);
-        s[i] = b <= n_bid ? srow[b] : 0.0f;
-    }
+// A split CTA's chunk of its query: the step record's counts and the chunk's first block. `active`: the
+// query selects (n_kv > width) and the chunk holds blocks 0..n_bid; an inactive CTA takes no part in
+// the passes and the count, and in the emit only writes the identity (chunk 0) and clears scratch.
+struct TopkSplitChunk {
+    int q, first, n_kv, n_bid;
+    unsigned width;
+    bool selects, active;
+};
+
+__device__ __forceinline__ TopkSplitChunk topk_split_chunk(const int* steps) {
+    TopkSplitChunk c;
+    c.q = blockIdx.y;
+    c.first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
+    const int* st = steps + c.q * QSA_STEP_INTS;
+    c.n_kv = st[QSA_STEP_NKV];
+    c.n_bid = st[QSA_STEP_NBID];
+    c.width = st[QSA_STEP_WIDTH];
+    c.selects = c.n_kv > static_cast<int>(c.width);
+    c.active = c.selects && c.first <= c.n_bid;
+    return c;
 }
 
-// Launches 1-4: pass PASS. Warp 0 derives digit PASS - 1 (topk_split_next_digit) while every thread's
-// score loads are in flight; one barrier shares it. The CTA builds its chunk's histogram (a histogram
-// per warp; each block matching the prefix adds its cells with a plain shared atomic, which the
-// hardware serializes where lanes share a bin: measured faster than grouping the lanes with
-// __match_any_sync as the wide kernel does, except where a whole warp shares one digit, as ties do,
-// which adds with one atomic) and adds its nonzero bins into the query's.
+// Block i of thread tid's share of the chunk (coalesced: consecutive threads, consecutive blocks).
+__device__ __forceinline__ int topk_split_block(const TopkSplitChunk& c, int i) {
+    return c.first + i * QSA_TOPK_SPLIT_THREADS + static_cast<int>(threadIdx.x);
+}
+
+// The order keys of the thread's blocks of the chunk, every score load in flight before the first
+// conversion; a block past n_bid is not read (key 0: every use checks b <= n_bid). Scores are a
+// read-only input, so every launch loads them before it waits for the launch before it.
+__device__ __forceinline__ void topk_split_load(const float* scores, int max_blocks, const TopkSplitChunk& c,
+                                                unsigned (&key)[TOPK_SPLIT_BLOCKS_PER_THREAD]) {
+    const float* srow = scores + static_cast<size_t>(c.q) * max_blocks;
+    float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
+#pragma unroll
+    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+        const int b = topk_split_block(c, i);
+        s[i] = b <= c.n_bid ? srow[b] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) key[i] = qsa_order_key(s[i]);
+}
+
+// Adds one row of a warp's blocks (lane: whether its block matches the prefix, its digit and cells) to
+// the warp's histogram with plain shared atomics, which the hardware serializes where lanes share a bin
+// (measured faster than grouping the lanes with __match_any_sync as the wide kernel does). Where more
+// than TOPK_SPLIT_FEW_HITS lanes match and all share one digit (runs of ties), they add as one atomic
+// instead of a serialized row of them.
+__device__ __forceinline__ void topk_split_add_row(unsigned* own, bool hit, unsigned digit, unsigned w) {
+    const unsigned hits = __ballot_sync(TOPK_FULL_MASK, hit);
+    if (hits == 0) return;  // warp-uniform
+    if (__popc(hits) > TOPK_SPLIT_FEW_HITS) {  // warp-uniform
+        const int leader = __ffs(hits) - 1;
+        const unsigned lead_digit = __shfl_sync(TOPK_FULL_MASK, digit, leader);  // every lane: not in a || operand
+        if (__all_sync(TOPK_FULL_MASK, !hit || digit == lead_digit)) {
+            const unsigned complete = __ballot_sync(TOPK_FULL_MASK, w == QSA_BLOCK_CELLS);
+            if (threadIdx.x % QSA_WARP == static_cast<unsigned>(leader)) atomicAdd(&own[digit], __popc(complete) * QSA_BLOCK_CELLS);
+            if (w != 0 && w != QSA_BLOCK_CELLS) atomicAdd(&own[digit], w);  // the tail block
+            return;
+        }
+    }
+    if (w != 0) atomicAdd(&own[digit], w);
+}
+
+// Launches 1-4: pass PASS. Before the wait (nothing of it touches scratch): the step record, the chunk's
+// keys, the warps' histograms zeroed. Then warp 0 derives digit PASS - 1 (topk_split_next_digit) and one
+// barrier shares it. Each warp histograms its blocks matching the prefix row by row
+// (topk_split_add_row); in passes 1-3, where few blocks match or the matching ones are ties, a warp
+// whose matching blocks all share one digit adds them all with one atomic instead (measured: the
+// rows of ties cost all-equal scores 4 us at 8 queries). The CTA adds its nonzero bins into the
+// query's histogram.
 template <int PASS>
 __global__ void __launch_bounds__(QSA_TOPK_SPLIT_THREADS)
 block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* /*ids*/,
@@ -357,24 +413,21 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
     __shared__ unsigned warp_hist[WARPS][QSA_RADIX_BINS];
     __shared__ unsigned thr_above[2];
     qsa_allow_next_grid();
-    const int q = blockIdx.y, first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
+    const TopkSplitChunk c = topk_split_chunk(steps);
+    if (!c.active) return;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
-    const int* st = steps + q * QSA_STEP_INTS;
-    const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
-    const unsigned width = st[QSA_STEP_WIDTH];
-    if (n_kv <= static_cast<int>(width) || first > n_bid) return;
-    float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
-    topk_split_load(scores + static_cast<size_t>(q) * max_blocks, first, n_bid, s);
-    qsa_wait_prior_grid();  // the launch before has ended: its histogram and select slot are complete
-    unsigned* query_hist = hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST;
-
+    unsigned key[TOPK_SPLIT_BLOCKS_PER_THREAD];
+    topk_split_load(scores, max_blocks, c, key);
     unsigned* own = warp_hist[warp];
     for (int i = lane; i < QSA_RADIX_BINS; i += QSA_WARP) own[i] = 0;
+    qsa_wait_prior_grid();  // the launch before has ended: its histogram and select slot are complete
+    unsigned* query_hist = hist + static_cast<size_t>(c.q) * TOPK_SPLIT_HIST;
+
     unsigned thr = 0, mask = 0;  // digits 0..PASS-1 and their bits
     if constexpr (PASS > 0) {
         if (warp == 0)
-            topk_split_next_digit<PASS - 1>(query_hist, select + static_cast<size_t>(q) * 2 * QSA_RADIX_PASSES,
-                                            width, thr_above, blockIdx.x == 0);
+            topk_split_next_digit<PASS - 1>(query_hist, select + static_cast<size_t>(c.q) * 2 * QSA_RADIX_PASSES,
+                                            c.width, thr_above, blockIdx.x == 0);
         __syncthreads();  // thr_above, and every warp's zeroed histogram
         thr = thr_above[0];
         mask = 0xffffffffu << topk_shift(PASS - 1);
@@ -382,30 +435,47 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
         __syncwarp();
     }
     const int shift = topk_shift(PASS);
+    if constexpr (PASS == 0) {  // every block matches, digits spread: row by row
 #pragma unroll
-    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
-        const int b = first + i * QSA_TOPK_SPLIT_THREADS + tid;
-        const unsigned key = qsa_order_key(s[i]);
-        const bool hit = b <= n_bid && (key & mask) == thr;
-        const unsigned hits = __ballot_sync(TOPK_FULL_MASK, hit);
-        if (hits == 0) continue;  // warp-uniform
-        const unsigned digit = (key >> shift) & TOPK_DIGIT_MASK, w = hit ? qsa_block_weight(b, n_kv, n_bid) : 0u;
-        const int leader = __ffs(hits) - 1;
-        const unsigned lead_digit = __shfl_sync(TOPK_FULL_MASK, digit, leader);  // every lane: not in a || operand
-        if (__all_sync(TOPK_FULL_MASK, !hit || digit == lead_digit)) {
-            // one digit for the whole warp (ties: runs of equal scores): one atomic, not 32 in a row
-            const unsigned complete = __ballot_sync(TOPK_FULL_MASK, w == QSA_BLOCK_CELLS);
-            if (lane == leader) atomicAdd(&own[digit], __popc(complete) * QSA_BLOCK_CELLS);
-            if (w != 0 && w != QSA_BLOCK_CELLS) atomicAdd(&own[digit], w);  // the tail block
-        } else if (w != 0) {
-            atomicAdd(&own[digit], w);
+        for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+            const int b = topk_split_block(c, i);
+            const bool hit = b <= c.n_bid;
+            topk_split_add_row(own, hit, key[i] >> shift, hit ? qsa_block_weight(b, c.n_kv, c.n_bid) : 0u);
+        }
+    } else {
+        bool hit[TOPK_SPLIT_BLOCKS_PER_THREAD];
+        unsigned digit[TOPK_SPLIT_BLOCKS_PER_THREAD], w[TOPK_SPLIT_BLOCKS_PER_THREAD];
+        unsigned one_digit = QSA_RADIX_BINS, cells = 0;  // the digit of all the thread's hits (BINS: none yet)
+        bool single = true;
+#pragma unroll
+        for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+            const int b = topk_split_block(c, i);
+            hit[i] = b <= c.n_bid && (key[i] & mask) == thr;
+            digit[i] = (key[i] >> shift) & TOPK_DIGIT_MASK;
+            w[i] = hit[i] ? qsa_block_weight(b, c.n_kv, c.n_bid) : 0u;
+            if (hit[i]) {
+                if (one_digit == QSA_RADIX_BINS) one_digit = digit[i];
+                single = single && digit[i] == one_digit;
+                cells += w[i];
+            }
+        }
+        const unsigned hitting = __ballot_sync(TOPK_FULL_MASK, one_digit != QSA_RADIX_BINS);
+        if (hitting != 0) {  // warp-uniform
+            const unsigned lead = __shfl_sync(TOPK_FULL_MASK, one_digit, __ffs(hitting) - 1);
+            if (__all_sync(TOPK_FULL_MASK, one_digit == QSA_RADIX_BINS || (single && one_digit == lead))) {
+                cells = topk_warp_sum(cells);
+                if (lane == 0) atomicAdd(&own[lead], cells);
+            } else {
+#pragma unroll
+                for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) topk_split_add_row(own, hit[i], digit[i], w[i]);
+            }
         }
     }
     __syncthreads();
     for (int bin = tid; bin < QSA_RADIX_BINS; bin += QSA_TOPK_SPLIT_THREADS) {
         unsigned sum = 0;
 #pragma unroll
-        for (int w = 0; w < WARPS; ++w) sum += warp_hist[w][bin];
+        for (int v = 0; v < WARPS; ++v) sum += warp_hist[v][bin];
         if (sum != 0) atomicAdd(&query_hist[PASS * QSA_RADIX_BINS + bin], sum);
     }
 }
@@ -424,7 +494,7 @@ TOPK_SPLIT_PASS(3)
 #undef TOPK_SPLIT_PASS
 
 // Launch 5: warp 0 derives digit 3, so thr and above (topk_split_next_digit; chunk 0 leaves them in
-// select slot 3 for the emit), while the score loads are in flight; each chunk's cells above / at thr.
+// select slot 3 for the emit); each chunk's cells above / at thr.
 __global__ void __launch_bounds__(QSA_TOPK_SPLIT_THREADS)
 block_topk_split_count_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* /*ids*/,
                               int /*nq: the grid*/, int max_blocks, int /*active_blocks: the grid*/,
@@ -433,114 +503,131 @@ block_topk_split_count_kernel(const float* __restrict__ scores, const int* __res
     __shared__ topk_counts warp_sums[QSA_TOPK_SPLIT_THREADS / QSA_WARP];
     __shared__ unsigned thr_above[2];
     qsa_allow_next_grid();
-    const int q = blockIdx.y, first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
+    const TopkSplitChunk c = topk_split_chunk(steps);
+    if (!c.active) return;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
-    const int* st = steps + q * QSA_STEP_INTS;
-    const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
-    const unsigned width = st[QSA_STEP_WIDTH];
-    if (n_kv <= static_cast<int>(width) || first > n_bid) return;
-    float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
-    topk_split_load(scores + static_cast<size_t>(q) * max_blocks, first, n_bid, s);
+    unsigned key[TOPK_SPLIT_BLOCKS_PER_THREAD];
+    topk_split_load(scores, max_blocks, c, key);
     qsa_wait_prior_grid();  // pass 3 has ended: histogram 3 and select slot 2 are complete
 
     if (warp == 0)
-        topk_split_next_digit<QSA_RADIX_PASSES - 1>(hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST,
-                                                    select + static_cast<size_t>(q) * 2 * QSA_RADIX_PASSES, width,
+        topk_split_next_digit<QSA_RADIX_PASSES - 1>(hist + static_cast<size_t>(c.q) * TOPK_SPLIT_HIST,
+                                                    select + static_cast<size_t>(c.q) * 2 * QSA_RADIX_PASSES, c.width,
                                                     thr_above, blockIdx.x == 0);
     __syncthreads();
     const unsigned thr = thr_above[0];
     topk_counts mine = 0;
 #pragma unroll
     for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
-        const int b = first + i * QSA_TOPK_SPLIT_THREADS + tid;
-        if (b > n_bid) continue;
-        const unsigned w = qsa_block_weight(b, n_kv, n_bid);
-        const unsigned key = qsa_order_key(s[i]);
-        if (key > thr) mine += topk_pack(w, 0);
-        else if (key == thr) mine += topk_pack(0, w);
+        const int b = topk_split_block(c, i);
+        if (b > c.n_bid) continue;
+        const unsigned w = qsa_block_weight(b, c.n_kv, c.n_bid);
+        if (key[i] > thr) mine += topk_pack(w, 0);
+        else if (key[i] == thr) mine += topk_pack(0, w);
     }
     mine = topk_warp_sum(mine);
     if (lane == 0) warp_sums[warp] = mine;
     __syncthreads();
     if (tid == 0) {
         topk_counts chunk = 0;
-        for (int w = 0; w < QSA_TOPK_SPLIT_THREADS / QSA_WARP; ++w) chunk += warp_sums[w];
-        counts[static_cast<size_t>(q) * gridDim.x + blockIdx.x] = chunk;
+        for (int v = 0; v < QSA_TOPK_SPLIT_THREADS / QSA_WARP; ++v) chunk += warp_sums[v];
+        counts[static_cast<size_t>(c.q) * gridDim.x + blockIdx.x] = chunk;
     }
 }
 
 // Launch 6: the emit. The chunk starts at the cells above thr in the chunks before it plus
 // min(cells at thr before it, budget); inside it, thread t takes 8 consecutive blocks and a
-// block-wide scan gives their rank, as in the reference's emit; warp 0 sums the counts of the chunks
-// before and shares them through shared memory. thr and above are select slot 3 (the count's). Chunk 0
-// zeroes the query's histograms (the count launch was their last reader), so the next call or graph
-// replay starts clean.
+// block-wide scan gives their rank, as in the reference's emit. Before the wait: the keys, moved
+// through shared memory from the coalesced layout to the thread's range. After it: warp 0 sums the
+// counts of the chunks before (all loads in flight at once) and reads thr and above from select slot 3
+// (the count's). The chunk's cells are ranked into shared memory, then written to the row by the
+// whole CTA, consecutive threads at consecutive ids (a thread's own run would be a strided write per
+// cell). Chunk 0 zeroes the query's histograms (the count launch was their last reader), so the next
+// call or graph replay starts clean.
 __global__ void __launch_bounds__(QSA_TOPK_SPLIT_THREADS)
 block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __restrict__ steps,
                              int* __restrict__ ids, int /*nq: the grid*/, int max_blocks,
                              int /*active_blocks: the grid*/, unsigned* __restrict__ hist,
                              const topk_counts* __restrict__ counts, const unsigned* __restrict__ select) {
-    // A thread's 8 consecutive keys: one pad word per 32 puts them in distinct banks across a warp.
+    // The chunk's keys, a thread's 8 consecutive ones in distinct banks across a warp (a pad word per
+    // 32); once every thread holds its own, the chunk's selected cells (at most width <= SELECT_CAP).
     __shared__ unsigned keys[QSA_SPLIT_CHUNK_BLOCKS + QSA_SPLIT_CHUNK_BLOCKS / QSA_WARP];
+    static_assert(QSA_SELECT_CAP <= QSA_SPLIT_CHUNK_BLOCKS + QSA_SPLIT_CHUNK_BLOCKS / QSA_WARP, "the staged row fits");
     __shared__ topk_counts warp_sums[QSA_TOPK_SPLIT_THREADS / QSA_WARP];
     __shared__ topk_counts chunks_before;
     __shared__ unsigned thr_budget[2];
-    const int q = blockIdx.y, chunk = blockIdx.x, first = chunk * QSA_SPLIT_CHUNK_BLOCKS;
-    const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
-    const int* st = steps + q * QSA_STEP_INTS;
-    const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
-    const unsigned width = st[QSA_STEP_WIDTH];
-    int* row = ids + static_cast<size_t>(q) * QSA_SELECT_CAP;
-    const bool selects = n_kv > static_cast<int>(width), active = selects && first <= n_bid;
-    float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
-    if (active) topk_split_load(scores + static_cast<size_t>(q) * max_blocks, first, n_bid, s);
-    qsa_wait_prior_grid();  // the count has ended: the histograms' last reader, counts and select slot 3
-    if (chunk == 0) {
-        unsigned* query_hist = hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST;
-        for (int i = tid; i < TOPK_SPLIT_HIST; i += QSA_TOPK_SPLIT_THREADS) query_hist[i] = 0;
-    }
-    if (!selects) {
-        if (chunk == 0) topk_identity(row, n_kv, QSA_TOPK_SPLIT_THREADS);
-        return;
-    }
-    if (!active) return;
-    if (warp == 0) {  // thr, the budget and the chunks before this one; read once the barrier below has passed
-        topk_counts sum = 0;
-        for (int c = lane; c < chunk; c += QSA_WARP) sum += counts[static_cast<size_t>(q) * gridDim.x + c];
-        sum = topk_warp_sum(sum);
-        if (lane == 0) {
-            const unsigned* thr_above = select + static_cast<size_t>(q) * 2 * QSA_RADIX_PASSES + 2 * (QSA_RADIX_PASSES - 1);
-            chunks_before = sum;
-            thr_budget[0] = thr_above[0];
-            thr_budget[1] = width - thr_above[1];
+    const TopkSplitChunk c = topk_split_chunk(steps);
+    const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP, chunk = blockIdx.x;
+    int* row = ids + static_cast<size_t>(c.q) * QSA_SELECT_CAP;
+    unsigned key[TOPK_SPLIT_BLOCKS_PER_THREAD], w[TOPK_SPLIT_BLOCKS_PER_THREAD];
+    if (c.active) {  // CTA-uniform
+        unsigned loaded[TOPK_SPLIT_BLOCKS_PER_THREAD];
+        topk_split_load(scores, max_blocks, c, loaded);
+#pragma unroll
+        for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+            const int j = i * QSA_TOPK_SPLIT_THREADS + tid;
+            keys[j + j / QSA_WARP] = loaded[i];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+            const int j = tid * TOPK_SPLIT_BLOCKS_PER_THREAD + i, b = c.first + j;
+            key[i] = keys[j + j / QSA_WARP];
+            w[i] = b <= c.n_bid ? qsa_block_weight(b, c.n_kv, c.n_bid) : 0;
         }
     }
-
-#pragma unroll
-    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {  // from the coalesced layout to the thread's range
-        const int j = i * QSA_TOPK_SPLIT_THREADS + tid;
-        keys[j + j / QSA_WARP] = first + j <= n_bid ? qsa_order_key(s[i]) : 0;
+    qsa_wait_prior_grid();  // the count has ended: the histograms' last reader, counts and select slot 3
+    if (chunk == 0) {
+        unsigned* query_hist = hist + static_cast<size_t>(c.q) * TOPK_SPLIT_HIST;
+        for (int i = tid; i < TOPK_SPLIT_HIST; i += QSA_TOPK_SPLIT_THREADS) query_hist[i] = 0;
     }
-    __syncthreads();  // keys, chunks_before and thr_budget
+    if (!c.selects) {
+        if (chunk == 0) topk_identity(row, c.n_kv, QSA_TOPK_SPLIT_THREADS);
+        return;
+    }
+    if (!c.active) return;
+    if (warp == 0) {
+        constexpr int IN_FLIGHT = 4;  // a lane's loads at once: up to 128 chunks (a 1M-cell capacity) in one round
+        const unsigned* thr_above = select + static_cast<size_t>(c.q) * 2 * QSA_RADIX_PASSES + 2 * (QSA_RADIX_PASSES - 1);
+        const topk_counts* row_counts = counts + static_cast<size_t>(c.q) * gridDim.x;
+        const unsigned thr = thr_above[0], above = thr_above[1];
+        topk_counts sum = 0;
+        for (int c0 = lane; c0 < chunk; c0 += IN_FLIGHT * QSA_WARP) {
+            topk_counts v[IN_FLIGHT];
+#pragma unroll
+            for (int k = 0; k < IN_FLIGHT; ++k) v[k] = c0 + k * QSA_WARP < chunk ? row_counts[c0 + k * QSA_WARP] : 0;
+#pragma unroll
+            for (int k = 0; k < IN_FLIGHT; ++k) sum += v[k];
+        }
+        sum = topk_warp_sum(sum);
+        if (lane == 0) {
+            chunks_before = sum;
+            thr_budget[0] = thr;
+            thr_budget[1] = c.width - above;
+        }
+    }
+    __syncthreads();  // chunks_before and thr_budget
     const unsigned thr = thr_budget[0], budget = thr_budget[1];
-    topk_counts before = chunks_before;
-    unsigned key[TOPK_SPLIT_BLOCKS_PER_THREAD], w[TOPK_SPLIT_BLOCKS_PER_THREAD];
     unsigned a = 0, t = 0;
 #pragma unroll
     for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
-        const int j = tid * TOPK_SPLIT_BLOCKS_PER_THREAD + i, b = first + j;
-        key[i] = keys[j + j / QSA_WARP];
-        w[i] = b <= n_bid ? qsa_block_weight(b, n_kv, n_bid) : 0;
         if (key[i] > thr) a += w[i];
         else if (key[i] == thr) t += w[i];
     }
-    before += topk_block_scan<QSA_TOPK_SPLIT_THREADS>(topk_pack(a, t), warp_sums).before;
+    const TopkScan scan = topk_block_scan<QSA_TOPK_SPLIT_THREADS>(topk_pack(a, t), warp_sums);
+    const topk_counts before_chunk = chunks_before, after_chunk = before_chunk + scan.total;
+    const unsigned chunk_pos = topk_above(before_chunk) + min(topk_at(before_chunk), budget);
+    const unsigned chunk_end = topk_above(after_chunk) + min(topk_at(after_chunk), budget);
+    const topk_counts before = before_chunk + scan.before;
     unsigned at_before = topk_at(before);
-    unsigned pos = topk_above(before) + min(at_before, budget);
+    unsigned pos = topk_above(before) + min(at_before, budget) - chunk_pos;
+    int* staged = reinterpret_cast<int*>(keys);  // free: the scan's barrier follows every thread's key reads
 #pragma unroll
     for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
-        const int b = first + tid * TOPK_SPLIT_BLOCKS_PER_THREAD + i;
-        pos += topk_emit_block(row, pos, b, key[i], w[i], thr, at_before, budget);
+        const int b = c.first + tid * TOPK_SPLIT_BLOCKS_PER_THREAD + i;
+        pos += topk_emit_block(staged, pos, b, key[i], w[i], thr, at_before, budget);
         if (key[i] == thr) at_before += w[i];
     }
+    __syncthreads();
+    for (unsigned j = tid; j < chunk_end - chunk_pos; j += QSA_TOPK_SPLIT_THREADS) row[chunk_pos + j] = staged[j];
 }

@@ -14,7 +14,7 @@
 //     selected cells ascending from (cells above in CTAs < r) + min(cells at thr in CTAs < r, budget).
 // Warp w owns a contiguous span of the slice, read in chunks of 128 keys (4 consecutive keys a lane,
 // one 16-byte read); the histograms have a column per lane, so every key adds with one plain shared
-// atomic (no lane ever shares a word with another).
+// atomic (no lane ever shares a word with another), and a lane's four keys, when equal, with one.
 #include "qsa_common.cuh"
 
 namespace {
@@ -155,14 +155,25 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         const int shift = topk_shift(pass);
         unsigned* own = hist[pass];
         if (pass > 0) {  // pass 0 was added as the keys were stored
+            // Every block adds R cells, the tail too (corrected below); a lane's four keys, when equal
+            // (runs of ties), add as one: a quarter of the atomics where every key matches.
             for (int k = 0; k < chunks; ++k) {
                 unsigned key[kLaneKeys];
                 const int i0 = chunk_keys(k, key);
+                if (i0 + kLaneKeys <= whi && key[0] == key[1] && key[1] == key[2] && key[2] == key[3]) {
+                    if ((key[0] & mask) == thr)
+                        atomicAdd(&lane_hist[(key[0] >> shift) & TOPK_DIGIT_MASK][lane], kLaneKeys * QSA_BLOCK_CELLS);
+                } else {
 #pragma unroll
-                for (int j = 0; j < kLaneKeys; ++j)
-                    if (i0 + j < whi && (key[j] & mask) == thr)
-                        atomicAdd(&lane_hist[(key[j] >> shift) & TOPK_DIGIT_MASK][lane], weight(i0 + j));
+                    for (int j = 0; j < kLaneKeys; ++j)
+                        if (i0 + j < whi && (key[j] & mask) == thr)
+                            atomicAdd(&lane_hist[(key[j] >> shift) & TOPK_DIGIT_MASK][lane], QSA_BLOCK_CELLS);
+                }
             }
+            // The tail block's cells replace the R it added: tail - R wraps (unsigned) when the tail holds
+            // fewer, and the bin's sum over the lanes' columns comes out exact all the same.
+            if (tid == 0 && tail_at >= 0 && tail_at < n && (keys[tail_at] & mask) == thr)
+                atomicAdd(&lane_hist[(keys[tail_at] >> shift) & TOPK_DIGIT_MASK][0], tail - QSA_BLOCK_CELLS);
             __syncthreads();
         }
         // Warp w sums its bins over the lanes' columns (and clears them for the next pass).
