@@ -63,10 +63,6 @@ constexpr int kLaneKeys = 4;                          // consecutive keys a lane
 constexpr int kChunkKeys = QSA_WARP * kLaneKeys;      // keys of a warp's chunk
 constexpr int kListKeys = QSA_CLUSTER_LIST_KEYS;      // entries of a warp's list (slice indices, uint16)
 constexpr unsigned kNoKey = 0xffffffffu;              // a key range's empty minimum
-// Pass 1 builds the lists only when the CTA's cells at or above digit 0 average half a list a warp:
-// where more keys share digit 0 (an indexer's scores can put a fifth of them there), the lists would
-// overflow and building them cost a pass for nothing.
-constexpr unsigned kListCells = kWarps * kListKeys / 2 * QSA_BLOCK_CELLS;
 // A chunk's cells above and at thr fit one word's halves.
 constexpr int kHalfBits = 16;
 constexpr unsigned kHalfMask = (1u << kHalfBits) - 1u;
@@ -76,7 +72,7 @@ static_assert(QSA_TOPK_CLUSTER_THREADS >= QSA_RADIX_BINS && QSA_RADIX_BINS % kWa
 static_assert(QSA_RADIX_BITS * (QSA_RADIX_PASSES - 1) == 24, "pass 0's digit is the key's top byte");
 
 // Per-CTA values the passes hand to the emit (indices into `sel`).
-enum Sel { kAbove, kAtBefore, kAboveBefore, kOneKey, kTheKey, kPrefixCells, kSelSlots };
+enum Sel { kAbove, kAtBefore, kAboveBefore, kOneKey, kTheKey, kSelSlots };
 
 }  // namespace
 
@@ -204,7 +200,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             // (runs of ties), add as one: a quarter of the atomics where every key matches. Pass 1
             // also lists each warp's keys >= thr (digit 0's prefix): the only ones passes 2-3 count
             // and the emit can select, a few hundred a CTA unless many keys share digit 0.
-            const bool build = pass == 1 && sel[kPrefixCells] <= kListCells;
+            const bool build = pass == 1;
             const int nk = warp_chunks();
             for (int k = 0; k < nk; ++k) {
                 unsigned key[kLaneKeys];
@@ -319,10 +315,6 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         if (tid < QSA_RADIX_BINS) {  // whole warps: the CTAs before this one gain their cells above d
             const unsigned v = __reduce_add_sync(TOPK_FULL_MASK, tid > static_cast<int>(d) ? before : 0u);
             if (lane == 0 && v != 0) atomicAdd(&sel[kAboveBefore], v);
-            if (pass == 0) {  // this CTA's cells at digits >= d: what pass 1's lists would hold
-                const unsigned c = __reduce_add_sync(TOPK_FULL_MASK, tid >= static_cast<int>(d) ? own[tid] : 0u);
-                if (lane == 0 && c != 0) atomicAdd(&sel[kPrefixCells], c);
-            }
         }
         __syncthreads();
         above = sel[kAbove];
