@@ -11,7 +11,6 @@
 #define QSA_HALVE_MAX_QUERIES 4  // queries one block_scores_halve_kernel call keeps in registers
 #define QSA_SPLIT_CHUNK_BLOCKS 2048  // blocks per CTA of the split top-k
 #define QSA_CLUSTER_CTAS 8       // CTAs per query of the cluster top-k
-#define QSA_CLUSTER_LIST_KEYS 64 // entries of a cluster warp's list of the keys still in the running
 #define QSA_RADIX_BITS 8         // digit width of the radix select
 #define QSA_RADIX_BINS 256
 #define QSA_RADIX_PASSES 4

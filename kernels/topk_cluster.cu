@@ -11,16 +11,7 @@
 //   - the histograms also give each CTA the cells above / at thr in the CTAs before it: a key is above
 //     thr exactly when, at the first pass where its digit differs from thr's, its digit is higher (the
 //     pass's histogram counts it there), and at thr when it matches all four digits. CTA r writes its
-//     selected cells ascending from (cells above in CTAs < r) + min(cells at thr in CTAs < r, budget);
-//   - a pass whose counted keys (those matching the digits so far) are all one key K over the cluster
-//     (the CTAs share each pass's smallest and largest) is the last: the reference's walk would pick
-//     K's digit in it and in every later pass with no cells above (the counted cells plus above reach
-//     width and above alone does not, a property of the digit rule), so thr = K and above stays;
-//     runs of ties finish early (all-equal scores after pass 0);
-//   - pass 1 also lists, per warp and in slice order, the keys >= digit 0's prefix: the only keys the
-//     later passes count and the emit can select (a key below the prefix is below thr). When the list
-//     fits (QSA_CLUSTER_LIST_KEYS entries; a few hundred keys a CTA pass the prefix on spread scores),
-//     passes 2-3 and the emit walk it instead of the warp's span.
+//     selected cells ascending from (cells above in CTAs < r) + min(cells at thr in CTAs < r, budget).
 // Warp w owns a contiguous span of the slice, read in chunks of 128 keys (4 consecutive keys a lane,
 // one 16-byte read); the histograms have a column per lane, so every key adds with one plain shared
 // atomic (no lane ever shares a word with another), and a lane's four keys, when equal, with one.
@@ -61,8 +52,6 @@ constexpr int kBinWarps = QSA_RADIX_BINS / QSA_WARP;  // warps 0..7 hold one his
 constexpr int kBinsPerWarp = QSA_RADIX_BINS / kWarps; // bins each warp sums over the lanes' columns
 constexpr int kLaneKeys = 4;                          // consecutive keys a lane reads at once (uint4)
 constexpr int kChunkKeys = QSA_WARP * kLaneKeys;      // keys of a warp's chunk
-constexpr int kListKeys = QSA_CLUSTER_LIST_KEYS;      // entries of a warp's list (slice indices, uint16)
-constexpr unsigned kNoKey = 0xffffffffu;              // a key range's empty minimum
 // A chunk's cells above and at thr fit one word's halves.
 constexpr int kHalfBits = 16;
 constexpr unsigned kHalfMask = (1u << kHalfBits) - 1u;
@@ -72,7 +61,7 @@ static_assert(QSA_TOPK_CLUSTER_THREADS >= QSA_RADIX_BINS && QSA_RADIX_BINS % kWa
 static_assert(QSA_RADIX_BITS * (QSA_RADIX_PASSES - 1) == 24, "pass 0's digit is the key's top byte");
 
 // Per-CTA values the passes hand to the emit (indices into `sel`).
-enum Sel { kAbove, kAtBefore, kAboveBefore, kOneKey, kTheKey, kSelSlots };
+enum Sel { kAbove, kAtBefore, kAboveBefore, kSelSlots };
 
 }  // namespace
 
@@ -90,11 +79,6 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     __shared__ unsigned bin_warp_cells[kBinWarps];
     __shared__ unsigned warp_above[kWarps], warp_at[kWarps];
     __shared__ unsigned sel[kSelSlots];
-    __shared__ unsigned short warp_list[kWarps][kListKeys];
-    // The smallest and largest key a pass counts (passes 0-2): the warps' (summed by warp 31), then the
-    // CTA's, read remotely.
-    __shared__ unsigned warp_key_range[kWarps][2];
-    __shared__ unsigned key_range[QSA_RADIX_PASSES][2];
 
     const int rank = static_cast<int>(cluster_cta_rank()), q = blockIdx.y;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
@@ -128,13 +112,10 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     const int head = min(n, static_cast<int>((4u - static_cast<unsigned>(reinterpret_cast<size_t>(srow) / 4u % 4u)) % 4u));
     const int n4 = (n - head) / 4;
     const float4* srow4 = reinterpret_cast<const float4*>(srow + head);
-    unsigned lo_key = kNoKey, hi_key = 0;  // the range of the keys this thread adds to the pass's histogram
     auto store_key = [&](int i, float score) {
         const unsigned key = qsa_order_key(score);
         keys[i] = key;
         atomicAdd(&lane_hist[key >> topk_shift(0)][lane], weight(i));
-        lo_key = min(lo_key, key);
-        hi_key = max(hi_key, key);
     };
     for (int base = 0; base < n4; base += kLaneKeys * QSA_TOPK_CLUSTER_THREADS) {
         float4 v[kLaneKeys];  // every load in flight before the first key is stored
@@ -158,37 +139,15 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     for (int i = head + 4 * n4 + tid; i < n; i += QSA_TOPK_CLUSTER_THREADS) store_key(i, srow[i]);
     __syncthreads();
 
-    // The warp's keys, 128 a chunk, a lane's 4 consecutive ones (so lanes in order, each lane's keys in
-    // order, is slice order): its span of the slice, or from pass 2 on its list (built in pass 1) when
-    // that did not overflow. Each key's slice index, and the mask of those that are there.
-    int listed = 0;  // warp-uniform: entries of the warp's list (past kListKeys: it overflowed)
-    bool use_list = false;
-    auto warp_chunks = [&]() { return use_list ? (listed + kChunkKeys - 1) / kChunkKeys : chunks; };
-    auto fetch = [&](int k, unsigned (&key)[kLaneKeys], int (&idx)[kLaneKeys]) {
-        unsigned valid = 0;
-        if (use_list) {
-            const int e0 = k * kChunkKeys + kLaneKeys * lane;
-#pragma unroll
-            for (int j = 0; j < kLaneKeys; ++j) {
-                const bool there = e0 + j < listed;
-                idx[j] = there ? warp_list[warp][e0 + j] : 0;
-                key[j] = there ? keys[idx[j]] : 0u;
-                valid |= static_cast<unsigned>(there) << j;
-            }
-        } else {
-            const int i0 = wlo + k * kChunkKeys + kLaneKeys * lane;
-            const uint4 k4 = i0 < whi ? slice_keys[i0 / kLaneKeys] : make_uint4(0, 0, 0, 0);
-            key[0] = k4.x;
-            key[1] = k4.y;
-            key[2] = k4.z;
-            key[3] = k4.w;
-#pragma unroll
-            for (int j = 0; j < kLaneKeys; ++j) {
-                idx[j] = i0 + j;
-                valid |= static_cast<unsigned>(i0 + j < whi) << j;
-            }
-        }
-        return valid;
+    // A lane's 4 keys of chunk k of its warp's span, and whether each is in the slice.
+    auto chunk_keys = [&](int k, unsigned (&key)[kLaneKeys]) {
+        const int i0 = wlo + k * kChunkKeys + kLaneKeys * lane;
+        const uint4 k4 = i0 < whi ? slice_keys[i0 / kLaneKeys] : make_uint4(0, 0, 0, 0);
+        key[0] = k4.x;
+        key[1] = k4.y;
+        key[2] = k4.z;
+        key[3] = k4.w;
+        return i0;
     };
 
     unsigned thr = 0, mask = 0, above = 0;  // thr holds the digits found so far
@@ -197,74 +156,25 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         unsigned* own = hist[pass];
         if (pass > 0) {  // pass 0 was added as the keys were stored
             // Every block adds R cells, the tail too (corrected below); a lane's four keys, when equal
-            // (runs of ties), add as one: a quarter of the atomics where every key matches. Pass 1
-            // also lists each warp's keys >= thr (digit 0's prefix): the only ones passes 2-3 count
-            // and the emit can select, a few hundred a CTA unless many keys share digit 0.
-            const bool build = pass == 1;
-            const int nk = warp_chunks();
-            for (int k = 0; k < nk; ++k) {
+            // (runs of ties), add as one: a quarter of the atomics where every key matches.
+            for (int k = 0; k < chunks; ++k) {
                 unsigned key[kLaneKeys];
-                int idx[kLaneKeys];
-                const unsigned valid = fetch(k, key, idx);
-                if (valid == 0xfu && key[0] == key[1] && key[1] == key[2] && key[2] == key[3]) {
-                    if ((key[0] & mask) == thr) {
+                const int i0 = chunk_keys(k, key);
+                if (i0 + kLaneKeys <= whi && key[0] == key[1] && key[1] == key[2] && key[2] == key[3]) {
+                    if ((key[0] & mask) == thr)
                         atomicAdd(&lane_hist[(key[0] >> shift) & TOPK_DIGIT_MASK][lane], kLaneKeys * QSA_BLOCK_CELLS);
-                        lo_key = min(lo_key, key[0]);
-                        hi_key = max(hi_key, key[0]);
-                    }
                 } else {
 #pragma unroll
                     for (int j = 0; j < kLaneKeys; ++j)
-                        if ((valid >> j & 1u) && (key[j] & mask) == thr) {
+                        if (i0 + j < whi && (key[j] & mask) == thr)
                             atomicAdd(&lane_hist[(key[j] >> shift) & TOPK_DIGIT_MASK][lane], QSA_BLOCK_CELLS);
-                            lo_key = min(lo_key, key[j]);
-                            hi_key = max(hi_key, key[j]);
-                        }
-                }
-                if (build) {  // order-preserving: lanes in order, each lane's keys in order
-                    unsigned mine = 0;
-#pragma unroll
-                    for (int j = 0; j < kLaneKeys; ++j) mine += (valid >> j & 1u) && key[j] >= thr;
-                    unsigned through = mine;
-#pragma unroll
-                    for (int o = 1; o < QSA_WARP; o <<= 1) {
-                        const unsigned v = __shfl_up_sync(TOPK_FULL_MASK, through, o);
-                        if (lane >= o) through += v;
-                    }
-                    const int total = static_cast<int>(__shfl_sync(TOPK_FULL_MASK, through, QSA_WARP - 1));
-                    if (listed + total <= kListKeys) {
-                        int e = listed + static_cast<int>(through - mine);
-#pragma unroll
-                        for (int j = 0; j < kLaneKeys; ++j)
-                            if ((valid >> j & 1u) && key[j] >= thr) warp_list[warp][e++] = static_cast<unsigned short>(idx[j]);
-                    }
-                    listed += total;
                 }
             }
-            if (build) use_list = listed <= kListKeys;
             // The tail block's cells replace the R it added: tail - R wraps (unsigned) when the tail holds
             // fewer, and the bin's sum over the lanes' columns comes out exact all the same.
             if (tid == 0 && tail_at >= 0 && tail_at < n && (keys[tail_at] & mask) == thr)
                 atomicAdd(&lane_hist[(keys[tail_at] >> shift) & TOPK_DIGIT_MASK][0], tail - QSA_BLOCK_CELLS);
-        }
-        const bool ranged = pass < QSA_RADIX_PASSES - 1;  // the last pass is the last anyway
-        if (ranged) {
-            const unsigned lo = __reduce_min_sync(TOPK_FULL_MASK, lo_key), hi = __reduce_max_sync(TOPK_FULL_MASK, hi_key);
-            if (lane == 0) {
-                warp_key_range[warp][0] = lo;
-                warp_key_range[warp][1] = hi;
-            }
-            lo_key = kNoKey;
-            hi_key = 0;
-        }
-        __syncthreads();
-        if (ranged && warp == kWarps - 1) {
-            const unsigned lo = __reduce_min_sync(TOPK_FULL_MASK, warp_key_range[lane][0]);
-            const unsigned hi = __reduce_max_sync(TOPK_FULL_MASK, warp_key_range[lane][1]);
-            if (lane == 0) {
-                key_range[pass][0] = lo;
-                key_range[pass][1] = hi;
-            }
+            __syncthreads();
         }
         // Warp w sums its bins over the lanes' columns (and clears them for the next pass).
         for (int bin = warp * kBinsPerWarp; bin < (warp + 1) * kBinsPerWarp; ++bin) {
@@ -294,23 +204,14 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             }
             if (lane == 0) bin_warp_cells[warp] = cells;
         }
-        if (ranged && warp == kWarps - 1) {  // the range of the keys the pass counted, over the cluster
-            const unsigned lo = __reduce_min_sync(TOPK_FULL_MASK, lane < QSA_CLUSTER_CTAS ? cluster_load(key_range[pass], lane, 0) : kNoKey);
-            const unsigned hi = __reduce_max_sync(TOPK_FULL_MASK, lane < QSA_CLUSTER_CTAS ? cluster_load(key_range[pass], lane, 1) : 0u);
-            if (lane == 0) {
-                sel[kOneKey] = lo == hi;
-                sel[kTheKey] = lo;
-            }
-        }
+        if (pass == QSA_RADIX_PASSES - 1) cluster_arrive();  // the last remote read is done
         __syncthreads();
-        const bool last = pass == QSA_RADIX_PASSES - 1 || (ranged && sel[kOneKey] != 0);
-        if (last) cluster_arrive();  // the last remote read is done
         if (tid < QSA_RADIX_BINS)
             for (int w = warp + 1; w < kBinWarps; ++w) cells += bin_warp_cells[w];
         const unsigned d = __syncthreads_count(tid >= 1 && tid < QSA_RADIX_BINS && above + cells >= width);
         if (tid == static_cast<int>(d)) {
             sel[kAbove] = above + cells - total;  // the cells at digits above d join above
-            if (last) sel[kAtBefore] = before;
+            if (pass == QSA_RADIX_PASSES - 1) sel[kAtBefore] = before;
         }
         if (tid < QSA_RADIX_BINS) {  // whole warps: the CTAs before this one gain their cells above d
             const unsigned v = __reduce_add_sync(TOPK_FULL_MASK, tid > static_cast<int>(d) ? before : 0u);
@@ -320,26 +221,20 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         above = sel[kAbove];
         thr |= d << shift;
         mask |= TOPK_DIGIT_MASK << shift;
-        if (last) {
-            if (pass < QSA_RADIX_PASSES - 1) thr = sel[kTheKey];  // every key the pass counted is this one
-            break;
-        }
     }
 
     // Emit: warp w's cells above / at thr, scanned over the warps, and the CTAs before give its first
     // rank; inside, a warp scan per chunk (lanes in order, each lane's 4 keys in order).
     const unsigned budget = width - above;
-    const int nk = warp_chunks();
     unsigned a = 0, t = 0;
-    for (int k = 0; k < nk; ++k) {
+    for (int k = 0; k < chunks; ++k) {
         unsigned key[kLaneKeys];
-        int idx[kLaneKeys];
-        const unsigned valid = fetch(k, key, idx);
+        const int i0 = chunk_keys(k, key);
 #pragma unroll
         for (int j = 0; j < kLaneKeys; ++j) {
-            if (!(valid >> j & 1u)) continue;
-            if (key[j] > thr) a += weight(idx[j]);
-            else if (key[j] == thr) t += weight(idx[j]);
+            if (i0 + j >= whi) continue;
+            if (key[j] > thr) a += weight(i0 + j);
+            else if (key[j] == thr) t += weight(i0 + j);
         }
     }
     a = __reduce_add_sync(TOPK_FULL_MASK, a);
@@ -352,14 +247,13 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     unsigned above_before = sel[kAboveBefore] + __reduce_add_sync(TOPK_FULL_MASK, lane < warp ? warp_above[lane] : 0u);
     unsigned at_before = sel[kAtBefore] + __reduce_add_sync(TOPK_FULL_MASK, lane < warp ? warp_at[lane] : 0u);
     // Once the cells before reach width, everything selected is written.
-    for (int k = 0; k < nk && above_before + min(at_before, budget) < width; ++k) {
+    for (int k = 0; k < chunks && above_before + min(at_before, budget) < width; ++k) {
         unsigned key[kLaneKeys], w[kLaneKeys];
-        int idx[kLaneKeys];
-        const unsigned valid = fetch(k, key, idx);
+        const int i0 = chunk_keys(k, key);
         unsigned mine = 0;
 #pragma unroll
         for (int j = 0; j < kLaneKeys; ++j) {
-            w[j] = (valid >> j & 1u) ? weight(idx[j]) : 0u;
+            w[j] = i0 + j < whi ? weight(i0 + j) : 0u;
             if (key[j] > thr) mine += w[j];
             else if (key[j] == thr) mine += w[j] << kHalfBits;
         }
@@ -378,7 +272,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             if (key[j] > thr) count = w[j];
             else if (key[j] == thr && tb < budget) count = min(w[j], budget - tb);
             const unsigned pos = ab + min(tb, budget);
-            const int b = lo + idx[j];
+            const int b = lo + i0 + j;
             for (unsigned c = 0; c < count; ++c) row[pos + c] = b * QSA_BLOCK_CELLS + static_cast<int>(c);
             if (key[j] > thr) ab += w[j];
             else if (key[j] == thr) tb += w[j];

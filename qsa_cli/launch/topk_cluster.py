@@ -19,7 +19,6 @@ from ..dispatch import CLUSTER_MIN_CC
 from ..geometry import (
     BLOCK_CELLS,
     CLUSTER_CTAS,
-    CLUSTER_LIST_KEYS,
     RADIX_BINS,
     RADIX_PASSES,
     TOPK_CLUSTER_THREADS,
@@ -32,16 +31,12 @@ SOURCE = "topk_cluster.cu"
 KERNEL_NAMES: dict[str, tuple[str, ...]] = {"cluster": ("block_topk_cluster_kernel",)}
 THREADS = TOPK_CLUSTER_THREADS
 WORD_BYTES = 4  # a uint32: one block's order key, one histogram bin
-INDEX_BYTES = 2  # a uint16: a key's index in its CTA's slice, in a warp's list
-MAX_SLICE_KEYS = 1 << (8 * INDEX_BYTES)  # keys a CTA's slice may hold: every index fits a uint16
 LANE_KEYS = 4  # keys a lane reads at once (16 bytes): the slice is padded to a multiple
 SCRATCH_BYTES = 1024  # room for the kernel's per-warp counts and pass results
 # The kernel's static shared memory, bounded without a compile so that fit decisions need no device:
-# the four passes' histograms, the histogram with a column per lane, the warps' lists and the scratch
-# (the launcher checks the compiled kernel against it).
-STATIC_SMEM_BYTES = (
-    (RADIX_PASSES + WARP) * RADIX_BINS * WORD_BYTES + THREADS // WARP * CLUSTER_LIST_KEYS * INDEX_BYTES + SCRATCH_BYTES
-)
+# the four passes' histograms, the histogram with a column per lane, and the scratch (the launcher
+# checks the compiled kernel against it).
+STATIC_SMEM_BYTES = (RADIX_PASSES + WARP) * RADIX_BINS * WORD_BYTES + SCRATCH_BYTES
 
 
 class ClusterUnavailable(ValueError):
@@ -56,18 +51,13 @@ def cluster_smem_bytes(max_blocks: int) -> int:
 
 
 def cluster_fits(max_blocks: int, device_max_smem_optin: int) -> bool:
-    """Whether a CTA's slice and the kernel's static shared memory fit the device's opt-in limit (and
-    the slice's indices a uint16)."""
-    return (
-        cluster_smem_bytes(max_blocks) + STATIC_SMEM_BYTES <= device_max_smem_optin
-        and -(-max_blocks // CLUSTER_CTAS) <= MAX_SLICE_KEYS
-    )
+    """Whether a CTA's slice and the kernel's static shared memory fit the device's opt-in limit."""
+    return cluster_smem_bytes(max_blocks) + STATIC_SMEM_BYTES <= device_max_smem_optin
 
 
 def cluster_max_capacity(device_max_smem_optin: int) -> int:
     """The largest capacity in cells whose ``max_blocks = capacity // 4 + 2`` fits (0 when none does)."""
-    fit_keys = min((device_max_smem_optin - STATIC_SMEM_BYTES) // (LANE_KEYS * WORD_BYTES) * LANE_KEYS, MAX_SLICE_KEYS)
-    fit_blocks = fit_keys * CLUSTER_CTAS
+    fit_blocks = (device_max_smem_optin - STATIC_SMEM_BYTES) // (LANE_KEYS * WORD_BYTES) * LANE_KEYS * CLUSTER_CTAS
     return max(0, capacity_of(fit_blocks) + BLOCK_CELLS - 1)
 
 
@@ -84,14 +74,9 @@ def require_cluster(compute_capability: int, max_blocks: int, device_max_smem_op
     blocks = active_blocks or max_blocks
     if not cluster_fits(blocks, device_max_smem_optin):
         what = f"{active_blocks} active blocks" if active_blocks else f"capacity {capacity_of(max_blocks)} cells"
-        need = cluster_smem_bytes(blocks) + STATIC_SMEM_BYTES
-        why = (
-            f"{need} B of shared memory per CTA, over this device's {device_max_smem_optin} B"
-            if need > device_max_smem_optin
-            else f"slices of {-(-blocks // CLUSTER_CTAS)} keys, over the {MAX_SLICE_KEYS} a uint16 index reaches"
-        )
         raise ClusterUnavailable(
-            f"the cluster top-k cannot hold {what}: {why} "
+            f"the cluster top-k cannot hold {what}: {cluster_smem_bytes(blocks) + STATIC_SMEM_BYTES} B of shared "
+            f"memory per CTA, over this device's {device_max_smem_optin} B "
             f"(capacity at most {cluster_max_capacity(device_max_smem_optin)} cells)"
         )
     return cluster_smem_bytes(blocks)
