@@ -49,18 +49,20 @@ __device__ __forceinline__ unsigned cluster_load(const unsigned* own, unsigned r
 
 constexpr int kWarps = QSA_TOPK_CLUSTER_THREADS / QSA_WARP;
 constexpr int kBinWarps = QSA_RADIX_BINS / QSA_WARP;  // warps 0..7 hold one histogram bin a thread
-constexpr int kBinsPerWarp = QSA_RADIX_BINS / kWarps; // bins each warp sums over the lanes' columns
 constexpr int kLaneKeys = 4;                          // consecutive keys a lane reads at once (uint4)
-constexpr int kChunkKeys = QSA_WARP * kLaneKeys;      // keys of a warp's chunk
+constexpr int kChunkKeys = QSA_WARP * kLaneKeys;      // keys of a chunk: chunk c belongs to warp c % kWarps
+constexpr int kBinBuffers = 2;                        // pass p's histogram in buffer p % 2 (see the passes)
+constexpr int kBinWords = QSA_RADIX_BINS * QSA_WARP;  // the histogram with a column per lane
+constexpr int kSumThreads = QSA_TOPK_CLUSTER_THREADS / QSA_RADIX_BINS;  // threads that sum one bin's columns
 // A chunk's cells above and at thr fit one word's halves.
 constexpr int kHalfBits = 16;
 constexpr unsigned kHalfMask = (1u << kHalfBits) - 1u;
 static_assert(kChunkKeys * QSA_BLOCK_CELLS <= kHalfMask, "a chunk's counts must fit 16 bits");
-static_assert(kWarps == QSA_WARP, "one lane per warp reads the warps' counts");
-static_assert(QSA_TOPK_CLUSTER_THREADS >= QSA_RADIX_BINS && QSA_RADIX_BINS % kWarps == 0, "bins over threads and warps");
+static_assert(kWarps == QSA_WARP, "one lane per warp reads the warps' totals");
+static_assert(QSA_WARP / kSumThreads == 8, "a thread sums eight columns: two 16-byte reads");
 static_assert(QSA_RADIX_BITS * (QSA_RADIX_PASSES - 1) == 24, "pass 0's digit is the key's top byte");
 
-// Per-CTA values the passes hand to the emit (indices into `sel`).
+// Per-CTA values the digit rounds hand to every thread (indices into `sel`).
 enum Sel { kAbove, kAtBefore, kAboveBefore, kSelSlots };
 
 }  // namespace
@@ -69,13 +71,15 @@ __global__ void __cluster_dims__(QSA_CLUSTER_CTAS, 1, 1) __launch_bounds__(QSA_T
 block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* __restrict__ ids,
                           int /*nq: the grid*/, int max_blocks,
                           int /*active_blocks: the launcher sizes shared memory by it; each CTA reads n_bid*/) {
-    extern __shared__ uint4 slice_keys[];  // this CTA's slice of order keys, padded to 16 bytes
+    // Dynamic: this CTA's slice of order keys (padded to 16 bytes), then each chunk's cells above and
+    // at thr (one more entry each: the scan's end).
+    extern __shared__ uint4 slice_keys[];
     unsigned* keys = reinterpret_cast<unsigned*>(slice_keys);
     // The pass's histogram of the slice, one column per lane: lanes never collide on a word (bank
     // = lane), so every key adds with one plain shared atomic.
-    __shared__ uint4 lane_hist_words[QSA_RADIX_BINS * QSA_WARP / 4];
+    __shared__ uint4 lane_hist_words[kBinWords / 4];
     unsigned(*lane_hist)[QSA_WARP] = reinterpret_cast<unsigned(*)[QSA_WARP]>(lane_hist_words);
-    __shared__ unsigned hist[QSA_RADIX_PASSES][QSA_RADIX_BINS];  // one per pass: read remotely after it
+    __shared__ unsigned hist[kBinBuffers][QSA_RADIX_BINS];  // the CTA's histogram, read by the cluster
     __shared__ unsigned bin_warp_cells[kBinWarps];
     __shared__ unsigned warp_above[kWarps], warp_at[kWarps];
     __shared__ unsigned sel[kSelSlots];
@@ -92,38 +96,42 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     }
     const int blocks = n_bid + 1, per = (blocks + QSA_CLUSTER_CTAS - 1) / QSA_CLUSTER_CTAS;
     const int lo = min(rank * per, blocks), n = min(lo + per, blocks) - lo;  // slice: blocks lo..lo+n-1
+    // Chunks of kChunkKeys keys; all but the last are whole and hold no tail block (the tail is the
+    // query's last block), so their keys weigh R each and need no bounds.
+    const int n_chunks = (n + kChunkKeys - 1) / kChunkKeys;
+    unsigned* chunk_above = keys + (per + kLaneKeys - 1) / kLaneKeys * kLaneKeys;
+    unsigned* chunk_at = chunk_above + (per + kChunkKeys - 1) / kChunkKeys + 1;
     const int tail_at = n_bid - lo;  // the tail block's index in the slice, when 0 <= tail_at < n
     const unsigned tail = qsa_block_weight(n_bid, n_kv, n_bid);
     // Block weight by slice index (i < n): the tail's own, R for the others (a weight-0 tail adds 0).
     auto weight = [&](int i) { return i == tail_at ? tail : static_cast<unsigned>(QSA_BLOCK_CELLS); };
-    // Warp w's span of the slice: whole chunks, so every lane's 16-byte read is aligned.
-    const int span = (n + kWarps * kChunkKeys - 1) / (kWarps * kChunkKeys) * kChunkKeys;
-    const int wlo = min(warp * span, n), whi = min(wlo + span, n);
-    const int chunks = (whi - wlo + kChunkKeys - 1) / kChunkKeys;
-
-    for (int i = tid; i < QSA_RADIX_BINS * QSA_WARP / 4; i += QSA_TOPK_CLUSTER_THREADS) lane_hist_words[i] = make_uint4(0, 0, 0, 0);
-    for (int i = tid; i < QSA_RADIX_PASSES * QSA_RADIX_BINS; i += QSA_TOPK_CLUSTER_THREADS) (&hist[0][0])[i] = 0;
-    if (tid < kSelSlots) sel[tid] = 0;
-    __syncthreads();  // the lanes' columns are zero before pass 0 adds into them
 
     // The slice's keys, with pass 0's histogram (the top byte over every key): 16-byte loads of the
-    // aligned middle of the scores row, the few floats before and after it one by one.
+    // aligned middle of the scores row, the few floats before and after it one by one. The first
+    // round's loads are in flight while the histogram is zeroed.
     const float* srow = scores + static_cast<size_t>(q) * max_blocks + lo;
     const int head = min(n, static_cast<int>((4u - static_cast<unsigned>(reinterpret_cast<size_t>(srow) / 4u % 4u)) % 4u));
     const int n4 = (n - head) / 4;
     const float4* srow4 = reinterpret_cast<const float4*>(srow + head);
-    auto store_key = [&](int i, float score) {
-        const unsigned key = qsa_order_key(score);
-        keys[i] = key;
-        atomicAdd(&lane_hist[key >> topk_shift(0)][lane], weight(i));
-    };
-    for (int base = 0; base < n4; base += kLaneKeys * QSA_TOPK_CLUSTER_THREADS) {
-        float4 v[kLaneKeys];  // every load in flight before the first key is stored
+    float4 v[kLaneKeys];
+    auto load_round = [&](int base) {
 #pragma unroll
         for (int k = 0; k < kLaneKeys; ++k) {
             const int j = base + k * QSA_TOPK_CLUSTER_THREADS + tid;
             v[k] = j < n4 ? srow4[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
+    };
+    load_round(0);
+    for (int i = tid; i < kBinWords / 4; i += QSA_TOPK_CLUSTER_THREADS) lane_hist_words[i] = make_uint4(0, 0, 0, 0);
+    if (tid < kSelSlots) sel[tid] = 0;
+    __syncthreads();  // the lanes' columns are zero before pass 0 adds into them
+
+    auto store_key = [&](int i, float score) {
+        const unsigned key = qsa_order_key(score);
+        keys[i] = key;
+        atomicAdd(&lane_hist[key >> topk_shift(0)][lane], weight(i));
+    };
+    for (int base = 0; base < n4;) {
 #pragma unroll
         for (int k = 0; k < kLaneKeys; ++k) {
             const int j = base + k * QSA_TOPK_CLUSTER_THREADS + tid, i = head + 4 * j;
@@ -134,53 +142,83 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
                 store_key(i + 3, v[k].w);
             }
         }
+        base += kLaneKeys * QSA_TOPK_CLUSTER_THREADS;
+        if (base < n4) load_round(base);
     }
     if (tid < head) store_key(tid, srow[tid]);
     for (int i = head + 4 * n4 + tid; i < n; i += QSA_TOPK_CLUSTER_THREADS) store_key(i, srow[i]);
-    __syncthreads();
 
-    // A lane's 4 keys of chunk k of its warp's span, and whether each is in the slice.
-    auto chunk_keys = [&](int k, unsigned (&key)[kLaneKeys]) {
-        const int i0 = wlo + k * kChunkKeys + kLaneKeys * lane;
-        const uint4 k4 = i0 < whi ? slice_keys[i0 / kLaneKeys] : make_uint4(0, 0, 0, 0);
+    // A lane's 4 keys of chunk c, their weights, and the index of the first in the slice; `whole`: a
+    // chunk before the last (constant where called, so the checks fold away).
+    auto chunk_keys = [&](int c, bool whole, unsigned (&key)[kLaneKeys], unsigned (&w)[kLaneKeys]) {
+        const int i0 = c * kChunkKeys + kLaneKeys * lane;
+        const uint4 k4 = whole || i0 < n ? slice_keys[i0 / kLaneKeys] : make_uint4(0, 0, 0, 0);
         key[0] = k4.x;
         key[1] = k4.y;
         key[2] = k4.z;
         key[3] = k4.w;
+#pragma unroll
+        for (int j = 0; j < kLaneKeys; ++j) w[j] = whole ? QSA_BLOCK_CELLS : i0 + j < n ? weight(i0 + j) : 0u;
         return i0;
     };
 
     unsigned thr = 0, mask = 0, above = 0;  // thr holds the digits found so far
     for (int pass = 0; pass < QSA_RADIX_PASSES; ++pass) {
         const int shift = topk_shift(pass);
-        unsigned* own = hist[pass];
-        if (pass > 0) {  // pass 0 was added as the keys were stored
-            // Every block adds R cells, the tail too (corrected below); a lane's four keys, when equal
-            // (runs of ties), add as one: a quarter of the atomics where every key matches.
-            for (int k = 0; k < chunks; ++k) {
-                unsigned key[kLaneKeys];
-                const int i0 = chunk_keys(k, key);
-                if (i0 + kLaneKeys <= whi && key[0] == key[1] && key[1] == key[2] && key[2] == key[3]) {
-                    if ((key[0] & mask) == thr)
-                        atomicAdd(&lane_hist[(key[0] >> shift) & TOPK_DIGIT_MASK][lane], kLaneKeys * QSA_BLOCK_CELLS);
+        const bool last = pass == QSA_RADIX_PASSES - 1;
+        // Chunk c's keys at the digits found add their cells at this pass's digit: a whole chunk's
+        // blocks R each (the tail is in the last chunk), a lane's four keys, when equal (runs of ties),
+        // as one. The last pass also counts each chunk's cells above the first three digits (above
+        // thr, whatever its last digit) and whether any key matches them (counted in the emit).
+        auto add_chunk = [&](int c, bool whole) {
+            unsigned key[kLaneKeys], w[kLaneKeys];
+            chunk_keys(c, whole, key, w);
+            bool hit[kLaneKeys];
+            unsigned hi = 0;
+#pragma unroll
+            for (int j = 0; j < kLaneKeys; ++j) {
+                hit[j] = w[j] != 0 && (key[j] & mask) == thr;
+                if (last && (key[j] & mask) > thr) hi += w[j];
+            }
+            const bool any = hit[0] || hit[1] || hit[2] || hit[3];
+            if (any) {
+                if (whole && key[0] == key[1] && key[1] == key[2] && key[2] == key[3]) {
+                    atomicAdd(&lane_hist[(key[0] >> shift) & TOPK_DIGIT_MASK][lane], kLaneKeys * QSA_BLOCK_CELLS);
                 } else {
 #pragma unroll
                     for (int j = 0; j < kLaneKeys; ++j)
-                        if (i0 + j < whi && (key[j] & mask) == thr)
-                            atomicAdd(&lane_hist[(key[j] >> shift) & TOPK_DIGIT_MASK][lane], QSA_BLOCK_CELLS);
+                        if (hit[j]) atomicAdd(&lane_hist[(key[j] >> shift) & TOPK_DIGIT_MASK][lane], w[j]);
                 }
             }
-            // The tail block's cells replace the R it added: tail - R wraps (unsigned) when the tail holds
-            // fewer, and the bin's sum over the lanes' columns comes out exact all the same.
-            if (tid == 0 && tail_at >= 0 && tail_at < n && (keys[tail_at] & mask) == thr)
-                atomicAdd(&lane_hist[(keys[tail_at] >> shift) & TOPK_DIGIT_MASK][0], tail - QSA_BLOCK_CELLS);
-            __syncthreads();
+            if (last) {
+                hi = __reduce_add_sync(TOPK_FULL_MASK, hi);
+                const bool tied = __any_sync(TOPK_FULL_MASK, any);
+                if (lane == 0) {
+                    chunk_above[c] = hi;
+                    chunk_at[c] = tied;
+                }
+            }
+        };
+        if (pass > 0) {  // pass 0 was added as the keys were stored
+            for (int c = warp; c < n_chunks; c += kWarps) {
+                if (c + 1 < n_chunks) add_chunk(c, true);
+                else add_chunk(c, false);
+            }
         }
-        // Warp w sums its bins over the lanes' columns (and clears them for the next pass).
-        for (int bin = warp * kBinsPerWarp; bin < (warp + 1) * kBinsPerWarp; ++bin) {
-            const unsigned cells = __reduce_add_sync(TOPK_FULL_MASK, lane_hist[bin][lane]);
-            lane_hist[bin][lane] = 0;
-            if (lane == 0) own[bin] = cells;
+        __syncthreads();  // the pass's histogram is complete
+
+        // Threads 4b..4b+3 sum bin b's lane columns (eight each) and clear them for the next pass.
+        // Buffer pass % 2: a CTA writes it again two passes on, after the next cluster barrier, which
+        // no CTA reaches before its remote reads of this pass are done.
+        unsigned* own = hist[pass % kBinBuffers];
+        {
+            uint4* cols = &lane_hist_words[tid * 2];
+            const uint4 a = cols[0], b = cols[1];
+            unsigned cells = a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
+            cols[0] = cols[1] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int o = 1; o < kSumThreads; o <<= 1) cells += __shfl_xor_sync(TOPK_FULL_MASK, cells, o);
+            if (tid % kSumThreads == 0) own[tid / kSumThreads] = cells;
         }
         cluster_sync();  // every CTA's histogram of this pass is complete and visible
 
@@ -204,14 +242,14 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             }
             if (lane == 0) bin_warp_cells[warp] = cells;
         }
-        if (pass == QSA_RADIX_PASSES - 1) cluster_arrive();  // the last remote read is done
+        if (last) cluster_arrive();  // the last remote read is done
         __syncthreads();
         if (tid < QSA_RADIX_BINS)
             for (int w = warp + 1; w < kBinWarps; ++w) cells += bin_warp_cells[w];
         const unsigned d = __syncthreads_count(tid >= 1 && tid < QSA_RADIX_BINS && above + cells >= width);
         if (tid == static_cast<int>(d)) {
             sel[kAbove] = above + cells - total;  // the cells at digits above d join above
-            if (pass == QSA_RADIX_PASSES - 1) sel[kAtBefore] = before;
+            if (last) sel[kAtBefore] = before;
         }
         if (tid < QSA_RADIX_BINS) {  // whole warps: the CTAs before this one gain their cells above d
             const unsigned v = __reduce_add_sync(TOPK_FULL_MASK, tid > static_cast<int>(d) ? before : 0u);
@@ -223,41 +261,72 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         mask |= TOPK_DIGIT_MASK << shift;
     }
 
-    // Emit: warp w's cells above / at thr, scanned over the warps, and the CTAs before give its first
-    // rank; inside, a warp scan per chunk (lanes in order, each lane's 4 keys in order).
-    const unsigned budget = width - above;
-    unsigned a = 0, t = 0;
-    for (int k = 0; k < chunks; ++k) {
-        unsigned key[kLaneKeys];
-        const int i0 = chunk_keys(k, key);
+    // Emit. Each chunk's cells above / at thr: the last pass counted the chunks with no key at thr's
+    // first three digits; the others are counted now. A scan over the chunks, in slice order, from
+    // the CTAs before gives each chunk's first rank; inside, a warp scan (lanes in order, each lane's
+    // 4 keys in order).
+    auto count_chunk = [&](int c, bool whole) {
+        unsigned key[kLaneKeys], w[kLaneKeys];
+        chunk_keys(c, whole, key, w);
+        unsigned a = 0, t = 0;
 #pragma unroll
         for (int j = 0; j < kLaneKeys; ++j) {
-            if (i0 + j >= whi) continue;
-            if (key[j] > thr) a += weight(i0 + j);
-            else if (key[j] == thr) t += weight(i0 + j);
+            if (key[j] > thr) a += w[j];
+            else if (key[j] == thr) t += w[j];
         }
-    }
-    a = __reduce_add_sync(TOPK_FULL_MASK, a);
-    t = __reduce_add_sync(TOPK_FULL_MASK, t);
-    if (lane == 0) {
-        warp_above[warp] = a;
-        warp_at[warp] = t;
+        a = __reduce_add_sync(TOPK_FULL_MASK, a);
+        t = __reduce_add_sync(TOPK_FULL_MASK, t);
+        if (lane == 0) {
+            chunk_above[c] = a;
+            chunk_at[c] = t;
+        }
+    };
+    for (int c = warp; c < n_chunks; c += kWarps) {
+        if (!chunk_at[c]) continue;  // warp-uniform
+        if (c + 1 < n_chunks) count_chunk(c, true);
+        else count_chunk(c, false);
     }
     __syncthreads();
-    unsigned above_before = sel[kAboveBefore] + __reduce_add_sync(TOPK_FULL_MASK, lane < warp ? warp_above[lane] : 0u);
-    unsigned at_before = sel[kAtBefore] + __reduce_add_sync(TOPK_FULL_MASK, lane < warp ? warp_at[lane] : 0u);
-    // Once the cells before reach width, everything selected is written.
-    for (int k = 0; k < chunks && above_before + min(at_before, budget) < width; ++k) {
+    {  // thread c scans chunk c's counts (a CTA holds at most QSA_TOPK_CLUSTER_THREADS chunks: the launcher)
+        const unsigned a = tid < n_chunks ? chunk_above[tid] : 0u, t = tid < n_chunks ? chunk_at[tid] : 0u;
+        unsigned a_through = a, t_through = t;
+#pragma unroll
+        for (int o = 1; o < QSA_WARP; o <<= 1) {
+            const unsigned va = __shfl_up_sync(TOPK_FULL_MASK, a_through, o);
+            const unsigned vt = __shfl_up_sync(TOPK_FULL_MASK, t_through, o);
+            if (lane >= o) {
+                a_through += va;
+                t_through += vt;
+            }
+        }
+        if (lane == QSA_WARP - 1) {
+            warp_above[warp] = a_through;
+            warp_at[warp] = t_through;
+        }
+        __syncthreads();
+        a_through += sel[kAboveBefore] + __reduce_add_sync(TOPK_FULL_MASK, lane < warp ? warp_above[lane] : 0u);
+        t_through += sel[kAtBefore] + __reduce_add_sync(TOPK_FULL_MASK, lane < warp ? warp_at[lane] : 0u);
+        // entry c: the cells before chunk c; entry n_chunks: the CTA's end
+        if (tid < n_chunks) {
+            chunk_above[tid + 1] = a_through;
+            chunk_at[tid + 1] = t_through;
+        }
+        if (tid == 0) {
+            chunk_above[0] = sel[kAboveBefore];
+            chunk_at[0] = sel[kAtBefore];
+        }
+    }
+    __syncthreads();
+    const unsigned budget = width - above;
+    auto emit_chunk = [&](int c, bool whole) {
         unsigned key[kLaneKeys], w[kLaneKeys];
-        const int i0 = chunk_keys(k, key);
+        const int i0 = chunk_keys(c, whole, key, w);
         unsigned mine = 0;
 #pragma unroll
         for (int j = 0; j < kLaneKeys; ++j) {
-            w[j] = i0 + j < whi ? weight(i0 + j) : 0u;
             if (key[j] > thr) mine += w[j];
             else if (key[j] == thr) mine += w[j] << kHalfBits;
         }
-        if (!__any_sync(TOPK_FULL_MASK, mine != 0)) continue;
         unsigned through = mine;
 #pragma unroll
         for (int o = 1; o < QSA_WARP; o <<= 1) {
@@ -265,21 +334,27 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             if (lane >= o) through += v;
         }
         const unsigned ahead = through - mine;
-        unsigned ab = above_before + (ahead & kHalfMask), tb = at_before + (ahead >> kHalfBits);
+        unsigned ab = chunk_above[c] + (ahead & kHalfMask), tb = chunk_at[c] + (ahead >> kHalfBits);
 #pragma unroll
         for (int j = 0; j < kLaneKeys; ++j) {
             unsigned count = 0;
             if (key[j] > thr) count = w[j];
             else if (key[j] == thr && tb < budget) count = min(w[j], budget - tb);
-            const unsigned pos = ab + min(tb, budget);
-            const int b = lo + i0 + j;
-            for (unsigned c = 0; c < count; ++c) row[pos + c] = b * QSA_BLOCK_CELLS + static_cast<int>(c);
+            int* out = row + (ab + min(tb, budget));
+            const int cell = (lo + i0 + j) * QSA_BLOCK_CELLS;
+#pragma unroll
+            for (int k = 0; k < QSA_BLOCK_CELLS; ++k)
+                if (k < static_cast<int>(count)) out[k] = cell + k;
             if (key[j] > thr) ab += w[j];
             else if (key[j] == thr) tb += w[j];
         }
-        const unsigned chunk = __shfl_sync(TOPK_FULL_MASK, through, QSA_WARP - 1);
-        above_before += chunk & kHalfMask;
-        at_before += chunk >> kHalfBits;
+    };
+    // Chunks that select nothing are skipped; once the cells before a chunk reach width, it and every
+    // later chunk select nothing.
+    for (int c = warp; c < n_chunks && chunk_above[c] + min(chunk_at[c], budget) < width; c += kWarps) {
+        if (chunk_above[c + 1] == chunk_above[c] && (chunk_at[c + 1] == chunk_at[c] || chunk_at[c] >= budget)) continue;
+        if (c + 1 < n_chunks) emit_chunk(c, true);
+        else emit_chunk(c, false);
     }
     cluster_wait();  // no CTA leaves while another may still read its histograms
 }

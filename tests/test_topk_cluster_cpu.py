@@ -8,7 +8,9 @@ import pytest
 from qsa_cli.dispatch import CLUSTER_MIN_CC
 from qsa_cli.geometry import CLUSTER_CTAS, MAX_CAPACITY, SELECT_CAP, GeometryError, max_blocks, window_steps
 from qsa_cli.launch.topk_cluster import (
+    CHUNK_KEYS,
     KERNEL_NAMES,
+    MAX_CHUNKS,
     STATIC_SMEM_BYTES,
     ClusterUnavailable,
     cluster_fits,
@@ -22,12 +24,20 @@ H200_OPTIN = 232448  # sharedMemPerBlockOptin of an H100 / H200: 227 KB
 SPEC_CAPACITIES = (9000, 135160, 135176, 262144, 524288, 1 << 20)
 
 
-def test_smem_is_a_slice_of_keys_padded_to_16_bytes() -> None:
-    mb = max_blocks(524288)  # 131074 blocks: slices of 16385 keys, read 4 at a time
-    assert cluster_smem_bytes(mb) == 16388 * 4
-    assert cluster_smem_bytes(CLUSTER_CTAS * 100) == 100 * 4
-    assert cluster_smem_bytes(CLUSTER_CTAS * 100 + 1) == 104 * 4
-    assert cluster_smem_bytes(CLUSTER_CTAS * 103) == 104 * 4
+def test_smem_is_a_slice_of_keys_padded_to_16_bytes_and_two_words_a_chunk_and_two_more() -> None:
+    mb = max_blocks(524288)  # 131074 blocks: slices of 16385 keys, read 4 at a time, in 129 chunks of 128
+    assert cluster_smem_bytes(mb) == (16388 + 2 * 130) * 4
+    assert cluster_smem_bytes(CLUSTER_CTAS * 100) == (100 + 2 * 2) * 4
+    assert cluster_smem_bytes(CLUSTER_CTAS * 100 + 1) == (104 + 2 * 2) * 4
+    assert cluster_smem_bytes(CLUSTER_CTAS * 103) == (104 + 2 * 2) * 4
+    assert cluster_smem_bytes(CLUSTER_CTAS * 129) == (132 + 2 * 3) * 4
+
+
+def test_the_emit_scans_at_most_one_chunk_a_thread() -> None:
+    huge = 1 << 30  # shared memory no card has: the chunk count bounds the slice
+    cap = cluster_max_capacity(huge)
+    assert cluster_fits(max_blocks(cap), huge) and not cluster_fits(max_blocks(cap + 1), huge)
+    assert -(-max_blocks(cap) // CLUSTER_CTAS) == MAX_CHUNKS * CHUNK_KEYS
 
 
 @pytest.mark.parametrize("optin", [H200_OPTIN, 101376, 166912, 49152])  # sm_90, sm_86/89, sm_80, a 48 KB card
@@ -39,7 +49,7 @@ def test_max_capacity_is_the_fit_boundary(optin: int) -> None:
 
 def test_h200_holds_every_spec_capacity_and_refuses_the_largest() -> None:
     cap = cluster_max_capacity(H200_OPTIN)
-    assert 1_540_000 < cap < 1_570_000, cap  # about 48.6K keys a CTA, 8 CTAs, 4 cells a block
+    assert 1_540_000 < cap < 1_560_000, cap  # about 48.4K keys a CTA, 8 CTAs, 4 cells a block
     for c in SPEC_CAPACITIES:
         assert cluster_fits(max_blocks(c), H200_OPTIN), c
     assert not cluster_fits(max_blocks(MAX_CAPACITY), H200_OPTIN)
