@@ -8,13 +8,18 @@
 //     QSA_CLUSTER_CTAS histograms through distributed shared memory and applies the reference's digit
 //     rule to the sum: a pure function of integer counts, so thr, above and the tie budget are the
 //     reference's in every CTA;
+//   - the select ends after fewer than four passes once the digits found decide it, from counts every
+//     CTA shares: the keys the pass counted are all one key (thr is that key), or the cells at the
+//     digits found are all needed or are one block's (thr's remaining digits cannot change which cells
+//     are selected: keys then compare under the mask of the digits found);
 //   - the histograms also give each CTA the cells above / at thr in the CTAs before it: a key is above
 //     thr exactly when, at the first pass where its digit differs from thr's, its digit is higher (the
-//     pass's histogram counts it there), and at thr when it matches all four digits. CTA r writes its
+//     pass's histogram counts it there), and at thr when it matches all its digits. CTA r writes its
 //     selected cells ascending from (cells above in CTAs < r) + min(cells at thr in CTAs < r, budget).
-// Warp w owns a contiguous span of the slice, read in chunks of 128 keys (4 consecutive keys a lane,
-// one 16-byte read); the histograms have a column per lane, so every key adds with one plain shared
-// atomic (no lane ever shares a word with another), and a lane's four keys, when equal, with one.
+// The slice is read in chunks of 128 keys (4 consecutive keys a lane, one 16-byte read), chunk c by
+// warp c % 32; the histograms have a column per lane, so every key adds with one plain shared atomic
+// (no lane ever shares a word with another), and a lane's four keys, when equal, with one. The emit
+// scans each chunk's cells above / at thr (counted by the last pass where it can) for its first rank.
 #include "qsa_common.cuh"
 
 namespace {
@@ -62,8 +67,12 @@ static_assert(kWarps == QSA_WARP, "one lane per warp reads the warps' totals");
 static_assert(QSA_WARP / kSumThreads == 8, "a thread sums eight columns: two 16-byte reads");
 static_assert(QSA_RADIX_BITS * (QSA_RADIX_PASSES - 1) == 24, "pass 0's digit is the key's top byte");
 
-// Per-CTA values the digit rounds hand to every thread (indices into `sel`).
-enum Sel { kAbove, kAtBefore, kAboveBefore, kSelSlots };
+// Per-CTA values the digit rounds hand to every thread (indices into `sel`): the cells above thr,
+// at and above thr in the CTAs before; whether the digits found decide the selection; the least and
+// greatest key counted in the pass over the cluster.
+enum Sel { kAbove, kAtBefore, kAboveBefore, kDone, kMin, kMax, kSelSlots };
+// Words of a CTA's pass record: the histogram, then its least and greatest key counted.
+constexpr int kMinWord = QSA_RADIX_BINS, kMaxWord = QSA_RADIX_BINS + 1, kPassWords = QSA_RADIX_BINS + 2;
 
 }  // namespace
 
@@ -79,7 +88,8 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     // = lane), so every key adds with one plain shared atomic.
     __shared__ uint4 lane_hist_words[kBinWords / 4];
     unsigned(*lane_hist)[QSA_WARP] = reinterpret_cast<unsigned(*)[QSA_WARP]>(lane_hist_words);
-    __shared__ unsigned hist[kBinBuffers][QSA_RADIX_BINS];  // the CTA's histogram, read by the cluster
+    __shared__ unsigned hist[kBinBuffers][kPassWords];  // the CTA's pass record, read by the cluster
+    __shared__ unsigned key_min, key_max;               // the pass's least / greatest key counted
     __shared__ unsigned bin_warp_cells[kBinWarps];
     __shared__ unsigned warp_above[kWarps], warp_at[kWarps];
     __shared__ unsigned sel[kSelSlots];
@@ -124,6 +134,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     load_round(0);
     for (int i = tid; i < kBinWords / 4; i += QSA_TOPK_CLUSTER_THREADS) lane_hist_words[i] = make_uint4(0, 0, 0, 0);
     if (tid < kSelSlots) sel[tid] = 0;
+    if (tid == 0) key_min = ~0u, key_max = 0u;
     __syncthreads();  // the lanes' columns are zero before pass 0 adds into them
 
     auto store_key = [&](int i, float score) {
@@ -162,15 +173,22 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         return i0;
     };
 
-    unsigned thr = 0, mask = 0, above = 0;  // thr holds the digits found so far
+    // thr holds the digits found so far (mask: their bits). The select ends early once they decide it:
+    // when the keys a pass counted are all one key (thr is that key); when the cells at the digits
+    // found are exactly the cells still needed (every key matching thr under mask is selected); or
+    // when those cells are one block's (the only key at thr under mask that holds cells; the budget
+    // takes its first cells, as it would at its full key).
+    unsigned thr = 0, mask = 0, above = 0;
+    bool chunks_counted = false;  // the last pass counted each chunk's cells above (see add_chunk)
     for (int pass = 0; pass < QSA_RADIX_PASSES; ++pass) {
         const int shift = topk_shift(pass);
         const bool last = pass == QSA_RADIX_PASSES - 1;
+        unsigned lane_min = ~0u, lane_max = 0u;  // of the keys this lane counts (passes after 0)
         // Chunk c's keys at the digits found add their cells at this pass's digit: a whole chunk's
         // blocks R each (the tail is in the last chunk), a lane's four keys, when equal (runs of ties),
         // as one. The last pass also counts each chunk's cells above the first three digits (above
         // thr, whatever its last digit) and whether any key matches them (counted in the emit).
-        auto add_chunk = [&](int c, bool whole) {
+        auto add_chunk = [&](int c, bool whole, bool last) {
             unsigned key[kLaneKeys], w[kLaneKeys];
             chunk_keys(c, whole, key, w);
             bool hit[kLaneKeys];
@@ -184,10 +202,16 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             if (any) {
                 if (whole && key[0] == key[1] && key[1] == key[2] && key[2] == key[3]) {
                     atomicAdd(&lane_hist[(key[0] >> shift) & TOPK_DIGIT_MASK][lane], kLaneKeys * QSA_BLOCK_CELLS);
+                    lane_min = min(lane_min, key[0]);
+                    lane_max = max(lane_max, key[0]);
                 } else {
 #pragma unroll
                     for (int j = 0; j < kLaneKeys; ++j)
-                        if (hit[j]) atomicAdd(&lane_hist[(key[j] >> shift) & TOPK_DIGIT_MASK][lane], w[j]);
+                        if (hit[j]) {
+                            atomicAdd(&lane_hist[(key[j] >> shift) & TOPK_DIGIT_MASK][lane], w[j]);
+                            lane_min = min(lane_min, key[j]);
+                            lane_max = max(lane_max, key[j]);
+                        }
                 }
             }
             if (last) {
@@ -200,10 +224,25 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             }
         };
         if (pass > 0) {  // pass 0 was added as the keys were stored
-            for (int c = warp; c < n_chunks; c += kWarps) {
-                if (c + 1 < n_chunks) add_chunk(c, true);
-                else add_chunk(c, false);
+            // `whole` and `last` constant at each call: four specialised copies of the chunk's code
+            if (last) {
+                for (int c = warp; c < n_chunks; c += kWarps) {
+                    if (c + 1 < n_chunks) add_chunk(c, true, true);
+                    else add_chunk(c, false, true);
+                }
+            } else {
+                for (int c = warp; c < n_chunks; c += kWarps) {
+                    if (c + 1 < n_chunks) add_chunk(c, true, false);
+                    else add_chunk(c, false, false);
+                }
             }
+            lane_min = __reduce_min_sync(TOPK_FULL_MASK, lane_min);
+            lane_max = __reduce_max_sync(TOPK_FULL_MASK, lane_max);
+            if (lane == 0 && lane_min <= lane_max) {
+                atomicMin(&key_min, lane_min);
+                atomicMax(&key_max, lane_max);
+            }
+            chunks_counted = last;
         }
         __syncthreads();  // the pass's histogram is complete
 
@@ -219,6 +258,11 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
 #pragma unroll
             for (int o = 1; o < kSumThreads; o <<= 1) cells += __shfl_xor_sync(TOPK_FULL_MASK, cells, o);
             if (tid % kSumThreads == 0) own[tid / kSumThreads] = cells;
+        }
+        if (tid == 0) {  // pass 0 counts every key: no single key unless all are (found a pass later)
+            own[kMinWord] = pass > 0 ? key_min : 1u;
+            own[kMaxWord] = pass > 0 ? key_max : 0u;
+            key_min = ~0u, key_max = 0u;
         }
         cluster_sync();  // every CTA's histogram of this pass is complete and visible
 
@@ -241,15 +285,24 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
                 if (lane + o < QSA_WARP) cells += v;
             }
             if (lane == 0) bin_warp_cells[warp] = cells;
+        } else if (warp == kBinWarps) {  // lane r < 8: CTA r's least key, lane 8 + r: its greatest
+            const unsigned v = lane < 2 * QSA_CLUSTER_CTAS ? cluster_load(own, lane % QSA_CLUSTER_CTAS, lane < QSA_CLUSTER_CTAS ? kMinWord : kMaxWord) : 0u;
+            const unsigned lo_key = __reduce_min_sync(TOPK_FULL_MASK, lane < QSA_CLUSTER_CTAS ? v : ~0u);
+            const unsigned hi_key = __reduce_max_sync(TOPK_FULL_MASK, lane >= QSA_CLUSTER_CTAS ? v : 0u);
+            if (lane == 0) {
+                sel[kMin] = lo_key;
+                sel[kMax] = hi_key;
+            }
         }
-        if (last) cluster_arrive();  // the last remote read is done
         __syncthreads();
         if (tid < QSA_RADIX_BINS)
             for (int w = warp + 1; w < kBinWarps; ++w) cells += bin_warp_cells[w];
         const unsigned d = __syncthreads_count(tid >= 1 && tid < QSA_RADIX_BINS && above + cells >= width);
         if (tid == static_cast<int>(d)) {
             sel[kAbove] = above + cells - total;  // the cells at digits above d join above
-            if (last) sel[kAtBefore] = before;
+            sel[kAtBefore] = before;
+            // thr's digits decide: the cells at them are all needed, or they are one block's
+            sel[kDone] = above + cells == width || total <= QSA_BLOCK_CELLS;
         }
         if (tid < QSA_RADIX_BINS) {  // whole warps: the CTAs before this one gain their cells above d
             const unsigned v = __reduce_add_sync(TOPK_FULL_MASK, tid > static_cast<int>(d) ? before : 0u);
@@ -259,7 +312,14 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         above = sel[kAbove];
         thr |= d << shift;
         mask |= TOPK_DIGIT_MASK << shift;
+        if (sel[kMin] == sel[kMax]) {  // every key counted is this one: thr
+            thr = sel[kMin];
+            mask = ~0u;
+            break;
+        }
+        if (sel[kDone]) break;
     }
+    cluster_arrive();  // the last remote read is done
 
     // Emit. Each chunk's cells above / at thr: the last pass counted the chunks with no key at thr's
     // first three digits; the others are counted now. A scan over the chunks, in slice order, from
@@ -271,8 +331,8 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         unsigned a = 0, t = 0;
 #pragma unroll
         for (int j = 0; j < kLaneKeys; ++j) {
-            if (key[j] > thr) a += w[j];
-            else if (key[j] == thr) t += w[j];
+            if ((key[j] & mask) > thr) a += w[j];
+            else if ((key[j] & mask) == thr) t += w[j];
         }
         a = __reduce_add_sync(TOPK_FULL_MASK, a);
         t = __reduce_add_sync(TOPK_FULL_MASK, t);
@@ -282,7 +342,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         }
     };
     for (int c = warp; c < n_chunks; c += kWarps) {
-        if (!chunk_at[c]) continue;  // warp-uniform
+        if (chunks_counted && !chunk_at[c]) continue;  // warp-uniform
         if (c + 1 < n_chunks) count_chunk(c, true);
         else count_chunk(c, false);
     }
@@ -324,6 +384,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         unsigned mine = 0;
 #pragma unroll
         for (int j = 0; j < kLaneKeys; ++j) {
+            key[j] &= mask;  // thr's bits: a key matching them all is at thr
             if (key[j] > thr) mine += w[j];
             else if (key[j] == thr) mine += w[j] << kHalfBits;
         }
