@@ -179,16 +179,17 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     // when those cells are one block's (the only key at thr under mask that holds cells; the budget
     // takes its first cells, as it would at its full key).
     unsigned thr = 0, mask = 0, above = 0;
-    bool chunks_counted = false;  // the last pass counted each chunk's cells above (see add_chunk)
+    bool chunks_counted = false;  // the final pass counted each chunk's cells above (see add_chunk)
     for (int pass = 0; pass < QSA_RADIX_PASSES; ++pass) {
         const int shift = topk_shift(pass);
-        const bool last = pass == QSA_RADIX_PASSES - 1;
+        const bool counting = pass >= QSA_RADIX_PASSES - 2;  // the select may end after this pass
         unsigned lane_min = ~0u, lane_max = 0u;  // of the keys this lane counts (passes after 0)
         // Chunk c's keys at the digits found add their cells at this pass's digit: a whole chunk's
         // blocks R each (the tail is in the last chunk), a lane's four keys, when equal (runs of ties),
-        // as one. The last pass also counts each chunk's cells above the first three digits (above
-        // thr, whatever its last digit) and whether any key matches them (counted in the emit).
-        auto add_chunk = [&](int c, bool whole, bool last) {
+        // as one. A pass after which the select may end also counts each chunk's cells above the digits
+        // found before it (above thr, whatever its later digits) and whether any key matches them
+        // (those chunks are counted in the emit).
+        auto add_chunk = [&](int c, bool whole, bool counting) {
             unsigned key[kLaneKeys], w[kLaneKeys];
             chunk_keys(c, whole, key, w);
             bool hit[kLaneKeys];
@@ -196,7 +197,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
 #pragma unroll
             for (int j = 0; j < kLaneKeys; ++j) {
                 hit[j] = w[j] != 0 && (key[j] & mask) == thr;
-                if (last && (key[j] & mask) > thr) hi += w[j];
+                if (counting && (key[j] & mask) > thr) hi += w[j];
             }
             const bool any = hit[0] || hit[1] || hit[2] || hit[3];
             if (any) {
@@ -214,7 +215,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
                         }
                 }
             }
-            if (last) {
+            if (counting) {
                 hi = __reduce_add_sync(TOPK_FULL_MASK, hi);
                 const bool tied = __any_sync(TOPK_FULL_MASK, any);
                 if (lane == 0) {
@@ -224,8 +225,8 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             }
         };
         if (pass > 0) {  // pass 0 was added as the keys were stored
-            // `whole` and `last` constant at each call: four specialised copies of the chunk's code
-            if (last) {
+            // `whole` and `counting` constant at each call: four specialised copies of the chunk's code
+            if (counting) {
                 for (int c = warp; c < n_chunks; c += kWarps) {
                     if (c + 1 < n_chunks) add_chunk(c, true, true);
                     else add_chunk(c, false, true);
@@ -242,7 +243,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
                 atomicMin(&key_min, lane_min);
                 atomicMax(&key_max, lane_max);
             }
-            chunks_counted = last;
+            chunks_counted = counting;
         }
         __syncthreads();  // the pass's histogram is complete
 
@@ -381,12 +382,17 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     auto emit_chunk = [&](int c, bool whole) {
         unsigned key[kLaneKeys], w[kLaneKeys];
         const int i0 = chunk_keys(c, whole, key, w);
-        unsigned mine = 0;
+        unsigned mine = 0, above_keys = 0, at_keys = 0;  // bit j: key j is above / at thr
 #pragma unroll
         for (int j = 0; j < kLaneKeys; ++j) {
             key[j] &= mask;  // thr's bits: a key matching them all is at thr
-            if (key[j] > thr) mine += w[j];
-            else if (key[j] == thr) mine += w[j] << kHalfBits;
+            if (key[j] > thr) {
+                mine += w[j];
+                above_keys |= 1u << j;
+            } else if (key[j] == thr) {
+                mine += w[j] << kHalfBits;
+                at_keys |= 1u << j;
+            }
         }
         unsigned through = mine;
 #pragma unroll
@@ -396,18 +402,19 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         }
         const unsigned ahead = through - mine;
         unsigned ab = chunk_above[c] + (ahead & kHalfMask), tb = chunk_at[c] + (ahead >> kHalfBits);
-#pragma unroll
-        for (int j = 0; j < kLaneKeys; ++j) {
-            unsigned count = 0;
-            if (key[j] > thr) count = w[j];
-            else if (key[j] == thr && tb < budget) count = min(w[j], budget - tb);
+        // the lane's keys above / at thr in order (most lanes hold none or one: one round, not four)
+        for (unsigned todo = above_keys | at_keys; todo != 0; todo &= todo - 1) {
+            const int j = __ffs(todo) - 1;
+            const unsigned wj = j == 0 ? w[0] : j == 1 ? w[1] : j == 2 ? w[2] : w[3];
+            const bool is_above = above_keys >> j & 1u;
+            const unsigned count = is_above ? wj : tb < budget ? min(wj, budget - tb) : 0u;
             int* out = row + (ab + min(tb, budget));
             const int cell = (lo + i0 + j) * QSA_BLOCK_CELLS;
 #pragma unroll
             for (int k = 0; k < QSA_BLOCK_CELLS; ++k)
                 if (k < static_cast<int>(count)) out[k] = cell + k;
-            if (key[j] > thr) ab += w[j];
-            else if (key[j] == thr) tb += w[j];
+            if (is_above) ab += wj;
+            else tb += wj;
         }
     };
     // Chunks that select nothing are skipped; once the cells before a chunk reach width, it and every
