@@ -24,7 +24,7 @@ from .stages.common import Measurer, StageOutcome
 from .timing import DEFAULT_WARMUP
 
 BACKENDS = ("gpu", "cpu")
-CPU_TOPK_VARIANTS = ("reference", "wide", "split")
+CPU_TOPK_VARIANTS = ("reference", "wide", "split", "cluster")
 
 SELFTEST_CONFIG = "selftest"  # configs/selftest.yaml: spec section 6's matrix, plus up to 1,048,576 cells
 
@@ -285,7 +285,7 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str]) -> tuple[Ru
     cpu = Settings(backend="cpu", seed=settings.seed)
     with session(cpu, "selftest", argv) as s:
         rows.append(_timed("scorer models: halving == butterfly", lambda: _scorer_check(s, settings.seed, ("multi", "halve"))))
-        rows.append(_timed("top-k models: reference, wide, split == oracle",
+        rows.append(_timed("top-k models: reference, wide, split, cluster == oracle",
                            lambda: _topk_check(s, settings.seed)))
         record = s.record
     found = probe(settings.device_id)

@@ -1,8 +1,9 @@
 """Exact CPU models of the top-k selection (spec section 3).
 
-``select_oracle`` states the rule as a stable sort. ``select_reference``, ``select_wide`` and
-``select_split`` reach the same ids the way the reference, old decode (1,024-thread) and new decode
-(split) kernels do: the same radix passes, histograms, scans and write offsets, vectorised over blocks.
+``select_oracle`` states the rule as a stable sort. ``select_reference``, ``select_wide``,
+``select_split`` and ``select_cluster`` reach the same ids the way the reference, old decode
+(1,024-thread), new decode (split) and Hopper (cluster) kernels do: the same radix passes,
+histograms, scans and write offsets, vectorised over blocks.
 Each takes one query's score row and step record and returns its ``width`` ids, ascending; when a
 kernel disagrees with the oracle, the model that follows that kernel shows where its steps go wrong.
 """
@@ -13,6 +14,7 @@ import numpy as np
 
 from ..geometry import (
     BLOCK_CELLS,
+    CLUSTER_CTAS,
     RADIX_BINS,
     RADIX_BITS,
     RADIX_PASSES,
@@ -29,7 +31,7 @@ from ..geometry import (
 )
 from ..inputs import TopkInputs, id_poison
 
-ALGORITHMS = ("oracle", "reference", "wide", "split")
+ALGORITHMS = ("oracle", "reference", "wide", "split", "cluster")
 
 WIDE_THREADS = TOPK_WIDE_THREADS  # block_topk_wide_kernel: one CTA of 1,024 threads per query
 _DIGIT_MASK = RADIX_BINS - 1
@@ -270,6 +272,75 @@ def select_split(
     return _write_ids(width, offsets[writers], writers, counts[writers])
 
 
+# ---- block_topk_cluster_kernel: 8 CTAs a query, the select ends once the digits decide it ----
+
+
+def cluster_passes(scores_row: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, int]:
+    """The cluster kernel for one query: its ids and the radix passes it ran (0: none, n_kv <= width).
+
+    CTA r holds the blocks ``r * per .. r * per + per - 1`` (``per = ceil((n_bid + 1) / 8)``). Every
+    pass sums the CTAs' histograms and applies the reference's digit rule; each CTA learns the cells
+    above and at thr in the CTAs before it from the histograms alone (a key is above thr when, at the
+    first pass its digit differs from thr's, it is higher; at thr when it matches every digit found).
+    The select ends after the pass where the digits found decide it: the keys that pass counted (from
+    pass 1 on, those with cells) are all one key, which becomes thr; or the cells at the digits found
+    are exactly the cells still needed, or are one block's. Keys then compare under the mask of the
+    digits found. Inside a CTA, cells are placed in block order from its cells before.
+    """
+    n_kv, n_bid, width = _query(step)
+    if n_kv <= width:
+        return _identity(n_kv), 0
+    keys, weights = _blocks(scores_row, n_kv, n_bid)
+    per = -(-(n_bid + 1) // CLUSTER_CTAS)
+    cta = np.arange(n_bid + 1) // per
+
+    thr, mask, above = 0, 0, 0
+    above_before = np.zeros(CLUSTER_CTAS, dtype=np.int64)  # per CTA: the cells above thr before it
+    at_before = np.zeros(CLUSTER_CTAS, dtype=np.int64)
+    passes = 0
+    for p in range(RADIX_PASSES):
+        passes = p + 1
+        counted = (keys & np.uint32(mask)) == np.uint32(thr)
+        per_cta = _weighted_bincount(cta[counted] * RADIX_BINS + _digits(keys[counted], p), weights[counted],
+                                     CLUSTER_CTAS * RADIX_BINS).reshape(CLUSTER_CTAS, RADIX_BINS)
+        hist = per_cta.sum(axis=0)
+        before = _exclusive_cumsum(per_cta, axis=0)  # [r, bin]: the bin's cells in the CTAs before r
+        d, new_above = digit_rule(hist, above, width)
+        decided = above + int(hist[d:].sum()) == width or int(hist[d]) <= BLOCK_CELLS
+        above_before += before[:, d + 1 :].sum(axis=1)
+        at_before = before[:, d]
+        above = new_above
+        shift = _KEY_BITS - RADIX_BITS * (p + 1)
+        thr, mask = thr | d << shift, mask | _DIGIT_MASK << shift
+        with_cells = keys[counted & (weights > 0)]
+        if p > 0 and with_cells.size and with_cells.min() == with_cells.max():
+            thr, mask = int(with_cells[0]), (1 << _KEY_BITS) - 1
+            break
+        if decided:
+            break
+
+    masked = keys & np.uint32(mask)
+    above_cells = np.where(masked > np.uint32(thr), weights, 0)
+    tie_cells = np.where(masked == np.uint32(thr), weights, 0)
+    budget = width - above
+    first = np.minimum(np.arange(CLUSTER_CTAS) * per, n_bid + 1)[cta]  # each block's CTA's first block
+    above_in = _exclusive_cumsum(above_cells)
+    above_in -= above_in[first]
+    ties_in = _exclusive_cumsum(tie_cells)
+    ties_in -= ties_in[first]
+    ties_before = at_before[cta] + ties_in
+    taken = np.clip(budget - ties_before, 0, tie_cells)
+    offsets = above_before[cta] + above_in + np.minimum(ties_before, budget)
+    counts = above_cells + taken
+    writers = np.flatnonzero(counts)
+    return _write_ids(width, offsets[writers], writers, counts[writers]), passes
+
+
+def select_cluster(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """The cluster kernel's ids for one query (``cluster_passes`` without the pass count)."""
+    return cluster_passes(scores_row, step)[0]
+
+
 # ---- a call's ids -----------------------------------------------------------------------------
 
 
@@ -290,7 +361,8 @@ def topk_ids(inputs: TopkInputs, algorithm: str = "oracle", active_blocks: int =
         if algorithm == "split":
             ids = select_split(row, step, active_blocks)
         else:
-            ids = {"oracle": select_oracle, "reference": select_reference, "wide": select_wide}[algorithm](row, step)
+            ids = {"oracle": select_oracle, "reference": select_reference, "wide": select_wide,
+                   "cluster": select_cluster}[algorithm](row, step)
         out[i, : ids.shape[0]] = ids
     return out
 
