@@ -3,10 +3,9 @@
 A cluster of ``CLUSTER_CTAS`` CTAs per query, grid ``(CLUSTER_CTAS, nq)``; each CTA keeps its slice of
 the query's order keys in dynamic shared memory, one uint32 a block (padded to 16 bytes: a lane reads
 4 keys at once), then two uint32 a chunk of ``CHUNK_KEYS`` keys and two more (the emit's counts and
-their scan), sized by the
-capacity (a decode call: ``max_blocks``) or by a prompt call's active block count. A capacity whose
-slice does not fit the device's opt-in shared memory per CTA is refused with ``ClusterUnavailable``,
-as is a card older than sm_90.
+their scan), sized by the capacity (a decode call: ``max_blocks``) or by a prompt call's active block
+count. A capacity whose slice does not fit the device's opt-in shared memory per CTA is refused with
+``ClusterUnavailable``, as is a card older than sm_90.
 """
 
 from __future__ import annotations
