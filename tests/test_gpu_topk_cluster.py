@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from topk_rows import EARLY_ENDS, early_end_inputs
 
 from qsa_cli.dispatch import CLUSTER_MIN_CC
 from qsa_cli.geometry import MAX_QUERIES, PROMPT_QUERIES, SELECT_CAP, STEP_NBID, Call, max_blocks, window_steps
@@ -110,6 +111,14 @@ def test_prompt_matches_oracle(cupy: Any, seed: int, ctx: int, capacity: int, sc
     assert_ids(run_cluster(cupy, inputs, prompt_active(inputs.steps)), want, inputs.steps, f"prompt {what}")
     decode = decode_of(inputs)
     assert_ids(run_cluster(cupy, decode), want[-MAX_QUERIES:], decode.steps, f"decode {what}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", EARLY_ENDS)
+def test_each_early_end_matches_oracle(cupy: Any, seed: int, kind: str) -> None:
+    """Rows whose select ends after 2, 3 or 4 passes, each way it can (tests/topk_rows.py), 8 queries."""
+    inputs = early_end_inputs(kind, np.random.default_rng(seed), MAX_QUERIES)
+    check_call(cupy, inputs, f"{kind} rows at context {EARLY_ENDS[kind][0]}")
 
 
 def special_scores(rng: np.random.Generator, nq: int, capacity: int, shares: tuple[tuple[float, float], ...]) -> np.ndarray:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from topk_rows import EARLY_ENDS, NEAR, early_end_inputs
 
 from qsa_cli.geometry import SELECT_CAP, Call, GeometryError, max_blocks, window_steps
 from qsa_cli.inputs import ID_POISON, TopkInputs, rng_for, synthetic_scores
@@ -79,68 +80,21 @@ def test_score_sets(call: Call, score_set: str) -> None:
 # ---- the cluster kernel's early end: each way it ends, against the oracle -------------------------
 
 
-def cluster_row(ctx: int, scores_of_blocks: np.ndarray) -> tuple[TopkInputs, int]:
-    """One query at ``ctx`` over these block scores: the inputs, and the passes the cluster model ran
-    (its ids already checked against the oracle's, with every other model's)."""
-    inputs = custom_inputs(ctx, 1, ctx, scores_of_blocks)
+@pytest.mark.parametrize("seed", [51, 52])
+@pytest.mark.parametrize("kind", EARLY_ENDS)
+def test_cluster_ends_each_way(kind: str, seed: int) -> None:
+    inputs = early_end_inputs(kind, rng_for(seed, len(kind)), nq=3)
     assert_models_match(inputs)
-    _, passes = cluster_passes(inputs.scores[0], inputs.steps[0])
-    return inputs, passes
+    passes = {cluster_passes(inputs.scores[i], inputs.steps[i])[1] for i in range(inputs.nq)}
+    assert passes == {EARLY_ENDS[kind][1]}, kind
 
 
-def test_cluster_all_equal_ends_when_a_pass_counts_one_key() -> None:
-    _, passes = cluster_row(40003, np.full(max_blocks(40003), 0.75, dtype=np.float32))
-    assert passes == 2  # pass 1 counts only the one key: thr is that key
-
-
-@pytest.mark.parametrize("seed", [51, 52, 53])
-def test_cluster_distinct_scores_end_at_the_threshold_block(seed: int) -> None:
-    """Distinct integers (exact in float32): the threshold block is alone at its top 24 bits, and the
-    budget (2051 = 512 blocks and 3 cells, no tail cells) takes 3 of its 4 cells."""
-    ctx = 4 * 30000  # n_kv % 4 == 0: the tail block holds no cell
-    scores = rng_for(seed).permutation(max_blocks(ctx)).astype(np.float32)
-    _, passes = cluster_row(ctx, scores)
-    assert passes <= 3
-
-
-def two_near_blocks(ctx: int, take_both: bool) -> np.ndarray:
-    """Blocks 100 and 200 share their top 24 bits and are the last ones selected; blocks 150 and 250
-    share their top 16 bits but score lower; 510 blocks score higher, the rest lower. The tail (3
-    cells) scores highest when both are to be taken whole."""
-    scores = np.full(max_blocks(ctx), -5.0, dtype=np.float32)
-    scores[1000:1510] = np.arange(510, dtype=np.float32) + 100.0
-    scores[100] = np.float32(10.3)
-    scores[200] = np.nextafter(np.float32(10.3), np.float32(11.0))
-    scores[150], scores[250] = np.float32(10.26), np.float32(10.27)
-    if take_both:
-        scores[ctx // 4] = np.float32(1e9)  # the tail block: 3 + 510 * 4 + 2 * 4 = 2051 cells
-    return scores
-
-
-def test_cluster_ends_when_every_cell_at_the_digits_found_is_needed() -> None:
-    ctx = 4 * 20000 + 3
-    _, passes = cluster_row(ctx, two_near_blocks(ctx, take_both=True))
-    assert passes == 3  # two keys at the top 24 bits, both whole: the last digit changes nothing
-
-
-def test_cluster_runs_four_passes_when_the_last_digit_decides() -> None:
-    ctx = 4 * 20000  # no tail cells: 510 * 4 + 11 = 2051, so 11 cells of two 4-cell blocks
-    scores = two_near_blocks(ctx, take_both=False)
-    scores[300] = np.float32(11.0)  # a third block above them: 2040 + 4 + 7 of the two
-    inputs, passes = cluster_row(ctx, scores)
-    assert passes == 4
-    ids = topk_ids(inputs, "cluster")[0]
-    assert {200 * 4 + c for c in range(4)} <= set(ids) and 4 * 100 + 3 not in set(ids)
-
-
-def test_cluster_weightless_tail_at_the_threshold_key() -> None:
-    """The tail block holds no cell and has the threshold block's key: it is never written."""
-    ctx = 4 * 12000
-    scores = rng_for(61).permutation(max_blocks(ctx)).astype(np.float32)
-    threshold_block = int(np.argsort(-scores[: ctx // 4 + 1], kind="stable")[512])
-    scores[ctx // 4] = scores[threshold_block]
-    inputs, passes = cluster_row(ctx, scores)
-    assert passes <= 3 and 4 * (ctx // 4) not in set(topk_ids(inputs, "cluster")[0])
+def test_cluster_four_passes_take_the_higher_near_block_whole() -> None:
+    inputs = early_end_inputs("four-passes", rng_for(53), nq=1)
+    row, ids = inputs.scores[0], set(topk_ids(inputs, "cluster")[0].tolist())
+    low, high = (int(np.flatnonzero(row == v)[0]) for v in (NEAR, np.nextafter(NEAR, np.float32(11.0))))
+    assert {4 * high + c for c in range(4)} <= ids
+    assert {4 * low + c for c in range(3)} <= ids and 4 * low + 3 not in ids
 
 
 # ---- adversarial rows --------------------------------------------------------------------------

@@ -1,0 +1,62 @@
+"""Score rows that end the cluster top-k's radix select in each of its ways, randomised by a generator.
+
+Shared by the CPU model tests (fixed seeds) and the GPU tests (fresh seeds). Every query of a call has
+its own row and the same context, so each kind holds for every query.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qsa_cli.geometry import max_blocks, window_steps
+from qsa_cli.inputs import TopkInputs
+
+# kind: (context, the passes the select runs). The widths are all 2051 = 512 blocks and 3 cells.
+EARLY_ENDS: dict[str, tuple[int, int]] = {
+    "one-key": (4 * 40000 + 1, 2),  # pass 1 counts one key only: thr is that key
+    "one-block": (4 * 30000, 3),  # the threshold block alone at its top 24 bits
+    "all-needed": (4 * 20000 + 3, 3),  # two keys at the top 24 bits, both taken whole
+    "four-passes": (4 * 20000, 4),  # two keys at the top 24 bits, 7 of their 8 cells taken
+    "weightless-tail": (4 * 12000, 3),  # as one-block, with the 0-cell tail at the threshold key
+}
+
+NEAR = np.float32(10.3)  # the two keys sharing their top 24 bits (10.3 and the next float up)
+DISTRACTORS = np.array([10.26, 10.27], dtype=np.float32)  # lower, sharing only their top 16 bits
+
+
+def _near_blocks_row(rng: np.random.Generator, n_bid: int, width_cells_above: int) -> np.ndarray:
+    """Background below every key of interest; 510 blocks above (distinct values of 100 and up); the
+    two near blocks, the distractors and, when ``width_cells_above`` asks for 4 more cells, a block
+    at 11 between them; all at random distinct positions among blocks 0..n_bid - 1."""
+    row = (rng.standard_normal(max_blocks(4 * n_bid)) - 10.0).astype(np.float32)
+    spots = rng.permutation(n_bid)[:515]
+    row[spots[:510]] = 100.0 + rng.permutation(510).astype(np.float32)
+    row[spots[510]], row[spots[511]] = NEAR, np.nextafter(NEAR, np.float32(11.0))
+    row[spots[512:514]] = DISTRACTORS
+    if width_cells_above:
+        row[spots[514]] = np.float32(11.0)
+    return row
+
+
+def early_end_inputs(kind: str, rng: np.random.Generator, nq: int) -> TopkInputs:
+    """``nq`` queries at the kind's context, each with its own row."""
+    ctx, _ = EARLY_ENDS[kind]
+    n_bid = ctx // 4
+    rows = []
+    for _ in range(nq):
+        if kind == "one-key":
+            row = np.full(max_blocks(ctx), rng.standard_normal(), dtype=np.float32)
+        elif kind in ("one-block", "weightless-tail"):
+            # distinct integers, exact in float32: near the threshold one a 24-bit prefix
+            row = rng.permutation(max_blocks(ctx)).astype(np.float32)
+            if kind == "weightless-tail":  # n_kv % 4 == 0: block n_bid holds no cell
+                threshold_block = int(np.argsort(-row[: n_bid + 1], kind="stable")[512])
+                row[n_bid] = row[threshold_block]
+        elif kind == "all-needed":
+            row = _near_blocks_row(rng, n_bid, 0)
+            row[n_bid] = np.float32(1e9)  # the 3-cell tail on top: 3 + 510 * 4 + 2 * 4 = 2051
+        else:  # four-passes: no tail cells, 510 * 4 + 4 + 7 of the near blocks' 8 = 2051
+            row = _near_blocks_row(rng, n_bid, 4)
+        rows.append(row)
+    steps = np.repeat(window_steps(ctx, 1), nq, axis=0)
+    return TopkInputs(np.stack(rows), steps, kind)
