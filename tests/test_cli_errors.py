@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -66,14 +65,12 @@ def test_bad_input_file_leaves_nothing_behind(capsys, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npz"]
 
 
-def test_help_is_fast_and_does_not_import_cupy_or_numpy():
+def test_help_does_not_import_cupy_or_numpy():
+    """What keeps ``qsa --help`` fast (its time is a benchmark, docs/benchmarks.md, not a test)."""
     code = (
-        "import sys, time; t=time.perf_counter(); from qsa_cli.cli import main\n"
+        "import sys; from qsa_cli.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit: pass\n"
         "assert 'cupy' not in sys.modules and 'numpy' not in sys.modules, sorted(sys.modules)\n"
-        "print(time.perf_counter()-t)"
     )
-    t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "select-bench" in res.stdout
-    assert time.perf_counter() - t0 < 5  # the 0.3 s budget is a benchmark (docs/benchmarks.md), not a test
