@@ -108,6 +108,12 @@ def _exclusive_cumsum(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return inclusive - x
 
 
+def _exclusive_cumsum_in_groups(x: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """The exclusive scan of ``x`` restarted at each group: ``first[i]`` is the first index of i's group."""
+    before = _exclusive_cumsum(x)
+    return before - before[first]
+
+
 def _write_ids(width: int, offsets: np.ndarray, blocks: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Scatter ``counts[i]`` cells of block ``blocks[i]`` (its first cells, in order) to ``offsets[i]``."""
     out = id_poison((width,))
@@ -261,10 +267,8 @@ def select_split(
     chunk_budget = np.maximum(budget - ties_before_chunk, 0)
     # inside a chunk: exclusive scans of its blocks' counts, from the chunk's first block
     first = chunk * chunk_blocks
-    above_in = _exclusive_cumsum(above_cells)
-    above_in -= above_in[first]
-    ties_in = _exclusive_cumsum(tie_cells)
-    ties_in -= ties_in[first]
+    above_in = _exclusive_cumsum_in_groups(above_cells, first)
+    ties_in = _exclusive_cumsum_in_groups(tie_cells, first)
     taken = np.clip(chunk_budget[chunk] - ties_in, 0, tie_cells)
     offsets = start[chunk] + above_in + np.minimum(ties_in, chunk_budget[chunk])
     counts = above_cells + taken
@@ -323,11 +327,9 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray) -> tuple[np.ndarray
     above_cells = np.where(masked > np.uint32(thr), weights, 0)
     tie_cells = np.where(masked == np.uint32(thr), weights, 0)
     budget = width - above
-    first = np.minimum(np.arange(CLUSTER_CTAS) * per, n_bid + 1)[cta]  # each block's CTA's first block
-    above_in = _exclusive_cumsum(above_cells)
-    above_in -= above_in[first]
-    ties_in = _exclusive_cumsum(tie_cells)
-    ties_in -= ties_in[first]
+    first = cta * per  # each block's CTA's first block
+    above_in = _exclusive_cumsum_in_groups(above_cells, first)
+    ties_in = _exclusive_cumsum_in_groups(tie_cells, first)
     ties_before = at_before[cta] + ties_in
     taken = np.clip(budget - ties_before, 0, tie_cells)
     offsets = above_before[cta] + above_in + np.minimum(ties_before, budget)
