@@ -160,6 +160,21 @@ __device__ __forceinline__ void topk_identity(int* row, int n_kv, int threads) {
     for (int j = threadIdx.x; j < n_kv; j += threads) row[j] = j;
 }
 
+// A query of a top-k with one CTA a query (grid nq): its step record, its row of ids, its scores.
+struct TopkQuery {
+    int n_kv, n_bid;
+    unsigned width;
+    int* row;
+    const float* srow;
+};
+
+__device__ __forceinline__ TopkQuery topk_query(const float* scores, const int* steps, int* ids, int max_blocks) {
+    const int q = blockIdx.x;
+    const int* st = steps + q * QSA_STEP_INTS;
+    return {st[QSA_STEP_NKV], st[QSA_STEP_NBID], static_cast<unsigned>(st[QSA_STEP_WIDTH]),
+            ids + static_cast<size_t>(q) * QSA_SELECT_CAP, scores + static_cast<size_t>(q) * max_blocks};
+}
+
 // block_topk_kernel (the reference): one CTA of 256 threads per query, grid nq. Each radix pass adds
 // the cells of the blocks matching the prefix into one shared histogram with plain atomics and picks
 // the digit. The emit cuts blocks 0..n_bid into contiguous per-thread ranges, scans the ranges'
@@ -170,16 +185,12 @@ block_topk_kernel(const float* __restrict__ scores, const int* __restrict__ step
     __shared__ __align__(16) unsigned hist[QSA_RADIX_BINS];  // topk_lane_bins reads it 16 bytes at once
     __shared__ unsigned digit_above[2];
     __shared__ topk_counts warp_sums[QSA_TOPK_REF_THREADS / QSA_WARP];
-    const int q = blockIdx.x, tid = threadIdx.x;
-    const int* st = steps + q * QSA_STEP_INTS;
-    const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
-    const unsigned width = st[QSA_STEP_WIDTH];
-    int* row = ids + static_cast<size_t>(q) * QSA_SELECT_CAP;
+    const int tid = threadIdx.x;
+    const auto [n_kv, n_bid, width, row, srow] = topk_query(scores, steps, ids, max_blocks);
     if (n_kv <= static_cast<int>(width)) {
         topk_identity(row, n_kv, QSA_TOPK_REF_THREADS);
         return;
     }
-    const float* srow = scores + static_cast<size_t>(q) * max_blocks;
 
     unsigned thr = 0, mask = 0, above = 0;  // thr holds the digits found so far
     for (int pass = 0; pass < QSA_RADIX_PASSES; ++pass) {
@@ -233,16 +244,12 @@ block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__
     __shared__ __align__(16) unsigned hist[QSA_RADIX_BINS];  // topk_lane_bins reads it 16 bytes at once
     __shared__ unsigned digit_above[2];
     __shared__ topk_counts warp_sums[WARPS];
-    const int q = blockIdx.x, tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
-    const int* st = steps + q * QSA_STEP_INTS;
-    const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
-    const unsigned width = st[QSA_STEP_WIDTH];
-    int* row = ids + static_cast<size_t>(q) * QSA_SELECT_CAP;
+    const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
+    const auto [n_kv, n_bid, width, row, srow] = topk_query(scores, steps, ids, max_blocks);
     if (n_kv <= static_cast<int>(width)) {
         topk_identity(row, n_kv, QSA_TOPK_WIDE_THREADS);
         return;
     }
-    const float* srow = scores + static_cast<size_t>(q) * max_blocks;
     const unsigned tail = qsa_block_weight(n_bid, n_kv, n_bid);
 
     unsigned thr = 0, mask = 0, above = 0;
