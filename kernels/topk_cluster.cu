@@ -19,7 +19,7 @@
 // The slice is read in chunks of 128 keys (4 consecutive keys a lane, one 16-byte read), chunk c by
 // warp c % 32; the histograms have a column per lane, so every key adds with one plain shared atomic
 // (no lane ever shares a word with another), and a lane's four keys, when equal, with one. The emit
-// scans each chunk's cells above / at thr (counted by the last pass where it can) for its first rank.
+// scans each chunk's cells above / at thr (counted by passes 2 and 3 where they can) for its first rank.
 #include "qsa_common.cuh"
 
 namespace {
@@ -189,7 +189,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         // as one. A pass after which the select may end also counts each chunk's cells above the digits
         // found before it (above thr, whatever its later digits) and whether any key matches them
         // (those chunks are counted in the emit).
-        auto add_chunk = [&](int c, bool whole, bool counting) {
+        auto add_chunk = [&](int c, bool whole, bool count_cells) {
             unsigned key[kLaneKeys], w[kLaneKeys];
             chunk_keys(c, whole, key, w);
             bool hit[kLaneKeys];
@@ -197,7 +197,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
 #pragma unroll
             for (int j = 0; j < kLaneKeys; ++j) {
                 hit[j] = w[j] != 0 && (key[j] & mask) == thr;
-                if (counting && (key[j] & mask) > thr) hi += w[j];
+                if (count_cells && (key[j] & mask) > thr) hi += w[j];
             }
             const bool any = hit[0] || hit[1] || hit[2] || hit[3];
             if (any) {
@@ -215,7 +215,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
                         }
                 }
             }
-            if (counting) {
+            if (count_cells) {
                 hi = __reduce_add_sync(TOPK_FULL_MASK, hi);
                 const bool tied = __any_sync(TOPK_FULL_MASK, any);
                 if (lane == 0) {
@@ -225,9 +225,12 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             }
         };
         if (pass > 0) {  // pass 0 was added as the keys were stored
-            // `whole` and `counting` constant at each call: four specialised copies of the chunk's code
+            // `whole` and `count_cells` constant at each call: four specialised copies of the chunk's code
             if (counting) {
                 for (int c = warp; c < n_chunks; c += kWarps) {
+                    // Pass 3 skips the chunks where pass 2 found no key at the digits found (warp-uniform):
+                    // none is at thr's first three digits, and pass 2's counts of them stand.
+                    if (pass == QSA_RADIX_PASSES - 1 && !chunk_at[c]) continue;
                     if (c + 1 < n_chunks) add_chunk(c, true, true);
                     else add_chunk(c, false, true);
                 }
@@ -322,10 +325,10 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     }
     cluster_arrive();  // the last remote read is done
 
-    // Emit. Each chunk's cells above / at thr: the last pass counted the chunks with no key at thr's
-    // first three digits; the others are counted now. A scan over the chunks, in slice order, from
-    // the CTAs before gives each chunk's first rank; inside, a warp scan (lanes in order, each lane's
-    // 4 keys in order).
+    // Emit. Each chunk's cells above / at thr: the final pass (2 or 3) counted those of the chunks with
+    // no key at the digits found before it; the others are counted now. A scan over the chunks, in
+    // slice order, from the CTAs before gives each chunk's first rank; inside, a warp scan (lanes in
+    // order, each lane's 4 keys in order).
     auto count_chunk = [&](int c, bool whole) {
         unsigned key[kLaneKeys], w[kLaneKeys];
         chunk_keys(c, whole, key, w);
