@@ -191,11 +191,11 @@ def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int,
         iters = iters_opt
         given = load_scorer_inputs(inputs_path)
         check_queries(given.nq, prompt=False)
+        _check_iters(iters)
         call = None
     else:
-        call, iters = _decode_call(args, "select-bench")
+        call, iters = _decode_call(args, "select-bench")  # checks ITERS too
         given = None
-    _check_iters(iters)
     with _open(opts, "select-bench") as s:
         inputs = given if given is not None else scorer_inputs(call, opts["seed"])
         outcome = run(s, inputs, iters)

@@ -327,7 +327,9 @@ def sweep(s: Session, config: Any, stage: str | None = None,
 
     s.record.settings.update({"config": config.source, "iterations": config.iterations})
     cases: list[SweepCase] = config.cases(stage)
-    largest = {c.kind: max(d.call.max_blocks for d in cases if d.kind == c.kind) for c in cases}
+    largest: dict[str, int] = {}  # per call kind, the largest call: what the dispatch summary is for
+    for c in cases:
+        largest[c.kind] = max(largest.get(c.kind, 0), c.call.max_blocks)
     s.record.settings["dispatch"] = {k: _dispatch_summary(s, k, largest[k]) for k in sorted(largest)}
     for i, case in enumerate(cases):
         progress(i, len(cases), f"{case.stage} ctx={case.ctx} q={case.nq} cap={case.capacity} "

@@ -87,15 +87,20 @@ def _blocks(scores_row: np.ndarray, n_kv: int, n_bid: int) -> tuple[np.ndarray, 
     return keys, block_weights(n_kv, n_bid + 1).astype(np.int64)
 
 
+def _shift(p: int) -> int:
+    """Bit position of pass p's digit (``topk_shift``): 8 bits a pass from the top of the key."""
+    return _KEY_BITS - RADIX_BITS * (p + 1)
+
+
 def _digits(keys: np.ndarray, p: int) -> np.ndarray:
-    return ((keys >> np.uint32(_KEY_BITS - RADIX_BITS * (p + 1))) & np.uint32(_DIGIT_MASK)).astype(np.int64)
+    return ((keys >> np.uint32(_shift(p))) & np.uint32(_DIGIT_MASK)).astype(np.int64)
 
 
 def _matches(keys: np.ndarray, prefix: int, p: int) -> np.ndarray:
     """Blocks whose digits of passes 0..p-1 equal the prefix (all blocks in pass 0)."""
     if p == 0:
         return np.ones(keys.shape, dtype=bool)
-    return (keys >> np.uint32(_KEY_BITS - RADIX_BITS * p)) == np.uint32(prefix)
+    return (keys >> np.uint32(_shift(p - 1))) == np.uint32(prefix)
 
 
 def _weighted_bincount(index: np.ndarray, weights: np.ndarray, bins: int) -> np.ndarray:
@@ -314,8 +319,7 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray) -> tuple[np.ndarray
         above_before += before[:, d + 1 :].sum(axis=1)
         at_before = before[:, d]
         above = new_above
-        shift = _KEY_BITS - RADIX_BITS * (p + 1)
-        thr, mask = thr | d << shift, mask | _DIGIT_MASK << shift
+        thr, mask = thr | d << _shift(p), mask | _DIGIT_MASK << _shift(p)
         with_cells = keys[counted & (weights > 0)]
         if p > 0 and with_cells.size and with_cells.min() == with_cells.max():
             thr, mask = int(with_cells[0]), (1 << _KEY_BITS) - 1

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..geometry import STEP_NKV
 from ..results import Measurement, ParityCheck
 from ..timing import DeviceTimer, Launch, measure_host
 
@@ -15,7 +16,7 @@ from ..timing import DeviceTimer, Launch, measure_host
 def call_case(steps: np.ndarray, capacity: int, kind: str, l2: str, **extra: Any) -> dict[str, Any]:
     """The case a measurement or check belongs to: the call's context (its last query's n_kv), queries,
     capacity, kind and L2 state, plus what the stage adds (the top-k's score set)."""
-    return {"ctx": int(steps[:, 1].max()), "nq": int(steps.shape[0]), "capacity": capacity, "kind": kind,
+    return {"ctx": int(steps[:, STEP_NKV].max()), "nq": int(steps.shape[0]), "capacity": capacity, "kind": kind,
             **extra, "l2": l2}
 
 

@@ -7,7 +7,6 @@ CPU oracle's ids on the CPU model's scores, so a kernel whose scratch a replay l
 
 from __future__ import annotations
 
-
 from ..geometry import SELECT_CAP
 from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
 from ..model.scores import score_blocks
