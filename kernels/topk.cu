@@ -8,12 +8,10 @@
 //     key == thr, each at its rank among the selected cells in ascending cell order.
 #include "qsa_common.cuh"
 
-// Threads of a CTA; qsa_cli/launch/topk.py launches with the same and checks them against the
-// compiled kernels' maximum (set by __launch_bounds__).
-
 #define TOPK_DIGITS_PER_LANE (QSA_RADIX_BINS / QSA_WARP)
 #define TOPK_SPLIT_BLOCKS_PER_THREAD (QSA_SPLIT_CHUNK_BLOCKS / QSA_TOPK_SPLIT_THREADS)
 #define TOPK_SPLIT_HIST (QSA_RADIX_PASSES * QSA_RADIX_BINS)  // a query's global histograms, all passes
+#define TOPK_SPLIT_SELECT (2 * QSA_RADIX_PASSES)               // a query's select slots: (digits, above) a pass
 
 // Cells above thr (high word) and at thr (low word) of a range of blocks: one 64-bit value, so a single
 // scan or sum carries both; neither count can reach 2^32 (a query has under 2^31 cells).
@@ -433,11 +431,11 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
     unsigned thr = 0, mask = 0;  // digits 0..PASS-1 and their bits
     if constexpr (PASS > 0) {
         if (warp == 0)
-            topk_split_next_digit<PASS - 1>(query_hist, select + static_cast<size_t>(c.q) * 2 * QSA_RADIX_PASSES,
+            topk_split_next_digit<PASS - 1>(query_hist, select + static_cast<size_t>(c.q) * TOPK_SPLIT_SELECT,
                                             c.width, thr_above, blockIdx.x == 0);
         __syncthreads();  // thr_above, and every warp's zeroed histogram
         thr = thr_above[0];
-        mask = 0xffffffffu << topk_shift(PASS - 1);
+        mask = TOPK_FULL_MASK << topk_shift(PASS - 1);
     } else {
         __syncwarp();
     }
@@ -519,7 +517,7 @@ block_topk_split_count_kernel(const float* __restrict__ scores, const int* __res
 
     if (warp == 0)
         topk_split_next_digit<QSA_RADIX_PASSES - 1>(hist + static_cast<size_t>(c.q) * TOPK_SPLIT_HIST,
-                                                    select + static_cast<size_t>(c.q) * 2 * QSA_RADIX_PASSES, c.width,
+                                                    select + static_cast<size_t>(c.q) * TOPK_SPLIT_SELECT, c.width,
                                                     thr_above, blockIdx.x == 0);
     __syncthreads();
     const unsigned thr = thr_above[0];
@@ -595,7 +593,7 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
     if (!c.active) return;
     if (warp == 0) {
         constexpr int IN_FLIGHT = 4;  // a lane's loads at once: up to 128 chunks (a 1M-cell capacity) in one round
-        const unsigned* thr_above = select + static_cast<size_t>(c.q) * 2 * QSA_RADIX_PASSES + 2 * (QSA_RADIX_PASSES - 1);
+        const unsigned* thr_above = select + static_cast<size_t>(c.q) * TOPK_SPLIT_SELECT + 2 * (QSA_RADIX_PASSES - 1);
         const topk_counts* row_counts = counts + static_cast<size_t>(c.q) * gridDim.x;
         const unsigned thr = thr_above[0], above = thr_above[1];
         topk_counts sum = 0;
