@@ -32,14 +32,33 @@ __device__ __forceinline__ unsigned cluster_cta_rank() {
     return rank;
 }
 
-// Every thread of every CTA of the cluster arrives (release: its shared-memory writes before it become
-// visible to the cluster) and later waits (acquire) for all of them. Split so that a CTA can arrive
-// after its last remote read and wait only before it exits.
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.aligned;" ::: "memory"); }
+// The cluster barrier: every thread of every CTA arrives, then waits (acquire) for all of them. The
+// fences around the arrive are restricted to shared memory, all the cluster shares here: a plain
+// (release) arrive fences every state space at GPU scope (MEMBAR.ALL.GPU in the SASS). The restricted
+// fences need PTX 8.6 (CUDA 12.8); an older compiler gets the plain arrive: the same bits, slower.
+#if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8))
+#define QSA_CLUSTER_SHARED_FENCES 1
+#endif
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+// This CTA's shared-memory writes before the barrier are visible to the cluster's reads after it.
 __device__ __forceinline__ void cluster_sync() {
-    cluster_arrive();
+#ifdef QSA_CLUSTER_SHARED_FENCES
+    asm volatile("fence.release.sync_restrict::shared::cta.cluster;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#else
+    asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
+#endif
     cluster_wait();
+}
+// Arrive once this CTA's reads of the cluster's shared memory are done (ordered before the arrive), so
+// that another CTA may leave after its wait; split from the wait so that the emit runs in between.
+__device__ __forceinline__ void cluster_arrive_reads_done() {
+#ifdef QSA_CLUSTER_SHARED_FENCES
+    asm volatile("fence.acquire.sync_restrict::shared::cluster.cluster;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#else
+    asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
+#endif
 }
 
 // Word `i` of the shared array `own` as it lies in CTA `rank` of the cluster (distributed shared memory).
@@ -323,7 +342,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         }
         if (sel[kDone]) break;
     }
-    cluster_arrive();  // the last remote read is done
+    cluster_arrive_reads_done();
 
     // Emit. Each chunk's cells above / at thr: the final pass (2 or 3) counted those of the chunks with
     // no key at the digits found before it; the others are counted now. A scan over the chunks, in
