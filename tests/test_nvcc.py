@@ -124,3 +124,38 @@ def test_launcher_kernels_are_emitted() -> None:
     emitted = {re.sub(r"^void ", "", line.partition("(")[0]) for line in demangled.stdout.splitlines()}
     missing = [f"launch/{mod}.py: {name}" for mod, name in _launcher_kernel_names() if name not in emitted]
     assert not missing, "kernels no source emits:\n" + "\n".join(missing)
+
+
+_SHARED_FENCES_GUARD = "#if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ > 12"
+
+
+def _cluster_ptx(tmp_path: Path, older_compiler: bool) -> str:
+    """topk_cluster.cu as PTX for sm_90; ``older_compiler``: with the guard of its shared-memory fences
+    turned off, as a compiler before CUDA 12.8 sees it."""
+    source = (kernel_dir() / "topk_cluster.cu").read_text()
+    assert source.count(_SHARED_FENCES_GUARD) == 1, "the fences' version guard changed: update this test"
+    if older_compiler:
+        source = source.replace(_SHARED_FENCES_GUARD, "#if 0 && (0")
+    (tmp_path / "topk_cluster.cu").write_text(source)
+    out = tmp_path / "cluster.ptx"
+    cmd = [shutil.which("nvcc") or "nvcc", "-std=c++17", "-arch=sm_90", "-ptx", "-o", str(out),
+           str(tmp_path / "topk_cluster.cu"), "-I", str(kernel_dir())]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out.read_text()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on PATH")
+@pytest.mark.parametrize("older_compiler", [False, True], ids=["shared-fences", "plain-arrive"])
+def test_cluster_barriers_fence_shared_memory_or_fall_back_to_the_plain_arrive(tmp_path: Path, older_compiler: bool) -> None:
+    """CUDA 12.8 and newer: the cluster barriers' fences restricted to shared memory, relaxed arrives;
+    an older compiler: the plain (release) arrive, and the kernel still builds."""
+    ptx = _cluster_ptx(tmp_path, older_compiler)
+    fences = ("fence.release.sync_restrict::shared::cta.cluster", "fence.acquire.sync_restrict::shared::cluster.cluster")
+    if older_compiler:
+        assert not any(f in ptx for f in fences) and "barrier.cluster.arrive.relaxed" not in ptx
+        assert "barrier.cluster.arrive.aligned" in ptx
+    else:
+        assert all(f in ptx for f in fences) and "barrier.cluster.arrive.relaxed.aligned" in ptx
+        assert "barrier.cluster.arrive.aligned" not in ptx
+    assert "barrier.cluster.wait.aligned" in ptx
