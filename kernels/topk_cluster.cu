@@ -40,25 +40,21 @@ __device__ __forceinline__ unsigned cluster_cta_rank() {
 #define QSA_CLUSTER_SHARED_FENCES 1
 #endif
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+// Arrive once this CTA's shared-memory writes (`writes`: before a round's reads) or its reads of the
+// cluster's shared memory (before another CTA may leave) are ordered before the arrive.
+__device__ __forceinline__ void cluster_arrive(bool writes) {
+#ifdef QSA_CLUSTER_SHARED_FENCES
+    if (writes) asm volatile("fence.release.sync_restrict::shared::cta.cluster;" ::: "memory");
+    else asm volatile("fence.acquire.sync_restrict::shared::cluster.cluster;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#else
+    asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
+#endif
+}
 // This CTA's shared-memory writes before the barrier are visible to the cluster's reads after it.
 __device__ __forceinline__ void cluster_sync() {
-#ifdef QSA_CLUSTER_SHARED_FENCES
-    asm volatile("fence.release.sync_restrict::shared::cta.cluster;" ::: "memory");
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-#else
-    asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
-#endif
+    cluster_arrive(true);
     cluster_wait();
-}
-// Arrive once this CTA's reads of the cluster's shared memory are done (ordered before the arrive), so
-// that another CTA may leave after its wait; split from the wait so that the emit runs in between.
-__device__ __forceinline__ void cluster_arrive_reads_done() {
-#ifdef QSA_CLUSTER_SHARED_FENCES
-    asm volatile("fence.acquire.sync_restrict::shared::cluster.cluster;" ::: "memory");
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-#else
-    asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
-#endif
 }
 
 // Word `i` of the shared array `own` as it lies in CTA `rank` of the cluster (distributed shared memory).
@@ -342,7 +338,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         }
         if (sel[kDone]) break;
     }
-    cluster_arrive_reads_done();
+    cluster_arrive(false);  // the last remote read is done: another CTA may leave after its wait
 
     // Emit. Each chunk's cells above / at thr: the final pass (2 or 3) counted those of the chunks with
     // no key at the digits found before it; the others are counted now. A scan over the chunks, in
