@@ -149,7 +149,7 @@ def _cluster_ptx(tmp_path: Path, older_compiler: bool) -> str:
 @pytest.mark.parametrize("older_compiler", [False, True], ids=["shared-fences", "plain-arrive"])
 def test_cluster_barriers_fence_shared_memory_or_fall_back_to_the_plain_arrive(tmp_path: Path, older_compiler: bool) -> None:
     """CUDA 12.8 and newer: the cluster barriers' fences restricted to shared memory, relaxed arrives;
-    an older compiler: the plain (release) arrive, and the kernel still builds."""
+    an older compiler: the plain (release) arrive, and the kernel still compiles (to PTX)."""
     ptx = _cluster_ptx(tmp_path, older_compiler)
     fences = ("fence.release.sync_restrict::shared::cta.cluster", "fence.acquire.sync_restrict::shared::cluster.cluster")
     if older_compiler:
