@@ -224,7 +224,7 @@ def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, 
 
     COUNT 0 is a decode call (no active block count); 1, the default, the prompt path's call.
     """
-    from .geometry import Call, check_queries
+    from .geometry import Call, blocks_read, check_queries
     from .inputs import load_topk_inputs, save_npz_atomic
     from .runs import topk_parity as run, topk_score_sets, topk_selftest
 
@@ -244,7 +244,7 @@ def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, 
         iters, count = iters_opt, count_opt
         given = load_topk_inputs(inputs_path)
         check_queries(given.nq, prompt=bool(count))
-        active = int(given.steps[:, 2].max()) + 1 if count else 0
+        active = blocks_read(given.steps) if count else 0
         sets = [given]
     else:
         ints = _ints(args, ["CTX", "Q", "ITERS", "CAP", "COUNT", "?"])

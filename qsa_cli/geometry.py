@@ -121,6 +121,11 @@ def window_steps(ctx: int, nq: int) -> np.ndarray:
     return steps.astype(np.int32)
 
 
+def blocks_read(steps: np.ndarray) -> int:
+    """Blocks 0..the largest n_bid of a call's queries: what a decode call reads, a prompt call's active block count."""
+    return int(steps[:, STEP_NBID].max()) + 1
+
+
 def validate_steps(steps: np.ndarray, max_blocks_: int) -> None:
     """Raise GeometryError naming the first query whose step record breaks the spec's rules."""
     if steps.dtype != np.int32 or steps.ndim != 2 or steps.shape[1] != STEP_INTS:

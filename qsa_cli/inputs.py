@@ -18,9 +18,12 @@ from .geometry import (
     BLOCK_CELLS,
     IDX_DIM,
     IDX_HEADS,
+    STEP_NBID,
+    STEP_NKV,
     TAIL_BONUS,
     Call,
     GeometryError,
+    blocks_read,
     capacity_of,
     validate_steps,
 )
@@ -64,7 +67,7 @@ class ScorerInputs:
 
     def key_bytes(self) -> int:
         """Bytes of keys a decode call must read once: blocks 0..max n_bid (the tail reads ``dead``)."""
-        return int(self.steps[:, 2].max() + 1) * IDX_DIM * 4
+        return blocks_read(self.steps) * IDX_DIM * 4
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ def synthetic_scores(call: Call, score_set: str, seed: int) -> TopkInputs:
     elif score_set == "equal":
         s = np.full_like(s, np.float32(rng.standard_normal()))
     rows = np.arange(call.nq)
-    n_kv, n_bid = steps[:, 1], steps[:, 2]
+    n_kv, n_bid = steps[:, STEP_NKV], steps[:, STEP_NBID]
     has_tail = n_kv % BLOCK_CELLS != 0
     if score_set == "continuous":
         s[rows[has_tail], n_bid[has_tail]] += TAIL_BONUS

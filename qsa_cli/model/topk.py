@@ -27,6 +27,7 @@ from ..geometry import (
     WARP,
     GeometryError,
     block_weights,
+    blocks_read,
     validate_steps,
 )
 from ..inputs import TopkInputs, id_poison
@@ -358,7 +359,7 @@ def topk_ids(inputs: TopkInputs, algorithm: str = "oracle", active_blocks: int =
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown top-k algorithm {algorithm!r} (expected one of {', '.join(ALGORITHMS)})")
     validate_steps(inputs.steps, inputs.max_blocks)
-    needed = int(inputs.steps[:, STEP_NBID].max()) + 1
+    needed = blocks_read(inputs.steps)
     if active_blocks and not needed <= active_blocks <= inputs.max_blocks:
         raise GeometryError(f"active blocks {active_blocks} must be in {needed}..{inputs.max_blocks} for this call")
     out = id_poison((inputs.nq, SELECT_CAP))

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..geometry import SELECT_CAP
+from ..geometry import BLOCK_CELLS, SELECT_CAP, STEP_WIDTH, blocks_read
 from ..inputs import TopkInputs, id_poison
 from ..model.topk import first_difference, topk_ids
 from .common import Measurer, StageOutcome, bitwise_check, call_case
@@ -96,8 +96,8 @@ def _argpartition_launcher(scores: Any, inputs: TopkInputs) -> Any:
     """What a user would reach for: the best ceil(width / 4) blocks of each row by cupy.argpartition."""
     import cupy
 
-    blocks = int(inputs.steps[:, 2].max()) + 1
-    k = -(-int(inputs.steps[:, 3].max()) // 4)
+    blocks = blocks_read(inputs.steps)
+    k = -(-int(inputs.steps[:, STEP_WIDTH].max()) // BLOCK_CELLS)
     view = scores[:, :blocks]
     kth = max(0, blocks - k)
     return lambda: cupy.argpartition(view, kth, axis=1)
