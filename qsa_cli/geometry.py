@@ -121,6 +121,12 @@ def window_steps(ctx: int, nq: int) -> np.ndarray:
     return steps.astype(np.int32)
 
 
+def cluster_slice_blocks(blocks: int) -> int:
+    """Blocks of each CTA's slice in the cluster top-k: a query's ``blocks`` cut into CLUSTER_CTAS contiguous
+    slices of ceil(blocks / CLUSTER_CTAS), the last one shorter (the kernel's ``per``)."""
+    return -(-blocks // CLUSTER_CTAS)
+
+
 def blocks_read(steps: np.ndarray) -> int:
     """Blocks 0..the largest n_bid of a call's queries: what a decode call reads, a prompt call's active block count."""
     return int(steps[:, STEP_NBID].max()) + 1

@@ -45,6 +45,10 @@ def test_call_active_blocks():
     assert g.Call(9001, 64, 9001, prompt=True).active_blocks == 9001 // 4 + 1
 
 
+def test_cluster_slices_are_ceil_of_an_eighth():
+    assert [g.cluster_slice_blocks(b) for b in (1, 8, 9, 131073)] == [1, 1, 2, 16385]
+
+
 def test_blocks_read_is_the_largest_n_bid_plus_one():
     assert g.blocks_read(g.window_steps(9003, 4)) == 2251  # n_bid 2250 in every query: its tail block too
     assert g.blocks_read(g.window_steps(9004, 2)) == 2252  # 9003 -> n_bid 2250, 9004 -> 2251

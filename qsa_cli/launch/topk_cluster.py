@@ -23,6 +23,7 @@ from ..geometry import (
     TOPK_CLUSTER_THREADS,
     WARP,
     capacity_of,
+    cluster_slice_blocks,
 )
 from ..kernels import KernelError, Module, load
 
@@ -46,14 +47,10 @@ class ClusterUnavailable(ValueError):
     """The cluster top-k cannot run this call on this device (too old a card, or too large a capacity)."""
 
 
-def _slice_keys(max_blocks: int) -> int:
-    return -(-max_blocks // CLUSTER_CTAS)
-
-
 def cluster_smem_bytes(max_blocks: int) -> int:
     """Dynamic shared memory per CTA for a call of ``max_blocks`` blocks: ceil(max_blocks / 8) keys,
     rounded up to a multiple of 4, then two words for each chunk of 128 of them and two more."""
-    keys = _slice_keys(max_blocks)
+    keys = cluster_slice_blocks(max_blocks)
     return (-(-keys // LANE_KEYS) * LANE_KEYS + CHUNK_WORDS * (-(-keys // CHUNK_KEYS) + 1)) * WORD_BYTES
 
 
@@ -61,7 +58,7 @@ def cluster_fits(max_blocks: int, device_max_smem_optin: int) -> bool:
     """Whether a CTA's slice and the kernel's static shared memory fit the device's opt-in limit
     (and the slice the emit's one-thread-a-chunk scan)."""
     return (cluster_smem_bytes(max_blocks) + STATIC_SMEM_BYTES <= device_max_smem_optin
-            and _slice_keys(max_blocks) <= MAX_CHUNKS * CHUNK_KEYS)
+            and cluster_slice_blocks(max_blocks) <= MAX_CHUNKS * CHUNK_KEYS)
 
 
 def cluster_max_capacity(device_max_smem_optin: int) -> int:

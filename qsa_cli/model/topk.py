@@ -28,6 +28,7 @@ from ..geometry import (
     GeometryError,
     block_weights,
     blocks_read,
+    cluster_slice_blocks,
     validate_steps,
 )
 from ..inputs import TopkInputs, id_poison
@@ -301,7 +302,7 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray) -> tuple[np.ndarray
     if n_kv <= width:
         return _identity(n_kv), 0
     keys, weights = _blocks(scores_row, n_kv, n_bid)
-    per = -(-(n_bid + 1) // CLUSTER_CTAS)
+    per = cluster_slice_blocks(n_bid + 1)
     cta = np.arange(n_bid + 1) // per
 
     thr, mask, above = 0, 0, 0
