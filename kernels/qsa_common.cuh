@@ -76,6 +76,21 @@ __device__ __forceinline__ int qsa_block_weight(int b, int n_kv, int n_bid) {
     return b < n_bid ? QSA_BLOCK_CELLS : n_kv - n_bid * QSA_BLOCK_CELLS;
 }
 
+// Query q of a top-k call: its step record (n_kv cells, n_bid complete blocks, width cells to select),
+// its row of ids and its row of scores.
+struct TopkQuery {
+    int n_kv, n_bid;
+    unsigned width;
+    int* row;
+    const float* srow;
+};
+
+__device__ __forceinline__ TopkQuery topk_query(int q, const float* scores, const int* steps, int* ids, int max_blocks) {
+    const int* st = steps + q * QSA_STEP_INTS;
+    return {st[QSA_STEP_NKV], st[QSA_STEP_NBID], static_cast<unsigned>(st[QSA_STEP_WIDTH]),
+            ids + static_cast<size_t>(q) * QSA_SELECT_CAP, scores + static_cast<size_t>(q) * max_blocks};
+}
+
 // The top-k's radix select (topk.cu, topk_cluster.cu): digits of QSA_RADIX_BITS from the key's top.
 #define TOPK_FULL_MASK 0xffffffffu
 #define TOPK_DIGIT_MASK (QSA_RADIX_BINS - 1u)

@@ -13,6 +13,12 @@
 #define TOPK_SPLIT_HIST (QSA_RADIX_PASSES * QSA_RADIX_BINS)  // a query's global histograms, all passes
 #define TOPK_SPLIT_SELECT (2 * QSA_RADIX_PASSES)               // a query's select slots: (digits, above) a pass
 
+// Query q's histograms and select slots in the split's scratch.
+template <typename T>
+__device__ __forceinline__ T* topk_split_hist(T* hist, int q) { return hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST; }
+template <typename T>
+__device__ __forceinline__ T* topk_split_select(T* select, int q) { return select + static_cast<size_t>(q) * TOPK_SPLIT_SELECT; }
+
 // Cells above thr (high word) and at thr (low word) of a range of blocks: one 64-bit value, so a single
 // scan or sum carries both; neither count can reach 2^32 (a query has under 2^31 cells).
 typedef unsigned long long topk_counts;
@@ -158,21 +164,6 @@ __device__ __forceinline__ void topk_identity(int* row, int n_kv, int threads) {
     for (int j = threadIdx.x; j < n_kv; j += threads) row[j] = j;
 }
 
-// A query of a top-k with one CTA a query (grid nq): its step record, its row of ids, its scores.
-struct TopkQuery {
-    int n_kv, n_bid;
-    unsigned width;
-    int* row;
-    const float* srow;
-};
-
-__device__ __forceinline__ TopkQuery topk_query(const float* scores, const int* steps, int* ids, int max_blocks) {
-    const int q = blockIdx.x;
-    const int* st = steps + q * QSA_STEP_INTS;
-    return {st[QSA_STEP_NKV], st[QSA_STEP_NBID], static_cast<unsigned>(st[QSA_STEP_WIDTH]),
-            ids + static_cast<size_t>(q) * QSA_SELECT_CAP, scores + static_cast<size_t>(q) * max_blocks};
-}
-
 // block_topk_kernel (the reference): one CTA of 256 threads per query, grid nq. Each radix pass adds
 // the cells of the blocks matching the prefix into one shared histogram with plain atomics and picks
 // the digit. The emit cuts blocks 0..n_bid into contiguous per-thread ranges, scans the ranges'
@@ -184,7 +175,7 @@ block_topk_kernel(const float* __restrict__ scores, const int* __restrict__ step
     __shared__ unsigned digit_above[2];
     __shared__ topk_counts warp_sums[QSA_TOPK_REF_THREADS / QSA_WARP];
     const int tid = threadIdx.x;
-    const auto [n_kv, n_bid, width, row, srow] = topk_query(scores, steps, ids, max_blocks);
+    const auto [n_kv, n_bid, width, row, srow] = topk_query(blockIdx.x, scores, steps, ids, max_blocks);
     if (n_kv <= static_cast<int>(width)) {
         topk_identity(row, n_kv, QSA_TOPK_REF_THREADS);
         return;
@@ -243,7 +234,7 @@ block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__
     __shared__ unsigned digit_above[2];
     __shared__ topk_counts warp_sums[WARPS];
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
-    const auto [n_kv, n_bid, width, row, srow] = topk_query(scores, steps, ids, max_blocks);
+    const auto [n_kv, n_bid, width, row, srow] = topk_query(blockIdx.x, scores, steps, ids, max_blocks);
     if (n_kv <= static_cast<int>(width)) {
         topk_identity(row, n_kv, QSA_TOPK_WIDE_THREADS);
         return;
@@ -338,26 +329,20 @@ __device__ __forceinline__ void topk_split_next_digit(const unsigned* query_hist
     }
 }
 
-// A split CTA's chunk of its query: the step record's counts and the chunk's first block. `active`: the
-// query selects (n_kv > width) and the chunk holds blocks 0..n_bid; an inactive CTA takes no part in
-// the passes and the count, and in the emit only writes the identity (chunk 0) and clears scratch.
-struct TopkSplitChunk {
-    int q, first, n_kv, n_bid;
-    unsigned width;
+// A split CTA's chunk of its query (grid (chunks, nq)): the query, its index and the chunk's first
+// block. `active`: the query selects (n_kv > width) and the chunk holds blocks of 0..n_bid; an inactive
+// CTA takes no part in the passes and the count, and in the emit only writes the identity (chunk 0)
+// and clears scratch.
+struct TopkSplitChunk : TopkQuery {
+    int q, first;
     bool selects, active;
 };
 
-__device__ __forceinline__ TopkSplitChunk topk_split_chunk(const int* steps) {
-    TopkSplitChunk c;
-    c.q = blockIdx.y;
-    c.first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
-    const int* st = steps + c.q * QSA_STEP_INTS;
-    c.n_kv = st[QSA_STEP_NKV];
-    c.n_bid = st[QSA_STEP_NBID];
-    c.width = st[QSA_STEP_WIDTH];
-    c.selects = c.n_kv > static_cast<int>(c.width);
-    c.active = c.selects && c.first <= c.n_bid;
-    return c;
+__device__ __forceinline__ TopkSplitChunk topk_split_chunk(const float* scores, const int* steps, int* ids, int max_blocks) {
+    const int q = blockIdx.y, first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
+    const TopkQuery query = topk_query(q, scores, steps, ids, max_blocks);
+    const bool selects = query.n_kv > static_cast<int>(query.width);
+    return {query, q, first, selects, selects && first <= query.n_bid};
 }
 
 // Block i of thread tid's share of the chunk (coalesced: consecutive threads, consecutive blocks).
@@ -368,14 +353,12 @@ __device__ __forceinline__ int topk_split_block(const TopkSplitChunk& c, int i) 
 // The order keys of the thread's blocks of the chunk, every score load in flight before the first
 // conversion; a block past n_bid is not read (key 0: every use checks b <= n_bid). Scores are a
 // read-only input, so every launch loads them before it waits for the launch before it.
-__device__ __forceinline__ void topk_split_load(const float* scores, int max_blocks, const TopkSplitChunk& c,
-                                                unsigned (&key)[TOPK_SPLIT_BLOCKS_PER_THREAD]) {
-    const float* srow = scores + static_cast<size_t>(c.q) * max_blocks;
+__device__ __forceinline__ void topk_split_load(const TopkSplitChunk& c, unsigned (&key)[TOPK_SPLIT_BLOCKS_PER_THREAD]) {
     float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
 #pragma unroll
     for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
         const int b = topk_split_block(c, i);
-        s[i] = b <= c.n_bid ? srow[b] : 0.0f;
+        s[i] = b <= c.n_bid ? c.srow[b] : 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) key[i] = qsa_order_key(s[i]);
@@ -411,28 +394,28 @@ __device__ __forceinline__ void topk_split_add_row(unsigned* own, bool hit, unsi
 // query's histogram.
 template <int PASS>
 __global__ void __launch_bounds__(QSA_TOPK_SPLIT_THREADS)
-block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* /*ids*/,
+block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* ids,
                              int /*nq: the grid*/, int max_blocks, int /*active_blocks: the grid*/,
                              unsigned* __restrict__ hist, unsigned* __restrict__ select) {
     constexpr int WARPS = QSA_TOPK_SPLIT_THREADS / QSA_WARP;
     __shared__ unsigned warp_hist[WARPS][QSA_RADIX_BINS];
     __shared__ unsigned thr_above[2];
     qsa_allow_next_grid();
-    const TopkSplitChunk c = topk_split_chunk(steps);
+    const TopkSplitChunk c = topk_split_chunk(scores, steps, ids, max_blocks);
     if (!c.active) return;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
     unsigned key[TOPK_SPLIT_BLOCKS_PER_THREAD];
-    topk_split_load(scores, max_blocks, c, key);
+    topk_split_load(c, key);
     unsigned* own = warp_hist[warp];
     for (int i = lane; i < QSA_RADIX_BINS; i += QSA_WARP) own[i] = 0;
     qsa_wait_prior_grid();  // the launch before has ended: its histogram and select slot are complete
-    unsigned* query_hist = hist + static_cast<size_t>(c.q) * TOPK_SPLIT_HIST;
+    unsigned* query_hist = topk_split_hist(hist, c.q);
 
     unsigned thr = 0, mask = 0;  // digits 0..PASS-1 and their bits
     if constexpr (PASS > 0) {
         if (warp == 0)
-            topk_split_next_digit<PASS - 1>(query_hist, select + static_cast<size_t>(c.q) * TOPK_SPLIT_SELECT,
-                                            c.width, thr_above, blockIdx.x == 0);
+            topk_split_next_digit<PASS - 1>(query_hist, topk_split_select(select, c.q), c.width, thr_above,
+                                            blockIdx.x == 0);
         __syncthreads();  // thr_above, and every warp's zeroed histogram
         thr = thr_above[0];
         mask = TOPK_FULL_MASK << topk_shift(PASS - 1);
@@ -501,24 +484,23 @@ TOPK_SPLIT_PASS(3)
 // Launch 5: warp 0 derives digit 3, so thr and above (topk_split_next_digit; chunk 0 leaves them in
 // select slot 3 for the emit); each chunk's cells above / at thr.
 __global__ void __launch_bounds__(QSA_TOPK_SPLIT_THREADS)
-block_topk_split_count_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* /*ids*/,
+block_topk_split_count_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* ids,
                               int /*nq: the grid*/, int max_blocks, int /*active_blocks: the grid*/,
                               const unsigned* __restrict__ hist, topk_counts* __restrict__ counts,
                               unsigned* __restrict__ select) {
     __shared__ topk_counts warp_sums[QSA_TOPK_SPLIT_THREADS / QSA_WARP];
     __shared__ unsigned thr_above[2];
     qsa_allow_next_grid();
-    const TopkSplitChunk c = topk_split_chunk(steps);
+    const TopkSplitChunk c = topk_split_chunk(scores, steps, ids, max_blocks);
     if (!c.active) return;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
     unsigned key[TOPK_SPLIT_BLOCKS_PER_THREAD];
-    topk_split_load(scores, max_blocks, c, key);
+    topk_split_load(c, key);
     qsa_wait_prior_grid();  // pass 3 has ended: histogram 3 and select slot 2 are complete
 
     if (warp == 0)
-        topk_split_next_digit<QSA_RADIX_PASSES - 1>(hist + static_cast<size_t>(c.q) * TOPK_SPLIT_HIST,
-                                                    select + static_cast<size_t>(c.q) * TOPK_SPLIT_SELECT, c.width,
-                                                    thr_above, blockIdx.x == 0);
+        topk_split_next_digit<QSA_RADIX_PASSES - 1>(topk_split_hist(hist, c.q), topk_split_select(select, c.q),
+                                                    c.width, thr_above, blockIdx.x == 0);
     __syncthreads();
     const unsigned thr = thr_above[0];
     topk_counts mine = 0;
@@ -561,13 +543,12 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
     __shared__ topk_counts warp_sums[QSA_TOPK_SPLIT_THREADS / QSA_WARP];
     __shared__ topk_counts chunks_before;
     __shared__ unsigned thr_budget[2];
-    const TopkSplitChunk c = topk_split_chunk(steps);
+    const TopkSplitChunk c = topk_split_chunk(scores, steps, ids, max_blocks);
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP, chunk = blockIdx.x;
-    int* row = ids + static_cast<size_t>(c.q) * QSA_SELECT_CAP;
     unsigned key[TOPK_SPLIT_BLOCKS_PER_THREAD], w[TOPK_SPLIT_BLOCKS_PER_THREAD];
     if (c.active) {  // CTA-uniform
         unsigned loaded[TOPK_SPLIT_BLOCKS_PER_THREAD];
-        topk_split_load(scores, max_blocks, c, loaded);
+        topk_split_load(c, loaded);
 #pragma unroll
         for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
             const int j = i * QSA_TOPK_SPLIT_THREADS + tid;
@@ -583,17 +564,17 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
     }
     qsa_wait_prior_grid();  // the count has ended: the histograms' last reader, counts and select slot 3
     if (chunk == 0) {
-        unsigned* query_hist = hist + static_cast<size_t>(c.q) * TOPK_SPLIT_HIST;
+        unsigned* query_hist = topk_split_hist(hist, c.q);
         for (int i = tid; i < TOPK_SPLIT_HIST; i += QSA_TOPK_SPLIT_THREADS) query_hist[i] = 0;
     }
     if (!c.selects) {
-        if (chunk == 0) topk_identity(row, c.n_kv, QSA_TOPK_SPLIT_THREADS);
+        if (chunk == 0) topk_identity(c.row, c.n_kv, QSA_TOPK_SPLIT_THREADS);
         return;
     }
     if (!c.active) return;
     if (warp == 0) {
         constexpr int IN_FLIGHT = 4;  // a lane's loads at once: up to 128 chunks (a 1M-cell capacity) in one round
-        const unsigned* thr_above = select + static_cast<size_t>(c.q) * TOPK_SPLIT_SELECT + 2 * (QSA_RADIX_PASSES - 1);
+        const unsigned* thr_above = topk_split_select(select, c.q) + 2 * (QSA_RADIX_PASSES - 1);
         const topk_counts* row_counts = counts + static_cast<size_t>(c.q) * gridDim.x;
         const unsigned thr = thr_above[0], above = thr_above[1];
         topk_counts sum = 0;
@@ -634,5 +615,5 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
         if (key[i] == thr) at_before += w[i];
     }
     __syncthreads();
-    for (unsigned j = tid; j < chunk_end - chunk_pos; j += QSA_TOPK_SPLIT_THREADS) row[chunk_pos + j] = staged[j];
+    for (unsigned j = tid; j < chunk_end - chunk_pos; j += QSA_TOPK_SPLIT_THREADS) c.row[chunk_pos + j] = staged[j];
 }

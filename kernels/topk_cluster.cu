@@ -111,10 +111,10 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
 
     const int rank = static_cast<int>(cluster_cta_rank()), q = blockIdx.y;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
-    const int* st = steps + q * QSA_STEP_INTS;
-    const int n_kv = st[QSA_STEP_NKV], n_bid = st[QSA_STEP_NBID];
-    const unsigned width = st[QSA_STEP_WIDTH];
-    int* row = ids + static_cast<size_t>(q) * QSA_SELECT_CAP;
+    const TopkQuery query = topk_query(q, scores, steps, ids, max_blocks);
+    const int n_kv = query.n_kv, n_bid = query.n_bid;
+    const unsigned width = query.width;
+    int* const row = query.row;
     if (n_kv <= static_cast<int>(width)) {  // the whole cluster leaves here: no CTA reads another's memory
         for (int j = rank * QSA_TOPK_CLUSTER_THREADS + tid; j < n_kv; j += QSA_CLUSTER_CTAS * QSA_TOPK_CLUSTER_THREADS) row[j] = j;
         return;
@@ -134,7 +134,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     // The slice's keys, with pass 0's histogram (the top byte over every key): 16-byte loads of the
     // aligned middle of the scores row, the few floats before and after it one by one. The first
     // round's loads are in flight while the histogram is zeroed.
-    const float* srow = scores + static_cast<size_t>(q) * max_blocks + lo;
+    const float* srow = query.srow + lo;
     const int head = min(n, static_cast<int>((4u - static_cast<unsigned>(reinterpret_cast<size_t>(srow) / 4u % 4u)) % 4u));
     const int n4 = (n - head) / 4;
     const float4* srow4 = reinterpret_cast<const float4*>(srow + head);
