@@ -11,7 +11,10 @@
 //   - the select ends after fewer than four passes once the digits found decide it, from counts every
 //     CTA shares: the keys the pass counted are all one key (thr is that key), or the cells at the
 //     digits found are all needed or are one block's (thr's remaining digits cannot change which cells
-//     are selected: keys then compare under the mask of the digits found);
+//     are selected: keys then compare under the mask of the digits found); after pass 2 also from each
+//     CTA's least and greatest key at the digits found, when over the cluster they are one key, or
+//     whole blocks with the budget within one block (thr is the greatest), or exactly two blocks (thr
+//     is the lesser);
 //   - the histograms also give each CTA the cells above / at thr in the CTAs before it: a key is above
 //     thr exactly when, at the first pass where its digit differs from thr's, its digit is higher (the
 //     pass's histogram counts it there), and at thr when it matches all its digits. CTA r writes its
@@ -84,14 +87,20 @@ static_assert(QSA_RADIX_BITS * (QSA_RADIX_PASSES - 1) == 24, "pass 0's digit is 
 
 // Per-CTA values the digit rounds hand to every thread (indices into `sel`): the cells above thr,
 // at and above thr in the CTAs before; whether the digits found decide the selection; the least and
-// greatest key counted in the pass over the cluster.
+// greatest key counted in the pass over the cluster (both thr's full key once pass 2's digit records
+// give it).
 enum Sel { kAbove, kAtBefore, kAboveBefore, kDone, kMin, kMax, kSelSlots };
 // Words of a CTA's pass record: the histogram, then its least and greatest key counted.
 constexpr int kMinWord = QSA_RADIX_BINS, kMaxWord = QSA_RADIX_BINS + 1, kPassWords = QSA_RADIX_BINS + 2;
+// Pass 2 (the third) also keeps each digit's least and greatest key, which only the thread at the
+// digit found reads from every CTA, only when they may spare pass 3 (its whole round).
+constexpr int kTrackedPass = QSA_RADIX_PASSES - 2;
 
 }  // namespace
 
-__global__ void __cluster_dims__(QSA_CLUSTER_CTAS, 1, 1) __launch_bounds__(QSA_TOPK_CLUSTER_THREADS)
+// One CTA an SM in any case (1,024 threads with over 32 registers each): the second bound lets ptxas
+// use the registers that leaves.
+__global__ void __cluster_dims__(QSA_CLUSTER_CTAS, 1, 1) __launch_bounds__(QSA_TOPK_CLUSTER_THREADS, 1)
 block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* __restrict__ ids,
                           int /*nq: the grid*/, int max_blocks,
                           int /*active_blocks: the launcher sizes shared memory by it; each CTA reads n_bid*/) {
@@ -108,6 +117,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     __shared__ unsigned bin_warp_cells[kBinWarps];
     __shared__ unsigned warp_above[kWarps], warp_at[kWarps];
     __shared__ unsigned sel[kSelSlots];
+    __shared__ unsigned digit_least[QSA_RADIX_BINS], digit_greatest[QSA_RADIX_BINS];  // pass 2's, by digit
 
     const int rank = static_cast<int>(cluster_cta_rank()), q = blockIdx.y;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
@@ -217,16 +227,26 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             const bool any = hit[0] || hit[1] || hit[2] || hit[3];
             if (any) {
                 if (whole && key[0] == key[1] && key[1] == key[2] && key[2] == key[3]) {
-                    atomicAdd(&lane_hist[(key[0] >> shift) & TOPK_DIGIT_MASK][lane], kLaneKeys * QSA_BLOCK_CELLS);
+                    const unsigned digit = (key[0] >> shift) & TOPK_DIGIT_MASK;
+                    atomicAdd(&lane_hist[digit][lane], kLaneKeys * QSA_BLOCK_CELLS);
                     lane_min = min(lane_min, key[0]);
                     lane_max = max(lane_max, key[0]);
+                    if (count_cells && pass == kTrackedPass) {
+                        atomicMin(&digit_least[digit], key[0]);
+                        atomicMax(&digit_greatest[digit], key[0]);
+                    }
                 } else {
 #pragma unroll
                     for (int j = 0; j < kLaneKeys; ++j)
                         if (hit[j]) {
-                            atomicAdd(&lane_hist[(key[j] >> shift) & TOPK_DIGIT_MASK][lane], w[j]);
+                            const unsigned digit = (key[j] >> shift) & TOPK_DIGIT_MASK;
+                            atomicAdd(&lane_hist[digit][lane], w[j]);
                             lane_min = min(lane_min, key[j]);
                             lane_max = max(lane_max, key[j]);
+                            if (count_cells && pass == kTrackedPass) {
+                                atomicMin(&digit_least[digit], key[j]);
+                                atomicMax(&digit_greatest[digit], key[j]);
+                            }
                         }
                 }
             }
@@ -297,6 +317,8 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
                 total += h;
                 if (r < rank) before += h;
             }
+            // Pass 2's digit records start empty (the cluster reads them in pass 2's round only).
+            if (pass == 0) digit_least[tid] = ~0u, digit_greatest[tid] = 0u;
             cells = total;
 #pragma unroll
             for (int o = 1; o < QSA_WARP; o <<= 1) {
@@ -321,7 +343,39 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             sel[kAbove] = above + cells - total;  // the cells at digits above d join above
             sel[kAtBefore] = before;
             // thr's digits decide: the cells at them are all needed, or they are one block's
-            sel[kDone] = above + cells == width || total <= QSA_BLOCK_CELLS;
+            const bool done = above + cells == width || total <= QSA_BLOCK_CELLS;
+            sel[kDone] = done;
+            if (pass == kTrackedPass && !done && sel[kMin] != sel[kMax]) {
+                // The keys at thr's digits: their least and greatest over the cluster, and over the
+                // CTAs before this one (a CTA with none there holds ~0 and 0), equal when one of those
+                // holds that key there. (Pass 3 does not write these records: they are still pass 2's.)
+                unsigned least = ~0u, greatest = 0u, least_before = ~0u, greatest_before = 0u;
+#pragma unroll
+                for (int r = 0; r < QSA_CLUSTER_CTAS; ++r) {
+                    least = min(least, cluster_load(digit_least, r, tid));
+                    greatest = max(greatest, cluster_load(digit_greatest, r, tid));
+                    if (r + 1 == rank) least_before = least, greatest_before = greatest;
+                }
+                const unsigned budget = width - (above + cells - total);
+                // thr's full key, handed over as the pass's least and greatest key (every thread takes
+                // it below): the one key there; or, with no tail among them (whole blocks), the greatest
+                // when the budget fits in one block (the first block there takes it all, and a CTA
+                // after one holding it has at least the budget at thr before it); or the lesser of
+                // exactly two blocks (the greater joins above).
+                unsigned exact = ~0u;
+                if (least == greatest) {
+                    exact = least;
+                } else if (total % QSA_BLOCK_CELLS == 0 && budget <= QSA_BLOCK_CELLS) {
+                    exact = greatest;
+                    sel[kAtBefore] = greatest_before == greatest ? QSA_BLOCK_CELLS : 0u;
+                } else if (total == 2 * QSA_BLOCK_CELLS) {
+                    exact = least;
+                    sel[kAbove] += QSA_BLOCK_CELLS;
+                    sel[kAtBefore] = least_before == least ? QSA_BLOCK_CELLS : 0u;
+                    if (greatest_before == greatest) atomicAdd(&sel[kAboveBefore], QSA_BLOCK_CELLS);
+                }
+                if (exact != ~0u) sel[kMin] = sel[kMax] = exact;
+            }
         }
         if (tid < QSA_RADIX_BINS) {  // whole warps: the CTAs before this one gain their cells above d
             const unsigned v = __reduce_add_sync(TOPK_FULL_MASK, tid > static_cast<int>(d) ? before : 0u);

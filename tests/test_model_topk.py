@@ -87,12 +87,45 @@ def test_cluster_ends_each_way(kind: str, seed: int) -> None:
     assert passes == {EARLY_ENDS[kind][1]}, kind
 
 
-def test_cluster_four_passes_take_the_higher_near_block_whole() -> None:
-    inputs = early_end_inputs("four-passes", rng_for(53), nq=1)
-    row, ids = inputs.scores[0], set(topk_ids(inputs, "cluster")[0].tolist())
-    low, high = (int(np.flatnonzero(row == v)[0]) for v in (NEAR, np.nextafter(NEAR, np.float32(11.0))))
-    assert {4 * high + c for c in range(4)} <= ids
-    assert {4 * low + c for c in range(3)} <= ids and 4 * low + 3 not in ids
+def _cells(block: int, count: int) -> set[int]:
+    return {4 * block + c for c in range(count)}
+
+
+def _near_ids(kind: str, seed: int) -> tuple[list[int], set[int]]:
+    """The near blocks of a one-query row of ``kind`` (by score, then by index) and the cluster model's ids."""
+    inputs = early_end_inputs(kind, rng_for(seed), nq=1)
+    row = inputs.scores[0]
+    ups = [NEAR, np.nextafter(NEAR, np.float32(11.0))]
+    ups.append(np.nextafter(ups[1], np.float32(11.0)))
+    near = [int(b) for v in ups for b in np.flatnonzero(row == v)]
+    return near, set(topk_ids(inputs, "cluster")[0].tolist())
+
+
+def test_cluster_two_blocks_take_the_higher_whole_and_the_lower_in_part() -> None:
+    (low, high), ids = _near_ids("two-blocks", 53)
+    assert _cells(high, 4) <= ids
+    assert _cells(low, 3) <= ids and 4 * low + 3 not in ids
+
+
+def test_cluster_greatest_block_takes_the_whole_budget() -> None:
+    (low, mid, high), ids = _near_ids("greatest-block", 54)
+    assert _cells(high, 3) <= ids and 4 * high + 3 not in ids
+    assert not (_cells(low, 4) | _cells(mid, 4)) & ids
+
+
+def test_cluster_tied_blocks_give_their_cells_in_block_order() -> None:
+    (first, second, third), ids = _near_ids("tied-blocks", 55)
+    assert first < second < third
+    assert _cells(first, 4) <= ids
+    assert _cells(second, 3) <= ids and 4 * second + 3 not in ids
+    assert not _cells(third, 4) & ids
+
+
+def test_cluster_four_passes_take_the_two_higher_keys() -> None:
+    (low, mid, high), ids = _near_ids("four-passes", 56)
+    assert _cells(high, 4) <= ids
+    assert _cells(mid, 3) <= ids and 4 * mid + 3 not in ids
+    assert not _cells(low, 4) & ids
 
 
 # ---- adversarial rows --------------------------------------------------------------------------

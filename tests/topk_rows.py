@@ -16,25 +16,44 @@ EARLY_ENDS: dict[str, tuple[int, int]] = {
     "one-key": (4 * 40000 + 1, 2),  # pass 1 counts one key only: thr is that key
     "one-block": (4 * 30000, 3),  # the threshold block alone at its top 24 bits
     "all-needed": (4 * 20000 + 3, 3),  # two keys at the top 24 bits, both taken whole
-    "four-passes": (4 * 20000, 4),  # two keys at the top 24 bits, 7 of their 8 cells taken
+    "two-blocks": (4 * 20000, 3),  # two keys at the top 24 bits, 7 of their 8 cells taken (pass 2's keys)
+    "tied-blocks": (4 * 20000, 3),  # three blocks of one key at the top 24 bits, 7 of their 12 cells taken
+    "greatest-block": (4 * 20000, 3),  # three keys at the top 24 bits, 3 of their 12 cells taken
+    "four-passes": (4 * 20000, 4),  # three keys at the top 24 bits, 7 of their 12 cells taken
     "weightless-tail": (4 * 12000, 3),  # as one-block, with the 0-cell tail at the threshold key
 }
 
-NEAR = np.float32(10.3)  # the two keys sharing their top 24 bits (10.3 and the next float up)
+NEAR = np.float32(10.3)  # the keys sharing their top 24 bits: 10.3 and the next floats up
 DISTRACTORS = np.array([10.26, 10.27], dtype=np.float32)  # lower, sharing only their top 16 bits
 
 
-def _near_blocks_row(rng: np.random.Generator, n_bid: int, width_cells_above: int) -> np.ndarray:
+def _up(x: np.float32, steps: int) -> np.float32:
+    for _ in range(steps):
+        x = np.nextafter(x, np.float32(11.0))
+    return x
+
+
+# kind: the near blocks' scores, then the blocks above them besides the 510 (11 and up: 4 cells each)
+_NEAR_ROWS = {
+    "all-needed": ([NEAR, _up(NEAR, 1)], 0),
+    "two-blocks": ([NEAR, _up(NEAR, 1)], 1),
+    "tied-blocks": ([NEAR, NEAR, NEAR], 1),
+    "greatest-block": ([NEAR, _up(NEAR, 1), _up(NEAR, 2)], 2),
+    "four-passes": ([NEAR, _up(NEAR, 1), _up(NEAR, 2)], 1),
+}
+
+
+def _near_blocks_row(rng: np.random.Generator, n_bid: int, near: list[np.float32], more_above: int) -> np.ndarray:
     """Background below every key of interest; 510 blocks above (distinct values of 100 and up); the
-    two near blocks, the distractors and, when ``width_cells_above`` asks for 4 more cells, a block
-    at 11 between them; all at random distinct positions among blocks 0..n_bid - 1."""
+    near blocks, the distractors and ``more_above`` blocks at 11, 11.5, ... between them; all at
+    random distinct positions among blocks 0..n_bid - 1."""
     row = (rng.standard_normal(max_blocks(4 * n_bid)) - 10.0).astype(np.float32)
-    spots = rng.permutation(n_bid)[:515]
+    spots = rng.permutation(n_bid)[: 510 + len(near) + len(DISTRACTORS) + more_above]
     row[spots[:510]] = 100.0 + rng.permutation(510).astype(np.float32)
-    row[spots[510]], row[spots[511]] = NEAR, np.nextafter(NEAR, np.float32(11.0))
-    row[spots[512:514]] = DISTRACTORS
-    if width_cells_above:
-        row[spots[514]] = np.float32(11.0)
+    at = 510
+    for value in [*near, *DISTRACTORS, *(np.float32(11.0 + k / 2) for k in range(more_above))]:
+        row[spots[at]] = value
+        at += 1
     return row
 
 
@@ -52,11 +71,11 @@ def early_end_inputs(kind: str, rng: np.random.Generator, nq: int) -> TopkInputs
             if kind == "weightless-tail":  # n_kv % 4 == 0: block n_bid holds no cell
                 threshold_block = int(np.argsort(-row[: n_bid + 1], kind="stable")[512])
                 row[n_bid] = row[threshold_block]
-        elif kind == "all-needed":
-            row = _near_blocks_row(rng, n_bid, 0)
-            row[n_bid] = np.float32(1e9)  # the 3-cell tail on top: 3 + 510 * 4 + 2 * 4 = 2051
-        else:  # four-passes: no tail cells, 510 * 4 + 4 + 7 of the near blocks' 8 = 2051
-            row = _near_blocks_row(rng, n_bid, 4)
+        else:
+            near, more_above = _NEAR_ROWS[kind]
+            row = _near_blocks_row(rng, n_bid, near, more_above)
+            if kind == "all-needed":
+                row[n_bid] = np.float32(1e9)  # the 3-cell tail on top: 3 + 510 * 4 + 2 * 4 = 2051
         rows.append(row)
     steps = np.repeat(window_steps(ctx, 1), nq, axis=0)
     return TopkInputs(np.stack(rows), steps, kind)

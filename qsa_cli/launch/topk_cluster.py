@@ -36,11 +36,12 @@ CHUNK_KEYS = WARP * LANE_KEYS  # keys a warp reads at once; the emit scans one c
 CHUNK_WORDS = 2  # a chunk's cells above and at the threshold
 MAX_CHUNKS = THREADS  # the emit's scan over the chunks: one thread a chunk
 HIST_BUFFERS = 2  # the CTA's histogram of pass p is in buffer p % 2 (the cluster reads it remotely)
+DIGIT_KEY_WORDS = 2  # pass 2's least and greatest key of each digit (read by the cluster)
 SCRATCH_BYTES = 1024  # room for the kernel's per-warp totals and pass results
 # The kernel's static shared memory, bounded without a compile so that fit decisions need no device:
-# the histogram with a column per lane, the CTA's histogram buffers and the scratch (the launcher
-# checks the compiled kernel against it).
-STATIC_SMEM_BYTES = (WARP + HIST_BUFFERS) * RADIX_BINS * WORD_BYTES + SCRATCH_BYTES
+# the histogram with a column per lane, the CTA's histogram buffers, the digits' keys and the scratch
+# (the launcher checks the compiled kernel against it).
+STATIC_SMEM_BYTES = (WARP + HIST_BUFFERS + DIGIT_KEY_WORDS) * RADIX_BINS * WORD_BYTES + SCRATCH_BYTES
 
 
 class ClusterUnavailable(ValueError):

@@ -38,6 +38,8 @@ ALGORITHMS = ("oracle", "reference", "wide", "split", "cluster")
 WIDE_THREADS = TOPK_WIDE_THREADS  # block_topk_wide_kernel: one CTA of 1,024 threads per query
 _DIGIT_MASK = RADIX_BINS - 1
 _KEY_BITS = RADIX_BITS * RADIX_PASSES  # 32
+# The cluster kernel's pass that also finds each digit's least and greatest key (kTrackedPass).
+TRACKED_PASS = RADIX_PASSES - 2
 
 
 def order_keys(scores: np.ndarray) -> np.ndarray:
@@ -296,7 +298,12 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray) -> tuple[np.ndarray
     The select ends after the pass where the digits found decide it: the keys that pass counted (from
     pass 1 on, those with cells) are all one key, which becomes thr; or the cells at the digits found
     are exactly the cells still needed, or are one block's. Keys then compare under the mask of the
-    digits found. Inside a CTA, cells are placed in block order from its cells before.
+    digits found. Pass 2 also knows the least and greatest key at the digits found and which CTAs
+    hold them, and ends the select with thr's full key when those keys are one key; or are whole
+    blocks (no tail) and the budget fits in one: thr is the greatest, and a CTA after one holding it
+    counts R cells at thr before it (at least the budget); or are exactly two blocks: thr is the
+    lesser, the greater joins above. Inside a CTA, cells are placed in block order from its cells
+    before.
     """
     n_kv, n_bid, width = _query(step)
     if n_kv <= width:
@@ -328,6 +335,27 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray) -> tuple[np.ndarray
             break
         if decided:
             break
+        if p == TRACKED_PASS:
+            at = counted & (weights > 0) & (_digits(keys, p) == d)
+            least, greatest, cells = int(keys[at].min()), int(keys[at].max()), int(hist[d])
+            ctas = np.arange(CLUSTER_CTAS)
+            # per CTA: whether a CTA before it holds that key at the digits found
+            least_before = ctas > cta[at & (keys == least)].min()
+            greatest_before = ctas > cta[at & (keys == greatest)].min()
+            exact = None
+            if least == greatest:
+                exact = least
+            elif cells % BLOCK_CELLS == 0 and width - above <= BLOCK_CELLS:
+                exact = greatest
+                at_before = np.where(greatest_before, BLOCK_CELLS, 0)
+            elif cells == 2 * BLOCK_CELLS:
+                exact = least
+                above += BLOCK_CELLS
+                at_before = np.where(least_before, BLOCK_CELLS, 0)
+                above_before += np.where(greatest_before, BLOCK_CELLS, 0)
+            if exact is not None:
+                thr, mask = exact, (1 << _KEY_BITS) - 1
+                break
 
     masked = keys & np.uint32(mask)
     above_cells = np.where(masked > np.uint32(thr), weights, 0)
