@@ -85,7 +85,8 @@ struct TopkQuery {
     const float* srow;
 };
 
-__device__ __forceinline__ TopkQuery topk_query(int q, const float* scores, const int* steps, int* ids, int max_blocks) {
+__device__ __forceinline__ TopkQuery topk_query(int q, const float* scores, const int* steps, int* ids,
+                                                int max_blocks) {
     const int* st = steps + q * QSA_STEP_INTS;
     return {st[QSA_STEP_NKV], st[QSA_STEP_NBID], static_cast<unsigned>(st[QSA_STEP_WIDTH]),
             ids + static_cast<size_t>(q) * QSA_SELECT_CAP, scores + static_cast<size_t>(q) * max_blocks};

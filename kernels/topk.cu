@@ -15,9 +15,13 @@
 
 // Query q's histograms and select slots in the split's scratch.
 template <typename T>
-__device__ __forceinline__ T* topk_split_hist(T* hist, int q) { return hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST; }
+__device__ __forceinline__ T* topk_split_hist(T* hist, int q) {
+    return hist + static_cast<size_t>(q) * TOPK_SPLIT_HIST;
+}
 template <typename T>
-__device__ __forceinline__ T* topk_split_select(T* select, int q) { return select + static_cast<size_t>(q) * TOPK_SPLIT_SELECT; }
+__device__ __forceinline__ T* topk_split_select(T* select, int q) {
+    return select + static_cast<size_t>(q) * TOPK_SPLIT_SELECT;
+}
 
 // Cells above thr (high word) and at thr (low word) of a range of blocks: one 64-bit value, so a single
 // scan or sum carries both; neither count can reach 2^32 (a query has under 2^31 cells).
@@ -338,7 +342,8 @@ struct TopkSplitChunk : TopkQuery {
     bool selects, active;
 };
 
-__device__ __forceinline__ TopkSplitChunk topk_split_chunk(const float* scores, const int* steps, int* ids, int max_blocks) {
+__device__ __forceinline__ TopkSplitChunk topk_split_chunk(const float* scores, const int* steps, int* ids,
+                                                           int max_blocks) {
     const int q = blockIdx.y, first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
     const TopkQuery query = topk_query(q, scores, steps, ids, max_blocks);
     const bool selects = query.n_kv > static_cast<int>(query.width);
@@ -353,7 +358,8 @@ __device__ __forceinline__ int topk_split_block(const TopkSplitChunk& c, int i) 
 // The order keys of the thread's blocks of the chunk, every score load in flight before the first
 // conversion; a block past n_bid is not read (key 0: every use checks b <= n_bid). Scores are a
 // read-only input, so every launch loads them before it waits for the launch before it.
-__device__ __forceinline__ void topk_split_load(const TopkSplitChunk& c, unsigned (&key)[TOPK_SPLIT_BLOCKS_PER_THREAD]) {
+__device__ __forceinline__ void topk_split_load(const TopkSplitChunk& c,
+                                                unsigned (&key)[TOPK_SPLIT_BLOCKS_PER_THREAD]) {
     float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
 #pragma unroll
     for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {

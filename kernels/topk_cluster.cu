@@ -12,9 +12,9 @@
 //     CTA shares: the keys the pass counted are all one key (thr is that key), or the cells at the
 //     digits found are all needed or are one block's (thr's remaining digits cannot change which cells
 //     are selected: keys then compare under the mask of the digits found); after pass 2 also from each
-//     CTA's least and greatest key at the digits found, when over the cluster they are one key, or
-//     whole blocks with the budget within one block (thr is the greatest), or exactly two blocks (thr
-//     is the lesser);
+//     CTA's cells and least and greatest key at the digits found, when these tell each CTA's keys
+//     there (one key, or two blocks), or the blocks are whole and the budget within one (thr is the
+//     greatest);
 //   - the histograms also give each CTA the cells above / at thr in the CTAs before it: a key is above
 //     thr exactly when, at the first pass where its digit differs from thr's, its digit is higher (the
 //     pass's histogram counts it there), and at thr when it matches all its digits. CTA r writes its
@@ -92,8 +92,8 @@ static_assert(QSA_RADIX_BITS * (QSA_RADIX_PASSES - 1) == 24, "pass 0's digit is 
 enum Sel { kAbove, kAtBefore, kAboveBefore, kDone, kMin, kMax, kSelSlots };
 // Words of a CTA's pass record: the histogram, then its least and greatest key counted.
 constexpr int kMinWord = QSA_RADIX_BINS, kMaxWord = QSA_RADIX_BINS + 1, kPassWords = QSA_RADIX_BINS + 2;
-// Pass 2 (the third) also keeps each digit's least and greatest key, which only the thread at the
-// digit found reads from every CTA, only when they may spare pass 3 (its whole round).
+// Pass 2 (the third) also keeps each digit's least and greatest key, which only the warp at the digit
+// found reads from every CTA, only when they may spare pass 3 (its whole round).
 constexpr int kTrackedPass = QSA_RADIX_PASSES - 2;
 
 }  // namespace
@@ -343,43 +343,74 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             sel[kAbove] = above + cells - total;  // the cells at digits above d join above
             sel[kAtBefore] = before;
             // thr's digits decide: the cells at them are all needed, or they are one block's
-            const bool done = above + cells == width || total <= QSA_BLOCK_CELLS;
-            sel[kDone] = done;
-            if (pass == kTrackedPass && !done && sel[kMin] != sel[kMax]) {
-                // The keys at thr's digits: their least and greatest over the cluster, and over the
-                // CTAs before this one (a CTA with none there holds ~0 and 0), equal when one of those
-                // holds that key there. (Pass 3 does not write these records: they are still pass 2's.)
-                unsigned least = ~0u, greatest = 0u, least_before = ~0u, greatest_before = 0u;
-#pragma unroll
-                for (int r = 0; r < QSA_CLUSTER_CTAS; ++r) {
-                    least = min(least, cluster_load(digit_least, r, tid));
-                    greatest = max(greatest, cluster_load(digit_greatest, r, tid));
-                    if (r + 1 == rank) least_before = least, greatest_before = greatest;
-                }
-                const unsigned budget = width - (above + cells - total);
-                // thr's full key, handed over as the pass's least and greatest key (every thread takes
-                // it below): the one key there; or, with no tail among them (whole blocks), the greatest
-                // when the budget fits in one block (the first block there takes it all, and a CTA
-                // after one holding it has at least the budget at thr before it); or the lesser of
-                // exactly two blocks (the greater joins above).
-                unsigned exact = ~0u;
-                if (least == greatest) {
-                    exact = least;
-                } else if (total % QSA_BLOCK_CELLS == 0 && budget <= QSA_BLOCK_CELLS) {
-                    exact = greatest;
-                    sel[kAtBefore] = greatest_before == greatest ? QSA_BLOCK_CELLS : 0u;
-                } else if (total == 2 * QSA_BLOCK_CELLS) {
-                    exact = least;
-                    sel[kAbove] += QSA_BLOCK_CELLS;
-                    sel[kAtBefore] = least_before == least ? QSA_BLOCK_CELLS : 0u;
-                    if (greatest_before == greatest) atomicAdd(&sel[kAboveBefore], QSA_BLOCK_CELLS);
-                }
-                if (exact != ~0u) sel[kMin] = sel[kMax] = exact;
-            }
+            sel[kDone] = above + cells == width || total <= QSA_BLOCK_CELLS;
         }
         if (tid < QSA_RADIX_BINS) {  // whole warps: the CTAs before this one gain their cells above d
             const unsigned v = __reduce_add_sync(TOPK_FULL_MASK, tid > static_cast<int>(d) ? before : 0u);
             if (lane == 0 && v != 0) atomicAdd(&sel[kAboveBefore], v);
+            // Pass 2's round may give thr's full key, sparing pass 3 and its round, when the select would
+            // go on: the warp holding bin d reads, lane r from CTA r, its cells at thr's digits and their
+            // least and greatest key (pass 3 does not write these: they are still pass 2's).
+            if (pass == kTrackedPass && warp == static_cast<int>(d) / QSA_WARP) {  // warp-uniform
+                const int at = static_cast<int>(d) % QSA_WARP;
+                const unsigned at_cells = __shfl_sync(TOPK_FULL_MASK, total, at);
+                const unsigned new_above = above + __shfl_sync(TOPK_FULL_MASK, cells, at) - at_cells;
+                if (new_above + at_cells != width && at_cells > QSA_BLOCK_CELLS && sel[kMin] != sel[kMax]) {
+                    const int r = lane % QSA_CLUSTER_CTAS;
+                    unsigned held = 0, lo = ~0u, hi = 0u;  // CTA r's cells there, least and greatest key (~0, 0: none)
+                    if (lane < QSA_CLUSTER_CTAS) {
+                        held = cluster_load(own, r, d);
+                        lo = cluster_load(digit_least, r, d);
+                        hi = cluster_load(digit_greatest, r, d);
+                    }
+                    held = __shfl_sync(TOPK_FULL_MASK, held, r);
+                    lo = __shfl_sync(TOPK_FULL_MASK, lo, r);
+                    hi = __shfl_sync(TOPK_FULL_MASK, hi, r);
+                    // CTA r's keys there as entries (key, cells), lane r its first and lane 8 + r its
+                    // second: one key (its cells), or two blocks of R cells (2R cells hold no tail);
+                    // any other mix leaves them unknown.
+                    const bool one_key = held != 0 && lo == hi, two_blocks = held == 2 * QSA_BLOCK_CELLS && lo != hi;
+                    const bool known = __all_sync(TOPK_FULL_MASK, held == 0 || one_key || two_blocks);
+                    unsigned key = 0, count = 0;
+                    if (lane < QSA_CLUSTER_CTAS && one_key) {
+                        key = lo, count = held;
+                    } else if (lane < 2 * QSA_CLUSTER_CTAS && two_blocks) {
+                        key = lane < QSA_CLUSTER_CTAS ? lo : hi, count = QSA_BLOCK_CELLS;
+                    }
+                    const unsigned budget = width - new_above;
+                    unsigned exact = ~0u, gain = 0, at_before = 0, above_before = 0;
+                    if (known) {  // thr: the key whose cells, after those of the greater keys, reach the budget
+                        unsigned greater = 0, same = 0;
+#pragma unroll
+                        for (int j = 0; j < 2 * QSA_CLUSTER_CTAS; ++j) {
+                            const unsigned kj = __shfl_sync(TOPK_FULL_MASK, key, j);
+                            const unsigned cj = __shfl_sync(TOPK_FULL_MASK, count, j);
+                            greater += kj > key ? cj : 0u;
+                            same += kj == key ? cj : 0u;
+                        }
+                        const bool reaches = count != 0 && greater < budget && budget <= greater + same;
+                        const int src = __ffs(__ballot_sync(TOPK_FULL_MASK, reaches)) - 1;
+                        exact = __shfl_sync(TOPK_FULL_MASK, key, src);
+                        gain = __shfl_sync(TOPK_FULL_MASK, greater, src);  // its cells there join above
+                        const bool earlier = r < rank;
+                        at_before = __reduce_add_sync(TOPK_FULL_MASK, earlier && key == exact ? count : 0u);
+                        above_before = __reduce_add_sync(TOPK_FULL_MASK, earlier && key > exact ? count : 0u);
+                    } else if (at_cells % QSA_BLOCK_CELLS == 0 && budget <= QSA_BLOCK_CELLS) {
+                        // whole blocks, the budget within one: the first block of the greatest key takes it
+                        // all, and a CTA after one holding that key has at least the budget at thr before it
+                        exact = __reduce_max_sync(TOPK_FULL_MASK, hi);
+                        const bool holds = r < rank && held != 0 && hi == exact;
+                        at_before = __any_sync(TOPK_FULL_MASK, holds) ? QSA_BLOCK_CELLS : 0u;
+                    }
+                    __syncwarp();  // after the writes of the thread at d, in this warp
+                    if (exact != ~0u && lane == 0) {
+                        sel[kMin] = sel[kMax] = exact;  // every thread takes it below
+                        sel[kAbove] = new_above + gain;
+                        sel[kAtBefore] = at_before;
+                        if (above_before != 0) atomicAdd(&sel[kAboveBefore], above_before);
+                    }
+                }
+            }
         }
         __syncthreads();
         above = sel[kAbove];

@@ -121,11 +121,22 @@ def test_cluster_tied_blocks_give_their_cells_in_block_order() -> None:
     assert not _cells(third, 4) & ids
 
 
-def test_cluster_four_passes_take_the_two_higher_keys() -> None:
-    (low, mid, high), ids = _near_ids("four-passes", 56)
+@pytest.mark.parametrize("kind", ["three-blocks", "four-passes"])
+def test_cluster_three_near_keys_give_the_greatest_and_part_of_the_middle(kind: str) -> None:
+    (low, mid, high), ids = _near_ids(kind, 56)
     assert _cells(high, 4) <= ids
     assert _cells(mid, 3) <= ids and 4 * mid + 3 not in ids
     assert not _cells(low, 4) & ids
+
+
+@pytest.mark.parametrize(("ctx", "seed", "query"), [(524288, 47, 4), (524288, 54, 0), (420000, 11, 1)])
+def test_cluster_ends_continuous_draws_after_pass_2_that_needed_a_fourth(ctx: int, seed: int, query: int) -> None:
+    """Three blocks share thr's top 24 bits (in three CTAs; or two of them in one), the budget
+    between one and three of them: the digit records give thr's key (before them: four passes)."""
+    inputs = synthetic_scores(Call(ctx, 8, 524288), "continuous", seed)
+    ids, passes = cluster_passes(inputs.scores[query], inputs.steps[query])
+    assert passes == 3
+    assert np.array_equal(ids, select_oracle(inputs.scores[query], inputs.steps[query]))
 
 
 # ---- adversarial rows --------------------------------------------------------------------------

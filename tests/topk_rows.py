@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qsa_cli.geometry import max_blocks, window_steps
+from qsa_cli.geometry import CLUSTER_CTAS, cluster_slice_blocks, max_blocks, window_steps
 from qsa_cli.inputs import TopkInputs
 
 # kind: (context, the passes the select runs). The widths are all 2051 = 512 blocks and 3 cells.
@@ -19,7 +19,8 @@ EARLY_ENDS: dict[str, tuple[int, int]] = {
     "two-blocks": (4 * 20000, 3),  # two keys at the top 24 bits, 7 of their 8 cells taken (pass 2's keys)
     "tied-blocks": (4 * 20000, 3),  # three blocks of one key at the top 24 bits, 7 of their 12 cells taken
     "greatest-block": (4 * 20000, 3),  # three keys at the top 24 bits, 3 of their 12 cells taken
-    "four-passes": (4 * 20000, 4),  # three keys at the top 24 bits, 7 of their 12 cells taken
+    "three-blocks": (4 * 20000, 3),  # three keys at the top 24 bits in three CTAs, 7 of their 12 cells taken
+    "four-passes": (4 * 20000, 4),  # as three-blocks, all three in one CTA (its keys there unknown)
     "weightless-tail": (4 * 12000, 3),  # as one-block, with the 0-cell tail at the threshold key
 }
 
@@ -33,27 +34,43 @@ def _up(x: np.float32, steps: int) -> np.float32:
     return x
 
 
-# kind: the near blocks' scores, then the blocks above them besides the 510 (11 and up: 4 cells each)
+# kind: the near blocks' scores, the blocks above them besides the 510 (11 and up: 4 cells each), and
+# where the near blocks lie in the cluster kernel's CTAs: anywhere, each in its own, or side by side
 _NEAR_ROWS = {
-    "all-needed": ([NEAR, _up(NEAR, 1)], 0),
-    "two-blocks": ([NEAR, _up(NEAR, 1)], 1),
-    "tied-blocks": ([NEAR, NEAR, NEAR], 1),
-    "greatest-block": ([NEAR, _up(NEAR, 1), _up(NEAR, 2)], 2),
-    "four-passes": ([NEAR, _up(NEAR, 1), _up(NEAR, 2)], 1),
+    "all-needed": ([NEAR, _up(NEAR, 1)], 0, "anywhere"),
+    "two-blocks": ([NEAR, _up(NEAR, 1)], 1, "anywhere"),
+    "tied-blocks": ([NEAR, NEAR, NEAR], 1, "anywhere"),
+    "greatest-block": ([NEAR, _up(NEAR, 1), _up(NEAR, 2)], 2, "anywhere"),
+    "three-blocks": ([NEAR, _up(NEAR, 1), _up(NEAR, 2)], 1, "apart"),
+    "four-passes": ([NEAR, _up(NEAR, 1), _up(NEAR, 2)], 1, "together"),
 }
 
 
-def _near_blocks_row(rng: np.random.Generator, n_bid: int, near: list[np.float32], more_above: int) -> np.ndarray:
-    """Background below every key of interest; 510 blocks above (distinct values of 100 and up); the
-    near blocks, the distractors and ``more_above`` blocks at 11, 11.5, ... between them; all at
-    random distinct positions among blocks 0..n_bid - 1."""
+def _near_spots(rng: np.random.Generator, n_bid: int, count: int, layout: str) -> np.ndarray:
+    """Positions for ``count`` near blocks among blocks 0..n_bid - 1 (the cluster kernel gives CTA r
+    the blocks r * per .. r * per + per - 1)."""
+    per = cluster_slice_blocks(n_bid + 1)
+    if layout == "apart":
+        ctas = rng.choice(CLUSTER_CTAS, count, replace=False)
+        return np.array([r * per + rng.integers(min(per, n_bid - r * per)) for r in ctas])
+    if layout == "together":
+        r = int(rng.integers(CLUSTER_CTAS))
+        return r * per + rng.integers(min(per, n_bid - r * per) - count + 1) + np.arange(count)
+    return rng.permutation(n_bid)[:count]
+
+
+def _near_blocks_row(rng: np.random.Generator, n_bid: int, near: list[np.float32], more_above: int,
+                     layout: str) -> np.ndarray:
+    """Background below every key of interest; the near blocks laid out as ``layout`` asks; 510
+    blocks above (distinct values of 100 and up), the distractors and ``more_above`` blocks at 11,
+    11.5, ... between them, at random distinct positions among the other blocks 0..n_bid - 1."""
     row = (rng.standard_normal(max_blocks(4 * n_bid)) - 10.0).astype(np.float32)
-    spots = rng.permutation(n_bid)[: 510 + len(near) + len(DISTRACTORS) + more_above]
-    row[spots[:510]] = 100.0 + rng.permutation(510).astype(np.float32)
-    at = 510
-    for value in [*near, *DISTRACTORS, *(np.float32(11.0 + k / 2) for k in range(more_above))]:
-        row[spots[at]] = value
-        at += 1
+    near_spots = _near_spots(rng, n_bid, len(near), layout)
+    row[near_spots] = near
+    others = rng.permutation(np.setdiff1d(np.arange(n_bid), near_spots))
+    values = [*DISTRACTORS, *(np.float32(11.0 + k / 2) for k in range(more_above))]
+    row[others[:510]] = 100.0 + rng.permutation(510).astype(np.float32)
+    row[others[510 : 510 + len(values)]] = values
     return row
 
 
@@ -72,8 +89,7 @@ def early_end_inputs(kind: str, rng: np.random.Generator, nq: int) -> TopkInputs
                 threshold_block = int(np.argsort(-row[: n_bid + 1], kind="stable")[512])
                 row[n_bid] = row[threshold_block]
         else:
-            near, more_above = _NEAR_ROWS[kind]
-            row = _near_blocks_row(rng, n_bid, near, more_above)
+            row = _near_blocks_row(rng, n_bid, *_NEAR_ROWS[kind])
             if kind == "all-needed":
                 row[n_bid] = np.float32(1e9)  # the 3-cell tail on top: 3 + 510 * 4 + 2 * 4 = 2051
         rows.append(row)

@@ -288,6 +288,45 @@ def select_split(
 # ---- block_topk_cluster_kernel: 8 CTAs a query, the select ends once the digits decide it ----
 
 
+def _tracked_key(keys: np.ndarray, weights: np.ndarray, cta: np.ndarray, at: np.ndarray,
+                 budget: int) -> tuple[int, int, np.ndarray, np.ndarray] | None:
+    """Pass 2's round in the cluster kernel: thr's full key from each CTA's cells at the digits found
+    (``at``) and their least and greatest key there, or None (pass 3 follows). A CTA's keys there are
+    known when they are one key, or two blocks (2R cells); when every CTA's are, thr is the key whose
+    cells, after those of the greater keys, reach the budget. Otherwise, with whole blocks only and
+    the budget within one, thr is the greatest key (its first block takes the whole budget). Returns
+    (thr, the cells there above thr, and per CTA the cells at thr and above thr there in the CTAs
+    before it)."""
+    entries: list[tuple[int, int, int]] = []  # (CTA, key, cells)
+    known, greatest, holders = True, 0, {}  # holders: the first CTA holding each CTA's greatest key
+    for r in range(CLUSTER_CTAS):
+        mine = at & (cta == r) & (weights > 0)
+        cells = int(weights[mine].sum())
+        if cells == 0:
+            continue
+        lo, hi = int(keys[mine].min()), int(keys[mine].max())
+        greatest = max(greatest, hi)
+        holders.setdefault(hi, r)
+        if lo == hi:
+            entries.append((r, lo, cells))
+        elif cells == 2 * BLOCK_CELLS:
+            entries += [(r, lo, BLOCK_CELLS), (r, hi, BLOCK_CELLS)]
+        else:
+            known = False
+    ctas = np.arange(CLUSTER_CTAS)
+    if known:
+        for _, key, _ in entries:
+            greater = sum(c for _, k, c in entries if k > key)
+            if greater < budget <= greater + sum(c for _, k, c in entries if k == key):
+                at_before = np.array([sum(c for e, k, c in entries if k == key and e < r) for r in ctas])
+                above_before = np.array([sum(c for e, k, c in entries if k > key and e < r) for r in ctas])
+                return key, greater, at_before, above_before
+    total = int(weights[at].sum())
+    if total % BLOCK_CELLS == 0 and budget <= BLOCK_CELLS:
+        return greatest, 0, np.where(ctas > holders[greatest], BLOCK_CELLS, 0), np.zeros(CLUSTER_CTAS, np.int64)
+    return None
+
+
 def cluster_passes(scores_row: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, int]:
     """The cluster kernel for one query: its ids and the radix passes it ran (0: none, n_kv <= width).
 
@@ -298,12 +337,9 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray) -> tuple[np.ndarray
     The select ends after the pass where the digits found decide it: the keys that pass counted (from
     pass 1 on, those with cells) are all one key, which becomes thr; or the cells at the digits found
     are exactly the cells still needed, or are one block's. Keys then compare under the mask of the
-    digits found. Pass 2 also knows the least and greatest key at the digits found and which CTAs
-    hold them, and ends the select with thr's full key when those keys are one key; or are whole
-    blocks (no tail) and the budget fits in one: thr is the greatest, and a CTA after one holding it
-    counts R cells at thr before it (at least the budget); or are exactly two blocks: thr is the
-    lesser, the greater joins above. Inside a CTA, cells are placed in block order from its cells
-    before.
+    digits found. Pass 2's round may also end it with thr's full key from each CTA's least and
+    greatest key at the digits found (``_tracked_key``). Inside a CTA, cells are placed in block
+    order from its cells before.
     """
     n_kv, n_bid, width = _query(step)
     if n_kv <= width:
@@ -336,25 +372,12 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray) -> tuple[np.ndarray
         if decided:
             break
         if p == TRACKED_PASS:
-            at = counted & (weights > 0) & (_digits(keys, p) == d)
-            least, greatest, cells = int(keys[at].min()), int(keys[at].max()), int(hist[d])
-            ctas = np.arange(CLUSTER_CTAS)
-            # per CTA: whether a CTA before it holds that key at the digits found
-            least_before = ctas > cta[at & (keys == least)].min()
-            greatest_before = ctas > cta[at & (keys == greatest)].min()
-            exact = None
-            if least == greatest:
-                exact = least
-            elif cells % BLOCK_CELLS == 0 and width - above <= BLOCK_CELLS:
-                exact = greatest
-                at_before = np.where(greatest_before, BLOCK_CELLS, 0)
-            elif cells == 2 * BLOCK_CELLS:
-                exact = least
-                above += BLOCK_CELLS
-                at_before = np.where(least_before, BLOCK_CELLS, 0)
-                above_before += np.where(greatest_before, BLOCK_CELLS, 0)
+            exact = _tracked_key(keys, weights, cta, counted & (_digits(keys, p) == d), width - above)
             if exact is not None:
-                thr, mask = exact, (1 << _KEY_BITS) - 1
+                thr, mask = exact[0], (1 << _KEY_BITS) - 1
+                above += exact[1]
+                at_before = exact[2]
+                above_before += exact[3]
                 break
 
     masked = keys & np.uint32(mask)
