@@ -357,25 +357,27 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
                 const unsigned new_above = above + __shfl_sync(TOPK_FULL_MASK, cells, at) - at_cells;
                 if (new_above + at_cells != width && at_cells > QSA_BLOCK_CELLS && sel[kMin] != sel[kMax]) {
                     const int r = lane % QSA_CLUSTER_CTAS;
-                    unsigned held = 0, lo = ~0u, hi = 0u;  // CTA r's cells there, least and greatest key (~0, 0: none)
+                    // CTA r's cells there and their least and greatest key (~0 and 0 when it holds none)
+                    unsigned held = 0, least = ~0u, greatest = 0u;
                     if (lane < QSA_CLUSTER_CTAS) {
                         held = cluster_load(own, r, d);
-                        lo = cluster_load(digit_least, r, d);
-                        hi = cluster_load(digit_greatest, r, d);
+                        least = cluster_load(digit_least, r, d);
+                        greatest = cluster_load(digit_greatest, r, d);
                     }
                     held = __shfl_sync(TOPK_FULL_MASK, held, r);
-                    lo = __shfl_sync(TOPK_FULL_MASK, lo, r);
-                    hi = __shfl_sync(TOPK_FULL_MASK, hi, r);
+                    least = __shfl_sync(TOPK_FULL_MASK, least, r);
+                    greatest = __shfl_sync(TOPK_FULL_MASK, greatest, r);
                     // CTA r's keys there as entries (key, cells), lane r its first and lane 8 + r its
                     // second: one key (its cells), or two blocks of R cells (2R cells hold no tail);
                     // any other mix leaves them unknown.
-                    const bool one_key = held != 0 && lo == hi, two_blocks = held == 2 * QSA_BLOCK_CELLS && lo != hi;
+                    const bool one_key = held != 0 && least == greatest;
+                    const bool two_blocks = held == 2 * QSA_BLOCK_CELLS && least != greatest;
                     const bool known = __all_sync(TOPK_FULL_MASK, held == 0 || one_key || two_blocks);
                     unsigned key = 0, count = 0;
                     if (lane < QSA_CLUSTER_CTAS && one_key) {
-                        key = lo, count = held;
+                        key = least, count = held;
                     } else if (lane < 2 * QSA_CLUSTER_CTAS && two_blocks) {
-                        key = lane < QSA_CLUSTER_CTAS ? lo : hi, count = QSA_BLOCK_CELLS;
+                        key = lane < QSA_CLUSTER_CTAS ? least : greatest, count = QSA_BLOCK_CELLS;
                     }
                     const unsigned budget = width - new_above;
                     unsigned exact = ~0u, gain = 0, at_before = 0, above_before = 0;
@@ -398,8 +400,8 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
                     } else if (at_cells % QSA_BLOCK_CELLS == 0 && budget <= QSA_BLOCK_CELLS) {
                         // whole blocks, the budget within one: the first block of the greatest key takes it
                         // all, and a CTA after one holding that key has at least the budget at thr before it
-                        exact = __reduce_max_sync(TOPK_FULL_MASK, hi);
-                        const bool holds = r < rank && held != 0 && hi == exact;
+                        exact = __reduce_max_sync(TOPK_FULL_MASK, greatest);
+                        const bool holds = r < rank && held != 0 && greatest == exact;
                         at_before = __any_sync(TOPK_FULL_MASK, holds) ? QSA_BLOCK_CELLS : 0u;
                     }
                     __syncwarp();  // after the writes of the thread at d, in this warp
