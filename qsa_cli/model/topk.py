@@ -298,19 +298,21 @@ def _tracked_key(keys: np.ndarray, weights: np.ndarray, cta: np.ndarray, at: np.
     (thr, the cells there above thr, and per CTA the cells at thr and above thr there in the CTAs
     before it)."""
     entries: list[tuple[int, int, int]] = []  # (CTA, key, cells)
-    known, greatest, holders = True, 0, {}  # holders: the first CTA holding each CTA's greatest key
+    known, total = True, 0
+    greatest, holder = -1, 0  # the greatest key there, and the first CTA holding it
     for r in range(CLUSTER_CTAS):
         mine = at & (cta == r) & (weights > 0)
         cells = int(weights[mine].sum())
         if cells == 0:
             continue
-        lo, hi = int(keys[mine].min()), int(keys[mine].max())
-        greatest = max(greatest, hi)
-        holders.setdefault(hi, r)
-        if lo == hi:
-            entries.append((r, lo, cells))
+        least, most = int(keys[mine].min()), int(keys[mine].max())
+        total += cells
+        if most > greatest:
+            greatest, holder = most, r
+        if least == most:
+            entries.append((r, least, cells))
         elif cells == 2 * BLOCK_CELLS:
-            entries += [(r, lo, BLOCK_CELLS), (r, hi, BLOCK_CELLS)]
+            entries += [(r, least, BLOCK_CELLS), (r, most, BLOCK_CELLS)]
         else:
             known = False
     ctas = np.arange(CLUSTER_CTAS)
@@ -321,9 +323,8 @@ def _tracked_key(keys: np.ndarray, weights: np.ndarray, cta: np.ndarray, at: np.
                 at_before = np.array([sum(c for e, k, c in entries if k == key and e < r) for r in ctas])
                 above_before = np.array([sum(c for e, k, c in entries if k > key and e < r) for r in ctas])
                 return key, greater, at_before, above_before
-    total = int(weights[at].sum())
     if total % BLOCK_CELLS == 0 and budget <= BLOCK_CELLS:
-        return greatest, 0, np.where(ctas > holders[greatest], BLOCK_CELLS, 0), np.zeros(CLUSTER_CTAS, np.int64)
+        return greatest, 0, np.where(ctas > holder, BLOCK_CELLS, 0), np.zeros(CLUSTER_CTAS, np.int64)
     return None
 
 
@@ -372,12 +373,12 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray) -> tuple[np.ndarray
         if decided:
             break
         if p == TRACKED_PASS:
-            exact = _tracked_key(keys, weights, cta, counted & (_digits(keys, p) == d), width - above)
-            if exact is not None:
-                thr, mask = exact[0], (1 << _KEY_BITS) - 1
-                above += exact[1]
-                at_before = exact[2]
-                above_before += exact[3]
+            tracked = _tracked_key(keys, weights, cta, counted & (_digits(keys, p) == d), width - above)
+            if tracked is not None:
+                thr, gain, at_before, above_before_gain = tracked
+                mask = (1 << _KEY_BITS) - 1
+                above += gain
+                above_before += above_before_gain
                 break
 
     masked = keys & np.uint32(mask)
