@@ -1,18 +1,23 @@
 """Programmatic dependent launches (qsa_cli/launch/driver.py) and when the split uses them: no device needed.
 
 The ctypes structures must match cuda.h's CUlaunchAttribute / CUlaunchConfig byte for byte, or the
-driver would read a wrong grid, stream or attribute.
+driver would read a wrong grid, stream or attribute; a launch must own its arrays and pack exactly
+the parameters its kernel declares.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
+import re
+import weakref
 
 import numpy as np
 import pytest
 
+from qsa_cli import kernels
 from qsa_cli.dispatch import ENV_PDL, PDL_MIN_CC, programmatic_launches
-from qsa_cli.launch import driver
+from qsa_cli.launch import driver, topk
 
 
 def test_launch_structures_match_cuda_h() -> None:
@@ -58,3 +63,87 @@ def test_programmatic_launches_on_sm90_and_newer_unless_switched_off(cc: int) ->
     assert programmatic_launches(cc, {}) == (cc >= PDL_MIN_CC)
     assert programmatic_launches(cc, {ENV_PDL: "1"}) == (cc >= PDL_MIN_CC)
     assert programmatic_launches(cc, {ENV_PDL: "0"}) is False
+
+
+# ---- the launch owns its arguments, and packs them as the kernels declare them ----------------------
+
+class _FakeKernel:
+    """What ProgrammaticLaunch reads of a CuPy RawKernel: its CUfunction and its name."""
+
+    def __init__(self, name: str) -> None:
+        self.kernel = _DevicePointer(0x1000)
+        self.name = name
+
+
+def test_a_launch_keeps_its_arrays_alive() -> None:
+    # the split's counts were only in launches 5 and 6: held by address alone, the array was freed when
+    # the launcher returned, and the count kernel wrote into whatever took its memory next
+    arrays = [_FakeArray(0x7F0000000000 + 256 * i) for i in range(3)]
+    alive = [weakref.ref(a) for a in arrays]
+    launch = driver.ProgrammaticLaunch(_FakeKernel("k"), (1,), (32,), (*arrays, np.int32(3)))
+    del arrays
+    gc.collect()
+    assert all(ref() is not None for ref in alive)
+    del launch
+    gc.collect()
+    assert all(ref() is None for ref in alive)
+
+
+def test_packed_layout_aligns_each_argument_to_its_size() -> None:
+    params = [driver.kernel_param(v) for v in (_FakeArray(8), np.int32(1), np.int32(2), _FakeArray(16), np.int32(3),
+                                                 np.uint64(4))]
+    assert driver.packed_layout(params) == [(0, 8), (8, 4), (12, 4), (16, 8), (24, 4), (32, 8)]
+
+
+def test_a_layout_other_than_the_kernels_is_refused() -> None:
+    packed = [(0, 8), (8, 4), (16, 8)]
+    driver.check_layout("k", packed, None)  # the driver cannot tell: nothing to compare
+    driver.check_layout("k", packed, list(packed))
+    with pytest.raises(driver.LaunchError, match="3 arguments packed for a kernel of 2 parameters"):
+        driver.check_layout("k", packed, packed[:2])
+    with pytest.raises(driver.LaunchError, match="argument 1 packed at offset 8, 4 bytes; the kernel's parameter is at 8, 8 bytes"):
+        driver.check_layout("k", packed, [(0, 8), (8, 8), (16, 8)])
+
+
+_SIZES = {"int": 4, "unsigned": 4, "float": 4, "topk_counts": 8, "long long": 8, "unsigned long long": 8}
+
+
+def declared_layout(source: str, kernel: str) -> list[tuple[int, int]]:
+    """(offset, size) of each parameter of ``__global__ ... kernel(...)`` as the source declares it."""
+    text = re.sub(r"/\*.*?\*/|//[^\n]*", "", kernels.source_text(source), flags=re.S)
+    name = kernel.split("<")[0]
+    m = re.search(rf"__global__[^;{{]*?\b{name}\s*\(([^)]*)\)\s*\{{", text)
+    assert m, f"{source} declares no kernel {name}"
+    sizes = []
+    for param in m.group(1).split(","):
+        words = param.replace("__restrict__", "").replace("const", "").split()
+        if "*" in param:
+            sizes.append(8)
+        else:
+            base = " ".join(words[:-1]) if len(words) > 1 else words[0]
+            sizes.append(_SIZES[base])
+    layout, offset = [], 0
+    for size in sizes:
+        offset = -(-offset // size) * size
+        layout.append((offset, size))
+        offset += size
+    return layout
+
+
+def test_every_split_launch_packs_its_kernels_parameters() -> None:
+    common = (_FakeArray(256), _FakeArray(512), _FakeArray(768), np.int32(8), np.int32(131074), np.int32(0))
+    scratch = topk.SplitScratch(_FakeArray(1024), _FakeArray(2048), _FakeArray(4096))
+    args = topk.split_kernel_args(common, scratch)
+    names = topk.KERNEL_NAMES["split"]
+    assert len(args) == len(names) == 6
+    for name, a in zip(names, args):
+        packed = driver.packed_layout([driver.kernel_param(v) for v in a])
+        assert packed == declared_layout(topk.SOURCE, name), name
+
+
+def test_the_declared_layout_reader_sees_a_wrong_type() -> None:
+    # the check above can fail: a uint64 where the kernel takes an int shifts every later parameter
+    a = (_FakeArray(256), _FakeArray(512), _FakeArray(768), np.uint64(8), np.int32(131074), np.int32(0),
+         _FakeArray(1024), _FakeArray(4096))
+    packed = driver.packed_layout([driver.kernel_param(v) for v in a])
+    assert packed != declared_layout(topk.SOURCE, topk.KERNEL_NAMES["split"][0])

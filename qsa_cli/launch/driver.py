@@ -6,6 +6,13 @@ may start once every CTA of the launch before it in the stream has called ``qsa_
 exited), and its kernel calls ``qsa_wait_prior_grid`` (kernels/qsa_common.cuh) before it touches what
 that launch writes or reads. The launch overheads of a chain of short kernels then overlap.
 Captured into a CUDA graph, such a launch becomes a programmatic edge of the graph.
+
+A driver launch takes its arguments as untyped bytes at addresses, so two things are checked here that
+CuPy's own launches check for us: a launch owns the arrays it passes (the driver sees only their
+addresses: an array freed after the launch was built would be written after its memory went to another
+allocation), and, where the driver can say (``cuFuncGetParamInfo``, CUDA 12.4), the packed arguments
+have exactly the count, offsets and sizes of the compiled kernel's parameters. NVIDIA's ``cuda.bindings``
+would take the same (value, type) pairs and check neither, so ctypes it stays: no extra dependency.
 """
 
 from __future__ import annotations
@@ -17,12 +24,13 @@ from typing import Any
 import numpy as np
 
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda.h)
+_CUDA_ERROR_INVALID_VALUE = 1  # cuFuncGetParamInfo past the last parameter
 _CTYPES = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.uint32): ctypes.c_uint32,
            np.dtype(np.int64): ctypes.c_int64, np.dtype(np.uint64): ctypes.c_uint64}
 
 
 class LaunchError(RuntimeError):
-    """The driver refused a launch; the message carries its error name."""
+    """The driver refused a launch, or its arguments do not match the kernel's parameters."""
 
 
 class _Attribute(ctypes.Structure):  # CUlaunchAttribute: an enum, padding to 8 bytes, a 64-byte union
@@ -47,7 +55,17 @@ def _driver() -> Any:
     lib.cuLaunchKernelEx.restype = ctypes.c_int
     lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     lib.cuGetErrorName.restype = ctypes.c_int
+    if hasattr(lib, "cuFuncGetParamInfo"):
+        lib.cuFuncGetParamInfo.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
+                                           ctypes.POINTER(ctypes.c_size_t)]
+        lib.cuFuncGetParamInfo.restype = ctypes.c_int
     return lib
+
+
+def _error_name(lib: Any, status: int) -> str:
+    name = ctypes.c_char_p()
+    lib.cuGetErrorName(status, ctypes.byref(name))
+    return (name.value or b"error %d" % status).decode()
 
 
 def kernel_param(value: Any) -> ctypes._SimpleCData:
@@ -60,12 +78,61 @@ def kernel_param(value: Any) -> ctypes._SimpleCData:
     return ctype(int(value))
 
 
+def packed_layout(params: list[ctypes._SimpleCData]) -> list[tuple[int, int]]:
+    """(offset, size) of each argument in the kernel's parameter buffer: each at its own alignment,
+    which is its size for every type ``kernel_param`` makes (as the CUDA ABI lays out parameters)."""
+    layout, offset = [], 0
+    for p in params:
+        size = ctypes.sizeof(p)
+        offset = -(-offset // size) * size
+        layout.append((offset, size))
+        offset += size
+    return layout
+
+
+def kernel_layout(function: int) -> list[tuple[int, int]] | None:
+    """(offset, size) of each parameter of the compiled kernel, from the driver; None where it cannot
+    tell (no driver here, or one older than CUDA 12.4)."""
+    try:
+        lib = _driver()
+    except OSError:
+        return None
+    if not hasattr(lib, "cuFuncGetParamInfo"):
+        return None
+    layout: list[tuple[int, int]] = []
+    offset, size = ctypes.c_size_t(), ctypes.c_size_t()
+    while True:
+        status = lib.cuFuncGetParamInfo(ctypes.c_void_p(function), len(layout), ctypes.byref(offset), ctypes.byref(size))
+        if status == _CUDA_ERROR_INVALID_VALUE:
+            return layout
+        if status != 0:
+            raise LaunchError(f"cuFuncGetParamInfo failed: {_error_name(lib, status)}")
+        layout.append((offset.value, size.value))
+
+
+def check_layout(name: str, packed: list[tuple[int, int]], declared: list[tuple[int, int]] | None) -> None:
+    """LaunchError naming the first argument whose place or size differs from the kernel's parameter."""
+    if declared is None or packed == declared:
+        return
+    if len(packed) != len(declared):
+        raise LaunchError(f"{name}: {len(packed)} arguments packed for a kernel of {len(declared)} parameters")
+    i = next(i for i, (p, d) in enumerate(zip(packed, declared)) if p != d)
+    raise LaunchError(f"{name}: argument {i} packed at offset {packed[i][0]}, {packed[i][1]} bytes; "
+                      f"the kernel's parameter is at {declared[i][0]}, {declared[i][1]} bytes")
+
+
 class ProgrammaticLaunch:
-    """One kernel launch with programmatic stream serialization, on the stream current at each call."""
+    """One kernel launch with programmatic stream serialization, on the stream current at each call.
+
+    It holds ``args`` (the arrays among them stay allocated while the launch exists) and, before it is
+    first used, checks them against the kernel's parameters."""
 
     def __init__(self, kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]) -> None:
-        self._function = ctypes.c_void_p(int(kernel.kernel.ptr))  # CuPy RawKernel -> its CUfunction
+        self.args = args  # owned: the driver only ever sees the arrays' addresses
+        function = int(kernel.kernel.ptr)  # CuPy RawKernel -> its CUfunction
+        self._function = ctypes.c_void_p(function)
         self._params = [kernel_param(a) for a in args]  # kept alive: the driver reads them at each launch
+        check_layout(getattr(kernel, "name", "kernel"), packed_layout(self._params), kernel_layout(function))
         self._pointers = (ctypes.c_void_p * len(args))(*(ctypes.addressof(p) for p in self._params))
         self._attribute = _Attribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
         dims = lambda d: (ctypes.c_uint * 3)(*(tuple(d) + (1, 1, 1))[:3])
@@ -79,6 +146,4 @@ class ProgrammaticLaunch:
         lib = _driver()
         status = lib.cuLaunchKernelEx(ctypes.byref(self._config), self._function, self._pointers, None)
         if status != 0:
-            name = ctypes.c_char_p()
-            lib.cuGetErrorName(status, ctypes.byref(name))
-            raise LaunchError(f"cuLaunchKernelEx failed: {(name.value or b'error %d' % status).decode()}")
+            raise LaunchError(f"cuLaunchKernelEx failed: {_error_name(lib, status)}")
