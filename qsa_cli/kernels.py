@@ -23,8 +23,16 @@ from .files import atomic_write
 # Fixed NVRTC options: no fast math, no contraction of separate multiplies and adds; the kernels
 # use explicit round-to-nearest intrinsics where the spec fixes the arithmetic.
 COMPILE_OPTIONS: tuple[str, ...] = ("-std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true")
+# QSA_LINEINFO=1 adds source line information (no change to the machine code), so that compute-sanitizer
+# and ncu name the source line of a report; ``qsa sanitize`` sets it in its children.
+ENV_LINEINFO = "QSA_LINEINFO"
+LINEINFO_OPTION = "-lineinfo"
 
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$', re.MULTILINE)
+
+def compile_options() -> tuple[str, ...]:
+    return COMPILE_OPTIONS + ((LINEINFO_OPTION,) if os.environ.get(ENV_LINEINFO) == "1" else ())
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.MULTILINE)  # one line, its newline kept
 
 
 class KernelError(RuntimeError):
@@ -47,7 +55,11 @@ def source_files() -> list[Path]:
 
 @functools.cache
 def source_text(name: str) -> str:
-    """The source ``kernels/<name>`` with its local includes inlined (each header once)."""
+    """The source ``kernels/<name>`` with its local includes inlined (each header once).
+
+    ``#line`` directives around each inlined header keep every line's file and number, so compiler
+    errors and the line information of sanitizer and profiler reports name the file as written.
+    """
     d = kernel_dir()
     seen: set[str] = set()
 
@@ -56,7 +68,15 @@ def source_text(name: str) -> str:
         if not path.is_file():
             raise KernelError(f"kernel source {path} not found")
         seen.add(file)
-        return _INCLUDE.sub(lambda m: "" if m.group(1) in seen else expand(m.group(1)), path.read_text())
+        text = path.read_text()
+
+        def inline(m: re.Match[str]) -> str:
+            if m.group(1) in seen:
+                return ""
+            resume = text.count("\n", 0, m.start()) + 2  # the line after the include
+            return f'{expand(m.group(1))}\n#line {resume} "{file}"'
+
+        return f'#line 1 "{file}"\n' + _INCLUDE.sub(inline, text)
 
     return expand(name)
 
@@ -140,11 +160,12 @@ def _compile(source: str, names: tuple[str, ...], arch: str) -> tuple[bytes, dic
     from cupy.cuda import compiler
 
     text = source_text(source)
-    key = hashlib.sha256("\0".join([text, *COMPILE_OPTIONS, *names, arch, cupy.__version__]).encode()).hexdigest()
+    options = compile_options()
+    key = hashlib.sha256("\0".join([text, *options, *names, arch, cupy.__version__]).encode()).hexdigest()
     binary_path, names_path = cache_dir() / f"{key}.bin", cache_dir() / f"{key}.json"
     if binary_path.is_file() and names_path.is_file():
         return binary_path.read_bytes(), json.loads(names_path.read_text())
-    binary, lowered = compiler.compile_using_nvrtc(text, COMPILE_OPTIONS, name_expressions=list(names),
+    binary, lowered = compiler.compile_using_nvrtc(text, options, name_expressions=list(names),
                                                   filename=source)
     binary = binary if isinstance(binary, bytes) else binary.encode()
     lowered = dict(lowered or {})
