@@ -98,7 +98,8 @@ def _rows_equal(p: ParityCheck) -> str:
 
 def _identical(checks: list[ParityCheck]) -> str:
     """The worst of a case's checks, e.g. "7/8" when one query's ids differ."""
-    worst = min(checks, key=lambda p: (p.equal, p.rows_equal or 0), default=None)
+    # an integrity check (no rows) only where it failed and no row count says more
+    worst = min(checks, key=lambda p: (p.equal, p.rows_equal if p.rows is not None else float("inf")), default=None)
     return _rows_equal(worst) if worst else MISSING
 
 

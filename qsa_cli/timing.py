@@ -63,11 +63,13 @@ class DeviceTimer:
         if self.l2 == "cold":
             self.read_launcher(self._flush_buf)()
 
-    def measure(self, launch: Launch, iters: int, before_each: Launch | None = None) -> list[float]:
+    def measure(self, launch: Launch, iters: int, before_each: Launch | None = None,
+                before_last: Launch | None = None) -> list[float]:
         """``iters`` samples in microseconds, after ``warmup`` untimed runs.
 
-        ``before_each`` runs before every sample outside the timed region (e.g. to re-poison an
-        output or reset state); the L2 flush of cold mode comes after it, just before the sample.
+        ``before_each`` runs before every sample outside the timed region (e.g. to reset state);
+        ``before_last`` before the last one only (e.g. to re-poison the output, so that what it holds
+        afterwards is the last timed call's). The L2 flush of cold mode comes after them.
         """
         cupy = self._cupy
         stream = cupy.cuda.get_current_stream()
@@ -81,9 +83,11 @@ class DeviceTimer:
             count = min(_BATCH, iters - first)
             events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(count)]
             self._hold((1,), (1,), (cupy.int64(count * _HOLD_NS_PER_SAMPLE),))
-            for start, end in events:
+            for i, (start, end) in enumerate(events):
                 if before_each:
                     before_each()
+                if before_last and first + i == iters - 1:
+                    before_last()
                 self.flush_l2()
                 start.record(stream)
                 launch()
@@ -93,12 +97,15 @@ class DeviceTimer:
         return samples
 
 
-def measure_host(run: Callable[[], object], iters: int, warmup: int = 1) -> list[float]:
+def measure_host(run: Callable[[], object], iters: int, warmup: int = 1,
+                 before_last: Callable[[], object] | None = None) -> list[float]:
     """Wall-clock samples in microseconds of a host function (the CPU backend's models)."""
     for _ in range(warmup):
         run()
     samples = []
-    for _ in range(iters):
+    for i in range(iters):
+        if before_last and i == iters - 1:
+            before_last()
         t0 = time.perf_counter()
         run()
         samples.append((time.perf_counter() - t0) * 1e6)

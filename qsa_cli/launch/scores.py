@@ -57,7 +57,7 @@ def _resident_grid(kernel: Any, threads: int) -> int:
     return sms * max(1, int(per_sm))
 
 
-def scorer_launcher(variant: str, dev: DeviceScorerInputs, out: Any) -> Callable[[], None]:
+def scorer_launcher(variant: str, dev: ScorerInputs, out: Any) -> Callable[[], None]:
     """A closure launching ``variant`` on ``dev`` into ``out`` (float32 [nq, max_blocks], poisoned by the caller).
 
     Blocks 0..n_bid of each query's row are written, no others. "halve" runs 5-8 queries as two

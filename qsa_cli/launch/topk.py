@@ -28,6 +28,7 @@ from ..geometry import (
     TOPK_WIDE_THREADS,
     GeometryError,
 )
+from ..integrity import Allocator, PlainAllocator
 from ..kernels import Module, load
 from .driver import ProgrammaticLaunch
 
@@ -94,13 +95,15 @@ def _check(scores: Any, steps: Any, ids: Any, active_blocks: int) -> tuple[int, 
     return nq, mb
 
 
-def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blocks: int = 0) -> Callable[[], None]:
+def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blocks: int = 0,
+                  scratch: Allocator | None = None) -> Callable[[], None]:
     """A callable launching ``variant`` on ``scores`` (float32 [nq, max_blocks]) and ``steps`` (int32 [nq, 4])
     into ``ids`` (int32 [nq, SELECT_CAP], poisoned by the caller): each query's entries 0..width-1.
 
     ``active_blocks`` is a prompt call's largest n_bid + 1 (0 for a decode call, whose grid is sized by
-    max_blocks); only the split's grid depends on it. The step records are the caller's to validate
-    (``geometry.validate_steps``): reading them here would need a host sync.
+    max_blocks); only the split's grid depends on it. ``scratch`` allocates the split's scratch (the
+    stages give guarded buffers; default: plain CuPy arrays). The step records are the caller's to
+    validate (``geometry.validate_steps``): reading them here would need a host sync.
     """
     if variant == CLUSTER:
         from .topk_cluster import cluster_launcher
@@ -118,26 +121,44 @@ def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blo
 
     import cupy
 
+    if scratch is None:
+        scratch = PlainAllocator(cupy)
     chunks = split_chunks(mb, active_blocks)
-    hist = cupy.zeros((nq, RADIX_PASSES, RADIX_BINS), dtype=cupy.uint32)  # the queries' global histograms
-    counts = cupy.zeros((nq, chunks), dtype=cupy.uint64)  # per chunk: cells above thr << 32 | cells at thr
-    # per query and pass p: the key's digits 0..p and the cells above them, passed from launch to launch
-    # (slot 3 is thr, above); each slot is written in the call before it is read, so it needs no clearing
-    select = cupy.zeros((nq, RADIX_PASSES, 2), dtype=cupy.uint32)
+    buffers = split_scratch(scratch, nq, chunks)
+    (first, first_args), *rest = zip(kernels, split_kernel_args(common, buffers))
     grid = (chunks, nq)
-    *passes, count, emit = kernels
-    (first, first_args), *rest = (
-        *((k, (*common, hist, select)) for k in passes),
-        (count, (*common, hist, counts, select)),
-        (emit, (*common, hist, counts, select)),
-    )
     # The first launch waits for whatever the stream ran before (the scores' writer, the previous
     # call's emit, which zeroes the histograms) as usual; the others may overlap the launch before them.
     programmatic = programmatic_launches(int(cupy.cuda.Device().compute_capability), os.environ)
     later = ProgrammaticLaunch if programmatic else functools.partial
     return TopkLaunch(
         (functools.partial(first, grid, block, first_args), *(later(k, grid, block, a) for k, a in rest)),
-        accumulators=(hist,),
+        accumulators=(buffers.hist,),
         programmatic=programmatic,
     )
+
+
+@dataclass(frozen=True)
+class SplitScratch:
+    """The split's scratch for one call of ``nq`` queries (all zero before the first call)."""
+
+    hist: Any  # uint32 [nq, RADIX_PASSES, RADIX_BINS]: the queries' global histograms; the emit re-zeroes them
+    counts: Any  # uint64 [nq, chunks]: per chunk, cells above thr << 32 | cells at thr
+    # uint32 [nq, RADIX_PASSES, 2]: per pass p, the key's digits 0..p and the cells above them, passed from
+    # launch to launch (slot 3 is thr, above); each slot is written in the call before it is read
+    select: Any
+
+
+def split_scratch(scratch: Allocator, nq: int, chunks: int) -> SplitScratch:
+    return SplitScratch(scratch.zeros("split scratch 'hist'", (nq, RADIX_PASSES, RADIX_BINS), np.uint32),
+                        scratch.zeros("split scratch 'counts'", (nq, chunks), np.uint64),
+                        scratch.zeros("split scratch 'select'", (nq, RADIX_PASSES, 2), np.uint32))
+
+
+def split_kernel_args(common: tuple[Any, ...], s: SplitScratch) -> list[tuple[Any, ...]]:
+    """The arguments of the split's six launches, in KERNEL_NAMES["split"]'s order (four passes, the
+    count, the emit), as their kernels declare them."""
+    return [*((*common, s.hist, s.select) for _ in range(RADIX_PASSES)),
+            (*common, s.hist, s.counts, s.select),
+            (*common, s.hist, s.counts, s.select)]
 

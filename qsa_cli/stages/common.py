@@ -9,8 +9,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..geometry import STEP_NKV
+from ..integrity import GuardedBuffers, changed, fingerprint
 from ..results import Measurement, ParityCheck
 from ..timing import DeviceTimer, Launch, measure_host
+
+GUARD_ZONES = "guard zones"  # the integrity checks' "against": what a variant's run must leave as it was
+INPUTS = "inputs"
+LAST_CALL = "last timed call"
 
 
 def call_case(steps: np.ndarray, capacity: int, kind: str, l2: str, **extra: Any) -> dict[str, Any]:
@@ -69,16 +74,16 @@ class Measurer:
         run: Launch | Callable[[], object],
         *,
         bytes_read: int | None = None,
-        before_each: Launch | None = None,
+        before_last: Launch | None = None,
     ) -> Measurement | None:
         if self.iters == 0:
             return None
         before = self._read_clocks()
         if self.timer is not None:
-            samples = self.timer.measure(run, self.iters, before_each=before_each)
+            samples = self.timer.measure(run, self.iters, before_last=before_last)
             warmup = self.timer.warmup
         else:
-            samples = measure_host(run, self.iters, self.host_warmup)
+            samples = measure_host(run, self.iters, self.host_warmup, before_last=before_last)
             warmup = self.host_warmup
         after = self._read_clocks()
         readings = [r for r in (before, after) if r is not None]
@@ -119,3 +124,47 @@ def bitwise_check(
         rows_equal=int(rows_equal),
         rows=int(a.shape[0]),
     )
+
+
+def array_module(on_gpu: bool) -> Any:
+    """CuPy for the GPU backend, NumPy for the CPU backend's models."""
+    if on_gpu:
+        import cupy
+
+        return cupy
+    return np
+
+
+def to_host(a: Any) -> np.ndarray:
+    """A host copy of an array of either backend."""
+    return a.get() if hasattr(a, "get") else np.array(a)
+
+
+class Integrity:
+    """The integrity checks of one stage's run (qsa_cli/integrity.py): the stage's buffers, its inputs
+    (each placed array with the host array it was copied from), and the rows each variant's run gets.
+    Whatever a variant breaks is restored after its check, so the next one is judged on its own."""
+
+    def __init__(self, buffers: GuardedBuffers, inputs: dict[str, tuple[Any, np.ndarray]]) -> None:
+        self.buffers = buffers
+        self.inputs = inputs
+        self.given = fingerprint({name: host for name, (_, host) in inputs.items()})
+
+    def checks(self, stage: str, case: dict[str, Any], variant: str, first: np.ndarray, last: np.ndarray | None,
+               describe_difference: Callable[[np.ndarray, np.ndarray], str]) -> list[ParityCheck]:
+        """After ``variant``'s runs: its guard zones intact, its inputs unchanged and (when it was timed)
+        its last timed call's output equal to its first."""
+        breaches = self.buffers.breaches()
+        moved = changed(self.given, fingerprint({name: placed for name, (placed, _) in self.inputs.items()}))
+        for name in moved:
+            placed, host = self.inputs[name]
+            placed[...] = self.buffers.xp.asarray(host)
+        rows = [
+            ParityCheck(stage, dict(case), variant, GUARD_ZONES, not breaches, "; ".join(breaches)),
+            ParityCheck(stage, dict(case), variant, INPUTS, not moved,
+                        f"{', '.join(moved)} changed by the run" if moved else ""),
+        ]
+        if last is not None:
+            outputs = {f"{variant} ({LAST_CALL})": last, variant: first}
+            rows.append(bitwise_check(stage, case, f"{variant} ({LAST_CALL})", variant, outputs, describe_difference))
+        return rows

@@ -7,19 +7,19 @@ and multi, the recursive-halving order for halve), so the same command runs and 
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..inputs import ScorerInputs, score_poison
+from ..integrity import GuardedBuffers
 from ..model.scores import first_difference, score_blocks, scores_hash
-from .common import Measurer, StageOutcome, bitwise_check, call_case
+from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, call_case, to_host
 
 STAGE = "scores"
 OLD, NEW = "multi", "halve"
 CPU_MODEL = "cpu-model"
 MODEL_ORDER = {"reference": "butterfly", "multi": "butterfly", "halve": "halve"}
 READ_FLOOR = "read-floor"
+SCORER_INPUTS = ("pooled", "dead", "q", "steps")  # ScorerInputs' arrays, in its field order
 
 
 def describe_difference(steps: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
@@ -37,20 +37,40 @@ def run_scores(
     variants: tuple[str, ...] = (OLD, NEW),
     check_model: bool = True,
 ) -> StageOutcome:
-    """Run ``variants`` on ``inputs``, time each, and check them bit for bit against each other and the model."""
+    """Run ``variants`` on ``inputs``, time each, and check them bit for bit against each other and the model.
+
+    The inputs and the scores sit between guard zones; each variant's integrity is checked after its
+    runs (stages/common.py, Integrity)."""
     case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2)
     out = StageOutcome()
     key_bytes = inputs.key_bytes()
-    if measurer.timer is None:
-        for v in variants:
-            run = lambda v=v: score_blocks(inputs, MODEL_ORDER[v])  # noqa: E731
-            out.outputs[v] = run()
-            out.add(measurer.measure(STAGE, v, case, run, bytes_read=key_bytes))
-    else:
-        _run_gpu(inputs, measurer, variants, case, key_bytes, out)
+    on_gpu = measurer.timer is not None
+    xp = array_module(on_gpu)
+    buffers = GuardedBuffers(xp)
+    placed = ScorerInputs(*(buffers.asarray(name, getattr(inputs, name)) for name in SCORER_INPUTS))
+    scores = buffers.empty("scores", (inputs.nq, inputs.max_blocks), np.float32)
+    poison = xp.asarray(score_poison(scores.shape))
+    repoison = lambda: xp.copyto(scores, poison)  # noqa: E731
+    integrity = Integrity(buffers, {name: (getattr(placed, name), getattr(inputs, name)) for name in SCORER_INPUTS})
+    diff = lambda a, b: describe_difference(inputs.steps, a, b)  # noqa: E731
+    for v in variants:
+        if on_gpu:
+            from ..launch.scores import scorer_launcher
+
+            launch = scorer_launcher(v, placed, scores)
+        else:
+            launch = lambda v=v: np.copyto(scores, score_blocks(placed, MODEL_ORDER[v]))  # noqa: E731
+        repoison()
+        launch()
+        out.outputs[v] = to_host(scores)
+        timed = measurer.measure(STAGE, v, case, launch, bytes_read=key_bytes, before_last=repoison)
+        out.add(timed)
+        out.parity += integrity.checks(STAGE, case, v, out.outputs[v], to_host(scores) if timed else None, diff)
+    if on_gpu:
+        floor = measurer.timer.read_launcher(placed.pooled, key_bytes)
+        out.add(measurer.measure(STAGE, READ_FLOOR, case, floor, bytes_read=key_bytes))
 
     hashes = {v: scores_hash(out.outputs[v], inputs.steps) for v in variants}
-    diff = lambda a, b: describe_difference(inputs.steps, a, b)  # noqa: E731
     if OLD in variants and NEW in variants:
         out.parity.append(bitwise_check(STAGE, case, NEW, OLD, out.outputs, diff, hashes))
     if check_model:
@@ -60,30 +80,3 @@ def run_scores(
             h = {v: hashes[v], CPU_MODEL: model_hash}
             out.parity.append(bitwise_check(STAGE, case, v, CPU_MODEL, out.outputs, diff, h))
     return out
-
-
-def _run_gpu(
-    inputs: ScorerInputs,
-    measurer: Measurer,
-    variants: tuple[str, ...],
-    case: dict[str, Any],
-    key_bytes: int,
-    out: StageOutcome,
-) -> None:
-    import cupy
-
-    from ..launch.scores import DeviceScorerInputs, scorer_launcher
-
-    assert measurer.timer is not None
-    dev = DeviceScorerInputs.from_host(inputs)
-    poison = cupy.asarray(score_poison((inputs.nq, inputs.max_blocks)))
-    scores = cupy.empty_like(poison)
-    repoison = lambda: cupy.copyto(scores, poison)  # noqa: E731
-    for v in variants:
-        launch = scorer_launcher(v, dev, scores)
-        repoison()
-        launch()
-        out.outputs[v] = cupy.asnumpy(scores)
-        out.add(measurer.measure(STAGE, v, case, launch, bytes_read=key_bytes))
-    floor = measurer.timer.read_launcher(dev.pooled, key_bytes)
-    out.add(measurer.measure(STAGE, READ_FLOOR, case, floor, bytes_read=key_bytes))

@@ -14,8 +14,9 @@ import numpy as np
 
 from ..geometry import BLOCK_CELLS, SELECT_CAP, STEP_WIDTH, blocks_read
 from ..inputs import TopkInputs, id_poison
+from ..integrity import GuardedBuffers
 from ..model.topk import first_difference, topk_ids
-from .common import Measurer, StageOutcome, bitwise_check, call_case
+from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, call_case, to_host
 
 STAGE = "topk"
 OLD, NEW, REFERENCE = "wide", "split", "reference"
@@ -39,19 +40,39 @@ def run_topk(
     check_model: bool = True,
     argpartition: bool = False,
 ) -> StageOutcome:
-    """Run ``variants`` on ``inputs`` (a decode call when ``active_blocks`` is 0, else a prompt call)."""
+    """Run ``variants`` on ``inputs`` (a decode call when ``active_blocks`` is 0, else a prompt call).
+
+    The inputs, the ids and every scratch array sit between guard zones; each variant's integrity is
+    checked after its runs (stages/common.py, Integrity)."""
     case = call_case(inputs.steps, inputs.capacity, "prompt" if active_blocks else "decode", measurer.l2,
                      score_set=inputs.score_set)
     out = StageOutcome()
-    if measurer.timer is None:
-        for v in variants:
-            run = lambda v=v: topk_ids(inputs, v, active_blocks)  # noqa: E731
-            out.outputs[v] = run()
-            out.add(measurer.measure(STAGE, v, case, run))
-    else:
-        _run_gpu(inputs, measurer, variants, active_blocks, case, out, argpartition)
-
+    on_gpu = measurer.timer is not None
+    xp = array_module(on_gpu)
+    buffers = GuardedBuffers(xp)
+    placed = TopkInputs(buffers.asarray("scores", inputs.scores), buffers.asarray("steps", inputs.steps),
+                        inputs.score_set)
+    ids = buffers.empty("ids", (inputs.nq, SELECT_CAP), np.int32)
+    poison = xp.asarray(id_poison(ids.shape))
+    repoison = lambda: xp.copyto(ids, poison)  # noqa: E731
+    integrity = Integrity(buffers, {"scores": (placed.scores, inputs.scores), "steps": (placed.steps, inputs.steps)})
     diff = lambda a, b: describe_difference(inputs.steps, a, b)  # noqa: E731
+    for v in variants:
+        if on_gpu:
+            from ..launch.topk import topk_launcher
+
+            launch = topk_launcher(v, placed.scores, placed.steps, ids, active_blocks=active_blocks, scratch=buffers)
+        else:
+            launch = lambda v=v: np.copyto(ids, topk_ids(placed, v, active_blocks))  # noqa: E731
+        repoison()
+        launch()
+        out.outputs[v] = to_host(ids)
+        timed = measurer.measure(STAGE, v, case, launch, before_last=repoison)
+        out.add(timed)
+        out.parity += integrity.checks(STAGE, case, v, out.outputs[v], to_host(ids) if timed else None, diff)
+    if argpartition and on_gpu:
+        out.add(measurer.measure(STAGE, ARGPARTITION, case, _argpartition_launcher(placed.scores, inputs)))
+
     against = [REFERENCE] if REFERENCE in variants else []
     if check_model:
         out.outputs[CPU_ORACLE] = topk_ids(inputs, "oracle")
@@ -63,33 +84,6 @@ def run_topk(
     if OLD in variants and NEW in variants:
         out.parity.append(bitwise_check(STAGE, case, NEW, OLD, out.outputs, diff))
     return out
-
-
-def _run_gpu(
-    inputs: TopkInputs,
-    measurer: Measurer,
-    variants: tuple[str, ...],
-    active_blocks: int,
-    case: dict[str, Any],
-    out: StageOutcome,
-    argpartition: bool,
-) -> None:
-    import cupy
-
-    from ..launch.topk import topk_launcher
-
-    scores = cupy.asarray(inputs.scores)
-    steps = cupy.asarray(inputs.steps)
-    poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
-    ids = cupy.empty_like(poison)
-    for v in variants:
-        launch = topk_launcher(v, scores, steps, ids, active_blocks=active_blocks)
-        cupy.copyto(ids, poison)
-        launch()
-        out.outputs[v] = cupy.asnumpy(ids)
-        out.add(measurer.measure(STAGE, v, case, launch))
-    if argpartition:
-        out.add(measurer.measure(STAGE, ARGPARTITION, case, _argpartition_launcher(scores, inputs)))
 
 
 def _argpartition_launcher(scores: Any, inputs: TopkInputs) -> Any:
@@ -116,11 +110,12 @@ def graph_replay_check(inputs: TopkInputs, replays: int, variant: str = NEW) -> 
     expected = topk_ids(inputs, "oracle")
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
-        scores = cupy.asarray(inputs.scores)
-        steps = cupy.asarray(inputs.steps)
+        buffers = GuardedBuffers(cupy)
+        scores = buffers.asarray("scores", inputs.scores)
+        steps = buffers.asarray("steps", inputs.steps)
         poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
-        ids = cupy.empty_like(poison)
-        launch = topk_launcher(variant, scores, steps, ids)
+        ids = buffers.empty("ids", poison.shape, np.int32)
+        launch = topk_launcher(variant, scores, steps, ids, scratch=buffers)
         launch()  # module loading and first-use work stay out of the capture
         stream.begin_capture()
         launch()
@@ -131,4 +126,7 @@ def graph_replay_check(inputs: TopkInputs, replays: int, variant: str = NEW) -> 
             got = cupy.asnumpy(ids, stream=stream)
             if got.tobytes() != expected.tobytes():
                 return False, f"replay {replay}: " + describe_difference(inputs.steps, got, expected)
+            breaches = buffers.breaches()
+            if breaches:
+                return False, f"replay {replay}: {'; '.join(breaches)}"
     return True, ""

@@ -1,17 +1,22 @@
 """The whole decode window's selection, as the engine replays it: scores then top-k in one CUDA graph.
 
 Each pair (old scorer + old top-k, new + new, new scorer + cluster top-k on sm_90+) is captured once
-and its replays are timed; after all of them the ids are poisoned and one more replay must give the
-CPU oracle's ids on the CPU model's scores, so a kernel whose scratch a replay leaves dirty cannot pass.
+and its replays are timed. A replay from poisoned outputs must give the CPU oracle's ids on the CPU
+model's scores, and the last timed replay (its outputs poisoned before it) the same ids, so a kernel
+whose scratch a replay leaves dirty cannot pass.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..geometry import SELECT_CAP
 from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
+from ..integrity import GuardedBuffers
 from ..model.scores import score_blocks
 from ..model.topk import topk_ids
-from .common import Measurer, StageOutcome, bitwise_check, call_case
+from .common import Integrity, Measurer, StageOutcome, bitwise_check, call_case
+from .scores import SCORER_INPUTS
 from .topk import describe_difference
 
 STAGE = "window"
@@ -24,26 +29,37 @@ def pair_name(scorer: str, topk: str) -> str:
 
 
 def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[tuple[str, str], ...]) -> StageOutcome:
-    """Capture each pair as one graph on a non-blocking stream, time its replays, check its ids."""
+    """Capture each pair as one graph on a non-blocking stream, time its replays, check its ids.
+
+    The inputs, the scores, the ids and the split's scratch sit between guard zones; each pair's
+    integrity is checked after its replays (stages/common.py, Integrity)."""
     import cupy
 
-    from ..launch.scores import DeviceScorerInputs, scorer_launcher
+    from ..launch.scores import scorer_launcher
     from ..launch.topk import topk_launcher
 
     case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2)
     out = StageOutcome()
     expected = topk_ids(TopkInputs(score_blocks(inputs, "butterfly"), inputs.steps), "oracle")
     out.outputs[CPU_ORACLE] = expected
+    diff = lambda a, b: describe_difference(inputs.steps, a, b)  # noqa: E731
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
-        dev = DeviceScorerInputs.from_host(inputs)
-        scores = cupy.asarray(score_poison((inputs.nq, inputs.max_blocks)))
-        id_poison_dev = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
+        buffers = GuardedBuffers(cupy)
+        placed = ScorerInputs(*(buffers.asarray(name, getattr(inputs, name)) for name in SCORER_INPUTS))
+        scores = buffers.empty("scores", (inputs.nq, inputs.max_blocks), np.float32)
+        ids = buffers.empty("ids", (inputs.nq, SELECT_CAP), np.int32)
+        poisons = ((scores, cupy.asarray(score_poison(scores.shape))), (ids, cupy.asarray(id_poison(ids.shape))))
+        integrity = Integrity(buffers, {name: (getattr(placed, name), getattr(inputs, name)) for name in SCORER_INPUTS})
+
+        def repoison() -> None:
+            for array, poison in poisons:
+                cupy.copyto(array, poison)
+
         for scorer, topk in pairs:
             name = pair_name(scorer, topk)
-            ids = id_poison_dev.copy()
-            score = scorer_launcher(scorer, dev, scores)
-            select = topk_launcher(topk, scores, dev.steps, ids, active_blocks=0)
+            score = scorer_launcher(scorer, placed, scores)
+            select = topk_launcher(topk, scores, placed.steps, ids, active_blocks=0, scratch=buffers)
             score()
             select()  # first use (module load, attributes) stays out of the capture
             stream.begin_capture()
@@ -51,10 +67,12 @@ def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[tuple[str,
             select()
             graph = stream.end_capture()
             replay = lambda graph=graph: graph.launch(stream)  # noqa: E731
-            out.add(measurer.measure(STAGE, name, case, replay, bytes_read=inputs.key_bytes()))
-            cupy.copyto(ids, id_poison_dev)
+            repoison()
             replay()
             out.outputs[name] = cupy.asnumpy(ids, stream=stream)
-            diff = lambda a, b: describe_difference(inputs.steps, a, b)  # noqa: E731
+            timed = measurer.measure(STAGE, name, case, replay, bytes_read=inputs.key_bytes(), before_last=repoison)
+            out.add(timed)
+            last = cupy.asnumpy(ids, stream=stream) if timed else None
+            out.parity += integrity.checks(STAGE, case, name, out.outputs[name], last, diff)
             out.parity.append(bitwise_check(STAGE, case, name, CPU_ORACLE, out.outputs, diff))
     return out

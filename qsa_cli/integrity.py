@@ -1,0 +1,111 @@
+"""The integrity of a stage's run, checked in every run on both backends: a kernel must not write outside
+its buffers, must not change its inputs, and must give the same output on every call.
+
+- Every input, output and scratch array of a stage is carved out of a larger allocation, between two
+  guard zones filled with a pattern (``GuardedBuffers``); after each variant the zones must still
+  hold it. (compute-sanitizer's memcheck sees writes past an allocation; a guard zone sees a write
+  that lands in a neighbouring tensor of the same pool, which memcheck cannot.)
+- Every input is hashed before the stage and after each variant (``fingerprint``).
+- The output of a variant's last timed call is compared with its first (the parity) output.
+A violation is a parity failure of the variant, naming the buffer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Protocol
+
+import numpy as np
+
+GUARD_BYTES = 4096  # each side; a multiple of 256, so a carved array keeps its allocation's alignment
+_ALIGN = 256
+GUARD_PATTERN = np.frombuffer(bytes.fromhex("9e3779b97f4a7c15"), dtype=np.uint8)  # no poison, no small number
+
+
+class Allocator(Protocol):
+    """Where a launcher takes its scratch from: ``zeros(name, shape, dtype)``."""
+
+    def zeros(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any: ...
+
+
+class PlainAllocator:
+    """Each array its own allocation (``qsa sanitize``: memcheck then sees every array's bounds)."""
+
+    def __init__(self, xp: Any) -> None:
+        self.xp = xp
+
+    def zeros(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        return self.xp.zeros(shape, dtype=dtype)
+
+
+class GuardedBuffers:
+    """Arrays of one array module (numpy or cupy), each between two guard zones of GUARD_BYTES."""
+
+    def __init__(self, xp: Any) -> None:
+        self.xp = xp
+        self._buffers: list[tuple[str, Any, int]] = []  # name, the whole allocation, the array's bytes
+
+    def empty(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        total = 2 * GUARD_BYTES + -(-max(nbytes, 1) // _ALIGN) * _ALIGN
+        raw = self.xp.empty(total, dtype=self.xp.uint8)
+        self._buffers.append((name, raw, nbytes))
+        self._arm(raw, nbytes)
+        return raw[GUARD_BYTES:GUARD_BYTES + nbytes].view(dtype).reshape(shape)
+
+    def zeros(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        array = self.empty(name, shape, dtype)
+        array.fill(0)
+        return array
+
+    def asarray(self, name: str, host: np.ndarray) -> Any:
+        """A guarded copy of ``host`` (C-contiguous)."""
+        array = self.empty(name, host.shape, host.dtype)
+        array[...] = self.xp.asarray(np.ascontiguousarray(host))
+        return array
+
+    def _zones(self, raw: Any, nbytes: int) -> tuple[Any, Any]:
+        return raw[:GUARD_BYTES], raw[GUARD_BYTES + nbytes:]
+
+    def _pattern(self, n: int, start: int) -> Any:
+        """The pattern's bytes ``start..start+n`` of the whole allocation (the pattern runs through it)."""
+        reps = -(-(start % GUARD_PATTERN.size + n) // GUARD_PATTERN.size)
+        tiled = np.tile(GUARD_PATTERN, reps)[start % GUARD_PATTERN.size:][:n]
+        return self.xp.asarray(tiled)
+
+    def _arm(self, raw: Any, nbytes: int) -> None:
+        before, after = self._zones(raw, nbytes)
+        before[...] = self._pattern(before.size, 0)
+        after[...] = self._pattern(after.size, GUARD_BYTES + nbytes)
+
+    def breaches(self) -> list[str]:
+        """Every guard zone written since the last check (the first byte written, named), re-armed so the
+        next variant is judged on its own."""
+        found = []
+        for name, raw, nbytes in self._buffers:
+            before, after = self._zones(raw, nbytes)
+            hits = []
+            for where, zone, start in (("before", before, 0), ("after", after, GUARD_BYTES + nbytes)):
+                written = self.xp.flatnonzero(zone != self._pattern(zone.size, start))
+                if written.size:
+                    nearest = GUARD_BYTES - int(written[-1]) if where == "before" else int(written[0]) + 1
+                    hits.append(f"{name}: {int(written.size)} guard byte(s) {where} it written, "
+                                f"the nearest {nearest} byte(s) {where} it")
+            if hits:
+                self._arm(raw, nbytes)
+            found += hits
+        return found
+
+
+def fingerprint(arrays: dict[str, Any]) -> dict[str, str]:
+    """sha256 of each array's bytes (a device array is copied to the host first)."""
+    out = {}
+    for name, a in arrays.items():
+        host = a.get() if hasattr(a, "get") else np.asarray(a)
+        out[name] = hashlib.sha256(np.ascontiguousarray(host).tobytes()).hexdigest()
+    return out
+
+
+def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    return [name for name in before if after.get(name) != before[name]]

@@ -1,0 +1,129 @@
+"""Integrity checks in every run (qsa_cli/integrity.py, stages/common.py), on the CPU backend: a variant
+that writes into a guard zone, changes an input, or gives another output on a later call fails, and
+the failure names the variant and the buffer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qsa_cli.cli import main
+from qsa_cli.integrity import GUARD_BYTES, GuardedBuffers, fingerprint
+from qsa_cli.stages import scores as scores_stage
+from qsa_cli.stages import topk as topk_stage
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+def test_guard_zones_see_a_write_on_either_side_and_rearm(rng: np.random.Generator) -> None:
+    buffers = GuardedBuffers(np)
+    ids = buffers.empty("ids", (3, 5), np.int32)
+    ids[...] = rng.integers(-5, 5, ids.shape)
+    assert buffers.breaches() == []
+    raw = ids.base
+    assert raw.dtype == np.uint8 and raw.size >= 2 * GUARD_BYTES + ids.nbytes
+    raw[GUARD_BYTES + ids.nbytes] ^= 0xFF  # the byte just past the array
+    raw[GUARD_BYTES - 3] ^= 0xFF  # three bytes before it
+    found = buffers.breaches()
+    assert found == ["ids: 1 guard byte(s) before it written, the nearest 3 byte(s) before it",
+                     "ids: 1 guard byte(s) after it written, the nearest 1 byte(s) after it"]
+    assert buffers.breaches() == []  # re-armed: the next variant is judged on its own
+
+
+def test_guarded_arrays_keep_alignment_and_contents(rng: np.random.Generator) -> None:
+    buffers = GuardedBuffers(np)
+    host = rng.standard_normal((7, 129)).astype(np.float32)
+    copy = buffers.asarray("scores", host)
+    assert copy.tobytes() == host.tobytes() and copy.flags.c_contiguous
+    zeros = buffers.zeros("counts", (3, 17), np.uint64)
+    assert not zeros.any() and zeros.dtype == np.uint64
+    assert (copy.ctypes.data - copy.base.ctypes.data) % 256 == 0
+
+
+def test_fingerprint_changes_with_one_bit(rng: np.random.Generator) -> None:
+    a = rng.standard_normal(100).astype(np.float32)
+    before = fingerprint({"a": a})
+    a.view(np.uint32)[17] ^= 1
+    assert fingerprint({"a": a}) != before
+
+
+def _wrap_model(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, variant: str,
+                harm: Any) -> None:
+    """Make ``module.name`` (a CPU model) misbehave for ``variant`` only: ``harm(inputs, result, calls)``."""
+    real = getattr(module, name)
+    calls = {"n": 0}
+
+    def model(inputs: Any, which: str, *rest: Any) -> np.ndarray:
+        result = real(inputs, which, *rest)
+        if which == variant:
+            calls["n"] += 1
+            result = harm(inputs, result, calls["n"])
+        return result
+
+    monkeypatch.setattr(module, name, model)
+
+
+def _overwrite_an_input(inputs: Any, result: np.ndarray, call: int) -> np.ndarray:
+    inputs.scores[0, 5] += np.float32(1)  # the guarded copy the model reads
+    return result
+
+
+def _write_past_the_scores(inputs: Any, result: np.ndarray, call: int) -> np.ndarray:
+    raw = inputs.scores.base
+    raw[GUARD_BYTES + inputs.scores.nbytes + 8] ^= 0x5A
+    return result
+
+
+def _differ_on_a_later_call(inputs: Any, result: np.ndarray, call: int) -> np.ndarray:
+    if call > 1:
+        result = result.copy()
+        result[0, 0] ^= 1
+    return result
+
+
+@pytest.mark.parametrize(("harm", "message"), [
+    (_overwrite_an_input, "split vs inputs: scores changed by the run"),
+    (_write_past_the_scores, "split vs guard zones: scores: 1 guard byte(s) after it written"),
+    (_differ_on_a_later_call, "split (last timed call) vs split: query 0 position 0"),
+])
+def test_topk_parity_fails_a_variant_that_breaks_integrity(capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch, harm: Any,
+                                                           message: str) -> None:
+    _wrap_model(monkeypatch, topk_stage, "topk_ids", "split", harm)
+    code, out, err = run(capsys, "topk-parity", "9001", "2", "3", "20000", "0", "--backend", "cpu")
+    assert code == 1, err
+    assert message in " ".join(out.split()), out
+
+
+def test_select_bench_fails_a_scorer_that_changes_its_keys(capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    def touch_keys(inputs: Any, result: np.ndarray, call: int) -> np.ndarray:
+        inputs.pooled[3, 3] = np.float32(7)
+        return result
+
+    _wrap_model(monkeypatch, scores_stage, "score_blocks", "halve", touch_keys)
+    code, out, err = run(capsys, "select-bench", "9001", "2", "2", "20000", "--backend", "cpu")
+    assert code == 1, err
+    assert "halve vs inputs: pooled changed by the run" in " ".join(out.split()), out
+
+
+def test_a_sound_run_passes_every_integrity_check(capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    import json
+
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "topk-parity", "9001", "2", "2", "20000", "0", "--backend", "cpu", "--json", str(js))
+    assert code == 0, err
+    rows = json.loads(js.read_text())["parity"]
+    for against in ("guard zones", "inputs"):
+        judged = {p["subject"] for p in rows if p["against"] == against}
+        assert judged == {"reference", "wide", "split", "cluster"}, against
+    assert {p["subject"] for p in rows if p["subject"].endswith("(last timed call)")} == {
+        f"{v} (last timed call)" for v in ("reference", "wide", "split", "cluster")}
+    assert all(p["equal"] for p in rows)
