@@ -198,6 +198,15 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         return i0;
     };
 
+    // Whether chunk c held a key at the digits found when the last counting pass counted it (warp-uniform).
+    // Every lane reads the word, then the warp syncs: lane 0 writes it again when the chunk is counted
+    // (add_chunk, count_chunk), and no lane may read the new value in place of the old.
+    auto chunk_tied = [&](int c) {
+        const bool tied = chunk_at[c] != 0;
+        __syncwarp();
+        return tied;
+    };
+
     // thr holds the digits found so far (mask: their bits). The select ends early once they decide it:
     // when the keys a pass counted are all one key (thr is that key); when the cells at the digits
     // found are exactly the cells still needed (every key matching thr under mask is selected); or
@@ -265,7 +274,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
                 for (int c = warp; c < n_chunks; c += kWarps) {
                     // Pass 3 skips the chunks where pass 2 found no key at the digits found (warp-uniform):
                     // none is at thr's first three digits, and pass 2's counts of them stand.
-                    if (pass == QSA_RADIX_PASSES - 1 && !chunk_at[c]) continue;
+                    if (pass == QSA_RADIX_PASSES - 1 && !chunk_tied(c)) continue;
                     if (c + 1 < n_chunks) add_chunk(c, true, true);
                     else add_chunk(c, false, true);
                 }
@@ -448,7 +457,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         }
     };
     for (int c = warp; c < n_chunks; c += kWarps) {
-        if (chunks_counted && !chunk_at[c]) continue;  // warp-uniform
+        if (chunks_counted && !chunk_tied(c)) continue;
         if (c + 1 < n_chunks) count_chunk(c, true);
         else count_chunk(c, false);
     }
