@@ -208,7 +208,7 @@ def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int,
 
 @cli.command("topk-parity", context_settings=POSITIONAL_NEGATIVES)
 @click.argument("args", nargs=-1, metavar="[CTX Q ITERS CAP [COUNT]]")
-@click.option("--selftest", is_flag=True, help="Run spec section 6's case matrix (parity only).")
+@click.option("--selftest", is_flag=True, help="Run docs/spec.md section 6's case matrix (parity only).")
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False),
               help="Replay the scores of an .npz file (scores, steps), NaN and infinities included.")
 @click.option("--iters", "iters_opt", type=int, default=DEFAULT_ITERS, show_default=True, help="ITERS with --inputs.")
