@@ -40,8 +40,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .geometry import GeometryError
     from .inputs import InputError
     from .kernels import KernelError
+    from .sanitize import SanitizerError
 
-    return (GeometryError, InputError, ConfigError, NoDeviceError, ClockLockError, GateError, KernelError, ValueError)
+    return (GeometryError, InputError, ConfigError, NoDeviceError, ClockLockError, GateError, KernelError,
+            SanitizerError, ValueError)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -434,6 +436,61 @@ def plot_cmd(path: str, out_path: str) -> int:
     plot_record(load_record(path), out_path)
     click.echo(out_path)
     return 0
+
+
+@cli.command("sanitize")
+@click.option("--tools", default="memcheck,racecheck,synccheck,initcheck", show_default=True,
+              help="compute-sanitizer tools, comma-separated.")
+@click.option("--variants", "variants_opt", metavar="V,V,...",
+              help="Only these variants (default: every variant this device runs).")
+@click.option("--quick", is_flag=True, help="One small decode call of each variant (what qsa selftest runs).")
+@click.option("--known", "known_path", type=click.Path(dir_okay=False),
+              help="A YAML list of known hazards (variant, tool, match, reason): listed, not failed.")
+@click.option("--jobs", type=click.IntRange(1, 64), default=4, show_default=True, help="Children at a time.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs.")
+@click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
+              help="Write the run's record (every row) to this file.")
+def sanitize_cmd(tools: str, variants_opt: str | None, quick: bool, known_path: str | None, jobs: int, seed: int,
+                 device_id: int, json_path: str | None) -> int:
+    """compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over one call of every variant on every
+    case kind, each (variant, tool) in its own child process with CuPy's memory pool off."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from . import report
+    from .runs import Settings, sanitize_run, sanitize_variants, session
+    from .sanitize import TOOLS, find_sanitizer, load_known
+
+    chosen_tools = tuple(dict.fromkeys(t.strip() for t in tools.split(",")))
+    unknown = [t for t in chosen_tools if t not in TOOLS]
+    if unknown or not chosen_tools:
+        raise UsageProblem(f"--tools: unknown tool {unknown[0] if unknown else tools!r} (expected {', '.join(TOOLS)})")
+    chosen = tuple(dict.fromkeys(v.strip() for v in variants_opt.split(","))) if variants_opt else None
+    known = load_known(known_path) if known_path else []
+    sanitizer = find_sanitizer()
+    with session(Settings(seed=seed, device_id=device_id), "sanitize", sys.argv[1:]) as s:
+        if chosen is not None:
+            runs = {v for names in sanitize_variants(s).values() for v in names}
+            missing = [v for v in chosen if v not in runs]
+            if missing:
+                raise UsageProblem(f"--variants: {missing[0]!r} is not a variant this device runs "
+                                   f"({', '.join(sorted(runs))})")
+        with Progress(transient=True) as bar:
+            task = bar.add_task("compute-sanitizer", total=None)
+            sanitize_run(s, chosen_tools, chosen, known, sanitizer, quick, jobs,
+                         lambda done, total, msg: bar.update(task, completed=done, total=total, description=msg))
+        record = s.record
+    console = Console()
+    console.print(report.sanitizer_table(record))
+    if json_path:
+        record.write(json_path)
+    failed = [r for r in record.sanitizer if not r.passed]
+    explained = sum(r.explained for r in record.sanitizer)
+    note = f", {explained} known hazard(s) explained" if explained else ""
+    console.print(f"[green]PASS[/green] (0 unexplained errors{note})" if not failed
+                  else f"[red]FAIL[/red] ({len(failed)} of {len(record.sanitizer)} runs with unexplained errors)")
+    return EXIT_PARITY if failed else 0
 
 
 @cli.command("info")

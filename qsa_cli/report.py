@@ -23,7 +23,7 @@ THROTTLED_MARK = "*"
 THROTTLED_NOTE = f"{THROTTLED_MARK} throttled: a thermal, power or hardware slowdown was reported around these samples"
 MISSING = "–"
 LABEL_COLUMNS = {"context", "kind", "score set", "verdict", "stage", "case", "subject", "against", "result", "detail",
-                 "threshold", "what", "value here", "kernel", "scorer", "top-k", "why"}
+                 "threshold", "what", "value here", "kernel", "scorer", "top-k", "why", "variant", "tool", "first report"}
 
 Index = dict[tuple[str, str], Measurement]
 
@@ -225,6 +225,15 @@ def parity_table(record: RunRecord) -> Table:
     return table
 
 
+def sanitizer_table(record: RunRecord) -> Table:
+    """``qsa sanitize``: every (variant, case, tool) with its reports, the explained ones, and the first."""
+    table = _table("compute-sanitizer", ["variant", "case", "tool", "errors", "explained", "result", "first report"])
+    for r in record.sanitizer:
+        result = "[green]clean[/green]" if r.errors == 0 else ("[yellow]explained[/yellow]" if r.passed else "[red]FAIL[/red]")
+        table.add_row(r.variant, case_label(r.case), r.tool, str(r.errors), str(r.explained), result, r.first_report)
+    return table
+
+
 STAGE_TABLES = {scores_stage.STAGE: scores_table, topk_stage.STAGE: topk_table, window_stage.STAGE: window_table}
 
 
@@ -232,7 +241,8 @@ def tables(record: RunRecord) -> list[Table]:
     """Every table a record has rows for: one per stage it ran, then its thresholds."""
     stages = {row.stage for row in [*record.measurements, *record.parity]}
     out = [render(record) for stage, render in STAGE_TABLES.items() if stage in stages]
-    return out + ([thresholds_table(record)] if record.thresholds else [])
+    return (out + ([thresholds_table(record)] if record.thresholds else [])
+            + ([sanitizer_table(record)] if record.sanitizer else []))
 
 
 # ---- qsa info -----------------------------------------------------------------------------------------------

@@ -104,6 +104,24 @@ class ThresholdCheck(CaseKeyed):
 
 
 @dataclass
+class SanitizerRun(CaseKeyed):
+    """One case of one variant under one compute-sanitizer tool (``qsa sanitize``)."""
+
+    stage: str
+    case: dict[str, Any]
+    variant: str
+    tool: str  # memcheck, racecheck, synccheck, initcheck
+    errors: int  # errors or hazards reported (a failed child counts one)
+    explained: int  # of them, those a known-hazards file explains
+    first_report: str = ""
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.errors == self.explained
+
+
+@dataclass
 class RunRecord:
     command: str
     argv: list[str]
@@ -113,6 +131,7 @@ class RunRecord:
     measurements: list[Measurement] = field(default_factory=list)
     parity: list[ParityCheck] = field(default_factory=list)
     thresholds: list[ThresholdCheck] = field(default_factory=list)
+    sanitizer: list[SanitizerRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     tool_version: str = __version__
@@ -122,7 +141,8 @@ class RunRecord:
 
     @property
     def passed(self) -> bool:
-        return all(p.equal for p in self.parity) and all(t.passed for t in self.thresholds)
+        return (all(p.equal for p in self.parity) and all(t.passed for t in self.thresholds)
+                and all(r.passed for r in self.sanitizer))
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **asdict(self)}
@@ -135,6 +155,7 @@ class RunRecord:
         data["measurements"] = [Measurement(**m) for m in data.get("measurements", [])]
         data["parity"] = [ParityCheck(**p) for p in data.get("parity", [])]
         data["thresholds"] = [ThresholdCheck(**t) for t in data.get("thresholds", [])]
+        data["sanitizer"] = [SanitizerRun(**r) for r in data.get("sanitizer", [])]
         return cls(**data)
 
     def write(self, path: str | os.PathLike[str]) -> None:
@@ -198,5 +219,6 @@ def merge_records(records: list[RunRecord]) -> RunRecord:
         merged.measurements += r.measurements
         merged.parity += r.parity
         merged.thresholds += r.thresholds
+        merged.sanitizer += r.sanitizer
     merged.created = max(r.created for r in records)
     return merged

@@ -304,9 +304,28 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str]) -> tuple[Ru
         d = dispatch_for(g, "decode", DISPATCH_CALL.max_blocks)
         rows.append(_timed(f"dispatch here (sm_{g.compute_capability}): {d.scores} + {d.topk}",
                            lambda: _dispatched_check(g, settings.seed, d)))
+        rows.append(_sanitizer_check(g))
         g.record.parity = record.parity + g.record.parity
         record = g.record
     return record, rows
+
+
+SELFTEST_SANITIZERS = ("memcheck", "racecheck")  # the fast subset: one small call of every variant
+
+
+def _sanitizer_check(s: Session) -> SelftestRow:
+    from .sanitize import SanitizerError, find_sanitizer
+
+    name = f"compute-sanitizer ({', '.join(SELFTEST_SANITIZERS)}), every variant"
+    try:
+        sanitizer = find_sanitizer()
+    except SanitizerError as missing:
+        return SelftestRow(name, 0, None, 0.0, f"skipped: {missing}")
+    t0 = time.perf_counter()
+    sanitize_run(s, SELFTEST_SANITIZERS, None, [], sanitizer, quick=True)
+    failed = [r for r in s.record.sanitizer if not r.passed]
+    detail = f"{failed[0].variant} {failed[0].tool}: {failed[0].first_report}" if failed else ""
+    return SelftestRow(name, len(s.record.sanitizer), not failed, time.perf_counter() - t0, detail)
 
 
 def _dispatched_check(s: Session, seed: int, d: Any) -> tuple[int, list[str]]:
@@ -370,6 +389,32 @@ def check_thresholds(record: RunRecord, thresholds: Any) -> None:
             value = m.median_us / floor
             record.thresholds.append(ThresholdCheck(m.stage, m.case, "max_floor_ratio", value,
                                                     limits.max_floor_ratio, value <= limits.max_floor_ratio))
+
+
+# ---- qsa sanitize ----------------------------------------------------------------------------------------
+
+
+def sanitize_variants(s: Session) -> dict[str, tuple[str, ...]]:
+    """Stage -> every variant this device runs (the cluster top-k on sm_90 and newer)."""
+    from .launch.scores import SCORER_VARIANTS
+    from .launch.topk import available_variants
+
+    return {"scores": SCORER_VARIANTS, "topk": available_variants(s.compute_capability or 0)}
+
+
+def sanitize_run(s: Session, tools: tuple[str, ...], chosen: tuple[str, ...] | None, known: list[Any],
+                 sanitizer: Any, quick: bool = False, jobs: int = 4,
+                 progress: Callable[[int, int, str], None] = lambda done, total, msg: None) -> None:
+    """compute-sanitizer over every case of the chosen variants (all this device runs by default) into
+    the session's record."""
+    from .sanitize import matrix, sanitize
+
+    variants = sanitize_variants(s)
+    if chosen is not None:
+        variants = {stage: tuple(v for v in names if v in chosen) for stage, names in variants.items()}
+    cases = matrix(variants, SCORE_SETS, s.settings.seed, quick=quick)
+    s.record.settings.update({"sanitizer": str(sanitizer), "tools": list(tools), "quick": quick})
+    s.record.sanitizer += sanitize(cases, tools, known, sanitizer, jobs, s.settings.device_id, progress)
 
 
 # ---- the window and qsa info ----------------------------------------------------------------------------

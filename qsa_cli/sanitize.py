@@ -1,0 +1,251 @@
+"""``qsa sanitize``: compute-sanitizer's memcheck, racecheck, synccheck and initcheck over every variant.
+
+Each (variant, tool) runs in its own child process (qsa_cli/sanitize_child.py) with CuPy's memory pool
+off, over the variant's cases: decode and prompt calls, small and large contexts, every score set. The
+kernels are compiled with line information (QSA_LINEINFO=1), so a report names its source line. Every
+report is attributed to the case that ran when it was printed; a report that a known-hazards file
+explains (a pattern it must contain, and the reason) is listed but does not fail the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .geometry import MAX_QUERIES, PROMPT_QUERIES
+from .kernels import ENV_LINEINFO
+from .results import SanitizerRun
+from .sanitize_child import MARKER
+
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+ENV_CUDA_HOME = "CUDA_HOME"
+CHILD_TIMEOUT_S = 600
+# the totals ("ERROR SUMMARY: 51 errors"), not the line after them ("48 errors were not printed")
+_SUMMARY = re.compile(r"^=+ (?:ERROR SUMMARY: (\d+) errors?\s*$|RACECHECK SUMMARY: (\d+) hazards? displayed)", re.M)
+_PREFIX = re.compile(r"^=+ ?")
+_REPORT_START = re.compile(r"^(Invalid |Race reported|Warning: |Error: |Barrier error|Uninitialized |"
+                           r"Program hit |Malloc|Free |Cuda API error|Leaked )")
+
+
+class SanitizerError(ValueError):
+    """compute-sanitizer cannot be found or run, or a known-hazards file is malformed (one line)."""
+
+
+@dataclass(frozen=True)
+class SanitizeCase:
+    """One call of one variant under the sanitizers."""
+
+    stage: str  # "scores" or "topk"
+    variant: str
+    ctx: int
+    nq: int
+    capacity: int
+    kind: str = "decode"
+    score_set: str | None = None  # top-k only
+    seed: int = 0
+
+    def case(self) -> dict[str, Any]:
+        """The case as the record keys it (results.case_key)."""
+        out: dict[str, Any] = {"ctx": self.ctx, "nq": self.nq, "capacity": self.capacity, "kind": self.kind}
+        if self.score_set is not None:
+            out["score_set"] = self.score_set
+        return out
+
+
+# (context, queries, capacity, kind): a small call (a tail block, one split chunk) and a large one under
+# the engine's capacity; prompt calls with the active block count for the top-k.
+SCORER_CALLS = ((2102, 3, 16384, "decode"), (524288, MAX_QUERIES, 524288, "decode"))
+TOPK_CALLS = ((9002, 3, 16384, "decode"), (524288, MAX_QUERIES, 524288, "decode"),
+              (135176, PROMPT_QUERIES, 135176, "prompt"))
+QUICK_SCORER_CALLS = SCORER_CALLS[:1]
+QUICK_TOPK_CALLS = TOPK_CALLS[:1]
+
+
+def find_sanitizer(env: dict[str, str] | None = None) -> Path:
+    """compute-sanitizer on the PATH, else under CUDA_HOME; SanitizerError saying so when neither has it."""
+    env = dict(os.environ) if env is None else env
+    found = shutil.which("compute-sanitizer", path=env.get("PATH"))
+    if found:
+        return Path(found)
+    home = env.get(ENV_CUDA_HOME)
+    if home:
+        candidate = Path(home) / "bin" / "compute-sanitizer"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    where = f"the PATH or {ENV_CUDA_HOME}={home}/bin" if home else f"the PATH ({ENV_CUDA_HOME} is not set)"
+    raise SanitizerError(f"compute-sanitizer not found on {where}: it ships with the CUDA toolkit")
+
+
+def matrix(variants: dict[str, tuple[str, ...]], score_sets: tuple[str, ...], seed: int = 0,
+           quick: bool = False) -> list[SanitizeCase]:
+    """Every case of every variant (``variants``: stage -> names); ``quick``: one small decode call each."""
+    out = []
+    for ctx, nq, cap, kind in QUICK_SCORER_CALLS if quick else SCORER_CALLS:
+        out += [SanitizeCase("scores", v, ctx, nq, cap, kind, None, seed) for v in variants.get("scores", ())]
+    for ctx, nq, cap, kind in QUICK_TOPK_CALLS if quick else TOPK_CALLS:
+        for score_set in score_sets[:1] if quick else score_sets:
+            out += [SanitizeCase("topk", v, ctx, nq, cap, kind, score_set, seed) for v in variants.get("topk", ())]
+    return out
+
+
+@dataclass(frozen=True)
+class KnownHazard:
+    variant: str
+    tool: str
+    match: str  # a report that contains this text is explained
+    reason: str
+
+
+def load_known(path: str | os.PathLike[str]) -> list[KnownHazard]:
+    """A YAML list of {variant, tool, match, reason}: reports explained, with why they cannot change an output."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise SanitizerError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except yaml.YAMLError as exc:
+        raise SanitizerError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise SanitizerError(f"{path}: a list of known hazards expected (variant, tool, match, reason)")
+    out = []
+    for i, entry in enumerate(data):
+        keys = ("variant", "tool", "match", "reason")
+        if not isinstance(entry, dict) or set(entry) != set(keys) or not all(
+                isinstance(entry[k], str) and entry[k].strip() for k in keys):
+            raise SanitizerError(f"{path}: entry {i}: needs exactly variant, tool, match and reason, each a non-empty text")
+        if entry["tool"] not in TOOLS:
+            raise SanitizerError(f"{path}: entry {i}: tool must be one of {', '.join(TOOLS)} (got {entry['tool']!r})")
+        out.append(KnownHazard(**{k: entry[k].strip() for k in keys}))
+    return out
+
+
+def split_reports(text: str) -> list[str]:
+    """The sanitizer's reports in ``text`` (its lines of one section), each as one line."""
+    reports: list[list[str]] = []
+    for line in text.splitlines():
+        if not line.startswith("="):
+            continue
+        body = _PREFIX.sub("", line).rstrip()
+        stripped = body.strip()
+        if not stripped or stripped.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY",
+                                                "Saved host backtrace", "Host Frame", "Target application")):
+            continue
+        if _REPORT_START.match(stripped):
+            reports.append([stripped])
+        elif reports and body.startswith(" "):
+            reports[-1].append(stripped)
+    return [" ".join(r) for r in reports]
+
+
+def summary_count(text: str) -> int | None:
+    """The errors (or hazards displayed) of the sanitizer's summary line; None when it printed none."""
+    m = None
+    for m in _SUMMARY.finditer(text):
+        pass
+    if m is None:
+        return None
+    return int(m.group(1) or m.group(2))
+
+
+def attribute(output: str, cases: int) -> list[str]:
+    """The child's output cut at its case markers: the text printed while each case ran (the last case
+    also gets what followed it, the summary included)."""
+    parts = re.split(rf"^{MARKER} (\d+)\s*$", output, flags=re.M)
+    texts = [""] * cases
+    for index, text in zip(parts[1::2], parts[2::2]):
+        if int(index) < cases:
+            texts[int(index)] = text
+    return texts
+
+
+def judge(cases: list[SanitizeCase], tool: str, output: str, returncode: int, known: list[KnownHazard],
+          seconds: float) -> list[SanitizerRun]:
+    """One row per case: its reports, how many of them ``known`` explains, and the first. Reports past the
+    print limit count against the last case that ran; a child that failed with no report, printed no
+    summary, or stopped before a case counts one error there."""
+    total = summary_count(output)
+    texts = attribute(output, len(cases))
+    reports = [split_reports(t) for t in texts]
+    reached = [i for i, t in enumerate(texts) if t]
+    last = reached[-1] if reached else 0
+    errors = [len(r) for r in reports]
+    notes = ["" for _ in cases]
+    if total is not None and total > sum(errors):
+        errors[last] += total - sum(errors)
+    tail = next((line.strip() for line in reversed(output.strip().splitlines()) if line.strip()), "no output")
+    if total is None:
+        errors[last] += 1
+        notes[last] = f"the sanitizer printed no summary (exit {returncode}): {tail}"
+    elif returncode != 0 and total == 0:
+        errors[last] += 1
+        notes[last] = f"the child failed (exit {returncode}): {tail}"
+    for i in range(last + 1, len(cases)):
+        errors[i] += 1
+        notes[i] = f"did not run: the child stopped in case {last}"
+    rows = []
+    for case, found, count, note in zip(cases, reports, errors, notes):
+        explained = sum(any(k.variant == case.variant and k.tool == tool and k.match in r for k in known) for r in found)
+        rows.append(SanitizerRun(case.stage, case.case(), case.variant, tool, count, explained,
+                                 found[0] if found else note, round(seconds / len(cases), 3)))
+    return rows
+
+
+def child_command(sanitizer: Path, tool: str, cases: list[SanitizeCase]) -> list[str]:
+    payload = json.dumps([{"stage": c.stage, "variant": c.variant, "ctx": c.ctx, "nq": c.nq, "capacity": c.capacity,
+                           "kind": c.kind, "score_set": c.score_set, "seed": c.seed} for c in cases])
+    flags = ["--racecheck-report", "all"] if tool == "racecheck" else []
+    return [str(sanitizer), "--tool", tool, "--print-limit", "100", *flags,
+            sys.executable, "-m", "qsa_cli.sanitize_child", payload]
+
+
+def run_tool(command: list[str], env: dict[str, str], timeout: float = CHILD_TIMEOUT_S) -> tuple[str, int, float]:
+    """Run a child under the sanitizer: its whole output, exit status and seconds."""
+    t0 = time.perf_counter()
+    try:
+        # one stream, so that the sanitizer's reports stay in order with the child's case markers
+        done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=timeout)
+        output, code = done.stdout, done.returncode
+    except subprocess.TimeoutExpired as exc:
+        output = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        output, code = output + f"\ntimed out after {timeout:.0f} s", -1
+    return output, code, time.perf_counter() - t0
+
+
+def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownHazard], sanitizer: Path,
+             jobs: int = 2, device_id: int = 0,
+             progress: Callable[[int, int, str], None] = lambda done, total, msg: None) -> list[SanitizerRun]:
+    """Every (variant, tool) in its own child, ``jobs`` at a time; rows in (variant, tool, case) order."""
+    env = {**os.environ, ENV_LINEINFO: "1", "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", str(device_id)),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
+                                                        os.environ.get("PYTHONPATH")]))}
+    groups: dict[tuple[str, str], list[SanitizeCase]] = {}
+    for case in cases:
+        groups.setdefault((case.variant, case.stage), []).append(case)
+    work = [(tool, group) for group in groups.values() for tool in tools]
+    results: list[list[SanitizerRun]] = [[] for _ in work]
+
+    def one(i: int) -> None:
+        tool, group = work[i]
+        output, code, seconds = run_tool(child_command(sanitizer, tool, group), env)
+        results[i] = judge(group, tool, output, code, known, seconds)
+
+    done = 0
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for _ in pool.map(one, range(len(work))):
+            done += 1
+            progress(done, len(work), "compute-sanitizer")
+    return [row for rows in results for row in rows]

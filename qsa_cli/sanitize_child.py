@@ -1,0 +1,58 @@
+"""One ``qsa sanitize`` child: calls of one variant, each in its own plain allocations, under compute-sanitizer.
+
+Run as ``python -m qsa_cli.sanitize_child CASES_JSON`` by ``qsa sanitize`` (qsa_cli/sanitize.py), never
+by hand. CuPy's memory pool is off, so every array is its own allocation and memcheck sees each one's
+bounds; each case is announced on stdout (``MARKER`` and its index) before it runs and synchronised
+after, so the parent can attribute every report to its case. Each case's call runs twice: a second call
+must find the scratch the first left clean.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+MARKER = "qsa-sanitize-case"
+CALLS = 2
+
+
+def run_case(cupy: Any, case: dict[str, Any]) -> None:
+    from .geometry import SELECT_CAP, Call
+    from .inputs import id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
+    from .integrity import PlainAllocator
+
+    call = Call(case["ctx"], case["nq"], case["capacity"], prompt=case["kind"] == "prompt")
+    if case["stage"] == "scores":
+        from .inputs import ScorerInputs
+        from .launch.scores import scorer_launcher
+
+        host = synthetic_scorer_inputs(call, case["seed"])
+        dev = ScorerInputs(*(cupy.asarray(a) for a in (host.pooled, host.dead, host.q, host.steps)))
+        out = cupy.asarray(score_poison((call.nq, call.max_blocks)))
+        launch = scorer_launcher(case["variant"], dev, out)
+    else:
+        from .launch.topk import topk_launcher
+
+        host_t = synthetic_scores(call, case["score_set"], case["seed"])
+        scores, steps = cupy.asarray(host_t.scores), cupy.asarray(host_t.steps)
+        out = cupy.asarray(id_poison((call.nq, SELECT_CAP)))
+        launch = topk_launcher(case["variant"], scores, steps, out, active_blocks=call.active_blocks,
+                               scratch=PlainAllocator(cupy))
+    for _ in range(CALLS):
+        launch()
+    cupy.cuda.Device().synchronize()
+
+
+def main(argv: list[str]) -> int:
+    import cupy
+
+    cupy.cuda.set_allocator(None)  # every array its own allocation: memcheck sees each one's bounds
+    for i, case in enumerate(json.loads(argv[0])):
+        print(f"{MARKER} {i}", flush=True)
+        run_case(cupy, case)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,178 @@
+"""``qsa sanitize`` (qsa_cli/sanitize.py): finding compute-sanitizer, reading its reports, known hazards,
+and the verdicts; the CPU tests read outputs the H200 printed (tests/data), the GPU tests run the tool."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qsa_cli import sanitize
+from qsa_cli.cli import main
+from qsa_cli.sanitize_child import MARKER
+
+DATA = Path(__file__).parent / "data"
+MEMCHECK = (DATA / "memcheck-split-freed-counts.txt").read_text()  # 51 errors, 3 printed, the child crashed
+RACECHECK = (DATA / "racecheck-cluster-chunk-flag.txt").read_text()  # 3 hazards, the child exited 0
+CLEAN = "========= COMPUTE-SANITIZER\ndone\n========= ERROR SUMMARY: 0 errors\n"
+SPLIT = sanitize.SanitizeCase("topk", "split", 131072, 3, 131072, "decode", "continuous")
+CLUSTER = sanitize.SanitizeCase("topk", "cluster", 9002, 3, 16384, "decode", "continuous")
+
+
+def marked(*texts: str) -> str:
+    return "".join(f"{MARKER} {i}\n{t}" for i, t in enumerate(texts))
+
+
+def test_reports_are_read_one_line_each_with_their_source_line() -> None:
+    reports = sanitize.split_reports(MEMCHECK)
+    assert len(reports) == 3
+    assert reports[0].startswith("Invalid __global__ write of size 8 bytes at block_topk_split_count_kernel(")
+    assert "in topk.cu:527 by thread (0,0,0) in block (8,0,0)" in reports[0]
+    assert "Host Frame" not in reports[0]
+    race = sanitize.split_reports(RACECHECK)
+    assert len(race) == 3 and all("topk_cluster.cu:451" in r and "topk_cluster.cu:447" in r for r in race)
+    assert sanitize.summary_count(MEMCHECK) == 51 and sanitize.summary_count(RACECHECK) == 3
+    assert sanitize.summary_count(CLEAN) == 0 and sanitize.summary_count("no summary") is None
+
+
+def test_every_error_counts_against_its_case_also_past_the_print_limit() -> None:
+    rows = sanitize.judge([CLUSTER, SPLIT], "memcheck", marked(CLEAN.split("=" * 9 + " ERROR")[0], MEMCHECK), 1, [], 2.0)
+    assert [r.errors for r in rows] == [0, 51]
+    assert rows[0].passed and not rows[1].passed
+    assert "topk.cu:527" in rows[1].first_report and rows[1].variant == "split" and rows[1].tool == "memcheck"
+
+
+def test_a_known_hazard_is_explained_only_for_its_variant_and_tool() -> None:
+    known = [sanitize.KnownHazard("cluster", "racecheck", "topk_cluster.cu:451", "a reason")]
+    (row,) = sanitize.judge([CLUSTER], "racecheck", marked(RACECHECK), 0, known, 1.0)
+    assert (row.errors, row.explained, row.passed) == (3, 3, True)
+    (row,) = sanitize.judge([CLUSTER], "memcheck", marked(RACECHECK), 0, known, 1.0)
+    assert not row.passed
+    other = [sanitize.KnownHazard("split", "racecheck", "topk_cluster.cu:451", "a reason")]
+    assert not sanitize.judge([CLUSTER], "racecheck", marked(RACECHECK), 0, other, 1.0)[0].passed
+
+
+def test_a_child_that_fails_or_stops_early_fails_its_cases() -> None:
+    crashed = marked("Traceback ...\nRuntimeError: boom\n========= ERROR SUMMARY: 0 errors\n")
+    rows = sanitize.judge([CLUSTER, SPLIT], "memcheck", crashed, 1, [], 1.0)
+    assert rows[0].errors == 1 and "the child failed (exit 1)" in rows[0].first_report
+    assert rows[1].errors == 1 and "did not run" in rows[1].first_report
+    (row,) = sanitize.judge([CLUSTER], "memcheck", marked("killed\n"), -9, [], 1.0)
+    assert row.errors == 1 and "printed no summary" in row.first_report
+
+
+def test_compute_sanitizer_is_found_on_the_path_or_under_cuda_home(tmp_path: Path) -> None:
+    tool = tmp_path / "cuda" / "bin" / "compute-sanitizer"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    empty = str(tmp_path / "nothing")
+    assert sanitize.find_sanitizer({"PATH": str(tool.parent)}) == tool
+    assert sanitize.find_sanitizer({"PATH": empty, "CUDA_HOME": str(tmp_path / "cuda")}) == tool
+    with pytest.raises(sanitize.SanitizerError, match="not found on the PATH or CUDA_HOME="):
+        sanitize.find_sanitizer({"PATH": empty, "CUDA_HOME": empty})
+    with pytest.raises(sanitize.SanitizerError, match=r"CUDA_HOME is not set"):
+        sanitize.find_sanitizer({"PATH": empty})
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("- variant: cluster\n  tool: racecheck\n  match: x\n", "needs exactly variant, tool, match and reason"),
+    ("- variant: cluster\n  tool: racecheck\n  match: x\n  reason: ' '\n", "each a non-empty text"),
+    ("- variant: cluster\n  tool: leakcheck\n  match: x\n  reason: y\n", "tool must be one of"),
+    ("variant: cluster\n", "a list of known hazards expected"),
+    ("- [unclosed\n", "not valid YAML"),
+])
+def test_a_malformed_known_hazards_file_is_one_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "known.yaml"
+    path.write_text(text)
+    with pytest.raises(sanitize.SanitizerError, match=message):
+        sanitize.load_known(path)
+
+
+def test_the_matrix_covers_every_kind_of_call_and_score_set() -> None:
+    cases = sanitize.matrix({"scores": ("multi", "halve"), "topk": ("split", "cluster")},
+                            ("continuous", "levels64", "equal"))
+    topk = [c for c in cases if c.stage == "topk"]
+    assert {c.kind for c in topk} == {"decode", "prompt"}
+    assert {c.score_set for c in topk} == {"continuous", "levels64", "equal"}
+    assert {c.ctx for c in cases if c.stage == "scores"} == {2102, 524288}
+    quick = sanitize.matrix({"scores": ("halve",), "topk": ("split",)}, ("continuous", "levels64"), quick=True)
+    assert [(c.stage, c.kind, c.score_set) for c in quick] == [("scores", "decode", None), ("topk", "decode", "continuous")]
+
+
+@pytest.mark.parametrize("argv", [
+    ["sanitize", "--tools", "memcheck,leakcheck"],
+    ["sanitize", "--tools", ""],
+    ["sanitize", "--jobs", "0"],
+])
+def test_bad_sanitize_arguments_are_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_missing_sanitizer_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    with pytest.raises(SystemExit) as info:
+        main(["sanitize"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "compute-sanitizer not found" in err and len(err.strip().splitlines()) == 1
+
+
+# ---- on a device ----------------------------------------------------------------------------------------
+
+PLANTED = """
+import sys, cupy
+cupy.cuda.set_allocator(None)
+n = 1000
+kernel = cupy.RawKernel(r'''
+extern "C" __global__ void write_one_past(float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i <= n) out[i] = 1.0f;  // i == n: one element past the output
+}''', "write_one_past")
+out = cupy.zeros(n, dtype=cupy.float32)
+print("%s 0", flush=True)
+kernel(((n + 255) // 256,), (256,), (out, cupy.int32(n)))
+cupy.cuda.Device().synchronize()
+"""
+
+
+@pytest.mark.gpu
+def test_memcheck_finds_a_planted_write_one_past_the_output(cupy, tmp_path: Path) -> None:
+    try:
+        tool = sanitize.find_sanitizer()
+    except sanitize.SanitizerError as missing:
+        pytest.skip(str(missing))
+    script = tmp_path / "planted.py"
+    script.write_text(PLANTED % MARKER)
+    output, code, seconds = sanitize.run_tool([str(tool), "--tool", "memcheck", sys.executable, str(script)],
+                                              dict(os.environ))
+    case = sanitize.SanitizeCase("scores", "planted", 1000, 1, 1000)
+    (row,) = sanitize.judge([case], "memcheck", output, code, [], seconds)
+    assert row.errors >= 1 and not row.passed, output
+    assert "Invalid __global__ write of size 4 bytes" in row.first_report and "write_one_past" in row.first_report
+
+
+@pytest.mark.gpu
+def test_qsa_sanitize_reports_nothing_over_every_variant(cupy, tmp_path: Path) -> None:
+    """The whole matrix: every variant this device runs, every case, the four tools: 0 errors, 0 hazards."""
+    try:
+        sanitize.find_sanitizer()
+    except sanitize.SanitizerError as missing:
+        pytest.skip(str(missing))
+    record = tmp_path / "sanitize.json"
+    done = subprocess.run([sys.executable, "-m", "qsa_cli", "sanitize", "--json", str(record)],
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    from qsa_cli.results import load_record
+
+    rows = load_record(record).sanitizer
+    assert rows and all(r.errors == 0 for r in rows)
+    assert {r.tool for r in rows} == set(sanitize.TOOLS)
