@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda.h)
-_CUDA_ERROR_INVALID_VALUE = 1  # cuFuncGetParamInfo past the last parameter
+_CUDA_ERROR_INVALID_VALUE = 1  # cuFuncGetParamInfo past the last parameter (without cuFuncGetParamCount)
 _CTYPES = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.uint32): ctypes.c_uint32,
            np.dtype(np.int64): ctypes.c_int64, np.dtype(np.uint64): ctypes.c_uint64}
 
@@ -59,6 +59,9 @@ def _driver() -> Any:
         lib.cuFuncGetParamInfo.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
                                            ctypes.POINTER(ctypes.c_size_t)]
         lib.cuFuncGetParamInfo.restype = ctypes.c_int
+    if hasattr(lib, "cuFuncGetParamCount"):
+        lib.cuFuncGetParamCount.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+        lib.cuFuncGetParamCount.restype = ctypes.c_int
     return lib
 
 
@@ -90,24 +93,32 @@ def packed_layout(params: list[ctypes._SimpleCData]) -> list[tuple[int, int]]:
     return layout
 
 
-def kernel_layout(function: int) -> list[tuple[int, int]] | None:
+def kernel_layout(function: int, packed: int) -> list[tuple[int, int]] | None:
     """(offset, size) of each parameter of the compiled kernel, from the driver; None where it cannot
-    tell (no driver here, or one older than CUDA 12.4)."""
+    tell (no driver here, or one older than CUDA 12.4). Without ``cuFuncGetParamCount`` (newer still),
+    the first ``packed`` parameters are read: a kernel with fewer fails there, one with more goes unseen.
+    No index past the last parameter is asked for (compute-sanitizer reports that as an API error)."""
     try:
         lib = _driver()
     except OSError:
         return None
     if not hasattr(lib, "cuFuncGetParamInfo"):
         return None
+    count = ctypes.c_size_t(packed)
+    if hasattr(lib, "cuFuncGetParamCount"):
+        status = lib.cuFuncGetParamCount(ctypes.c_void_p(function), ctypes.byref(count))
+        if status != 0:
+            raise LaunchError(f"cuFuncGetParamCount failed: {_error_name(lib, status)}")
     layout: list[tuple[int, int]] = []
     offset, size = ctypes.c_size_t(), ctypes.c_size_t()
-    while True:
-        status = lib.cuFuncGetParamInfo(ctypes.c_void_p(function), len(layout), ctypes.byref(offset), ctypes.byref(size))
+    for i in range(count.value):
+        status = lib.cuFuncGetParamInfo(ctypes.c_void_p(function), i, ctypes.byref(offset), ctypes.byref(size))
         if status == _CUDA_ERROR_INVALID_VALUE:
-            return layout
+            break  # fewer parameters than packed
         if status != 0:
             raise LaunchError(f"cuFuncGetParamInfo failed: {_error_name(lib, status)}")
         layout.append((offset.value, size.value))
+    return layout
 
 
 def check_layout(name: str, packed: list[tuple[int, int]], declared: list[tuple[int, int]] | None) -> None:
@@ -132,7 +143,8 @@ class ProgrammaticLaunch:
         function = int(kernel.kernel.ptr)  # CuPy RawKernel -> its CUfunction
         self._function = ctypes.c_void_p(function)
         self._params = [kernel_param(a) for a in args]  # kept alive: the driver reads them at each launch
-        check_layout(getattr(kernel, "name", "kernel"), packed_layout(self._params), kernel_layout(function))
+        check_layout(getattr(kernel, "name", "kernel"), packed_layout(self._params),
+                     kernel_layout(function, len(self._params)))
         self._pointers = (ctypes.c_void_p * len(args))(*(ctypes.addressof(p) for p in self._params))
         self._attribute = _Attribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
         dims = lambda d: (ctypes.c_uint * 3)(*(tuple(d) + (1, 1, 1))[:3])
