@@ -233,3 +233,44 @@ def test_launcher_rejects_bad_arguments() -> None:
         with pytest.raises(ValueError, match=message) as info:
             topk_launcher(*args, **kwargs)
         assert "\n" not in str(info.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("ctx", "nq", "capacity", "prompt"), [
+    (9000, 1, 524288, False), (2100, 3, 524288, False), (131072, 3, 131072, False), (524288, MAX_QUERIES, 524288, False),
+    (135176, PROMPT_QUERIES, 135176, True)])
+def test_programmatic_split_stays_inside_its_buffers(cupy: Any, monkeypatch: pytest.MonkeyPatch, ctx: int, nq: int,
+                                                     capacity: int, prompt: bool) -> None:
+    """The split through the programmatic path (sm_90+) with guard zones around its scores, steps, ids and
+    every scratch array, 100 calls and 20 graph replays: no guard byte written, the oracle's ids every time;
+    and an array allocated from CuPy's pool after the launcher was built (where a freed scratch array's
+    memory goes first) is never written (the sizes at which the freed counts once wrote 4-515 times)."""
+    cc = int(cupy.cuda.Device().compute_capability)
+    if not programmatic_launches(cc, {}):
+        pytest.skip(f"programmatic launches need sm_90 or newer (this device is sm_{cc})")
+    monkeypatch.delenv(ENV_PDL, raising=False)
+    from qsa_cli.integrity import GuardedBuffers
+
+    seed = fresh_seed()
+    call = Call(ctx, nq, capacity, prompt)
+    inputs = synthetic_scores(call, "continuous", seed)
+    expected = topk_ids(inputs, "oracle")
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        buffers = GuardedBuffers(cupy)
+        scores, steps = buffers.asarray("scores", inputs.scores), buffers.asarray("steps", inputs.steps)
+        poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
+        ids = buffers.empty("ids", poison.shape, np.int32)
+        launch = topk_launcher("split", scores, steps, ids, active_blocks=call.active_blocks, scratch=buffers)
+        assert launch.programmatic
+        neighbour = cupy.asarray(inputs.steps)  # the next case's step records, in the pool after the launcher's
+        stream.begin_capture()
+        launch()
+        graph = stream.end_capture()
+        for n in range(120):
+            cupy.copyto(ids, poison)
+            launch() if n < 100 else graph.launch(stream)
+            if n % 20 == 19:
+                assert buffers.breaches() == [], f"call {n}"
+                assert_ids(cupy.asnumpy(ids, stream=stream), expected, inputs, f"call {n}")
+        assert cupy.asnumpy(neighbour, stream=stream).tobytes() == inputs.steps.tobytes(), "a neighbouring array was written"
