@@ -269,7 +269,10 @@ def test_programmatic_split_stays_inside_its_buffers(cupy: Any, monkeypatch: pyt
         graph = stream.end_capture()
         for n in range(120):
             cupy.copyto(ids, poison)
-            launch() if n < 100 else graph.launch(stream)
+            if n < 100:
+                launch()
+            else:
+                graph.launch(stream)
             if n % 20 == 19:
                 assert buffers.breaches() == [], f"call {n}"
                 assert_ids(cupy.asnumpy(ids, stream=stream), expected, inputs, f"call {n}")
