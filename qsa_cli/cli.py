@@ -27,6 +27,21 @@ class UsageProblem(click.ClickException):
     exit_code = EXIT_USAGE
 
 
+class OutputPath(click.ParamType):
+    """A file the command writes: checked as the arguments are parsed, so before anything is measured."""
+
+    name = "file"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from .files import check_writable
+
+        check_writable(value, "/".join(param.opts) if param else "output")
+        return str(value)
+
+
+OUTPUT = OutputPath()
+
+
 def _err(message: str) -> None:
     click.echo(f"qsa: error: {message}", err=True)
 
@@ -36,12 +51,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .clocks import ClockLockError
     from .config import ConfigError
     from .device import NoDeviceError
+    from .files import OutputError
     from .gate import GateError
     from .geometry import GeometryError
     from .inputs import InputError
     from .kernels import KernelError
 
-    return (GeometryError, InputError, ConfigError, NoDeviceError, ClockLockError, GateError, KernelError, ValueError)
+    return (GeometryError, InputError, ConfigError, NoDeviceError, ClockLockError, GateError, KernelError, OutputError,
+            ValueError)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -88,7 +105,7 @@ def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--lock-clocks", "lock_spec", metavar="SM_MHZ[,MEM_MHZ]",
                      help="Lock the GPU clocks for the run (needs the permission); restored on every way out."),
         click.option("--lock-clocks-optional", is_flag=True, help="Warn and go on unlocked when locking is refused."),
-        click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
+        click.option("--json", "json_path", type=OUTPUT,
                      help="Write the run's result record (every sample) to this file."),
         click.option("--markdown", is_flag=True, help="Also print the tables as pull-request markdown."),
     ]
@@ -170,7 +187,7 @@ def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False),
               help="Replay the tensors of an .npz file (pooled, dead, q, steps) instead of synthetic ones.")
 @click.option("--iters", "iters_opt", type=int, default=DEFAULT_ITERS, show_default=True, help="ITERS with --inputs.")
-@click.option("--dump", "dump_path", type=click.Path(dir_okay=False, writable=True),
+@click.option("--dump", "dump_path", type=OUTPUT,
               help="Write every variant's scores (and the CPU model's) to this .npz file.")
 @click.option("--config", "config_name", metavar="CONFIG", help="Run the scorer cases of a YAML sweep instead.")
 @run_options
@@ -214,7 +231,7 @@ def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int,
 @click.option("--iters", "iters_opt", type=int, default=DEFAULT_ITERS, show_default=True, help="ITERS with --inputs.")
 @click.option("--count", "count_opt", type=click.IntRange(0, 1), default=1, show_default=True,
               help="COUNT with --inputs (0: decode call, 1: prompt call with the active block count).")
-@click.option("--dump", "dump_path", type=click.Path(dir_okay=False, writable=True),
+@click.option("--dump", "dump_path", type=OUTPUT,
               help="Write every variant's ids (and the CPU oracle's) to this .npz file.")
 @click.option("--config", "config_name", metavar="CONFIG", help="Run the top-k cases of a YAML sweep instead.")
 @run_options
@@ -295,7 +312,7 @@ def _finish_selftest(record: Any, rows: list[Any], opts: dict[str, Any]) -> int:
 @click.option("--require-gpu", is_flag=True, help="Fail when no CUDA device is found (default: skip the GPU checks).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True))
+@click.option("--json", "json_path", type=OUTPUT)
 def selftest(require_gpu: bool, seed: int, device_id: int, json_path: str | None) -> int:
     """Every check this machine can run: the CPU models always, the kernels when a device is found."""
     from .runs import Settings, selftest as run
@@ -385,9 +402,9 @@ def report_cmd(paths: tuple[str, ...], markdown: bool, merge: bool) -> int:
 @click.option("--tolerance", type=click.FloatRange(min=0), default=0.05, show_default=True,
               help="A median slower than the baseline's by more than this (and outside both spreads) is SLOW.")
 @click.option("--force", is_flag=True, help="Compare with a baseline from another device or kernel source.")
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, writable=True), help="Write JUnit XML here.")
+@click.option("--junit", "junit_path", type=OUTPUT, help="Write JUnit XML here.")
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
+@click.option("--json", "json_path", type=OUTPUT,
               help="Write the record of the run the gate made (with --config).")
 def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tolerance: float, force: bool,
              junit_path: str | None, device_id: int, json_path: str | None) -> int:
@@ -425,7 +442,7 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
 
 @cli.command("plot")
 @click.argument("path", metavar="FILE.json")
-@click.option("-o", "--output", "out_path", required=True, type=click.Path(dir_okay=False, writable=True))
+@click.option("-o", "--output", "out_path", required=True, type=OUTPUT)
 def plot_cmd(path: str, out_path: str) -> int:
     """Time against context per variant and query count (log scales, the read floor as a line)."""
     from .plot import plot_record
