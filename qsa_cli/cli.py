@@ -1,8 +1,8 @@
 """The ``qsa`` command line: parse, validate, call the library, render. No measurement logic here.
 
 Imports are deferred into the commands so that ``qsa --help`` loads neither numpy nor CuPy.
-Every error a user can cause (arguments, YAML, input files, a missing device) is one line on
-stderr and exit status 2; a parity failure is exit status 1.
+Every error a user can cause (arguments, YAML, input files, output paths, a missing device) is one
+line on stderr and exit status 2; a parity failure, a broken threshold or a failed gate is exit status 1.
 """
 
 from __future__ import annotations
@@ -176,10 +176,16 @@ def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
     if opts["json_path"]:
         record.write(opts["json_path"])
     failed = [p for p in record.parity if not p.equal]
+    broken = [t for t in record.thresholds if not t.passed]
     for p in failed[:5]:
         console.print(f"[red]DIFFERS[/red] {escape(f'{p.key}: {p.subject} vs {p.against}: {p.detail}')}", highlight=False)
-    console.print("[green]PASS[/green]" if not failed else f"[red]FAIL[/red] ({len(failed)} checks differ)")
-    return EXIT_PARITY if failed else 0
+    if record.passed:
+        console.print("[green]PASS[/green]")
+        return 0
+    why = ([f"{len(failed)} checks differ"] if failed else []) + (
+        [f"{len(broken)} of {len(record.thresholds)} thresholds broken"] if broken else [])
+    console.print(f"[red]FAIL[/red] ({', '.join(why)})")
+    return EXIT_PARITY
 
 
 @cli.command("select-bench", context_settings=POSITIONAL_NEGATIVES)

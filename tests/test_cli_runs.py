@@ -100,3 +100,14 @@ def test_gpu_backend_without_a_device_is_one_line(capsys):
     code, out, err = run(capsys, "select-bench", "9000", "2", "5", "9000")
     assert code == 2 and err.startswith("qsa: error: ") and len(err.strip().splitlines()) == 1
     assert "--backend cpu" in err
+
+
+@pytest.mark.parametrize(("min_speedup", "code", "last_line"),
+                         [(0.001, 0, "PASS"), (1000, 1, "FAIL (2 of 2 thresholds broken)")])
+def test_a_broken_threshold_fails_the_sweep(capsys, tmp_path, min_speedup, code, last_line):
+    config = tmp_path / "sweep.yaml"
+    config.write_text("iterations: 2\nwarmup: 0\nstages: [scores]\ncontexts: [4099]\nqueries: [1, 2]\n"
+                      f"capacity: 8192\nthresholds:\n  scores:\n    min_speedup: {min_speedup}\n")
+    got, out, err = run(capsys, "sweep", str(config), "--backend", "cpu", "--markdown")
+    assert got == code, err
+    assert out.rstrip().splitlines()[-1] == last_line
