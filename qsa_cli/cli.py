@@ -315,7 +315,8 @@ def _finish_selftest(record: Any, rows: list[Any], opts: dict[str, Any]) -> int:
 
 
 @cli.command("selftest")
-@click.option("--require-gpu", is_flag=True, help="Fail when no CUDA device is found (default: skip the GPU checks).")
+@click.option("--require-gpu", is_flag=True,
+              help="A missing CUDA device is an error, exit 2 (default: skip the GPU checks).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--json", "json_path", type=OUTPUT)

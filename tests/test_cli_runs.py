@@ -92,8 +92,8 @@ def test_report_and_gate_on_saved_cpu_records(capsys, tmp_path):
 def test_selftest_without_a_device(capsys):
     code, out, _ = run(capsys, "selftest")
     assert code == 0 and "GPU checks" in out and "skipped" in out and "PASS" in out
-    code, out, _ = run(capsys, "selftest", "--require-gpu")
-    assert code == 1 and "FAIL" in out
+    code, out, err = run(capsys, "selftest", "--require-gpu")
+    assert code == 2 and out == "" and err.startswith("qsa: error: --require-gpu: ") and err.count("\n") == 1
 
 
 def test_gpu_backend_without_a_device_is_one_line(capsys):
