@@ -7,9 +7,11 @@ line on stderr and exit status 2; a parity failure, a broken threshold or a fail
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import click
@@ -18,6 +20,7 @@ from .timing import DEFAULT_WARMUP  # timing imports neither numpy nor CuPy at i
 
 EXIT_PARITY = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
 DEFAULT_ITERS = 50
 # "-3" among CTX Q ITERS CAP is a (bad) number, not an unknown option: let the range checks name it.
 POSITIONAL_NEGATIVES = {"ignore_unknown_options": True}
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         code = EXIT_USAGE
     except (click.Abort, KeyboardInterrupt):
         click.echo("qsa: interrupted", err=True)
-        code = 130
+        code = EXIT_INTERRUPTED
     except Exception as exc:
         if not isinstance(exc, _user_errors()):
             raise
@@ -106,7 +109,8 @@ def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Lock the GPU clocks for the run (needs the permission); restored on every way out."),
         click.option("--lock-clocks-optional", is_flag=True, help="Warn and go on unlocked when locking is refused."),
         click.option("--json", "json_path", type=OUTPUT,
-                     help="Write the run's result record (every sample) to this file."),
+                     help="Write the run's result record (every sample) to this file; on Ctrl-C, what was "
+                          "measured so far, marked incomplete."),
         click.option("--markdown", is_flag=True, help="Also print the tables as pull-request markdown."),
     ]
     return functools.reduce(lambda acc, opt: opt(acc), reversed(options), f)
@@ -144,7 +148,27 @@ def _check_iters(iters: int) -> None:
         raise UsageProblem(f"ITERS must be > 0 (got {iters})")
 
 
-def _open(opts: dict[str, Any], command: str, config: Any = None) -> Any:
+@contextlib.contextmanager
+def _kept_if_interrupted(opened: AbstractContextManager[Any], json_path: str | None) -> Iterator[Any]:
+    """A measuring session whose record, on Ctrl-C with --json, is written with what was measured so
+    far, marked incomplete; then one line and exit status 130."""
+    s = None
+    try:
+        with opened as s:
+            yield s
+    except KeyboardInterrupt:
+        if s is None or not json_path:
+            raise
+        s.record.incomplete = True
+        s.record.notes.append("interrupted: the run stopped here, so this record holds only what was measured before")
+        s.record.write(json_path)
+        click.echo(err=True)  # closes the terminal's ^C echo, as click does when it sees the interrupt
+        click.echo(f"qsa: interrupted: the {len(s.record.measurements)} measurements taken are in {json_path}, "
+                   "marked incomplete", err=True)
+        raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+
+
+def _open(opts: dict[str, Any], command: str, config: Any = None) -> AbstractContextManager[Any]:
     """A session from the run options; a sweep config's l2, warm-up and seed take the place of theirs."""
     from .runs import Settings, session
 
@@ -158,7 +182,8 @@ def _open(opts: dict[str, Any], command: str, config: Any = None) -> Any:
     if config is not None:
         settings.l2, settings.warmup, settings.seed = config.l2, config.warmup, config.seed
     warn = lambda msg: click.echo(f"qsa: warning: {msg}", err=True)  # noqa: E731
-    return session(settings, command, sys.argv[1:], lock, opts["lock_clocks_optional"], warn)
+    return _kept_if_interrupted(session(settings, command, sys.argv[1:], lock, opts["lock_clocks_optional"], warn),
+                                opts["json_path"])
 
 
 def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
@@ -394,7 +419,8 @@ def report_cmd(paths: tuple[str, ...], markdown: bool, merge: bool) -> int:
         if markdown:
             click.echo(report.markdown(record))  # plain: a console would wrap the lines
             continue
-        console.print(f"[bold]{name}[/bold]: {record.command} ({record.created})", highlight=False)
+        incomplete = " [red]incomplete[/red] (interrupted)" if record.incomplete else ""
+        console.print(f"[bold]{name}[/bold]: {record.command} ({record.created}){incomplete}", highlight=False)
         for table in report.tables(record):
             console.print(table)
         console.print(report.clocks_line(record))
@@ -431,7 +457,7 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
     else:
         config = load_config(config_path(config_name))
         settings = Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id)
-        with session(settings, "gate", sys.argv[1:]) as s:
+        with _kept_if_interrupted(session(settings, "gate", sys.argv[1:]), json_path) as s:
             gate.check_comparable(s.record, baseline, force)  # refuse before measuring
             sweep(s, config)
             record = s.record

@@ -65,7 +65,11 @@ class GateResult:
 
 def check_comparable(record: RunRecord, baseline: RunRecord, force: bool = False) -> list[str]:
     """What makes the two runs' times incomparable (the card, the kernel sources): a GateError unless
-    ``force``, when the differences are returned for the result's notes. Cheap: call it before measuring."""
+    ``force``, when the differences are returned for the result's notes. Cheap: call it before measuring.
+    An incomplete (interrupted) record is refused, forced or not: its missing rows would read as gone."""
+    for name, r in (("the results", record), ("the baseline", baseline)):
+        if r.incomplete:
+            raise GateError(f"{name} record is incomplete (its run was interrupted): the gate compares whole runs")
     out = []
     for what, get in (("backend", lambda r: r.backend),
                       ("device", lambda r: r.device.get("name")),

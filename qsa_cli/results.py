@@ -26,7 +26,9 @@ from .files import atomic_write
 from .inputs import InputError
 
 SCHEMA = "qsa.run"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# What version 2 added, as a version 1 record means it: every version 1 run ran to its end.
+SINCE_VERSION_1: dict[str, Any] = {"incomplete": False}
 
 CASE_FIELDS = ("stage", "ctx", "nq", "capacity", "kind", "score_set", "l2")
 
@@ -199,6 +201,7 @@ class RunRecord:
     git_commit: str | None = field(default_factory=lambda: git_commit())
     kernel_source_hash: str = ""
     environment: dict[str, Any] = field(default_factory=dict)
+    incomplete: bool = False  # interrupted: only what was measured before it (a note says so)
 
     @property
     def passed(self) -> bool:
@@ -231,8 +234,11 @@ def load_record(path: str | os.PathLike[str]) -> RunRecord:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise InputError(f"{path}: not a qsa result record (no \"schema\": \"{SCHEMA}\")")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise InputError(f"{path}: result schema version {version} is not supported (this qsa reads {SCHEMA_VERSION})")
+    if version == 1:
+        data = {**SINCE_VERSION_1, **data}
+    elif version != SCHEMA_VERSION:
+        raise InputError(f"{path}: result schema version {version} is not supported "
+                         f"(this qsa reads 1 to {SCHEMA_VERSION})")
     try:
         return RunRecord.from_dict(data)
     except InputError as exc:

@@ -178,10 +178,10 @@ def topk_parity(s: Session, inputs: list[TopkInputs], iters: int, active_blocks:
     kind = "prompt" if active_blocks else "decode"
     s.record.settings["dispatch"] = _dispatch_summary(s, kind, inputs[0].max_blocks)
     out = StageOutcome()
-    for inp in inputs:
-        out.extend(topk_stage.run_topk(inp, s.measurer(iters), variants, active_blocks, s.settings.check_model,
-                                       argpartition=s.on_gpu and iters > 0), prefix=f"{inp.score_set}.")
-    return s.take(out)
+    for inp in inputs:  # each score set's rows recorded as it ends (an interrupted run keeps them)
+        out.extend(s.take(topk_stage.run_topk(inp, s.measurer(iters), variants, active_blocks, s.settings.check_model,
+                                              argpartition=s.on_gpu and iters > 0)), prefix=f"{inp.score_set}.")
+    return out
 
 
 def _dispatch_summary(s: Session, kind: str, max_blocks: int = 0) -> dict[str, Any]:

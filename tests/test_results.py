@@ -103,6 +103,8 @@ HAND_EDITS = [
     ("settings.clock_lock.locked", DELETE, "settings.clock_lock: missing field 'locked'"),
     ("created", 20261129, "created: expected a string"),
     ("git_commit", DELETE, "missing field 'git_commit'"),
+    ("incomplete", DELETE, "missing field 'incomplete'"),  # version 2 has it
+    ("incomplete", "no", "incomplete: expected true or false"),
 ]
 
 
@@ -126,7 +128,7 @@ def test_every_saved_record_loads():
     paths = sorted((Path(__file__).parent.parent / "docs" / "results").glob("*/*.json"))
     assert paths
     for path in paths:
-        load_record(path)
+        assert json.loads(path.read_text())["schema_version"] == 1 and not load_record(path).incomplete
 
 
 def test_the_clock_shapes_are_the_records():
