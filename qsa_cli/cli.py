@@ -435,13 +435,18 @@ def report_cmd(paths: tuple[str, ...], markdown: bool, merge: bool) -> int:
 @click.option("--tolerance", type=click.FloatRange(min=0), default=0.05, show_default=True,
               help="A median slower than the baseline's by more than this (and outside both spreads) is SLOW.")
 @click.option("--force", is_flag=True, help="Compare with a baseline from another device or kernel source.")
+@click.option("--allow-missing", is_flag=True,
+              help="A (case, variant) of the baseline that the run lacks is shown, not a failure.")
 @click.option("--junit", "junit_path", type=OUTPUT, help="Write JUnit XML here.")
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--json", "json_path", type=OUTPUT,
-              help="Write the record of the run the gate made (with --config).")
+              help="Write the record of the run the gate makes (not with --results: that run is recorded).")
 def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tolerance: float, force: bool,
-             junit_path: str | None, device_id: int, json_path: str | None) -> int:
-    """CI regression gate: parity must hold and no median may be SLOW against the baseline."""
+             allow_missing: bool, junit_path: str | None, device_id: int, json_path: str | None) -> int:
+    """CI regression gate: parity must hold, thresholds too, and every timing of the baseline must be in
+    the run and not SLOW."""
+    from collections import Counter
+
     from rich.console import Console
 
     from . import gate
@@ -450,6 +455,8 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
     from .results import load_record
     from .runs import Settings, session, sweep
 
+    if results_path and json_path:
+        raise UsageProblem("--json records the run the gate makes; with --results it makes none")
     baseline = load_record(baseline_path)
     if results_path:
         record = load_record(results_path)
@@ -463,14 +470,18 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
             record = s.record
         if json_path:
             record.write(json_path)
-    result = gate.compare(record, baseline, tolerance=tolerance, force=force)
+    result = gate.compare(record, baseline, tolerance=tolerance, force=force, allow_missing=allow_missing)
     console = Console()
     console.print(gate.gate_table(result))
     if junit_path:
         with atomic_write(junit_path) as fh:
             fh.write(gate.junit_xml(result))
-    console.print("[green]GATE PASS[/green]" if result.passed else "[red]GATE FAIL[/red]")
-    return 0 if result.passed else EXIT_PARITY
+    if result.passed:
+        console.print("[green]GATE PASS[/green]")
+        return 0
+    failing = Counter(r.verdict for r in result.rows if r.failed)
+    console.print(f"[red]GATE FAIL[/red] ({', '.join(f'{n} {verdict}' for verdict, n in failing.items())})")
+    return EXIT_PARITY
 
 
 @cli.command("plot")

@@ -165,3 +165,23 @@ def test_ctrl_c_without_json_writes_nothing(capsys, tmp_path, monkeypatch):
     _interrupted_on_call(monkeypatch, "qsa_cli.stages.scores", "run_scores", call=1)
     code, out, err = run(capsys, "select-bench", "4099", "2", "1", "8192", "--backend", "cpu")
     assert (code, out, err) == (130, "", "\nqsa: interrupted\n") and list(tmp_path.iterdir()) == []
+
+
+def test_the_gate_fails_closed(capsys, tmp_path):
+    scores, topk = tmp_path / "scores.json", tmp_path / "topk.json"
+    assert run(capsys, "select-bench", "4099", "2", "3", "8192", "--backend", "cpu", "--json", str(scores))[0] == 0
+    assert run(capsys, "topk-parity", "4099", "2", "3", "8192", "--backend", "cpu", "--json", str(topk))[0] == 0
+    code, out, _ = run(capsys, "gate", "--baseline", str(scores), "--results", str(topk))
+    assert code == 1 and out.rstrip().endswith("GATE FAIL (2 MISSING, 1 NOTHING-COMPARED)")
+    code, out, _ = run(capsys, "gate", "--baseline", str(scores), "--results", str(topk), "--allow-missing")
+    assert code == 1 and "MISSING-ALLOWED" in out and out.rstrip().endswith("GATE FAIL (1 NOTHING-COMPARED)")
+    nan = json.loads(scores.read_text())
+    nan["measurements"][0]["samples_us"] = [float("nan")] * 3
+    bad = tmp_path / "nan.json"
+    bad.write_text(json.dumps(nan))
+    code, out, _ = run(capsys, "gate", "--baseline", str(scores), "--results", str(bad))
+    assert code == 1 and "BAD-SAMPLES" in out and out.rstrip().endswith("GATE FAIL (1 BAD-SAMPLES)")
+    code, out, err = run(capsys, "gate", "--baseline", str(scores), "--results", str(scores),
+                         "--json", str(tmp_path / "gate.json"))
+    assert (code, out) == (2, "") and err == "qsa: error: --json records the run the gate makes; with --results it makes none\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nan.json", "scores.json", "topk.json"]
