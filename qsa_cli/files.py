@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,7 +61,7 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
     path = Path(path)
     if path.is_file() and _write_protected(path):
         raise OutputError(f"{path}: read-only")
-    permissions = stat.S_IMODE(path.stat().st_mode) if path.is_file() else 0o666 & ~_umask()
+    permissions = path.stat().st_mode & 0o777 if path.is_file() else 0o666 & ~_umask()
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:

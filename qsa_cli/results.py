@@ -310,7 +310,7 @@ def _matches(value: Any, hint: Any) -> bool:
     if hint is Any:
         return True
     if origin is Literal:
-        return isinstance(value, str) and value in args
+        return value in args
     if origin is list:
         return isinstance(value, list) and all(_matches(v, args[0]) for v in value)
     if origin is dict:
