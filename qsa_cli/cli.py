@@ -1,15 +1,17 @@
 """The ``qsa`` command line: parse, validate, call the library, render. No measurement logic here.
 
 Imports are deferred into the commands so that ``qsa --help`` loads neither numpy nor CuPy.
-Every error a user can cause (arguments, YAML, input files, a missing device) is one line on
-stderr and exit status 2; a parity failure is exit status 1.
+Every error a user can cause (arguments, YAML, input files, output paths, a missing device) is one
+line on stderr and exit status 2; a parity failure, a broken threshold or a failed gate is exit status 1.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import click
@@ -18,6 +20,7 @@ from .timing import DEFAULT_WARMUP  # timing imports neither numpy nor CuPy at i
 
 EXIT_PARITY = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
 DEFAULT_ITERS = 50
 # "-3" among CTX Q ITERS CAP is a (bad) number, not an unknown option: let the range checks name it.
 POSITIONAL_NEGATIVES = {"ignore_unknown_options": True}
@@ -25,6 +28,21 @@ POSITIONAL_NEGATIVES = {"ignore_unknown_options": True}
 
 class UsageProblem(click.ClickException):
     exit_code = EXIT_USAGE
+
+
+class OutputPath(click.ParamType):
+    """A file the command writes: checked as the arguments are parsed, so before anything is measured."""
+
+    name = "file"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from .files import check_writable
+
+        check_writable(value, "/".join(param.opts) if param else "output")
+        return str(value)
+
+
+OUTPUT = OutputPath()
 
 
 def _err(message: str) -> None:
@@ -36,13 +54,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .clocks import ClockLockError
     from .config import ConfigError
     from .device import NoDeviceError
+    from .files import OutputError
     from .gate import GateError
     from .geometry import GeometryError
     from .inputs import InputError
     from .kernels import KernelError
     from .sanitize import SanitizerError
 
-    return (GeometryError, InputError, ConfigError, NoDeviceError, ClockLockError, GateError, KernelError,
+    return (GeometryError, InputError, ConfigError, NoDeviceError, ClockLockError, GateError, KernelError, OutputError,
             SanitizerError, ValueError)
 
 
@@ -56,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         code = EXIT_USAGE
     except (click.Abort, KeyboardInterrupt):
         click.echo("qsa: interrupted", err=True)
-        code = 130
+        code = EXIT_INTERRUPTED
     except Exception as exc:
         if not isinstance(exc, _user_errors()):
             raise
@@ -90,8 +109,9 @@ def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--lock-clocks", "lock_spec", metavar="SM_MHZ[,MEM_MHZ]",
                      help="Lock the GPU clocks for the run (needs the permission); restored on every way out."),
         click.option("--lock-clocks-optional", is_flag=True, help="Warn and go on unlocked when locking is refused."),
-        click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
-                     help="Write the run's result record (every sample) to this file."),
+        click.option("--json", "json_path", type=OUTPUT,
+                     help="Write the run's result record (every sample) to this file; on Ctrl-C, what was "
+                          "measured so far, marked incomplete."),
         click.option("--markdown", is_flag=True, help="Also print the tables as pull-request markdown."),
     ]
     return functools.reduce(lambda acc, opt: opt(acc), reversed(options), f)
@@ -129,7 +149,27 @@ def _check_iters(iters: int) -> None:
         raise UsageProblem(f"ITERS must be > 0 (got {iters})")
 
 
-def _open(opts: dict[str, Any], command: str, config: Any = None) -> Any:
+@contextlib.contextmanager
+def _kept_if_interrupted(opened: AbstractContextManager[Any], json_path: str | None) -> Iterator[Any]:
+    """A measuring session whose record, on Ctrl-C with --json, is written with what was measured so
+    far, marked incomplete; then one line and exit status 130."""
+    s = None
+    try:
+        with opened as s:
+            yield s
+    except KeyboardInterrupt:
+        if s is None or not json_path:
+            raise
+        s.record.incomplete = True
+        s.record.notes.append("interrupted: the run stopped here, so this record holds only what was measured before")
+        s.record.write(json_path)
+        click.echo(err=True)  # closes the terminal's ^C echo, as click does when it sees the interrupt
+        click.echo(f"qsa: interrupted: the {len(s.record.measurements)} measurements taken are in {json_path}, "
+                   "marked incomplete", err=True)
+        raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+
+
+def _open(opts: dict[str, Any], command: str, config: Any = None) -> AbstractContextManager[Any]:
     """A session from the run options; a sweep config's l2, warm-up and seed take the place of theirs."""
     from .runs import Settings, session
 
@@ -143,7 +183,8 @@ def _open(opts: dict[str, Any], command: str, config: Any = None) -> Any:
     if config is not None:
         settings.l2, settings.warmup, settings.seed = config.l2, config.warmup, config.seed
     warn = lambda msg: click.echo(f"qsa: warning: {msg}", err=True)  # noqa: E731
-    return session(settings, command, sys.argv[1:], lock, opts["lock_clocks_optional"], warn)
+    return _kept_if_interrupted(session(settings, command, sys.argv[1:], lock, opts["lock_clocks_optional"], warn),
+                                opts["json_path"])
 
 
 def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
@@ -161,10 +202,16 @@ def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
     if opts["json_path"]:
         record.write(opts["json_path"])
     failed = [p for p in record.parity if not p.equal]
+    broken = [t for t in record.thresholds if not t.passed]
     for p in failed[:5]:
         console.print(f"[red]DIFFERS[/red] {escape(f'{p.key}: {p.subject} vs {p.against}: {p.detail}')}", highlight=False)
-    console.print("[green]PASS[/green]" if not failed else f"[red]FAIL[/red] ({len(failed)} checks differ)")
-    return EXIT_PARITY if failed else 0
+    if record.passed:
+        console.print("[green]PASS[/green]")
+        return 0
+    why = ([f"{len(failed)} checks differ"] if failed else []) + (
+        [f"{len(broken)} of {len(record.thresholds)} thresholds broken"] if broken else [])
+    console.print(f"[red]FAIL[/red] ({', '.join(why)})")
+    return EXIT_PARITY
 
 
 @cli.command("select-bench", context_settings=POSITIONAL_NEGATIVES)
@@ -172,7 +219,7 @@ def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False),
               help="Replay the tensors of an .npz file (pooled, dead, q, steps) instead of synthetic ones.")
 @click.option("--iters", "iters_opt", type=int, default=DEFAULT_ITERS, show_default=True, help="ITERS with --inputs.")
-@click.option("--dump", "dump_path", type=click.Path(dir_okay=False, writable=True),
+@click.option("--dump", "dump_path", type=OUTPUT,
               help="Write every variant's scores (and the CPU model's) to this .npz file.")
 @click.option("--config", "config_name", metavar="CONFIG", help="Run the scorer cases of a YAML sweep instead.")
 @run_options
@@ -216,7 +263,7 @@ def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int,
 @click.option("--iters", "iters_opt", type=int, default=DEFAULT_ITERS, show_default=True, help="ITERS with --inputs.")
 @click.option("--count", "count_opt", type=click.IntRange(0, 1), default=1, show_default=True,
               help="COUNT with --inputs (0: decode call, 1: prompt call with the active block count).")
-@click.option("--dump", "dump_path", type=click.Path(dir_okay=False, writable=True),
+@click.option("--dump", "dump_path", type=OUTPUT,
               help="Write every variant's ids (and the CPU oracle's) to this .npz file.")
 @click.option("--config", "config_name", metavar="CONFIG", help="Run the top-k cases of a YAML sweep instead.")
 @run_options
@@ -294,10 +341,11 @@ def _finish_selftest(record: Any, rows: list[Any], opts: dict[str, Any]) -> int:
 
 
 @cli.command("selftest")
-@click.option("--require-gpu", is_flag=True, help="Fail when no CUDA device is found (default: skip the GPU checks).")
+@click.option("--require-gpu", is_flag=True,
+              help="A missing CUDA device is an error, exit 2 (default: skip the GPU checks).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True))
+@click.option("--json", "json_path", type=OUTPUT)
 def selftest(require_gpu: bool, seed: int, device_id: int, json_path: str | None) -> int:
     """Every check this machine can run: the CPU models always, the kernels when a device is found."""
     from .runs import Settings, selftest as run
@@ -372,7 +420,8 @@ def report_cmd(paths: tuple[str, ...], markdown: bool, merge: bool) -> int:
         if markdown:
             click.echo(report.markdown(record))  # plain: a console would wrap the lines
             continue
-        console.print(f"[bold]{name}[/bold]: {record.command} ({record.created})", highlight=False)
+        incomplete = " [red]incomplete[/red] (interrupted)" if record.incomplete else ""
+        console.print(f"[bold]{name}[/bold]: {record.command} ({record.created}){incomplete}", highlight=False)
         for table in report.tables(record):
             console.print(table)
         console.print(report.clocks_line(record))
@@ -387,13 +436,18 @@ def report_cmd(paths: tuple[str, ...], markdown: bool, merge: bool) -> int:
 @click.option("--tolerance", type=click.FloatRange(min=0), default=0.05, show_default=True,
               help="A median slower than the baseline's by more than this (and outside both spreads) is SLOW.")
 @click.option("--force", is_flag=True, help="Compare with a baseline from another device or kernel source.")
-@click.option("--junit", "junit_path", type=click.Path(dir_okay=False, writable=True), help="Write JUnit XML here.")
+@click.option("--allow-missing", is_flag=True,
+              help="A (case, variant) of the baseline that the run lacks is shown, not a failure.")
+@click.option("--junit", "junit_path", type=OUTPUT, help="Write JUnit XML here.")
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
-              help="Write the record of the run the gate made (with --config).")
+@click.option("--json", "json_path", type=OUTPUT,
+              help="Write the record of the run the gate makes (not with --results: that run is recorded).")
 def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tolerance: float, force: bool,
-             junit_path: str | None, device_id: int, json_path: str | None) -> int:
-    """CI regression gate: parity must hold and no median may be SLOW against the baseline."""
+             allow_missing: bool, junit_path: str | None, device_id: int, json_path: str | None) -> int:
+    """CI regression gate: parity must hold, thresholds too, and every timing of the baseline must be in
+    the run and not SLOW."""
+    from collections import Counter
+
     from rich.console import Console
 
     from . import gate
@@ -402,6 +456,8 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
     from .results import load_record
     from .runs import Settings, session, sweep
 
+    if results_path and json_path:
+        raise UsageProblem("--json records the run the gate makes; with --results it makes none")
     baseline = load_record(baseline_path)
     if results_path:
         record = load_record(results_path)
@@ -409,25 +465,29 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
     else:
         config = load_config(config_path(config_name))
         settings = Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id)
-        with session(settings, "gate", sys.argv[1:]) as s:
+        with _kept_if_interrupted(session(settings, "gate", sys.argv[1:]), json_path) as s:
             gate.check_comparable(s.record, baseline, force)  # refuse before measuring
             sweep(s, config)
             record = s.record
         if json_path:
             record.write(json_path)
-    result = gate.compare(record, baseline, tolerance=tolerance, force=force)
+    result = gate.compare(record, baseline, tolerance=tolerance, force=force, allow_missing=allow_missing)
     console = Console()
     console.print(gate.gate_table(result))
     if junit_path:
         with atomic_write(junit_path) as fh:
             fh.write(gate.junit_xml(result))
-    console.print("[green]GATE PASS[/green]" if result.passed else "[red]GATE FAIL[/red]")
-    return 0 if result.passed else EXIT_PARITY
+    if result.passed:
+        console.print("[green]GATE PASS[/green]")
+        return 0
+    failing = Counter(r.verdict for r in result.rows if r.failed)
+    console.print(f"[red]GATE FAIL[/red] ({', '.join(f'{n} {verdict}' for verdict, n in failing.items())})")
+    return EXIT_PARITY
 
 
 @cli.command("plot")
 @click.argument("path", metavar="FILE.json")
-@click.option("-o", "--output", "out_path", required=True, type=click.Path(dir_okay=False, writable=True))
+@click.option("-o", "--output", "out_path", required=True, type=OUTPUT)
 def plot_cmd(path: str, out_path: str) -> int:
     """Time against context per variant and query count (log scales, the read floor as a line)."""
     from .plot import plot_record

@@ -1,4 +1,8 @@
-"""Atomic file writing: every file a command writes appears whole or not at all."""
+"""Atomic file writing: every file a command writes appears whole or not at all.
+
+A command checks each of its output paths (``check_writable``) before it measures anything, so a
+path that cannot be written costs a line of error, not a run.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +14,65 @@ from pathlib import Path
 from typing import IO
 
 
+class OutputError(OSError):
+    """An output path that cannot be written (one line); an OSError, so a cache writer may ignore it."""
+
+
+def _write_protected(path: Path) -> bool:
+    """Not writable by this user, or writable by nobody under its mode (root could write it anyway, but
+    a file or folder made read-only says it is not to be replaced)."""
+    return not os.access(path, os.W_OK) or not path.stat().st_mode & 0o222
+
+
+def check_writable(path: str | os.PathLike[str], what: str) -> None:
+    """An OutputError, ``{what} {path}: why``, unless ``atomic_write(path)`` can create or replace it."""
+    path = Path(path)
+    folder = path.parent
+    if path.is_dir():
+        why = "is a folder"
+    elif not folder.exists():
+        why = f"no such folder {folder}"
+    elif not folder.is_dir():
+        why = f"{folder} is not a folder"
+    elif _write_protected(folder) or not os.access(folder, os.X_OK):
+        why = f"folder {folder} is not writable"
+    elif path.exists() and not path.is_file():
+        why = "not a regular file"  # /dev/null and the like: a rename would replace the node itself
+    elif path.exists() and _write_protected(path):
+        why = "read-only"
+    else:
+        return
+    raise OutputError(f"{what} {path}: {why}")
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
-    """Open a temporary file beside ``path``; rename it over ``path`` only if the block succeeds."""
+    """Open a temporary file beside ``path``; rename it over ``path`` only if the block succeeds.
+
+    The file gets the permissions ``open()`` would give it: an existing file's, else 0o666 less the
+    umask. A read-only existing file is refused; every failure to write is an OutputError.
+    """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_file() and _write_protected(path):
+        raise OutputError(f"{path}: read-only")
+    permissions = path.stat().st_mode & 0o777 if path.is_file() else 0o666 & ~_umask()
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, mode) as fh:
+            os.fchmod(fh.fileno(), permissions)  # mkstemp makes it 0o600
             yield fh
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+            raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
         raise

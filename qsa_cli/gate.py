@@ -2,13 +2,19 @@
 
 A row is SLOW only when its median is slower than the baseline's by more than the tolerance AND the
 two runs' 10th-90th percentile spreads do not overlap, so noise alone never fails a build; FAST is
-the mirror image. Any parity failure in the run fails the gate whatever the times say. A library's
-reference point (``cupy.argpartition``, timed beside the kernels for scale, with CuPy's own host
-work and allocations inside) is compared and shown but never fails the gate: its verdict is REFERENCE.
+the mirror image. Any parity failure or broken threshold in the run fails the gate whatever the
+times say. The gate fails closed: a (case, variant) of the baseline that the run lacks is MISSING
+and fails (unless missing rows are allowed: MISSING-ALLOWED), samples that are empty, NaN or
+infinite (or with a median not above 0) in either record are BAD-SAMPLES, and a run with no timing
+the gate can judge against the baseline is NOTHING-COMPARED. A row only the run has is NEW and
+passes. A library's reference point (``cupy.argpartition``, timed beside the kernels for scale, with
+CuPy's own host work and allocations inside) is compared and shown but never fails the gate on its
+time: its verdict is REFERENCE.
 """
 
 from __future__ import annotations
 
+import math
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
@@ -18,9 +24,11 @@ from .report import measurement_index
 from .results import Measurement, RunRecord
 from .stages.topk import ARGPARTITION
 
-FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD")
-VERDICT_STYLE = {"FAST": "green", "SLOW": "red", "SAME": "", "PARITY-FAIL": "bold red", "MISSING": "yellow", "NEW": "cyan",
-                 "THRESHOLD": "bold red", "REFERENCE": "dim"}
+FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD", "MISSING", "BAD-SAMPLES", "NOTHING-COMPARED")
+JUDGED = ("SAME", "FAST", "SLOW")  # a timing compared with the baseline's and judged
+VERDICT_STYLE = {"FAST": "green", "SLOW": "red", "SAME": "", "PARITY-FAIL": "bold red", "MISSING": "red",
+                 "MISSING-ALLOWED": "yellow", "NEW": "cyan", "THRESHOLD": "bold red", "REFERENCE": "dim",
+                 "BAD-SAMPLES": "bold red", "NOTHING-COMPARED": "bold red"}
 REFERENCE_POINTS = (ARGPARTITION,)  # variants the gate shows but does not judge
 
 
@@ -34,8 +42,8 @@ class GateRow:
     variant: str  # a measured variant, or "subject vs against" for a parity failure
     baseline_us: float | None
     median_us: float | None
-    verdict: str  # FAST, SLOW, SAME, PARITY-FAIL, THRESHOLD (a sweep's), MISSING (baseline only), NEW (run only),
-    # REFERENCE (a library's reference point: never fails)
+    verdict: str  # FAST, SLOW, SAME, PARITY-FAIL, THRESHOLD (a sweep's), MISSING or MISSING-ALLOWED (baseline
+    # only), NEW (run only), REFERENCE (a library's reference point), BAD-SAMPLES, NOTHING-COMPARED (no row judged)
     detail: str = ""
 
     @property
@@ -65,7 +73,11 @@ class GateResult:
 
 def check_comparable(record: RunRecord, baseline: RunRecord, force: bool = False) -> list[str]:
     """What makes the two runs' times incomparable (the card, the kernel sources): a GateError unless
-    ``force``, when the differences are returned for the result's notes. Cheap: call it before measuring."""
+    ``force``, when the differences are returned for the result's notes. Cheap: call it before measuring.
+    An incomplete (interrupted) record is refused, forced or not: its missing rows would read as gone."""
+    for name, r in (("the results", record), ("the baseline", baseline)):
+        if r.incomplete:
+            raise GateError(f"{name} record is incomplete (its run was interrupted): the gate compares whole runs")
     out = []
     for what, get in (("backend", lambda r: r.backend),
                       ("device", lambda r: r.device.get("name")),
@@ -96,20 +108,43 @@ def _timing_row(key: str, variant: str, m: Measurement, b: Measurement, toleranc
     return GateRow(key, variant, b.median_us, m.median_us, verdict, detail)
 
 
-def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, force: bool = False) -> GateResult:
-    """Every (case, variant) of the run against the baseline's, plus a row for each failed parity check
-    and each broken threshold of the run's sweep."""
+def _bad_samples(m: Measurement | None, whose: str) -> str | None:
+    """What makes a measurement's samples unusable (none, NaN or infinite ones, a median not above 0), or None."""
+    if m is None:
+        return None
+    if not m.samples_us:
+        return f"{whose} samples: none"
+    bad = sum(not math.isfinite(x) for x in m.samples_us)
+    if bad:
+        return f"{whose} samples: {bad} of {len(m.samples_us)} NaN or infinite"
+    return f"{whose} samples: a median of {m.median_us:g} µs" if m.median_us <= 0 else None
+
+
+def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, force: bool = False,
+            allow_missing: bool = False) -> GateResult:
+    """Every (case, variant) of the run and the baseline, plus a row for each failed parity check and
+    each broken threshold of the run's sweep, and one when no timing could be judged."""
     if not 0 <= tolerance < 1:
         raise GateError(f"tolerance must be a fraction in [0, 1) such as 0.05 (got {tolerance})")
     differ = check_comparable(record, baseline, force)
     ours, theirs = measurement_index(record), measurement_index(baseline)
     rows = []
-    for (key, variant), m in ours.items():
-        b = theirs.get((key, variant))
-        rows.append(_timing_row(key, variant, m, b, tolerance) if b is not None
-                    else GateRow(key, variant, None, m.median_us, "NEW", "not in the baseline"))
-    rows += [GateRow(key, variant, b.median_us, None, "MISSING", "in the baseline, not in this run")
-             for (key, variant), b in theirs.items() if (key, variant) not in ours]
+    for key, variant in dict.fromkeys([*ours, *theirs]):
+        m, b = ours.get((key, variant)), theirs.get((key, variant))
+        median, base = (x.median_us if x is not None else None for x in (m, b))
+        bad = [why for why in (_bad_samples(m, "the run's"), _bad_samples(b, "the baseline's")) if why]
+        if bad:
+            rows.append(GateRow(key, variant, base, median, "BAD-SAMPLES", "; ".join(bad)))
+        elif m is None:
+            rows.append(GateRow(key, variant, base, None, "MISSING-ALLOWED" if allow_missing else "MISSING",
+                                "in the baseline, not in this run"))
+        elif b is None:
+            rows.append(GateRow(key, variant, None, median, "NEW", "not in the baseline"))
+        else:
+            rows.append(_timing_row(key, variant, m, b, tolerance))
+    if not any(r.verdict in JUDGED for r in rows):
+        rows.append(GateRow("gate", "timings", None, None, "NOTHING-COMPARED",
+                            "no (case, variant) is timed in both the run and the baseline"))
     rows += [GateRow(p.key, f"{p.subject} vs {p.against}", None, None, "PARITY-FAIL", p.detail)
              for p in record.parity if not p.equal]
     rows += [GateRow(t.key, t.name, None, None, "THRESHOLD", f"{t.value:.2f}, the limit is {t.limit:.2f}")
@@ -127,7 +162,8 @@ def _fmt(value: float | None, template: str) -> str:
 def gate_table(result: GateResult) -> Table:
     table = Table(title=f"Gate: {'PASS' if result.passed else 'FAIL'} against the baseline")
     for col in ("case", "variant", "baseline µs", "median µs", "ratio", "verdict", "detail"):
-        table.add_column(col, justify="right" if col.endswith(("µs", "ratio")) else "left")
+        table.add_column(col, justify="right" if col.endswith(("µs", "ratio")) else "left",
+                         min_width=max(map(len, VERDICT_STYLE)) if col == "verdict" else None)  # never cut
     for r in result.rows:
         style = VERDICT_STYLE[r.verdict]
         verdict = f"[{style}]{r.verdict}[/{style}]" if style else r.verdict
@@ -139,9 +175,9 @@ def gate_table(result: GateResult) -> Table:
 
 
 def junit_xml(result: GateResult) -> str:
-    """JUnit XML for CI: one testcase per row; SLOW, PARITY-FAIL and THRESHOLD are failures, MISSING is skipped."""
+    """JUnit XML for CI: one testcase per row; the FAILING verdicts are failures, MISSING-ALLOWED is skipped."""
     failures = sum(r.failed for r in result.rows)
-    skipped = result.count("MISSING")
+    skipped = result.count("MISSING-ALLOWED")
     counts = {"tests": str(len(result.rows)), "failures": str(failures), "errors": "0", "skipped": str(skipped)}
     suites = ET.Element("testsuites", name="qsa gate", **counts)
     suite = ET.SubElement(suites, "testsuite", name="qsa gate", **counts)
@@ -156,7 +192,7 @@ def junit_xml(result: GateResult) -> str:
         summary = f"{r.verdict}: baseline {_fmt(r.baseline_us, '{:.1f} µs')}, run {_fmt(r.median_us, '{:.1f} µs')}"
         if r.failed:
             ET.SubElement(case, "failure", type=r.verdict, message=f"{summary}; {r.detail}" if r.detail else summary)
-        elif r.verdict == "MISSING":
+        elif r.verdict == "MISSING-ALLOWED":
             ET.SubElement(case, "skipped", message=summary)
         else:
             ET.SubElement(case, "system-out").text = f"{summary}; {r.detail}" if r.detail else summary

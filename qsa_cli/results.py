@@ -2,30 +2,112 @@
 
 Measurement and parity are recorded here and nowhere else; tables, markdown, plots and the gate are
 all rendered from a record, so a saved run can be re-rendered or compared later (``qsa report``).
+The classes' type hints are the record's schema: a record read back is checked against them, field
+by field (``load_record``), so whatever renders it can trust every type.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import math
 import os
 import statistics
 import subprocess
+import types
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from . import __version__
 from .files import atomic_write
 from .inputs import InputError
 
 SCHEMA = "qsa.run"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# What version 2 added, as a version 1 record means it: every version 1 run ran to its end, and none
+# ran compute-sanitizer.
+SINCE_VERSION_1: dict[str, Any] = {"incomplete": False, "sanitizer": []}
 
 CASE_FIELDS = ("stage", "ctx", "nq", "capacity", "kind", "score_set", "l2")
 
 
-def case_key(stage: str, case: dict[str, Any]) -> str:
+class _CallFields(TypedDict):  # what every case has
+    ctx: int
+    nq: int
+    capacity: int
+    kind: str
+    l2: str
+
+
+class Case(_CallFields, total=False):
+    """A call as a record names it (``stages.common.call_case``); the top-k's adds its score set."""
+
+    score_set: str
+
+
+class Clocks(TypedDict):
+    """A clock reading as a record holds it (``clocks.ClockReading.to_dict``)."""
+
+    sm_mhz: int | None
+    mem_mhz: int | None
+    temperature_c: int | None
+    power_w: float | None
+    event_reasons: list[str]
+    throttled: bool
+
+
+class DeviceInfo(TypedDict, total=False):
+    """The card a run measured on (``device.probe``; nothing on the CPU backend) and NVML's view of it."""
+
+    id: int
+    name: str
+    compute_capability: str
+    sms: int
+    l2_bytes: int
+    shared_optin_bytes: int
+    memory_bytes: int
+    pci_bus_id: str
+    driver: str
+    cuda_runtime: str
+    cupy: str
+    nvml: dict[str, Any]  # clocks.ClockMonitor.device_info: what NVML reports, or why it is unavailable
+
+
+class ClockLockRecord(TypedDict):
+    """What a run's clock lock did (``clocks.ClockLock.to_dict``)."""
+
+    sm_mhz: int
+    mem_mhz: int | None
+    locked: bool
+    reason: str | None
+
+
+class Dispatch(TypedDict):
+    """The engine's choice for one kind of call (``runs._dispatch_summary``)."""
+
+    kind: str
+    scores: str
+    topk: str
+    reasons: dict[str, str]
+
+
+class RunSettings(TypedDict, total=False):
+    """A run's settings; each command records those it has."""
+
+    l2: str
+    warmup: int
+    seed: int
+    check_model: bool
+    config: str
+    iterations: int
+    dispatch: Dispatch | dict[str, Dispatch]  # one call's, or a sweep's per kind of call
+    clock_lock: ClockLockRecord
+
+
+def case_key(stage: str, case: Case) -> str:
     """A stable name for a (stage, case): what the gate matches a run's rows with a baseline's on."""
     parts = [stage] + [f"{k}={case[k]}" for k in CASE_FIELDS[1:] if k in case]
     return " ".join(parts)
@@ -35,7 +117,7 @@ class CaseKeyed:
     """A result about one case of one stage; ``key`` is the case as the reports and the gate index it."""
 
     stage: str
-    case: dict[str, Any]
+    case: Case
 
     @property
     def key(self) -> str:
@@ -48,21 +130,22 @@ class Measurement(CaseKeyed):
 
     stage: str  # "scores", "topk", "window"
     variant: str  # a kernel variant, "read-floor" or a library reference point
-    case: dict[str, Any]
+    case: Case
     samples_us: list[float]
     warmup: int = 0
     bytes_read: int | None = None  # bytes the variant must read once (for GB/s)
-    clocks_before: dict[str, Any] | None = None
-    clocks_after: dict[str, Any] | None = None
+    clocks_before: Clocks | None = None
+    clocks_after: Clocks | None = None
     throttled: bool = False  # a clocks-event reason for thermal, power or hardware slowdown was seen
 
     @property
     def median_us(self) -> float:
-        return statistics.median(self.samples_us)
+        """NaN without samples (a run always has some; a hand-made record may have none)."""
+        return statistics.median(self.samples_us) if self.samples_us else math.nan
 
     def percentile_us(self, p: float) -> float:
         s = sorted(self.samples_us)
-        return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
+        return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))] if s else math.nan
 
     @property
     def spread_us(self) -> tuple[float, float]:
@@ -81,7 +164,7 @@ class ParityCheck(CaseKeyed):
     """One bitwise comparison: ``subject`` against ``against`` on one case."""
 
     stage: str
-    case: dict[str, Any]
+    case: Case
     subject: str
     against: str
     equal: bool
@@ -96,8 +179,8 @@ class ThresholdCheck(CaseKeyed):
     """A sweep's threshold on one case, e.g. new vs old speedup >= 2.5, or new / read floor <= 1.3."""
 
     stage: str
-    case: dict[str, Any]
-    name: str  # "min_speedup" or "max_floor_ratio"
+    case: Case
+    name: Literal["min_speedup", "max_floor_ratio"]
     value: float
     limit: float
     passed: bool
@@ -126,8 +209,8 @@ class RunRecord:
     command: str
     argv: list[str]
     backend: str  # "gpu" or "cpu"
-    device: dict[str, Any] = field(default_factory=dict)
-    settings: dict[str, Any] = field(default_factory=dict)
+    device: DeviceInfo = field(default_factory=dict)
+    settings: RunSettings = field(default_factory=dict)
     measurements: list[Measurement] = field(default_factory=list)
     parity: list[ParityCheck] = field(default_factory=list)
     thresholds: list[ThresholdCheck] = field(default_factory=list)
@@ -138,6 +221,7 @@ class RunRecord:
     git_commit: str | None = field(default_factory=lambda: git_commit())
     kernel_source_hash: str = ""
     environment: dict[str, Any] = field(default_factory=dict)
+    incomplete: bool = False  # interrupted: only what was measured before it (a note says so)
 
     @property
     def passed(self) -> bool:
@@ -149,14 +233,9 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        data = dict(data)
-        data.pop("schema", None)
-        data.pop("schema_version", None)
-        data["measurements"] = [Measurement(**m) for m in data.get("measurements", [])]
-        data["parity"] = [ParityCheck(**p) for p in data.get("parity", [])]
-        data["thresholds"] = [ThresholdCheck(**t) for t in data.get("thresholds", [])]
-        data["sanitizer"] = [SanitizerRun(**r) for r in data.get("sanitizer", [])]
-        return cls(**data)
+        """A record from its JSON form, every field checked: an InputError naming the first one wrong."""
+        data = {k: v for k, v in data.items() if k not in ("schema", "schema_version")}
+        return _conform(data, cls, "")
 
     def write(self, path: str | os.PathLike[str]) -> None:
         with atomic_write(path) as fh:
@@ -176,12 +255,15 @@ def load_record(path: str | os.PathLike[str]) -> RunRecord:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise InputError(f"{path}: not a qsa result record (no \"schema\": \"{SCHEMA}\")")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise InputError(f"{path}: result schema version {version} is not supported (this qsa reads {SCHEMA_VERSION})")
+    if version == 1:
+        data = {**SINCE_VERSION_1, **data}
+    elif version != SCHEMA_VERSION:
+        raise InputError(f"{path}: result schema version {version} is not supported "
+                         f"(this qsa reads 1 to {SCHEMA_VERSION})")
     try:
         return RunRecord.from_dict(data)
-    except TypeError as exc:
-        raise InputError(f"{path}: malformed result record ({exc})") from None
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
 
 
 def git_commit() -> str | None:
@@ -222,3 +304,100 @@ def merge_records(records: list[RunRecord]) -> RunRecord:
         merged.sanitizer += r.sanitizer
     merged.created = max(r.created for r in records)
     return merged
+
+
+# ---- the schema: a record's JSON form against the dataclasses' type hints ----------------------------
+
+_SCALARS = {str: ("a string", "strings"), int: ("an integer", "integers"), float: ("a number", "numbers"),
+            bool: ("true or false", "true or false"), type(None): ("null", "null")}
+
+
+@functools.cache
+def _fields(hint: Any) -> tuple[dict[str, Any], frozenset[str]] | None:
+    """(field -> type, the required fields) of a dataclass or TypedDict; None for any other type.
+
+    Every field of a dataclass is required: a record written by this module has them all, and a
+    default (the checkout's commit, the time now) would misdescribe a run read back.
+    """
+    if dataclasses.is_dataclass(hint):
+        return get_type_hints(hint), frozenset(f.name for f in dataclasses.fields(hint))
+    if is_typeddict(hint):
+        return get_type_hints(hint), frozenset(hint.__required_keys__)
+    return None
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether a parsed JSON value is of ``hint``, a type with no record object inside."""
+    origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:
+        return True
+    if origin is Literal:
+        return value in args
+    if origin is list:
+        return isinstance(value, list) and all(_matches(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(isinstance(k, str) and _matches(v, args[1]) for k, v in value.items())
+    if hint in (int, float) and isinstance(value, bool):
+        return False  # JSON's true is no number
+    return isinstance(value, (int, float) if hint is float else hint)
+
+
+def _expected(hint: Any) -> str:
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, types.UnionType):
+        return " or ".join(dict.fromkeys(_expected(a) for a in args))
+    if origin is Literal:
+        return " or ".join(json.dumps(a) for a in args)
+    if origin is list:
+        return f"a list of {_SCALARS[args[0]][1] if args[0] in _SCALARS else 'objects'}"
+    return _SCALARS[hint][0] if hint in _SCALARS else "an object"
+
+
+class _NotOfType(InputError):
+    """A value of another type than the schema's at ``where`` (not one wrong inside)."""
+
+    def __init__(self, hint: Any, where: str) -> None:
+        super().__init__(_at(where, f"expected {_expected(hint)}"))
+        self.where = where
+
+
+def _at(where: str, what: str) -> str:
+    return f"{where}: {what}" if where else what
+
+
+def _inside(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _conform(value: Any, hint: Any, where: str) -> Any:
+    """``value`` (parsed JSON) as ``hint`` types it, dataclasses built; an InputError naming ``where``."""
+    fields = _fields(hint)
+    if fields is not None:
+        types_, required = fields
+        if not isinstance(value, dict):
+            raise _NotOfType(hint, where)
+        unknown = [k for k in value if k not in types_]
+        if unknown:
+            raise InputError(_at(where, f"unknown field {unknown[0]!r}"))
+        missing = sorted(required - value.keys())
+        if missing:
+            raise InputError(_at(where, f"missing field {missing[0]!r}"))
+        out = {k: _conform(v, types_[k], _inside(where, k)) for k, v in value.items()}
+        return hint(**out) if dataclasses.is_dataclass(hint) else out
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, types.UnionType):
+        within = []  # an alternative the value is of, wrong inside: that says more than "expected"
+        for alternative in args:
+            try:
+                return _conform(value, alternative, where)
+            except InputError as exc:
+                if not (isinstance(exc, _NotOfType) and exc.where == where):
+                    within.append(exc)
+        raise within[0] if within else _NotOfType(hint, where)
+    if origin is list and isinstance(value, list) and _fields(args[0]) is not None:
+        return [_conform(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict and isinstance(value, dict) and _fields(args[1]) is not None:
+        return {k: _conform(v, args[1], _inside(where, k)) for k, v in value.items()}
+    if not _matches(value, hint):
+        raise _NotOfType(hint, where)
+    return value

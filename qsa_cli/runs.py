@@ -178,10 +178,10 @@ def topk_parity(s: Session, inputs: list[TopkInputs], iters: int, active_blocks:
     kind = "prompt" if active_blocks else "decode"
     s.record.settings["dispatch"] = _dispatch_summary(s, kind, inputs[0].max_blocks)
     out = StageOutcome()
-    for inp in inputs:
-        out.extend(topk_stage.run_topk(inp, s.measurer(iters), variants, active_blocks, s.settings.check_model,
-                                       argpartition=s.on_gpu and iters > 0), prefix=f"{inp.score_set}.")
-    return s.take(out)
+    for inp in inputs:  # each score set's rows recorded as it ends (an interrupted run keeps them)
+        out.extend(s.take(topk_stage.run_topk(inp, s.measurer(iters), variants, active_blocks, s.settings.check_model,
+                                              argpartition=s.on_gpu and iters > 0)), prefix=f"{inp.score_set}.")
+    return out
 
 
 def _dispatch_summary(s: Session, kind: str, max_blocks: int = 0) -> dict[str, Any]:
@@ -193,7 +193,7 @@ def _dispatch_summary(s: Session, kind: str, max_blocks: int = 0) -> dict[str, A
 class SelftestRow:
     check: str
     cases: int
-    passed: bool
+    passed: bool | None  # None: skipped
     seconds: float
     detail: str = ""
 
@@ -278,9 +278,13 @@ def _constants_check() -> tuple[int, list[str]]:
 
 
 def selftest(settings: Settings, require_gpu: bool, argv: list[str]) -> tuple[RunRecord, list[SelftestRow]]:
-    """Every check this machine can run: the CPU models always, the kernels when a device is found."""
-    from .device import probe
+    """Every check this machine can run: the CPU models always, the kernels when a device is found
+    (``require_gpu``: a missing device is a NoDeviceError before anything runs)."""
+    from .device import NoDeviceError, probe
 
+    found = probe(settings.device_id)
+    if require_gpu and not found.available:
+        raise NoDeviceError(f"--require-gpu: {found.reason}")
     rows = [_timed("constants: kernels/qsa_common.cuh == geometry", _constants_check)]
     cpu = Settings(backend="cpu", seed=settings.seed)
     with session(cpu, "selftest", argv) as s:
@@ -288,9 +292,8 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str]) -> tuple[Ru
         rows.append(_timed("top-k models: reference, wide, split, cluster == oracle",
                            lambda: _topk_check(s, settings.seed)))
         record = s.record
-    found = probe(settings.device_id)
     if not found.available:
-        rows.append(SelftestRow("GPU checks", 0, False if require_gpu else None, 0.0, f"skipped: {found.reason}"))
+        rows.append(SelftestRow("GPU checks", 0, None, 0.0, f"skipped: {found.reason}"))
         return record, rows
     with session(Settings(backend="gpu", seed=settings.seed, device_id=settings.device_id), "selftest", argv) as g:
         from .launch.scores import SCORER_VARIANTS

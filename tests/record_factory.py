@@ -63,7 +63,8 @@ def record(measurements: list[Measurement], checks: list[ParityCheck], **kw: Any
     base: dict[str, Any] = {
         "command": "sweep", "argv": ["sweep", "sm75-decode", "--lock-clocks", "1650"], "backend": "gpu",
         "device": {"name": "NVIDIA GeForce RTX 2080 Ti", "compute_capability": "7.5", "sms": 68},
-        "settings": {"iters": 50, "warmup": 5, "l2": "cold", "seed": 0, "clock_lock": {"sm_mhz": 1650, "mem_mhz": None},
+        "settings": {"iterations": 50, "warmup": 5, "l2": "cold", "seed": 0,
+                     "clock_lock": {"sm_mhz": 1650, "mem_mhz": None, "locked": True, "reason": None},
                      "dispatch": {"kind": "decode", "scores": "halve", "topk": "split", "reasons": {}}},
         "created": "2026-11-29T18:31:00+00:00", "git_commit": "0123456789ab", "kernel_source_hash": "k" * 16,
     }

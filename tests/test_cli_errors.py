@@ -74,3 +74,15 @@ def test_help_does_not_import_cupy_or_numpy():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "select-bench" in res.stdout
+
+
+@pytest.mark.parametrize("option", ["--json", "--dump"])
+def test_an_unwritable_output_is_refused_before_anything_runs(capsys, tmp_path, monkeypatch, option):
+    def no_session(*args, **kwargs):
+        raise AssertionError("a session was opened")
+
+    monkeypatch.setattr("qsa_cli.runs.session", no_session)
+    target = tmp_path / "missing" / "out"
+    code, _, err = run(capsys, "select-bench", "100", "2", "5", "100", "--backend", "cpu", option, str(target))
+    assert code == 2 and err == f"qsa: error: {option} {target}: no such folder {target.parent}\n"
+    assert list(tmp_path.iterdir()) == []

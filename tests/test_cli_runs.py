@@ -92,11 +92,96 @@ def test_report_and_gate_on_saved_cpu_records(capsys, tmp_path):
 def test_selftest_without_a_device(capsys):
     code, out, _ = run(capsys, "selftest")
     assert code == 0 and "GPU checks" in out and "skipped" in out and "PASS" in out
-    code, out, _ = run(capsys, "selftest", "--require-gpu")
-    assert code == 1 and "FAIL" in out
+    code, out, err = run(capsys, "selftest", "--require-gpu")
+    assert code == 2 and out == "" and err.startswith("qsa: error: --require-gpu: ") and err.count("\n") == 1
 
 
 def test_gpu_backend_without_a_device_is_one_line(capsys):
     code, out, err = run(capsys, "select-bench", "9000", "2", "5", "9000")
     assert code == 2 and err.startswith("qsa: error: ") and len(err.strip().splitlines()) == 1
     assert "--backend cpu" in err
+
+
+@pytest.mark.parametrize(("min_speedup", "code", "last_line"),
+                         [(0.001, 0, "PASS"), (1000, 1, "FAIL (2 of 2 thresholds broken)")])
+def test_a_broken_threshold_fails_the_sweep(capsys, tmp_path, min_speedup, code, last_line):
+    config = tmp_path / "sweep.yaml"
+    config.write_text("iterations: 2\nwarmup: 0\nstages: [scores]\ncontexts: [4099]\nqueries: [1, 2]\n"
+                      f"capacity: 8192\nthresholds:\n  scores:\n    min_speedup: {min_speedup}\n")
+    got, out, err = run(capsys, "sweep", str(config), "--backend", "cpu", "--markdown")
+    assert got == code, err
+    assert out.rstrip().splitlines()[-1] == last_line
+
+
+def _interrupted_on_call(monkeypatch, module: str, name: str, call: int) -> None:
+    """``module.name`` runs as it does until its ``call``-th call, which is Ctrl-C."""
+    import importlib
+
+    target = importlib.import_module(module)
+    real, calls = getattr(target, name), []
+
+    def stage(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == call:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, stage)
+
+
+def test_ctrl_c_keeps_what_was_measured_as_an_incomplete_record(capsys, tmp_path, monkeypatch):
+    config = tmp_path / "sweep.yaml"
+    config.write_text("iterations: 2\nwarmup: 0\nstages: [scores]\ncontexts: [4099]\nqueries: [1, 2, 3]\ncapacity: 8192\n")
+    js = tmp_path / "partial.json"
+    _interrupted_on_call(monkeypatch, "qsa_cli.stages.scores", "run_scores", call=3)
+    code, out, err = run(capsys, "sweep", str(config), "--backend", "cpu", "--json", str(js))
+    assert code == 130 and "PASS" not in out
+    # the blank line closes the terminal's ^C echo
+    assert err == f"\nqsa: interrupted: the 6 measurements taken are in {js}, marked incomplete\n"
+    record = json.loads(js.read_text())
+    assert record["schema_version"] == 2 and record["incomplete"] is True and "interrupted" in record["notes"][-1]
+    assert {m["case"]["nq"] for m in record["measurements"]} == {1, 2}
+    code, out, _ = run(capsys, "report", "--markdown", str(js))
+    assert code == 0 and "interrupted: the run stopped here" in out
+    whole = tmp_path / "whole.json"
+    monkeypatch.undo()
+    assert run(capsys, "sweep", str(config), "--backend", "cpu", "--json", str(whole))[0] == 0
+    for baseline, results, which in ((js, whole, "baseline"), (whole, js, "results")):
+        code, out, err = run(capsys, "gate", "--baseline", str(baseline), "--results", str(results), "--force")
+        assert code == 2 and out == "" and err == (f"qsa: error: the {which} record is incomplete (its run was "
+                                                   "interrupted): the gate compares whole runs\n")
+
+
+def test_ctrl_c_of_a_top_k_run_keeps_the_score_sets_done(capsys, tmp_path, monkeypatch):
+    js = tmp_path / "partial.json"
+    _interrupted_on_call(monkeypatch, "qsa_cli.stages.topk", "run_topk", call=2)
+    code, _, err = run(capsys, "topk-parity", "4099", "2", "1", "8192", "--backend", "cpu", "--json", str(js))
+    assert code == 130 and err.startswith("\nqsa: interrupted: ") and err.count("\n") == 2
+    record = json.loads(js.read_text())
+    assert record["incomplete"] and {m["case"]["score_set"] for m in record["measurements"]} == {"continuous"}
+
+
+def test_ctrl_c_without_json_writes_nothing(capsys, tmp_path, monkeypatch):
+    _interrupted_on_call(monkeypatch, "qsa_cli.stages.scores", "run_scores", call=1)
+    code, out, err = run(capsys, "select-bench", "4099", "2", "1", "8192", "--backend", "cpu")
+    assert (code, out, err) == (130, "", "\nqsa: interrupted\n") and list(tmp_path.iterdir()) == []
+
+
+def test_the_gate_fails_closed(capsys, tmp_path):
+    scores, topk = tmp_path / "scores.json", tmp_path / "topk.json"
+    assert run(capsys, "select-bench", "4099", "2", "3", "8192", "--backend", "cpu", "--json", str(scores))[0] == 0
+    assert run(capsys, "topk-parity", "4099", "2", "3", "8192", "--backend", "cpu", "--json", str(topk))[0] == 0
+    code, out, _ = run(capsys, "gate", "--baseline", str(scores), "--results", str(topk))
+    assert code == 1 and out.rstrip().endswith("GATE FAIL (2 MISSING, 1 NOTHING-COMPARED)")
+    code, out, _ = run(capsys, "gate", "--baseline", str(scores), "--results", str(topk), "--allow-missing")
+    assert code == 1 and "MISSING-ALLOWED" in out and out.rstrip().endswith("GATE FAIL (1 NOTHING-COMPARED)")
+    nan = json.loads(scores.read_text())
+    nan["measurements"][0]["samples_us"] = [float("nan")] * 3
+    bad = tmp_path / "nan.json"
+    bad.write_text(json.dumps(nan))
+    code, out, _ = run(capsys, "gate", "--baseline", str(scores), "--results", str(bad))
+    assert code == 1 and "BAD-SAMPLES" in out and out.rstrip().endswith("GATE FAIL (1 BAD-SAMPLES)")
+    code, out, err = run(capsys, "gate", "--baseline", str(scores), "--results", str(scores),
+                         "--json", str(tmp_path / "gate.json"))
+    assert (code, out) == (2, "") and err == "qsa: error: --json records the run the gate makes; with --results it makes none\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nan.json", "scores.json", "topk.json"]

@@ -102,14 +102,50 @@ def test_a_parity_failure_fails_even_with_equal_times() -> None:
     assert not result.passed
 
 
-def test_missing_and_new_rows_do_not_fail() -> None:
+def test_a_missing_row_fails_unless_allowed_and_a_new_row_passes() -> None:
     baseline = seed_record(seed=1)
     run = copy.deepcopy(baseline)
     dropped = run.measurements.pop(0)
     run.measurements[0].variant = "cluster"
     result = compare(run, baseline)
-    assert verdicts(result)["MISSING"] == 2 and verdicts(result)["NEW"] == 1 and result.passed
+    assert verdicts(result)["MISSING"] == 2 and verdicts(result)["NEW"] == 1 and not result.passed
     assert any(r.verdict == "MISSING" and r.key == dropped.key and r.variant == dropped.variant for r in result.rows)
+    allowed = compare(run, baseline, allow_missing=True)
+    assert verdicts(allowed)["MISSING-ALLOWED"] == 2 and "MISSING" not in verdicts(allowed) and allowed.passed
+    new_only = copy.deepcopy(baseline)
+    new_only.measurements[0].variant = "cluster"
+    assert compare(new_only, copy.deepcopy(new_only)).passed
+
+
+def test_nothing_timed_in_both_fails() -> None:
+    """A parity-only baseline, or runs of other cases, leave nothing to judge: that is no pass."""
+    run = seed_record(seed=1)
+    parity_only = copy.deepcopy(run)
+    parity_only.measurements = []
+    for baseline, record in ((parity_only, run), (run, parity_only), (parity_only, parity_only)):
+        result = compare(record, baseline, allow_missing=True)
+        assert not result.passed and verdicts(result).get("NOTHING-COMPARED") == 1
+    only_reference = copy.deepcopy(run)
+    only_reference.measurements = [dataclasses.replace(run.measurements[0], variant=ARGPARTITION)]
+    assert verdicts(compare(only_reference, only_reference))["NOTHING-COMPARED"] == 1
+
+
+@pytest.mark.parametrize(("samples", "why"), [
+    ([], "samples: none"),
+    ([10.0, float("nan"), 11.0], "samples: 1 of 3 NaN or infinite"),
+    ([float("inf")] * 4, "samples: 4 of 4 NaN or infinite"),
+    ([0.0, 0.0, 1.0], "samples: a median of 0 µs"),
+])
+@pytest.mark.parametrize("whose", ["the run's", "the baseline's"])
+def test_unusable_samples_in_either_record_fail_and_are_named(samples: list[float], why: str, whose: str) -> None:
+    baseline = seed_record(seed=1)
+    run = copy.deepcopy(baseline)
+    broken = (run if whose == "the run's" else baseline).measurements[4]
+    broken.samples_us = samples
+    result = compare(run, baseline)
+    (row,) = [r for r in result.rows if r.verdict == "BAD-SAMPLES"]
+    assert (row.key, row.variant, row.detail) == (broken.key, broken.variant, f"{whose} {why}")
+    assert not result.passed and row.failed and verdicts(result)["SAME"] == len(run.measurements) - 1
 
 
 @pytest.mark.parametrize(
@@ -139,8 +175,8 @@ def test_junit_xml_is_valid_with_one_testcase_per_row() -> None:
     baseline = seed_record(seed=1, noise=0.02)
     run = seed_record(seed=2, noise=0.02, scale=1.3)
     run.parity[0].equal = False
-    run.measurements.pop(0)  # an old-kernel row: MISSING, which is skipped
-    result = compare(run, baseline, force=True)
+    run.measurements.pop(0)  # an old-kernel row: MISSING-ALLOWED, which is skipped
+    result = compare(run, baseline, force=True, allow_missing=True)
     root = ET.fromstring(junit_xml(result))
     suite = root.find("testsuite")
     cases = suite.findall("testcase")

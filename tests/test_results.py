@@ -1,9 +1,15 @@
 import json
+import math
+import re
+from pathlib import Path
 
 import pytest
+from record_factory import seed_record
 
+from qsa_cli.clocks import ClockLock, ClockReading
 from qsa_cli.inputs import InputError
-from qsa_cli.results import SCHEMA_VERSION, Measurement, ParityCheck, RunRecord, case_key, load_record, merge_records
+from qsa_cli.results import (SCHEMA_VERSION, Measurement, ParityCheck, RunRecord, ThresholdCheck, case_key, load_record,
+                             merge_records)
 
 
 def _record(rng) -> RunRecord:
@@ -45,7 +51,7 @@ def test_case_key_is_stable():
         ("{", "not a JSON result record"),
         ('{"a": 1}', "not a qsa result record"),
         ('{"schema": "qsa.run", "schema_version": 99}', "schema version 99 is not supported"),
-        ('{"schema": "qsa.run", "schema_version": 1, "bogus": 2}', "malformed result record"),
+        ("[]", "not a qsa result record"),
     ],
 )
 def test_bad_records(tmp_path, text, message):
@@ -53,6 +59,92 @@ def test_bad_records(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(InputError, match=message):
         load_record(path)
+
+
+def _set(path: str, value: object):
+    """A change to a record's JSON form: ``value`` at ``path`` (dots and [i]); DELETE removes the field."""
+    *parents, last = [int(p) if p.isdigit() else p for p in re.split(r"\.|\[|\]\.?", path) if p]
+
+    def change(data: dict) -> None:
+        for p in parents:
+            data = data[p]
+        if value is DELETE:
+            del data[last]
+        else:
+            data[last] = value
+    return change
+
+
+DELETE = object()
+HAND_EDITS = [
+    ("bogus", 2, "unknown field 'bogus'"),
+    ("command", DELETE, "missing field 'command'"),
+    ("argv", "sweep ci", "argv: expected a list of strings"),
+    ("measurements", {}, "measurements: expected a list of objects"),
+    ("measurements[3]", 5, "measurements[3]: expected an object"),
+    ("measurements[3].samples_us", "12.5", "measurements[3].samples_us: expected a list of numbers"),
+    ("measurements[3].samples_us", [1.0, None], "measurements[3].samples_us: expected a list of numbers"),
+    ("measurements[3].samples_us", [True], "measurements[3].samples_us: expected a list of numbers"),
+    ("measurements[3].case", DELETE, "measurements[3]: missing field 'case'"),
+    ("measurements[3].case.ctx", "9000", "measurements[3].case.ctx: expected an integer"),
+    ("measurements[3].case.l2", DELETE, "measurements[3].case: missing field 'l2'"),
+    ("measurements[3].case.extra", 1, "measurements[3].case: unknown field 'extra'"),
+    ("measurements[3].bytes_read", 1.5, "measurements[3].bytes_read: expected an integer or null"),
+    ("measurements[3].clocks_before", [], "measurements[3].clocks_before: expected an object or null"),
+    ("measurements[3].clocks_before.sm_mhz", "x", "measurements[3].clocks_before.sm_mhz: expected an integer or null"),
+    ("parity[2].equal", "yes", "parity[2].equal: expected true or false"),
+    ("parity[2].hashes", {"halve": 7}, "parity[2].hashes: expected an object"),
+    ("parity[2].rows_equal", True, "parity[2].rows_equal: expected an integer or null"),
+    ("thresholds[0].name", "fast", 'thresholds[0].name: expected "min_speedup" or "max_floor_ratio"'),
+    ("thresholds[0].value", None, "thresholds[0].value: expected a number"),
+    ("settings.warmup", "5", "settings.warmup: expected an integer"),
+    ("settings.dispatch", 1, "settings.dispatch: expected an object"),
+    ("settings.dispatch.topk", ["split"], "settings.dispatch.topk: expected a string"),
+    ("settings.clock_lock.locked", DELETE, "settings.clock_lock: missing field 'locked'"),
+    ("created", 20261129, "created: expected a string"),
+    ("git_commit", DELETE, "missing field 'git_commit'"),
+    ("incomplete", DELETE, "missing field 'incomplete'"),  # version 2 has it
+    ("incomplete", "no", "incomplete: expected true or false"),
+]
+
+
+@pytest.mark.parametrize(("where", "value", "message"), HAND_EDITS, ids=[f"{w}={v!r}" for w, v, _ in HAND_EDITS])
+def test_a_hand_edited_record_names_the_field(tmp_path, where, value, message):
+    record = seed_record()
+    m = record.measurements[0]
+    record.thresholds.append(ThresholdCheck(m.stage, m.case, "min_speedup", 1.6, 1.0, True))
+    data = record.to_dict()
+    RunRecord.from_dict(data)  # as written, it conforms
+    _set(where, value)(data)
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError) as refused:
+        load_record(path)
+    assert str(refused.value) == f"{path}: {message}"
+
+
+def test_every_saved_record_loads():
+    """docs/results holds schema version 1 records: they must keep loading (and re-rendering)."""
+    paths = sorted((Path(__file__).parent.parent / "docs" / "results").glob("*/*.json"))
+    assert paths
+    for path in paths:
+        assert json.loads(path.read_text())["schema_version"] == 1 and not load_record(path).incomplete
+
+
+def test_the_clock_shapes_are_the_records():
+    """results.Clocks and ClockLockRecord say what clocks.ClockReading and ClockLock write."""
+    reading = ClockReading(1650, 7000, 52, 180.0, ["sw_power_cap"], True).to_dict()
+    lock = ClockLock(1650, None, False, "no permission").to_dict()
+    record = seed_record()
+    record.measurements[0].clocks_before = reading
+    record.settings["clock_lock"] = lock
+    assert RunRecord.from_dict(record.to_dict()).measurements[0].clocks_before == reading
+
+
+def test_an_empty_sample_list_has_no_median():
+    m = seed_record().measurements[0]
+    m.samples_us = []
+    assert math.isnan(m.median_us) and all(math.isnan(x) for x in m.spread_us)
 
 
 def test_failed_parity_fails_the_record(rng):

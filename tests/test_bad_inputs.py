@@ -1,0 +1,349 @@
+"""Every command, fed bad input, ends with one line on stderr and exit status 2: never a traceback,
+and never a file left behind (new, partial or changed).
+
+Each row is (command line, a fragment of the one line). In a command line, ``@name`` is a file of
+FILES made in the test's folder first and ``%name`` a path there that is left as it is (it may not
+exist); the command runs in that folder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from record_factory import seed_record
+
+from qsa_cli.cli import main
+from qsa_cli.geometry import Call
+from qsa_cli.inputs import synthetic_scorer_inputs, synthetic_scores
+
+SMALL = ("100", "2", "1", "100")  # CTX Q ITERS CAP of a tiny decode call
+CPU = ("--backend", "cpu")
+
+
+def _record(change: Callable[[dict], object] = lambda data: None) -> Callable[[Path], None]:
+    """A record file: the hand-made seed record, its JSON form changed by ``change``."""
+    def write(path: Path) -> None:
+        data = seed_record().to_dict()
+        change(data)
+        path.write_text(json.dumps(data))
+    return write
+
+
+def _text(text: str) -> Callable[[Path], None]:
+    return lambda path: path.write_text(text)
+
+
+def _read_only(path: Path) -> None:
+    path.write_text("keep me\n")
+    path.chmod(0o444)
+
+
+def _scorer_arrays() -> dict[str, np.ndarray]:
+    i = synthetic_scorer_inputs(Call(100, 2, 100), 0)
+    return {"pooled": i.pooled, "dead": i.dead, "q": i.q, "steps": i.steps}
+
+
+def _topk_arrays() -> dict[str, np.ndarray]:
+    t = synthetic_scores(Call(100, 2, 100), "continuous", 0)
+    return {"scores": t.scores, "steps": t.steps}
+
+
+def _npz(arrays: Callable[[], dict[str, np.ndarray]], change: Callable[[dict], object] = lambda a: None,
+         ) -> Callable[[Path], None]:
+    def write(path: Path) -> None:
+        a = arrays()
+        change(a)
+        with open(path, "wb") as fh:
+            np.savez(fh, **a)
+    return write
+
+
+def _truncated(write: Callable[[Path], None]) -> Callable[[Path], None]:
+    def cut(path: Path) -> None:
+        write(path)
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    return cut
+
+
+def _set(changes: dict[str, object]) -> Callable[[dict], None]:
+    return lambda a: a.update(changes)
+
+
+def _sweep(body: str) -> Callable[[Path], None]:
+    """A sweep file: one tiny block of scorer cases, ``body`` added (a key given in it replaces the block's)."""
+    block = {"iterations": "1", "stages": "[scores]", "contexts": "[100]", "queries": "[2]", "capacity": "100"}
+    given = {line.split(":")[0] for line in body.splitlines() if line and not line.startswith(" ")}
+    lines = [f"{k}: {v}" for k, v in block.items() if k not in given]
+    return _text("\n".join(lines) + "\n" + body)
+
+
+def _steps(change: Callable[[np.ndarray], object]) -> Callable[[dict], None]:
+    def edit(a: dict) -> None:
+        change(a["steps"])
+    return edit
+
+
+FILES: dict[str, Callable[[Path], None]] = {
+    # records
+    "good.json": _record(),
+    "other-card.json": _record(lambda d: d["device"].update(name="NVIDIA H200")),
+    "incomplete.json": _record(lambda d: d.update(incomplete=True)),
+    "parity-only.json": _record(lambda d: d.update(measurements=[])),
+    "samples-text.json": _record(lambda d: d["measurements"][3].update(samples_us="12.5")),
+    "case-ctx-text.json": _record(lambda d: d["measurements"][0]["case"].update(ctx="9000")),
+    "no-case.json": _record(lambda d: d["parity"][1].pop("case")),
+    "threshold-name.json": _record(lambda d: d["thresholds"].append(
+        {"stage": "scores", "case": d["measurements"][0]["case"], "name": "fast", "value": 1.0, "limit": 2.0,
+         "passed": True})),
+    "clocks-text.json": _record(lambda d: d["measurements"][0]["clocks_before"].update(sm_mhz="fast")),
+    "dispatch-number.json": _record(lambda d: d["settings"].update(dispatch=7)),
+    "measurements-object.json": _record(lambda d: d.update(measurements={})),
+    "unknown-field.json": _record(lambda d: d.update(comment="edited by hand")),
+    "no-created.json": _record(lambda d: d.pop("created")),
+    "schema-99.json": _record(lambda d: d.update(schema_version=99)),
+    "truncated.json": _truncated(_record()),
+    "not-json.json": _text("hello\n"),
+    "empty.json": _text(""),
+    "list.json": _text("[]\n"),
+    "binary.json": lambda path: path.write_bytes(b"\xff\xfe\x00\x81"),
+    # sweeps
+    "bad-syntax.yaml": _text("stages: [scores\n"),
+    "empty.yaml": _text(""),
+    "list.yaml": _text("- scores\n- topk\n"),
+    "unknown-key.yaml": _sweep("contxts: [100]\n"),
+    "no-capacity.yaml": _text("stages: [scores]\ncontexts: [100]\nqueries: [2]\n"),
+    "bad-stage.yaml": _sweep("stages: [decode]\n"),
+    "bad-size.yaml": _sweep("contexts: [lots]\n"),
+    "zero-queries.yaml": _sweep("queries: [0]\n"),
+    "nine-queries.yaml": _sweep("queries: [9]\n"),
+    "odd-capacity.yaml": _sweep("capacity: 102\n"),
+    "capacities.yaml": _sweep("contexts: [100, 200]\ncapacity: [100, 200, 400]\n"),
+    "small-capacity.yaml": _sweep("contexts: [200]\n"),
+    "negative-iterations.yaml": _sweep("iterations: -1\n"),
+    "bad-l2.yaml": _sweep("l2: tepid\n"),
+    "threshold-stage.yaml": _sweep("thresholds:\n  topk:\n    min_speedup: 1\n"),
+    "threshold-text.yaml": _sweep("thresholds:\n  scores:\n    min_speedup: fast\n"),
+    "bad-variant.yaml": _sweep("variants:\n  scores: [quick]\n"),
+    "twice.yaml": _sweep("seed: 1\nseed: 2\n"),
+    "prompt-scores.yaml": _sweep("kind: prompt\n"),
+    "matrix-number.yaml": _sweep("matrix: 5\n"),
+    "binary.yaml": lambda path: path.write_bytes(b"stages: \xff\xfe\n"),
+    "topk-only.yaml": _sweep("stages: [topk]\n"),
+    # input files
+    "scorer.npz": _npz(_scorer_arrays),
+    "topk.npz": _npz(_topk_arrays),
+    "text.npz": _text("not a zip\n"),
+    "truncated.npz": _truncated(_npz(_topk_arrays)),
+    "empty.npz": _npz(dict),
+    "no-steps.npz": _npz(_topk_arrays, lambda a: a.pop("steps")),
+    "scores-float64.npz": _npz(_topk_arrays, lambda a: a.update(scores=a["scores"].astype(np.float64))),
+    "scores-1d.npz": _npz(_topk_arrays, lambda a: a.update(scores=a["scores"][0])),
+    "steps-int64.npz": _npz(_topk_arrays, lambda a: a.update(steps=a["steps"].astype(np.int64))),
+    "steps-3-columns.npz": _npz(_topk_arrays, lambda a: a.update(steps=a["steps"][:, :3])),
+    "steps-n_kv.npz": _npz(_topk_arrays, _steps(lambda s: s.__setitem__((0, 1), s[0, 1] + 1))),
+    "steps-past-capacity.npz": _npz(_topk_arrays, _steps(lambda s: s.__setitem__((1, slice(None)), [400, 401, 100, 401]))),
+    "steps-other-rows.npz": _npz(_topk_arrays, lambda a: a.update(steps=a["steps"][:1])),
+    "object-array.npz": _npz(_topk_arrays, lambda a: a.update(scores=np.array([{"a": 1}], dtype=object))),
+    "pooled-64.npz": _npz(_scorer_arrays, lambda a: a.update(pooled=a["pooled"][:, :64].copy())),
+    "pooled-2-rows.npz": _npz(_scorer_arrays, lambda a: a.update(pooled=a["pooled"][:2])),
+    "no-queries.npz": _npz(_scorer_arrays, lambda a: a.update(q=a["q"][:0], steps=a["steps"][:0])),
+    "dead-int32.npz": _npz(_scorer_arrays, lambda a: a.update(dead=a["dead"].astype(np.int32))),
+    "nine-queries.npz": _npz(_scorer_arrays, lambda a: a.update(q=np.repeat(a["q"][:1], 9, axis=0),
+                                                                steps=np.repeat(a["steps"][1:], 9, axis=0))),
+    # output targets
+    "dir": lambda path: path.mkdir(),
+    "plain.txt": _text("a file, not a folder\n"),
+    "read-only.json": _read_only,
+    "read-only.npz": _read_only,
+    "read-only.xml": _read_only,
+}
+
+BAD: list[tuple[tuple[str, ...], str]] = [
+    # arguments and option values
+    (("select-bench", "100", "2", "1"), "takes CTX Q ITERS CAP (got 3"),
+    (("select-bench", "lots", "2", "1", "100"), "CTX must be an integer"),
+    (("select-bench", *SMALL, "--warmup", "-1", *CPU), "Invalid value for '--warmup'"),
+    (("select-bench", *SMALL, "--seed", "x", *CPU), "Invalid value for '--seed'"),
+    (("select-bench", *SMALL, "--device", "-1"), "Invalid value for '--device'"),
+    (("select-bench", *SMALL, *CPU, "--lock-clocks", "0"), "expected SM_MHZ or SM_MHZ,MEM_MHZ"),
+    (("select-bench", "--inputs", "@scorer.npz", "--iters", "0", *CPU), "ITERS must be > 0"),
+    (("select-bench", "--config", "ci", "--dump", "%scores.npz"), "--config takes no"),
+    (("select-bench", "--config", "@topk-only.yaml", *CPU), "has no scores cases"),
+    (("select-bench", *SMALL, "--l2", "lukewarm", *CPU), "Invalid value for '--l2'"),
+    (("topk-parity", *SMALL, "3", *CPU), "COUNT must be 0"),
+    (("topk-parity", "2000", "1025", "1", "2000", "1", *CPU), "a prompt call has at most 1024 queries"),
+    (("topk-parity", "--selftest", "--inputs", "@topk.npz", *CPU), "--selftest takes no"),
+    (("topk-parity", "--inputs", "@topk.npz", "--count", "2", *CPU), "Invalid value for '--count'"),
+    (("topk-parity", "--config", "ci", "--selftest"), "--config takes no"),
+    (("topk-parity", "--config", "@bad-syntax.yaml", *CPU), "not valid YAML"),
+    (("selftest", "--seed", "x"), "Invalid value for '--seed'"),
+    (("selftest", "--require-gpu"), "--require-gpu: "),
+    (("sweep",), "Missing argument 'CONFIG'"),
+    (("sweep", "no-such-sweep", *CPU), "no such config file"),
+    (("sweep", "@dir", *CPU), "no such config file"),
+    (("window-bench", *SMALL), "(use --backend cpu to run the CPU models)"),
+    (("window-bench", "100", "2", "0", "100"), "ITERS must be > 0"),
+    (("info",), "(use --backend cpu to run the CPU models)"),
+    (("info", "--device", "first"), "Invalid value for '--device'"),
+    (("gate",), "Missing option '--baseline'"),
+    (("gate", "--baseline", "%none.json", "--results", "@good.json"), "none.json: no such file"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--tolerance", "1.5"), "tolerance must be"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--tolerance", "-1"), "Invalid value"),
+    (("gate", "--baseline", "@good.json", "--results", "@other-card.json"), "the baseline is not comparable"),
+    (("gate", "--baseline", "@incomplete.json", "--results", "@good.json"), "the baseline record is incomplete"),
+    (("gate", "--baseline", "@good.json", "--results", "@incomplete.json"), "the results record is incomplete"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--json", "%gate.json"), "with --results"),
+    (("gate", "--baseline", "@good.json", "--config", "@unknown-key.yaml"), "unknown key 'contxts'"),
+    (("gate", "--baseline", "@good.json"), "(use --backend cpu to run the CPU models)"),
+    (("report",), "Missing argument 'FILE...'"),
+    (("report", "--merge", "@good.json", "@other-card.json"), "cannot merge"),
+    (("plot", "@good.json"), "Missing option '-o'"),
+    (("plot", "@good.json", "-o", "%plot.bmp"), "unknown image type '.bmp'"),
+    (("plot", "@parity-only.json", "-o", "%plot.png"), "no timed measurements"),
+    (("nonsense",), "No such command"),
+    # bad and hand-edited records, through each command that reads them
+    (("report", "@not-json.json"), "not a JSON result record"),
+    (("report", "@empty.json"), "not a JSON result record"),
+    (("report", "@binary.json"), "not a JSON result record"),
+    (("report", "@truncated.json"), "not a JSON result record"),
+    (("report", "@list.json"), "not a qsa result record"),
+    (("report", "@schema-99.json"), "schema version 99 is not supported"),
+    (("report", "@dir"), "not a JSON result record"),
+    (("report", "--markdown", "@samples-text.json"), "measurements[3].samples_us: expected a list of numbers"),
+    (("report", "--markdown", "@case-ctx-text.json"), "measurements[0].case.ctx: expected an integer"),
+    (("report", "@no-case.json"), "parity[1]: missing field 'case'"),
+    (("report", "@threshold-name.json"), 'thresholds[0].name: expected "min_speedup" or "max_floor_ratio"'),
+    (("report", "--markdown", "@clocks-text.json"), "measurements[0].clocks_before.sm_mhz: expected an integer or null"),
+    (("report", "@dispatch-number.json"), "settings.dispatch: expected an object"),
+    (("report", "@unknown-field.json"), "unknown field 'comment'"),
+    (("report", "@no-created.json"), "missing field 'created'"),
+    (("gate", "--baseline", "@samples-text.json", "--results", "@good.json"), "samples-text.json: measurements[3]"),
+    (("gate", "--baseline", "@good.json", "--results", "@measurements-object.json"), "expected a list of objects"),
+    (("gate", "--baseline", "@good.json", "--results", "@truncated.json"), "not a JSON result record"),
+    (("plot", "@case-ctx-text.json", "-o", "%plot.png"), "case.ctx: expected an integer"),
+    (("plot", "@truncated.json", "-o", "%plot.png"), "not a JSON result record"),
+    # bad sweep files
+    *((("sweep", f"@{name}", *CPU), message) for name, message in [
+        ("bad-syntax.yaml", "bad-syntax.yaml:2: not valid YAML"),
+        ("empty.yaml", "empty file"),
+        ("list.yaml", "a sweep file must be a mapping"),
+        ("unknown-key.yaml", "unknown key 'contxts'"),
+        ("no-capacity.yaml", "missing key 'capacity'"),
+        ("bad-stage.yaml", "stage must be one of"),
+        ("bad-size.yaml", "a context must be a number of cells"),
+        ("zero-queries.yaml", "queries must be >= 1"),
+        ("nine-queries.yaml", "a decode call has at most 8 queries"),
+        ("odd-capacity.yaml", "capacity 102 is not a multiple of 4"),
+        ("capacities.yaml", "capacity lists 3 values for 2 contexts"),
+        ("small-capacity.yaml", "capacity must be >= context"),
+        ("negative-iterations.yaml", "iterations must be >= 0"),
+        ("bad-l2.yaml", "l2 must be one of"),
+        ("threshold-stage.yaml", "thresholds for stage 'topk', which no case runs"),
+        ("threshold-text.yaml", "min_speedup must be a number > 0"),
+        ("bad-variant.yaml", "a scores variant must be one of"),
+        ("twice.yaml", "key 'seed' given twice"),
+        ("prompt-scores.yaml", "a prompt call is a top-k case only"),
+        ("matrix-number.yaml", "a matrix entry must be a mapping"),
+        ("binary.yaml", "binary.yaml: cannot read"),
+    ]),
+    # bad input files
+    *((("topk-parity", "--inputs", f"@{name}", "--iters", "1", *CPU), message) for name, message in [
+        ("text.npz", "not a readable .npz file"),
+        ("truncated.npz", "not a readable .npz file"),
+        ("empty.npz", "missing array(s) scores, steps (has none)"),
+        ("no-steps.npz", "missing array(s) steps"),
+        ("scores-float64.npz", "array 'scores' must be float32 (got float64)"),
+        ("scores-1d.npz", "array 'scores' must have shape [*, *]"),
+        ("steps-int64.npz", "array 'steps' must be int32"),
+        ("steps-3-columns.npz", "array 'steps' must have shape [2, 4]"),
+        ("steps-n_kv.npz", "breaks n_kv == pos + 1"),
+        ("steps-past-capacity.npz", "breaks n_bid < max_blocks - 1"),
+        ("steps-other-rows.npz", "array 'steps' must have shape [2, 4] (got [1, 4])"),
+        ("object-array.npz", "not a readable .npz file"),
+        ("scorer.npz", "missing array(s) scores (has dead, pooled, q, steps)"),
+        ("dir", "Invalid value for '--inputs': File 'dir' is a directory"),
+    ]),
+    (("topk-parity", "--inputs", "%none.npz", *CPU), "none.npz: no such file"),
+    *((("select-bench", "--inputs", f"@{name}", "--iters", "1", *CPU), message) for name, message in [
+        ("pooled-64.npz", "array 'pooled' must have shape [*, 128]"),
+        ("pooled-2-rows.npz", "array 'pooled' needs at least 3 rows"),
+        ("no-queries.npz", "array 'q' has no queries"),
+        ("dead-int32.npz", "array 'dead' must be float32"),
+        ("nine-queries.npz", "a decode call has at most 8 queries"),
+        ("topk.npz", "missing array(s) pooled, dead, q"),
+    ]),
+    # output paths: refused before anything runs
+    (("select-bench", *SMALL, *CPU, "--json", "%missing/run.json"), "--json missing/run.json: no such folder missing"),
+    (("select-bench", *SMALL, *CPU, "--json", "@read-only.json"), "--json read-only.json: read-only"),
+    (("select-bench", *SMALL, *CPU, "--dump", "@dir"), "--dump dir: is a folder"),
+    (("select-bench", *SMALL, *CPU, "--dump", "@plain.txt/out.npz"), "plain.txt is not a folder"),
+    (("topk-parity", *SMALL, *CPU, "--dump", "@read-only.npz"), "--dump read-only.npz: read-only"),
+    (("topk-parity", "--selftest", *CPU, "--json", "%missing/selftest.json"), "no such folder missing"),
+    (("topk-parity", "--config", "@topk-only.yaml", *CPU, "--json", "@dir"), "--json dir: is a folder"),
+    (("sweep", "@topk-only.yaml", *CPU, "--json", "/dev/null"), "--json /dev/null: not a regular file"),
+    (("selftest", "--json", "%missing/selftest.json"), "--json missing/selftest.json: no such folder"),
+    (("window-bench", *SMALL, "--json", "@read-only.json"), "--json read-only.json: read-only"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--junit", "%missing/gate.xml"), "--junit"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--junit", "@read-only.xml"), "read-only"),
+    (("gate", "--baseline", "@good.json", "--json", "@dir"), "--json dir: is a folder"),
+    (("plot", "@good.json", "-o", "%missing/plot.png"), "-o/--output missing/plot.png: no such folder missing"),
+    (("plot", "@good.json", "-o", "@dir"), "-o/--output dir: is a folder"),
+    (("plot", "@good.json", "-o", "@read-only.json"), "-o/--output read-only.json: read-only"),
+]
+
+
+def _argv(args: tuple[str, ...], folder: Path) -> list[str]:
+    """The command line with its files made: ``@name`` (a FILES entry, possibly with a path under it)."""
+    out = []
+    for arg in args:
+        if arg.startswith("@"):
+            name = arg[1:].split("/")[0]
+            if not (folder / name).exists():
+                FILES[name](folder / name)
+            arg = arg[1:]
+        elif arg.startswith("%"):
+            arg = arg[1:]
+        out.append(arg)
+    return out
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, bytes | None]]:
+    """Every path under ``folder`` (hidden ones too) with its mode and, for a file, its bytes."""
+    return {str(p.relative_to(folder)): (p.stat().st_mode, p.read_bytes() if p.is_file() else None)
+            for p in sorted(folder.rglob("*"))}
+
+
+def test_the_table_is_long_enough() -> None:
+    assert len(BAD) >= 60 and len({args for args, _ in BAD}) == len(BAD)
+    assert {args[0] for args, _ in BAD} >= {"select-bench", "topk-parity", "selftest", "sweep", "window-bench", "gate",
+                                            "report", "plot", "info"}
+
+
+@pytest.mark.parametrize(("args", "message"), BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch, args, message) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = _argv(args, tmp_path)
+    before = _snapshot(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert ended.value.code == 2, (out, err)
+    assert err.startswith("qsa: error: ") and err.count("\n") == 1 and err.endswith("\n"), err
+    assert message in err, err
+    assert out == ""
+    assert _snapshot(tmp_path) == before
+
+
+def test_the_good_record_passes_the_gate(capsys, tmp_path) -> None:
+    """So each gate row above fails for the reason it names, not for its good record."""
+    FILES["good.json"](tmp_path / "good.json")
+    good = str(tmp_path / "good.json")
+    with pytest.raises(SystemExit) as ended:
+        main(["gate", "--baseline", good, "--results", good])
+    assert ended.value.code == 0 and "GATE PASS" in capsys.readouterr().out
