@@ -509,8 +509,7 @@ def plot_cmd(path: str, out_path: str) -> int:
 @click.option("--jobs", type=click.IntRange(1, 64), default=4, show_default=True, help="Children at a time.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs.")
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True),
-              help="Write the run's record (every row) to this file.")
+@click.option("--json", "json_path", type=OUTPUT, help="Write the run's record (every row) to this file.")
 def sanitize_cmd(tools: str, variants_opt: str | None, quick: bool, known_path: str | None, jobs: int, seed: int,
                  device_id: int, json_path: str | None) -> int:
     """compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over one call of every variant on every

@@ -108,6 +108,8 @@ FILES: dict[str, Callable[[Path], None]] = {
     "schema-99.json": _record(lambda d: d.update(schema_version=99)),
     "truncated.json": _truncated(_record()),
     "not-json.json": _text("hello\n"),
+    "known-no-reason.yaml": _text("- variant: cluster\n  tool: racecheck\n  match: topk_cluster.cu\n"),
+    "known-mapping.yaml": _text("variant: cluster\n"),
     "empty.json": _text(""),
     "list.json": _text("[]\n"),
     "binary.json": lambda path: path.write_bytes(b"\xff\xfe\x00\x81"),
@@ -294,6 +296,13 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("plot", "@good.json", "-o", "%missing/plot.png"), "-o/--output missing/plot.png: no such folder missing"),
     (("plot", "@good.json", "-o", "@dir"), "-o/--output dir: is a folder"),
     (("plot", "@good.json", "-o", "@read-only.json"), "-o/--output read-only.json: read-only"),
+    # qsa sanitize: its arguments and its known-hazards file, before compute-sanitizer is looked for
+    (("sanitize", "--tools", "memcheck,leakcheck"), "--tools: unknown tool 'leakcheck'"),
+    (("sanitize", "--jobs", "0"), "--jobs"),
+    (("sanitize", "--json", "%missing/sanitize.json"), "--json missing/sanitize.json: no such folder missing"),
+    (("sanitize", "--known", "%none.yaml"), "none.yaml: cannot read"),
+    (("sanitize", "--known", "@known-no-reason.yaml"), "entry 0: needs exactly variant, tool, match and reason"),
+    (("sanitize", "--known", "@known-mapping.yaml"), "a list of known hazards expected"),
 ]
 
 
@@ -321,7 +330,7 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, bytes | None]]:
 def test_the_table_is_long_enough() -> None:
     assert len(BAD) >= 60 and len({args for args, _ in BAD}) == len(BAD)
     assert {args[0] for args, _ in BAD} >= {"select-bench", "topk-parity", "selftest", "sweep", "window-bench", "gate",
-                                            "report", "plot", "info"}
+                                            "report", "plot", "info", "sanitize"}
 
 
 @pytest.mark.parametrize(("args", "message"), BAD, ids=[" ".join(a) for a, _ in BAD])
