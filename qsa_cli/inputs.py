@@ -30,6 +30,8 @@ from .geometry import (
 
 SCORE_POISON_BITS = 0x7FBADBAD  # a NaN no arithmetic produces (payload kept by copies, not by math)
 ID_POISON = -0x2BADBAD  # an id no selection produces
+# NaNs of every kind, as adversarial inputs hold them: quiet, negative, with a payload, signalling, all bits set
+ADVERSARIAL_NANS = np.array([0x7FC00000, 0xFFC00000, 0x7FC01234, 0x7F800001, 0xFFFFFFFF], np.uint32).view(np.float32)
 
 SCORE_SETS = ("continuous", "levels64", "equal")
 

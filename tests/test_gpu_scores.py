@@ -13,10 +13,21 @@ import numpy as np
 import pytest
 from conftest import fresh_seed
 
-from qsa_cli.geometry import HALVE_MAX_QUERIES, IDX_DIM, IDX_HEADS, MAX_QUERIES, STEP_NBID, Call, max_blocks, window_steps
-from qsa_cli.inputs import SCORE_POISON_BITS, ScorerInputs, score_poison, synthetic_scorer_inputs
-from qsa_cli.launch.scores import KERNEL_NAMES, SCORER_VARIANTS, DeviceScorerInputs, scorer_launcher
-from qsa_cli.model.scores import first_difference, score_blocks
+from qsa_cli.geometry import (
+    HALVE_MAX_QUERIES,
+    IDX_DIM,
+    IDX_HEADS,
+    MAX_QUERIES,
+    STEP_NBID,
+    WARP,
+    Call,
+    max_blocks,
+    window_steps,
+)
+from qsa_cli.inputs import ADVERSARIAL_NANS, SCORE_POISON_BITS, ScorerInputs, score_poison, synthetic_scorer_inputs
+from qsa_cli.kernels import load
+from qsa_cli.launch.scores import KERNEL_NAMES, SCORER_VARIANTS, SOURCE, DeviceScorerInputs, scorer_launcher
+from qsa_cli.model.scores import butterfly_sum, first_difference, lane_partials, score_blocks
 
 # (context, capacity): 2K-524K cells, the window's last n_kv % 4 = 2, 1, 3, 0, 1, 3; capacity above the context.
 WINDOWS = [(2050, 9000), (9001, 16384), (32771, 262144), (131072, 135176), (300001, 524288), (524287, 524296)]
@@ -131,6 +142,65 @@ def test_graph_replay_follows_device_steps(cupy: Any, variant: str) -> None:
             got = out.get()
             assert_written_exactly(got, w.steps, f"{variant} graph replay")
             assert_same_bytes(got, score_blocks(w, order="butterfly"), w.steps, f"{variant} graph replay at context {w.steps[-1, 1]}")
+
+
+# The scorer's own lane partial and butterfly (scores.cu's helpers, compiled with it), one warp a row, every
+# lane's partial and sum written: the device's bits for NaN operands, invalid operations and subnormals.
+PROBE = r"""
+extern "C" __global__ void qsa_probe_lane_sums(const float* __restrict__ keys, const float* __restrict__ heads,
+                                               float* __restrict__ partials, float* __restrict__ sums, int rows) {
+    const int lane = lane_id();
+    const int row = blockIdx.x * (blockDim.x / QSA_WARP) + threadIdx.x / QSA_WARP;
+    if (row >= rows) return;  // warp-uniform
+    const size_t at = (size_t)row * QSA_IDX_DIM;
+    const float p = qsa_lane_partial(lane_slice(keys + at, lane), lane_slice(heads + at, lane));
+    partials[(size_t)row * QSA_WARP + lane] = p;
+    sums[(size_t)row * QSA_WARP + lane] = butterfly_from(p, QSA_WARP / 2);
+}
+"""
+PROBE_WARPS = 8
+
+
+def nan_probe_rows(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Keys and heads, row against row: NaN operands of every kind, 0 * inf in a lane's fma, +inf and -inf
+    partials that the butterfly adds, and finite rows across 1e-30..1e30 (subnormal and overflowing products)."""
+    keys, heads = ((rng.standard_normal((5 * n, IDX_DIM)) * 10.0 ** rng.uniform(-30, 30, (5 * n, 1))).astype(np.float32)
+                   for _ in range(2))  # the last n rows stay finite
+    rows = np.arange(n)
+    keys[rows, rng.integers(0, IDX_DIM, n)] = rng.choice(ADVERSARIAL_NANS, n)  # a NaN operand
+    heads[n + rows, rng.integers(0, IDX_DIM, n)] = rng.choice(ADVERSARIAL_NANS, n)
+    dim = 4 * rng.integers(0, 32, n) + rng.integers(0, 4, n)
+    keys[2 * n + rows, dim], heads[2 * n + rows, dim] = np.inf, 0.0  # 0 * inf: invalid
+    keys[3 * n + rows, 4 * 3], heads[3 * n + rows, 4 * 3] = 1e30, 1e30  # lane 3's partial overflows to +inf
+    keys[3 * n + rows, 4 * 17], heads[3 * n + rows, 4 * 17] = -1e30, 1e30  # lane 17's to -inf: inf - inf
+    return keys, heads
+
+
+@pytest.mark.gpu
+def test_lane_partials_and_butterfly_bits_match_model(cupy: Any) -> None:
+    """Every NaN the device's float32 fmul, fma and add give is 0x7FFFFFFF, whatever the operands' payloads
+    (the model's rule, qsa_cli/model/scores.py), and every other value is the model's, lane by lane."""
+    seed = fresh_seed()
+    keys, heads = nan_probe_rows(np.random.default_rng(seed), 256)
+    rows = keys.shape[0]
+    probe = load(SOURCE, ("qsa_probe_lane_sums",), appended=PROBE).function("qsa_probe_lane_sums")
+    partials = cupy.empty((rows, WARP), cupy.float32)
+    sums = cupy.empty_like(partials)
+    probe((-(-rows // PROBE_WARPS),), (PROBE_WARPS * WARP,),
+          (cupy.asarray(keys), cupy.asarray(heads), partials, sums, np.int32(rows)))
+    want = np.stack([lane_partials(keys[r : r + 1], heads[r])[0] for r in range(rows)])
+    got = partials.get()
+    assert np.isnan(got).sum() > rows // 2, "the probe rows should give NaN partials"
+    assert_same_lanes(got, want, f"seed {seed}: lane partials")
+    assert_same_lanes(sums.get(), np.repeat(butterfly_sum(want)[:, None], WARP, axis=1), f"seed {seed}: butterfly sums")
+
+
+def assert_same_lanes(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    bad = np.flatnonzero((got.view(np.uint32) != want.view(np.uint32)).any(axis=1))
+    if bad.size:
+        r = int(bad[0])
+        pytest.fail(f"{what}: row {r}: device {[hex(x) for x in got[r].view(np.uint32)]}, "
+                    f"model {[hex(x) for x in want[r].view(np.uint32)]}")
 
 
 # ---- the launcher's argument checks (CPU: they fail before any kernel is resolved) ---------------
