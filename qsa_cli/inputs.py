@@ -18,22 +18,28 @@ from .geometry import (
     BLOCK_CELLS,
     IDX_DIM,
     IDX_HEADS,
+    SPLIT_CHUNK_BLOCKS,
     STEP_NBID,
     STEP_NKV,
+    STEP_WIDTH,
     TAIL_BONUS,
+    TOPK_WIDE_THREADS,
     Call,
     GeometryError,
+    block_weights,
     blocks_read,
     capacity_of,
+    cluster_slice_blocks,
     validate_steps,
 )
+from .launch.topk_cluster import CHUNK_KEYS as CLUSTER_CHUNK_BLOCKS
 
 SCORE_POISON_BITS = 0x7FBADBAD  # a NaN no arithmetic produces (payload kept by copies, not by math)
 ID_POISON = -0x2BADBAD  # an id no selection produces
 # NaNs of every kind, as adversarial inputs hold them: quiet, negative, with a payload, signalling, all bits set
 ADVERSARIAL_NANS = np.array([0x7FC00000, 0xFFC00000, 0x7FC01234, 0x7F800001, 0xFFFFFFFF], np.uint32).view(np.float32)
 
-SCORE_SETS = ("continuous", "levels64", "equal")
+SCORE_SETS = ("continuous", "levels64", "equal", "adversarial")
 
 
 class InputError(ValueError):
@@ -110,7 +116,7 @@ def synthetic_scorer_inputs(call: Call, seed: int) -> ScorerInputs:
 
 
 def synthetic_scores(call: Call, score_set: str, seed: int) -> TopkInputs:
-    """One of the three score sets; blocks past each query's n_bid hold +inf, which no correct kernel reads."""
+    """One of the score sets; blocks past each query's n_bid hold +inf, which no correct kernel reads."""
     if score_set not in SCORE_SETS:
         raise InputError(f"unknown score set {score_set!r} (expected one of {', '.join(SCORE_SETS)})")
     rng = rng_for(seed, call.ctx, call.nq, call.capacity, SCORE_SETS.index(score_set))
@@ -123,11 +129,156 @@ def synthetic_scores(call: Call, score_set: str, seed: int) -> TopkInputs:
     rows = np.arange(call.nq)
     n_kv, n_bid = steps[:, STEP_NKV], steps[:, STEP_NBID]
     has_tail = n_kv % BLOCK_CELLS != 0
-    if score_set == "continuous":
+    if score_set in ("continuous", "adversarial"):
         s[rows[has_tail], n_bid[has_tail]] += TAIL_BONUS
+    if score_set == "adversarial":
+        for i in rows:
+            _adversarial_row(rng, s[i, : n_bid[i] + 1], int(n_kv[i]), int(steps[i, STEP_WIDTH]))
     past = np.arange(call.max_blocks)[None, :] > n_bid[:, None]
     s[past] = np.inf
     return TopkInputs(s.astype(np.float32), steps, score_set)
+
+
+# ---- the adversarial score set --------------------------------------------------------------------
+#
+# Continuous N(0, 1) scores with NaNs of every kind, both zeros, subnormals of both signs and both infinities
+# among them, and runs of tied scores across the borders where the kernels split a query's blocks. The cut
+# (the key of the width-th cell, the threshold the radix select must find) is steered: onto the zeros, the
+# NaNs (key 0), a subnormal or -inf in some rows, and in every row the runs most often repeat the cut's own
+# key, so the select ends inside a run of ties and the tie cut crosses a border.
+
+# Where a row's cut is steered (with its chance): where the normal scores put it, or onto a special value.
+_CUT_REGIMES = {"normal": 0.4, "zero": 0.15, "nan": 0.15, "subnormal": 0.15, "-inf": 0.15}
+# A run's value (with its chance): the cut's key; a key 1-3 ulps from it (the same top 24 bits, as a rule:
+# the last radix pass decides); one normal value; NaN; a zero; a subnormal; -inf; +inf.
+_RUN_KINDS = {"cut": 0.35, "near": 0.15, "level": 0.15, "nan": 0.1, "zero": 0.1, "subnormal": 0.08, "-inf": 0.05,
+              "+inf": 0.02}
+_RUN_BLOCKS = (2, 10)  # a run's length in blocks: 2-9, at least one on each side of its border
+_SAMPLED_BORDERS = 48  # runs at the cluster's chunks and the wide kernel's tiles: this many of their borders
+_SPRINKLED = {"nan": 0.01, "zero": 0.02, "subnormal": 0.02, "-inf": 0.01}  # the share of blocks of each
+_MAX_POS_INF = 16  # +inf blocks a row: few, so that the cut stays below them
+_DRAWN, _SPECIAL, _RUN = range(3)  # what a block holds: its normal draw, a special value, a run's value
+
+
+def _values(kind: str, rng: np.random.Generator, n: int, tied: bool) -> np.ndarray:
+    """``n`` float32 of a special ``kind``; ``tied``: all of one order key (zeros of both signs and NaNs of
+    every kind are each one key)."""
+    if kind == "nan":
+        return rng.choice(ADVERSARIAL_NANS, n)
+    if kind == "zero":
+        return np.where(rng.random(n) < 0.5, np.float32(0.0), np.float32(-0.0))
+    if kind in ("-inf", "+inf"):
+        return np.full(n, np.float32(-np.inf if kind == "-inf" else np.inf))
+    if kind == "subnormal":
+        k = 1 if tied else n
+        bits = rng.integers(1, 1 << 23, k, dtype=np.uint32) | (rng.integers(0, 2, k, dtype=np.uint32) << np.uint32(31))
+        return np.broadcast_to(bits.view(np.float32), (n,)).copy()
+    raise ValueError(f"no special values of kind {kind!r}")
+
+
+def _same_key(value: np.float32, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` scores of ``value``'s order key: NaNs of every kind for a NaN, zeros of both signs for a zero."""
+    if np.isnan(value):
+        return _values("nan", rng, n, tied=True)
+    if value == 0:
+        return _values("zero", rng, n, tied=True)
+    return np.full(n, value, np.float32)
+
+
+def _cut(live: np.ndarray, weights: np.ndarray, width: int) -> np.float32:
+    """A score with the key of the width-th cell when cells go by key, descending (the threshold key)."""
+    from .model.topk import order_keys  # the model imports this module
+
+    keys = order_keys(live)
+    # enough blocks to hold width cells: each holds R but the tail (0-3 cells)
+    top = min(keys.size, -(-width // BLOCK_CELLS) + 2)
+    best = np.argpartition(~keys, top - 1)[:top] if top < keys.size else np.arange(keys.size)
+    best = best[np.argsort(~keys[best], kind="stable")]
+    reach = int(np.searchsorted(np.cumsum(weights[best]), width))
+    return live[best[min(reach, best.size - 1)]]
+
+
+def _steer_cut(rng: np.random.Generator, live: np.ndarray, weights: np.ndarray, width: int, value: np.float32,
+               placed: np.ndarray) -> None:
+    """Make ``value``'s key the cut: fewer than width cells above it (lowering blocks below it in the order of
+    ``placed``, so that the special values and then the runs stay where they can) and at least width at or
+    above it (raising lower blocks that hold neither to it). The tail is never changed."""
+    from .model.topk import order_keys
+
+    key = order_keys(np.array([value]))[0]
+    if key <= order_keys(np.array([-np.inf], np.float32))[0]:  # NaN or -inf: only NaN is lower
+        below = lambda n: _values("nan", rng, n, tied=True)  # noqa: E731
+    else:  # under -1: below any zero, subnormal or value near them
+        below = lambda n: -(np.abs(rng.standard_normal(n, dtype=np.float32)) + np.float32(1))  # noqa: E731
+    free = np.arange(live.size - 1)  # the blocks before the tail, R cells each
+    tail_above = int(weights[-1]) if order_keys(live[-1:])[0] > key else 0
+    room = max(0, (width - 1 - tail_above) // BLOCK_CELLS)  # blocks above the key that keep it under width
+    keep = int(rng.integers(room // 2, room + 1))
+    above = free[order_keys(live[free]) > key]
+    if above.size > keep:
+        order = np.concatenate([rng.permutation(above[placed[above] == rank]) for rank in (_DRAWN, _SPECIAL, _RUN)])
+        lowered = order[: above.size - keep]
+        live[lowered] = below(lowered.size)
+    keys = order_keys(live)
+    short = width - int(weights[keys >= key].sum())
+    lower = free[(keys[free] < key) & (placed[free] == _DRAWN)]
+    count = min(lower.size, max(0, -(-short // BLOCK_CELLS)) + int(rng.integers(0, 64)))  # and a few ties past the cut
+    live[rng.choice(lower, count, replace=False)] = _same_key(value, rng, count)
+
+
+def _borders(rng: np.random.Generator, blocks: int) -> np.ndarray:
+    """Where the kernels split a query's blocks 0..blocks-1: every border of the split's chunks and the
+    cluster's CTA slices, and a sample of those of the cluster's 128-key chunks and the wide kernel's tiles."""
+    per = cluster_slice_blocks(blocks)
+    slices = np.arange(0, blocks, per)
+    chunks = (slices[:, None] + np.arange(CLUSTER_CHUNK_BLOCKS, per, CLUSTER_CHUNK_BLOCKS)).ravel()
+    tiles = np.arange(TOPK_WIDE_THREADS, blocks, TOPK_WIDE_THREADS)
+    sampled = rng.permutation(np.union1d(chunks[chunks < blocks], tiles))[:_SAMPLED_BORDERS]
+    return np.union1d(np.union1d(np.arange(SPLIT_CHUNK_BLOCKS, blocks, SPLIT_CHUNK_BLOCKS), slices[1:]), sampled)
+
+
+def _adversarial_row(rng: np.random.Generator, live: np.ndarray, n_kv: int, width: int) -> None:
+    """One query's blocks 0..n_bid (``live``: N(0, 1), the tail's bonus added where it has cells), in place."""
+    weights = block_weights(n_kv, live.size)
+    last = live.size - 1  # the tail keeps its score; a 0-cell tail is set last
+    placed = np.full(live.size, _DRAWN, dtype=np.int8)
+    for kind, share in _SPRINKLED.items():
+        at = np.flatnonzero(rng.random(last) < share)
+        live[at], placed[at] = _values(kind, rng, at.size, tied=False), _SPECIAL
+    if last:
+        at = rng.integers(0, last, int(rng.integers(1, _MAX_POS_INF + 1)))
+        live[at], placed[at] = np.inf, _SPECIAL
+    regime = rng.choice(list(_CUT_REGIMES), p=list(_CUT_REGIMES.values()))
+    steer_to = None if regime == "normal" else _values(regime, rng, 1, tied=True)[0]
+    near = _cut(live, weights, width) if steer_to is None else steer_to
+    near = np.float32(-np.inf) if np.isnan(near) else near  # the lowest key above NaN's
+    cut_runs = []
+    for border in _borders(rng, live.size):
+        length = int(rng.integers(*_RUN_BLOCKS))
+        start = max(0, int(border) - int(rng.integers(1, length)))
+        run = slice(start, min(start + length, last))
+        if run.stop <= run.start:
+            continue
+        placed[run] = _RUN
+        kind = rng.choice(list(_RUN_KINDS), p=list(_RUN_KINDS.values()))
+        if kind == "cut":
+            cut_runs.append(run)
+        elif kind == "near":
+            value, toward = near, np.float32(np.inf if rng.random() < 0.5 else -np.inf)
+            for _ in range(int(rng.integers(1, 4))):
+                value = np.nextafter(value, toward)
+            live[run] = value
+        elif kind == "level":
+            live[run] = rng.standard_normal(dtype=np.float32)
+        else:
+            live[run] = _values(kind, rng, run.stop - run.start, tied=True)
+    if steer_to is not None:
+        _steer_cut(rng, live, weights, width, steer_to, placed)
+    cut = _cut(live, weights, width)  # runs at the cut's key keep it the cut: they only add cells at it
+    for run in cut_runs:
+        live[run] = _same_key(cut, rng, run.stop - run.start)
+    if weights[-1] == 0:  # a block no kernel may select: on top, or at the cut's key
+        live[-1] = np.inf if rng.random() < 0.5 else _same_key(cut, rng, 1)[0]
 
 
 # ---- .npz files -----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 
 from qsa_cli.cli import main
 from qsa_cli.geometry import Call
-from qsa_cli.inputs import save_npz_atomic, synthetic_scorer_inputs, synthetic_scores
+from qsa_cli.inputs import SCORE_SETS, save_npz_atomic, synthetic_scorer_inputs, synthetic_scores
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -53,7 +53,7 @@ def test_topk_parity_cpu_decode_and_prompt(capsys, tmp_path):
         record = json.loads(js.read_text())
         kinds = {m["case"]["kind"] for m in record["measurements"]}
         assert kinds == {"prompt" if count == "1" else "decode"}
-        assert {m["case"]["score_set"] for m in record["measurements"]} == {"continuous", "levels64", "equal"}
+        assert {m["case"]["score_set"] for m in record["measurements"]} == set(SCORE_SETS)
 
 
 def test_topk_parity_replays_scores_with_nan(capsys, tmp_path, rng):
