@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .dispatch import DEFAULT_KEYS, SCORER_KEYS
 from .files import atomic_write
 from .geometry import (
     BLOCK_CELLS,
@@ -24,6 +25,7 @@ from .geometry import (
     STEP_WIDTH,
     TAIL_BONUS,
     TOPK_WIDE_THREADS,
+    WARP,
     Call,
     GeometryError,
     block_weights,
@@ -60,6 +62,7 @@ class ScorerInputs:
     dead: np.ndarray  # float32 [IDX_DIM]
     q: np.ndarray  # float32 [nq, IDX_HEADS, IDX_DIM]
     steps: np.ndarray  # int32 [nq, 4]
+    keys: str = "given"  # one of SCORER_KEYS when generated
 
     @property
     def nq(self) -> int:
@@ -102,8 +105,13 @@ def rng_for(seed: int, *labels: int) -> np.random.Generator:
     return np.random.default_rng([seed, *labels])
 
 
-def synthetic_scorer_inputs(call: Call, seed: int) -> ScorerInputs:
-    """Keys with a shared direction plus noise (spec section 5), so scores spread like an indexer's."""
+def synthetic_scorer_inputs(call: Call, seed: int, keys: str = DEFAULT_KEYS) -> ScorerInputs:
+    """Keys with a shared direction plus noise (spec section 5), so scores spread like an indexer's; or, for
+    ``keys="adversarial"``, keys and queries made to break the arithmetic (``adversarial_scorer_inputs``)."""
+    if keys not in SCORER_KEYS:
+        raise InputError(f"unknown scorer keys {keys!r} (expected one of {', '.join(SCORER_KEYS)})")
+    if keys == "adversarial":
+        return adversarial_scorer_inputs(call, seed)
     rng = rng_for(seed, call.ctx, call.nq, call.capacity)
     mb = call.max_blocks
     direction = rng.standard_normal(IDX_DIM, dtype=np.float32)
@@ -112,7 +120,78 @@ def synthetic_scorer_inputs(call: Call, seed: int) -> ScorerInputs:
     dead = rng.standard_normal(IDX_DIM, dtype=np.float32)
     noise = rng.standard_normal((call.nq, IDX_HEADS, IDX_DIM), dtype=np.float32)
     q = np.float32(0.2) * direction + np.float32(0.1) * noise
-    return ScorerInputs(pooled.astype(np.float32), dead, q.astype(np.float32), call.steps)
+    return ScorerInputs(pooled.astype(np.float32), dead, q.astype(np.float32), call.steps, DEFAULT_KEYS)
+
+
+# ---- the adversarial scorer keys --------------------------------------------------------------------
+
+_KEYS_STREAM = 0x6B657973  # the adversarial keys' own random stream ("keys"; the score sets' labels are 0-3)
+_EXPONENTS = (-30.0, 30.0)  # magnitudes 1e-30..1e30: products overflow (past 3.4e38) and go subnormal
+_ROW_SPANS = (0.5, 4.0, 60.0)  # a row's magnitudes span 1, 8 or (the whole range) 60 decades
+_ELEMENT_SPECIALS = {"nan": 0.0005, "+inf": 0.0005, "-inf": 0.0005, "zero": 0.04}  # the share of elements
+_SPECIAL_ROWS = (0.05, 20.0)  # the share of rows with this many times the specials
+_SYMMETRIC_HEADS = 1 / 3  # query heads whose every lane holds one float4 (x == y, z == w): products can cancel
+_CANCEL_MODES = {"none": 0.4, "in-lane": 0.3, "across": 0.3}  # keys cancelling within a lane, or across lanes
+_NEAR_CANCEL = 0.5  # the share of cancelling keys scaled by 1 + 2^-10..2^-24 (nearly cancelling) instead of 1
+
+
+def _wild(rng: np.random.Generator, rows: int) -> np.ndarray:
+    """float32 [rows, IDX_DIM]: log-uniform magnitudes over a random stretch of 1e-30..1e30 a row, random
+    signs, and NaNs of every kind, infinities and zeros of both signs sprinkled (thicker in a few rows)."""
+    lo, hi = _EXPONENTS
+    centre = rng.uniform(lo, hi, (rows, 1))
+    span = rng.choice(_ROW_SPANS, (rows, 1))
+    low, high = np.maximum(lo, centre - span / 2), np.minimum(hi, centre + span / 2)
+    exponent = low + (high - low) * rng.random((rows, IDX_DIM))
+    x = (10.0**exponent * rng.choice([-1.0, 1.0], (rows, IDX_DIM))).astype(np.float32)
+    thick = np.where(rng.random((rows, 1)) < _SPECIAL_ROWS[0], _SPECIAL_ROWS[1], 1.0)
+    for kind, share in _ELEMENT_SPECIALS.items():
+        at = rng.random((rows, IDX_DIM)) < share * thick
+        x[at] = _values(kind, rng, int(at.sum()), tied=False)
+    return x
+
+
+def _cancelling(rng: np.random.Generator, keys: np.ndarray) -> None:
+    """Make some keys cancel against a symmetric head, in place: ``in-lane``, k.x = -k.y * f and k.z = -k.w * f
+    in every lane (the lane's fma of x adds -RN(k.y q.y) * f to RN(k.y q.y)); ``across``, the lanes with bit
+    o set hold their partner's (lane ^ o) float4 times -f, so the butterfly's stage o adds two sums that
+    cancel. f is 1 (exactly) or 1 + 2^-10..2^-24 (nearly)."""
+    from .model.scores import OFFSETS  # the model imports this module
+
+    rows = keys.shape[0]
+    lanes = keys.reshape(rows, WARP, IDX_DIM // WARP)
+    mode = rng.choice(list(_CANCEL_MODES), rows, p=list(_CANCEL_MODES.values()))
+    near = rng.random(rows) < _NEAR_CANCEL
+    f = np.where(near, 1 + 2.0 ** -rng.integers(10, 25, rows), 1.0).astype(np.float32)[:, None]
+    inlane = mode == "in-lane"
+    offset = rng.choice(OFFSETS, rows)
+    with np.errstate(invalid="ignore"):  # a signalling NaN times f
+        lanes[inlane, :, 0] = -lanes[inlane, :, 1] * f[inlane]
+        lanes[inlane, :, 2] = -lanes[inlane, :, 3] * f[inlane]
+        for o in OFFSETS:
+            at = np.flatnonzero((mode == "across") & (offset == o))
+            high = np.array([lane for lane in range(WARP) if lane & o])
+            lanes[np.ix_(at, high)] = -lanes[np.ix_(at, high ^ o)] * f[at, :, None]
+
+
+def adversarial_scorer_inputs(call: Call, seed: int) -> ScorerInputs:
+    """Keys, the dead key and queries of magnitudes 1e-30..1e30 with random signs (products overflow to inf
+    and go subnormal), NaNs of every kind, infinities and signed zeros, and keys whose products cancel,
+    exactly or nearly, against a third of the query heads: within a lane's 4-term partial, and across the
+    butterfly (``_cancelling``). Seeded like the others."""
+    rng = rng_for(seed, call.ctx, call.nq, call.capacity, _KEYS_STREAM)
+    keys = _wild(rng, call.max_blocks + 1)
+    _cancelling(rng, keys)
+    heads = _wild(rng, call.nq * IDX_HEADS).reshape(call.nq * IDX_HEADS, WARP, IDX_DIM // WARP)
+    symmetric = rng.random(heads.shape[0]) < _SYMMETRIC_HEADS
+    lane = heads[symmetric, 0]
+    lane[:, 1], lane[:, 3] = lane[:, 0], lane[:, 2]
+    heads[symmetric] = lane[:, None, :]
+    q = heads.reshape(call.nq, IDX_HEADS, IDX_DIM)
+    # a few queries' elements are too few for the sprinkle to hold every special: one head holds them
+    specials = np.concatenate([rng.choice(ADVERSARIAL_NANS, 1), np.array([np.inf, -np.inf], np.float32)])
+    q.reshape(-1, IDX_DIM)[rng.integers(q.shape[0] * IDX_HEADS), rng.choice(IDX_DIM, 3, replace=False)] = specials
+    return ScorerInputs(keys[:-1], np.ascontiguousarray(keys[-1]), q, call.steps, "adversarial")
 
 
 def synthetic_scores(call: Call, score_set: str, seed: int) -> TopkInputs:

@@ -31,8 +31,7 @@ from qsa_cli.model.scores import butterfly_sum, first_difference, lane_partials,
 
 # (context, capacity): 2K-524K cells, the window's last n_kv % 4 = 2, 1, 3, 0, 1, 3; capacity above the context.
 WINDOWS = [(2050, 9000), (9001, 16384), (32771, 262144), (131072, 135176), (300001, 524288), (524287, 524296)]
-ADVERSARIAL_WINDOWS = [(40003, 65536), (131077, 131100)]
-SPECIALS = ((np.nan, 0.002), (np.inf, 0.002), (-np.inf, 0.002), (0.0, 0.03), (-0.0, 0.03))  # (value, share)
+ADVERSARIAL_WINDOWS = [(2050, 9000), (40003, 65536), (131077, 131100), (300001, 524288)]
 
 
 def sub_window(inputs: ScorerInputs, nq: int) -> ScorerInputs:
@@ -85,31 +84,12 @@ def test_scorers_match_model(cupy: Any, ctx: int, capacity: int) -> None:
     check_window(cupy, inputs, score_blocks(inputs, order="butterfly"), f"context {ctx} of {capacity}")
 
 
-def adversarial_inputs(ctx: int, capacity: int, seed: int) -> ScorerInputs:
-    """Keys and queries across 1e-30..1e30 (per row and per element: products overflow and go subnormal),
-    with NaN, +-inf and +-0 sprinkled in."""
-    rng = np.random.default_rng(seed)
-    mb = max_blocks(capacity)
-
-    def wild(rows: int, row_exp: float) -> np.ndarray:
-        per_elem = rng.random((rows, 1)) < 0.3  # a third of the rows scaled per element, the rest per row
-        exponent = np.where(per_elem, rng.uniform(-30, 30, (rows, IDX_DIM)), rng.uniform(-row_exp, row_exp, (rows, 1)))
-        x = rng.standard_normal((rows, IDX_DIM)) * 10.0**exponent
-        kind = rng.choice(len(SPECIALS) + 1, size=x.shape, p=[1 - sum(p for _, p in SPECIALS), *(p for _, p in SPECIALS)])
-        for k, (value, _) in enumerate(SPECIALS, start=1):
-            x[kind == k] = value
-        return x.astype(np.float32)
-
-    pooled = wild(mb, 30)
-    dead = wild(1, 30)[0]
-    q = wild(MAX_QUERIES * IDX_HEADS, 10).reshape(MAX_QUERIES, IDX_HEADS, IDX_DIM)
-    return ScorerInputs(pooled, dead, q, window_steps(ctx, MAX_QUERIES))
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize(("ctx", "capacity"), ADVERSARIAL_WINDOWS, ids=[f"{c}-of-{k}" for c, k in ADVERSARIAL_WINDOWS])
 def test_scorers_match_model_adversarial(cupy: Any, ctx: int, capacity: int) -> None:
-    inputs = adversarial_inputs(ctx, capacity, fresh_seed())
+    """The adversarial keys (qsa_cli/inputs.py): products past float32's range and under it, NaN, infinities
+    and signed zeros, sums that cancel in a lane and across the butterfly."""
+    inputs = synthetic_scorer_inputs(Call(ctx, MAX_QUERIES, capacity), fresh_seed(), "adversarial")
     want = score_blocks(inputs, order="butterfly")
     assert np.isinf(want).any() and (want == 0).any(), "the adversarial inputs should reach inf and 0 scores"
     check_window(cupy, inputs, want, f"adversarial context {ctx} of {capacity}")
@@ -163,7 +143,8 @@ PROBE_WARPS = 8
 
 def nan_probe_rows(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Keys and heads, row against row: NaN operands of every kind, 0 * inf in a lane's fma, +inf and -inf
-    partials that the butterfly adds, and finite rows across 1e-30..1e30 (subnormal and overflowing products)."""
+    partials that the butterfly adds, finite rows across 1e-30..1e30 (subnormal and overflowing products),
+    and the adversarial keys against their heads (cancelling in a lane and across the butterfly)."""
     keys, heads = ((rng.standard_normal((5 * n, IDX_DIM)) * 10.0 ** rng.uniform(-30, 30, (5 * n, 1))).astype(np.float32)
                    for _ in range(2))  # the last n rows stay finite
     rows = np.arange(n)
@@ -173,7 +154,10 @@ def nan_probe_rows(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.nda
     keys[2 * n + rows, dim], heads[2 * n + rows, dim] = np.inf, 0.0  # 0 * inf: invalid
     keys[3 * n + rows, 4 * 3], heads[3 * n + rows, 4 * 3] = 1e30, 1e30  # lane 3's partial overflows to +inf
     keys[3 * n + rows, 4 * 17], heads[3 * n + rows, 4 * 17] = -1e30, 1e30  # lane 17's to -inf: inf - inf
-    return keys, heads
+    wild = synthetic_scorer_inputs(Call(4 * n, MAX_QUERIES, 4 * n), int(rng.integers(1 << 30)), "adversarial")
+    wild_heads = wild.q.reshape(-1, IDX_DIM)
+    pairs = rng.integers(0, wild_heads.shape[0], n)
+    return np.concatenate([keys, wild.pooled[:n]]), np.concatenate([heads, wild_heads[pairs]])
 
 
 @pytest.mark.gpu

@@ -35,6 +35,32 @@ def test_synthetic_scorer_inputs_are_seeded_and_shaped(rng):
     assert np.std(d) > 0.1
 
 
+def test_adversarial_scorer_inputs(rng):
+    seed = int(rng.integers(1 << 30))
+    call = Call(9003, 5, 16384)
+    a = synthetic_scorer_inputs(call, seed, "adversarial")
+    assert a.keys == "adversarial" and synthetic_scorer_inputs(call, seed).keys == "synthetic"
+    assert a.pooled.shape == (max_blocks(16384), 128) and a.dead.shape == (128,) and a.q.shape == (5, 4, 128)
+    for name in ("pooled", "dead", "q", "steps"):
+        assert getattr(a, name).tobytes() == getattr(synthetic_scorer_inputs(call, seed, "adversarial"), name).tobytes()
+    assert a.pooled.tobytes() != synthetic_scorer_inputs(call, seed + 1, "adversarial").pooled.tobytes()
+    for x in (a.pooled, a.dead, a.q):
+        size = np.abs(x[np.isfinite(x) & (x != 0)])
+        assert size.min() > 0.99e-30 and size.max() < 1.01e30
+    size = np.abs(a.pooled[np.isfinite(a.pooled) & (a.pooled != 0)])
+    assert size.min() < 1e-29 and size.max() > 1e29
+    for x in (a.pooled, a.q):
+        assert np.isposinf(x).any() and np.isneginf(x).any()
+        assert ((x == 0) & np.signbit(x)).any() and ((x == 0) & ~np.signbit(x)).any()
+    nan_bits = set(a.pooled.view(np.uint32)[np.isnan(a.pooled)].tolist())
+    assert len(nan_bits) > 2  # NaNs of several kinds (a cancelling key may hold one negated)
+
+
+def test_unknown_scorer_keys():
+    with pytest.raises(InputError, match="unknown scorer keys 'random'"):
+        synthetic_scorer_inputs(Call(100, 1, 100), 0, "random")
+
+
 @pytest.mark.parametrize("score_set", SCORE_SETS)
 def test_synthetic_scores(score_set, rng):
     seed = int(rng.integers(1 << 30))

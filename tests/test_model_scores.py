@@ -371,14 +371,6 @@ def scores_ref(inp: ScorerInputs) -> np.ndarray:
     return out
 
 
-def adversarial_inputs(rng: np.random.Generator, ctx: int, nq: int, capacity: int) -> ScorerInputs:
-    mb = max_blocks(capacity)
-    pooled = random_keys(rng, mb)
-    dead = random_keys(rng, 1)[0]
-    q = random_keys(rng, nq * IDX_HEADS).reshape(nq, IDX_HEADS, IDX_DIM)
-    return ScorerInputs(pooled, dead, q, window_steps(ctx, nq))
-
-
 def window_cases(seed: int) -> list[tuple[int, int, int]]:
     """(ctx, nq, capacity): 1-8 queries, contexts ending on every tail length 0-3."""
     rng = rng_for(seed)
@@ -390,10 +382,10 @@ def window_cases(seed: int) -> list[tuple[int, int, int]]:
     return cases
 
 
-@pytest.mark.parametrize("seed", [81, 82])
+@pytest.mark.parametrize("seed", [81, 82, 83, 84])
 def test_halve_equals_butterfly_adversarial(seed: int) -> None:
     for ctx, nq, cap in window_cases(seed):
-        inp = adversarial_inputs(rng_for(seed, ctx, nq), ctx, nq, cap)
+        inp = synthetic_scorer_inputs(Call(ctx, nq, cap), seed, "adversarial")
         a, b = score_blocks(inp, "butterfly"), score_blocks(inp, "halve")
         assert a.tobytes() == b.tobytes(), (seed, ctx, nq, cap, first_difference(a, b, inp.steps))
 
@@ -411,10 +403,7 @@ def test_scores_match_slow_reference(kind: str, seed: int) -> None:
     rng = rng_for(seed)
     for nq, tail in [(1, 0), (2, 3), (3, 1), (5, 2), (8, 0)]:
         ctx = int(rng.integers(3, 12)) * 4 + tail + nq
-        if kind == "adversarial":
-            inp = adversarial_inputs(rng, ctx, nq, ctx + 8)
-        else:
-            inp = synthetic_scorer_inputs(Call(ctx, nq, ctx + 8), seed)
+        inp = synthetic_scorer_inputs(Call(ctx, nq, ctx + 8), seed, kind)
         want = scores_ref(inp)
         for order in ("butterfly", "halve"):
             got = score_blocks(inp, order)
@@ -428,12 +417,36 @@ def test_chunks_split_the_window(blocks_per_chunk: int, seed: int, monkeypatch: 
     rng = rng_for(seed, blocks_per_chunk)
     for nq, tail in [(3, 2), (6, 1), (8, 3)]:
         ctx = int(rng.integers(4, 9)) * 4 + tail + nq
-        inp = adversarial_inputs(rng, ctx, nq, ctx + 12)
+        inp = synthetic_scorer_inputs(Call(ctx, nq, ctx + 12), seed, "adversarial")
         monkeypatch.setattr(scores_model, "_CHUNK_PARTIALS", blocks_per_chunk * nq * IDX_HEADS * 32)
         want = scores_ref(inp)
         for order in ("butterfly", "halve"):
             got = score_blocks(inp, order)
             assert got.tobytes() == want.tobytes(), (seed, ctx, nq, order, first_difference(got, want, inp.steps))
+
+
+@pytest.mark.parametrize("seed", [151, 152])
+def test_adversarial_keys_break_the_arithmetic(seed: int) -> None:
+    """Products overflow and go subnormal, a head's sum of products far from 0 is exactly 0 (they cancel), some
+    sums are subnormal, and the model's bits stay well defined: the GPU's NaN in every NaN partial and sum,
+    no NaN in a score, the halving order's bits the butterfly's, the same bits computed twice."""
+    inp = synthetic_scorer_inputs(Call(8003, 8, 16384), seed, "adversarial")
+    keys, heads = inp.pooled[:1000], inp.q.reshape(-1, IDX_DIM)
+    with np.errstate(over="ignore", invalid="ignore"):
+        products = keys.astype(np.float64)[None, :, :] * heads.astype(np.float64)[:, None, :]  # [head, key, dim]
+    size = np.abs(products[np.isfinite(products) & (products != 0)])
+    assert (size > F32_MAX).any() and (size < np.finfo(F32).tiny).any()
+    part = lane_partials(keys, heads)
+    assert_gpu_nans(part, "lane partials")
+    d = butterfly_sum(part)
+    assert_gpu_nans(d, "head sums")
+    largest = np.max(np.abs(products), axis=-1)
+    assert ((d == 0) & (largest > 1e-20) & (largest <= F32_MAX)).any()  # an exact 0 only a cancellation gives
+    assert ((d != 0) & (np.abs(d) < np.finfo(F32).tiny)).any()
+    scores = score_blocks(inp, "butterfly")
+    live = np.concatenate([scores[i, : n + 1] for i, n in enumerate(inp.steps[:, 2])])
+    assert not np.isnan(live).any() and np.isinf(live).any() and (live == 0).any()
+    assert scores.tobytes() == score_blocks(inp, "halve").tobytes() == score_blocks(inp, "butterfly").tobytes()
 
 
 def test_writes_exactly_blocks_to_n_bid() -> None:
