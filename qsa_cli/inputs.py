@@ -236,7 +236,9 @@ _RUN_BLOCKS = (2, 10)  # a run's length in blocks: 2-9, at least one on each sid
 _SAMPLED_BORDERS = 48  # runs at the cluster's chunks and the wide kernel's tiles: this many of their borders
 _SPRINKLED = {"nan": 0.01, "zero": 0.02, "subnormal": 0.02, "-inf": 0.01}  # the share of blocks of each
 _MAX_POS_INF = 16  # +inf blocks a row: few, so that the cut stays below them
-_DRAWN, _SPECIAL, _RUN = range(3)  # what a block holds: its normal draw, a special value, a run's value
+# What a block holds, in the order the steering lowers them: its normal draw, a special value, a run's value,
+# the special value kept for its kind and sign (so that every row holds each)
+_DRAWN, _SPECIAL, _RUN, _KEPT = range(4)
 
 
 def _values(kind: str, rng: np.random.Generator, n: int, tied: bool) -> np.ndarray:
@@ -280,8 +282,8 @@ def _cut(live: np.ndarray, weights: np.ndarray, width: int) -> np.float32:
 def _steer_cut(rng: np.random.Generator, live: np.ndarray, weights: np.ndarray, width: int, value: np.float32,
                placed: np.ndarray) -> None:
     """Make ``value``'s key the cut: fewer than width cells above it (lowering blocks below it in the order of
-    ``placed``, so that the special values and then the runs stay where they can) and at least width at or
-    above it (raising lower blocks that hold neither to it). The tail is never changed."""
+    ``placed``, so that the special values and the runs stay where they can) and at least width at or above
+    it (raising lower blocks that hold neither to it). The tail is never changed."""
     from .model.topk import order_keys
 
     key = order_keys(np.array([value]))[0]
@@ -295,7 +297,7 @@ def _steer_cut(rng: np.random.Generator, live: np.ndarray, weights: np.ndarray, 
     keep = int(rng.integers(room // 2, room + 1))
     above = free[order_keys(live[free]) > key]
     if above.size > keep:
-        order = np.concatenate([rng.permutation(above[placed[above] == rank]) for rank in (_DRAWN, _SPECIAL, _RUN)])
+        order = np.concatenate([rng.permutation(above[placed[above] == rank]) for rank in range(_KEPT + 1)])
         lowered = order[: above.size - keep]
         live[lowered] = below(lowered.size)
     keys = order_keys(live)
@@ -320,17 +322,11 @@ def _adversarial_row(rng: np.random.Generator, live: np.ndarray, n_kv: int, widt
     """One query's blocks 0..n_bid (``live``: N(0, 1), the tail's bonus added where it has cells), in place."""
     weights = block_weights(n_kv, live.size)
     last = live.size - 1  # the tail keeps its score; a 0-cell tail is set last
-    placed = np.full(live.size, _DRAWN, dtype=np.int8)
-    for kind, share in _SPRINKLED.items():
-        at = np.flatnonzero(rng.random(last) < share)
-        live[at], placed[at] = _values(kind, rng, at.size, tied=False), _SPECIAL
-    if last:
-        at = rng.integers(0, last, int(rng.integers(1, _MAX_POS_INF + 1)))
-        live[at], placed[at] = np.inf, _SPECIAL
     regime = rng.choice(list(_CUT_REGIMES), p=list(_CUT_REGIMES.values()))
     steer_to = None if regime == "normal" else _values(regime, rng, 1, tied=True)[0]
     near = _cut(live, weights, width) if steer_to is None else steer_to
     near = np.float32(-np.inf) if np.isnan(near) else near  # the lowest key above NaN's
+    placed = np.full(live.size, _DRAWN, dtype=np.int8)
     cut_runs = []
     for border in _borders(rng, live.size):
         length = int(rng.integers(*_RUN_BLOCKS))
@@ -351,6 +347,16 @@ def _adversarial_row(rng: np.random.Generator, live: np.ndarray, n_kv: int, widt
             live[run] = rng.standard_normal(dtype=np.float32)
         else:
             live[run] = _values(kind, rng, run.stop - run.start, tied=True)
+    between = np.flatnonzero(placed[:last] == _DRAWN)  # the blocks before the tail outside the runs
+    for kind, share in _SPRINKLED.items():
+        at = between[rng.random(between.size) < share]
+        live[at], placed[at] = _values(kind, rng, at.size, tied=False), _SPECIAL
+        for negative in (False, True):  # one of each sign outlasts the steering
+            placed[at[np.signbit(live[at]) == negative][:1]] = _KEPT
+    if between.size:
+        at = rng.choice(between, min(between.size, int(rng.integers(1, _MAX_POS_INF + 1))), replace=False)
+        live[at], placed[at] = np.inf, _SPECIAL
+        placed[at[0]] = _KEPT
     if steer_to is not None:
         _steer_cut(rng, live, weights, width, steer_to, placed)
     cut = _cut(live, weights, width)  # runs at the cut's key keep it the cut: they only add cells at it
