@@ -438,6 +438,8 @@ def test_adversarial_keys_break_the_arithmetic(seed: int) -> None:
     assert (size > F32_MAX).any() and (size < np.finfo(F32).tiny).any()
     part = lane_partials(keys, heads)
     assert_gpu_nans(part, "lane partials")
+    for h in range(heads.shape[0]):  # the fast path's fma against the exact one, step by step
+        assert part[h].tobytes() == canon(partials_ref(keys, heads[h])), f"seed {seed} head {h}"
     d = butterfly_sum(part)
     assert_gpu_nans(d, "head sums")
     largest = np.max(np.abs(products), axis=-1)

@@ -101,6 +101,9 @@ def _partials(keys: np.ndarray, q: np.ndarray) -> np.ndarray:
                 np.bitwise_and(t.view(np.uint64), _LOW28, out=low)
                 if low.min() == 0:  # rare on real data: min is the cheapest "any zero" numpy has
                     lane, blk = np.nonzero(low == 0)
+                    s = t[lane, blk]  # a sum that is inf, NaN or a float32 (0 too) is the fma's already
+                    odd = np.isfinite(s) & (s.astype(np.float32) != s)
+                    lane, blk = lane[odd], blk[odd]
                     exact = fma_f32(kt[c, lane, blk], qc[h, lane, c], p[lane, blk])
                     np.copyto(p, t, casting="same_kind")
                     p[lane, blk] = exact
