@@ -139,15 +139,20 @@ def _wild(rng: np.random.Generator, rows: int) -> np.ndarray:
     """float32 [rows, IDX_DIM]: log-uniform magnitudes over a random stretch of 1e-30..1e30 a row, random
     signs, and NaNs of every kind, infinities and zeros of both signs sprinkled (thicker in a few rows)."""
     lo, hi = _EXPONENTS
-    centre = rng.uniform(lo, hi, (rows, 1))
-    span = rng.choice(_ROW_SPANS, (rows, 1))
+    centre = rng.uniform(lo, hi, (rows, 1)).astype(np.float32)
+    span = rng.choice(np.array(_ROW_SPANS, np.float32), (rows, 1))
     low, high = np.maximum(lo, centre - span / 2), np.minimum(hi, centre + span / 2)
-    exponent = low + (high - low) * rng.random((rows, IDX_DIM))
-    x = (10.0**exponent * rng.choice([-1.0, 1.0], (rows, IDX_DIM))).astype(np.float32)
-    thick = np.where(rng.random((rows, 1)) < _SPECIAL_ROWS[0], _SPECIAL_ROWS[1], 1.0)
+    exponent = low + (high - low) * rng.random((rows, IDX_DIM), dtype=np.float32)
+    x = np.exp(exponent * np.float32(np.log(10)))
+    np.negative(x, out=x, where=rng.random((rows, IDX_DIM), dtype=np.float32) < 0.5)
+    # one uniform draw an element: each special kind owns a slice of [0, 1), a thick row's draws are scaled down
+    u = rng.random((rows, IDX_DIM), dtype=np.float32) / np.where(rng.random((rows, 1)) < _SPECIAL_ROWS[0],
+                                                                  np.float32(_SPECIAL_ROWS[1]), np.float32(1))
+    edge = 0.0
     for kind, share in _ELEMENT_SPECIALS.items():
-        at = rng.random((rows, IDX_DIM)) < share * thick
+        at = (u >= edge) & (u < edge + share)
         x[at] = _values(kind, rng, int(at.sum()), tied=False)
+        edge += share
     return x
 
 
