@@ -22,7 +22,8 @@ from .inputs import InputError
 SCHEMA = "qsa.run"
 SCHEMA_VERSION = 1
 
-CASE_FIELDS = ("stage", "ctx", "nq", "capacity", "kind", "score_set", "l2")
+# "keys" is in a scorer case only for keys other than the synthetic ones: the cases of earlier runs keep their key
+CASE_FIELDS = ("stage", "ctx", "nq", "capacity", "kind", "score_set", "keys", "l2")
 
 
 def case_key(stage: str, case: dict[str, Any]) -> str:

@@ -33,6 +33,31 @@ def test_select_bench_cpu_writes_record_and_dump(capsys, tmp_path):
         assert d["steps"].tolist()[-1] == [9002, 9003, 2250, 2051]
 
 
+def test_select_bench_adversarial_keys(capsys, tmp_path):
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "select-bench", "9003", "5", "1", "16384", "--backend", "cpu", "--keys", "adversarial",
+                         "--json", str(js))
+    assert code == 0, err
+    assert "PASS" in out
+    record = json.loads(js.read_text())
+    assert {m["case"]["keys"] for m in record["measurements"]} == {"adversarial"}
+    assert record["parity"] and all(p["equal"] and p["case"]["keys"] == "adversarial" for p in record["parity"])
+    code, _, err = run(capsys, "select-bench", "--inputs", str(js), "--keys", "adversarial", "--backend", "cpu")
+    assert code == 2 and "--keys applies to synthetic inputs" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sweep_scorer_keys_from_yaml(capsys, tmp_path):
+    sweep = tmp_path / "keys.yaml"
+    sweep.write_text("stages: [scores]\ncontexts: [4099]\nqueries: [2]\ncapacity: 8192\niterations: 1\n"
+                     "keys: [synthetic, adversarial]\n")
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "select-bench", "--config", str(sweep), "--backend", "cpu", "--json", str(js))
+    assert code == 0, err
+    cases = [m["case"] for m in json.loads(js.read_text())["measurements"]]
+    kinds = [c.get("keys") for c in cases]  # the synthetic keys' cases keep the case key they always had
+    assert set(kinds) == {None, "adversarial"} and kinds.count(None) == kinds.count("adversarial")
+
+
 def test_select_bench_replays_an_inputs_file_with_nan_and_inf(capsys, tmp_path, rng):
     inputs = synthetic_scorer_inputs(Call(5001, 3, 6000), int(rng.integers(1 << 30)))
     pooled = inputs.pooled.copy()

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..inputs import ScorerInputs, score_poison
 from ..model.scores import first_difference, score_blocks, scores_hash
-from .common import Measurer, StageOutcome, bitwise_check, call_case
+from .common import Measurer, StageOutcome, bitwise_check, call_case, keys_case
 
 STAGE = "scores"
 OLD, NEW = "multi", "halve"
@@ -38,7 +38,7 @@ def run_scores(
     check_model: bool = True,
 ) -> StageOutcome:
     """Run ``variants`` on ``inputs``, time each, and check them bit for bit against each other and the model."""
-    case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2)
+    case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2, **keys_case(inputs))
     out = StageOutcome()
     key_bytes = inputs.key_bytes()
     if measurer.timer is None:

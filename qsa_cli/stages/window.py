@@ -11,7 +11,7 @@ from ..geometry import SELECT_CAP
 from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
 from ..model.scores import score_blocks
 from ..model.topk import topk_ids
-from .common import Measurer, StageOutcome, bitwise_check, call_case
+from .common import Measurer, StageOutcome, bitwise_check, call_case, keys_case
 from .topk import describe_difference
 
 STAGE = "window"
@@ -30,7 +30,7 @@ def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[tuple[str,
     from ..launch.scores import DeviceScorerInputs, scorer_launcher
     from ..launch.topk import topk_launcher
 
-    case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2)
+    case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2, **keys_case(inputs))
     out = StageOutcome()
     expected = topk_ids(TopkInputs(score_blocks(inputs, "butterfly"), inputs.steps), "oracle")
     out.outputs[CPU_ORACLE] = expected
