@@ -127,7 +127,7 @@ def synthetic_scorer_inputs(call: Call, seed: int, keys: str = DEFAULT_KEYS) -> 
 
 _KEYS_STREAM = 0x6B657973  # the adversarial keys' own random stream ("keys"; the score sets' labels are 0-3)
 _EXPONENTS = (-30.0, 30.0)  # magnitudes 1e-30..1e30: products overflow (past 3.4e38) and go subnormal
-_ROW_SPANS = (0.5, 4.0, 60.0)  # a row's magnitudes span 1, 8 or (the whole range) 60 decades
+_ROW_SPANS = (0.5, 4.0, 60.0)  # decades a row's magnitudes span: half a decade, 4, or the whole range
 _ELEMENT_SPECIALS = {"nan": 0.0005, "+inf": 0.0005, "-inf": 0.0005, "zero": 0.04}  # the share of elements
 _SPECIAL_ROWS = (0.05, 20.0)  # the share of rows with this many times the specials
 _SYMMETRIC_HEADS = 1 / 3  # query heads whose every lane holds one float4 (x == y, z == w): products can cancel
@@ -158,9 +158,10 @@ def _wild(rng: np.random.Generator, rows: int) -> np.ndarray:
 
 def _cancelling(rng: np.random.Generator, keys: np.ndarray) -> None:
     """Make some keys cancel against a symmetric head, in place: ``in-lane``, k.x = -k.y * f and k.z = -k.w * f
-    in every lane (the lane's fma of x adds -RN(k.y q.y) * f to RN(k.y q.y)); ``across``, the lanes with bit
-    o set hold their partner's (lane ^ o) float4 times -f, so the butterfly's stage o adds two sums that
-    cancel. f is 1 (exactly) or 1 + 2^-10..2^-24 (nearly)."""
+    in every lane (with q.x == q.y the lane's fma of x adds the exact -k.y q.y f to RN(k.y q.y): for f = 1,
+    the product's rounding error is what is left); ``across``, the lanes with bit o set hold their partner's
+    (lane ^ o) float4 times -f, so the butterfly's stage o adds two sums that cancel. f is 1 (exactly) or
+    1 + 2^-10..2^-24 (nearly)."""
     from .model.scores import OFFSETS  # the model imports this module
 
     rows = keys.shape[0]
