@@ -16,7 +16,9 @@ from typing import Any
 
 import click
 
-from .timing import DEFAULT_WARMUP  # timing imports neither numpy nor CuPy at import
+# neither dispatch nor timing imports numpy or CuPy at import
+from .dispatch import DEFAULT_KEYS, SCORER_KEYS
+from .timing import DEFAULT_WARMUP
 
 EXIT_PARITY = 1
 EXIT_USAGE = 2
@@ -115,6 +117,13 @@ def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--markdown", is_flag=True, help="Also print the tables as pull-request markdown."),
     ]
     return functools.reduce(lambda acc, opt: opt(acc), reversed(options), f)
+
+
+def keys_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The scorer's synthetic inputs (select-bench, window-bench)."""
+    return click.option("--keys", type=click.Choice(SCORER_KEYS), default=DEFAULT_KEYS, show_default=True,
+                        help="Synthetic keys and queries: spec section 5's, or adversarial (magnitudes 1e-30..1e30, "
+                             "NaN, infinities, signed zeros, products that cancel).")(f)
 
 
 def _ints(args: tuple[str, ...], names: list[str]) -> list[int]:
@@ -222,14 +231,18 @@ def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
 @click.option("--dump", "dump_path", type=OUTPUT,
               help="Write every variant's scores (and the CPU model's) to this .npz file.")
 @click.option("--config", "config_name", metavar="CONFIG", help="Run the scorer cases of a YAML sweep instead.")
+@keys_option
 @run_options
 def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int, dump_path: str | None,
-                 config_name: str | None, **opts: Any) -> int:
+                 config_name: str | None, keys: str, **opts: Any) -> int:
     """A decode call's scorer, old (multi) and new (halve), on the same inputs: hashes and times."""
     from .geometry import check_queries
     from .inputs import load_scorer_inputs, save_npz_atomic
     from .runs import scorer_inputs, select_bench as run
 
+    if keys != DEFAULT_KEYS and (config_name or inputs_path):
+        raise UsageProblem("--keys applies to synthetic inputs, not to --inputs or --config (a sweep's cases name "
+                           "their keys)")
     if config_name:
         if args or inputs_path or dump_path:
             raise UsageProblem("--config takes no CTX Q ITERS CAP, --inputs or --dump")
@@ -246,7 +259,7 @@ def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int,
         call, iters = _decode_call(args, "select-bench")  # checks ITERS too
         given = None
     with _open(opts, "select-bench") as s:
-        inputs = given if given is not None else scorer_inputs(call, opts["seed"])
+        inputs = given if given is not None else scorer_inputs(call, opts["seed"], keys)
         outcome = run(s, inputs, iters)
         if dump_path:
             save_npz_atomic(dump_path, steps=inputs.steps, **{k.replace("-", "_"): v for k, v in outcome.outputs.items()})
@@ -387,8 +400,9 @@ def sweep_cmd(config_name: str, **opts: Any) -> int:
 
 @cli.command("window-bench", context_settings=POSITIONAL_NEGATIVES)
 @click.argument("args", nargs=-1, metavar="CTX Q ITERS CAP")
+@keys_option
 @run_options
-def window_bench(args: tuple[str, ...], **opts: Any) -> int:
+def window_bench(args: tuple[str, ...], keys: str, **opts: Any) -> int:
     """A decode window's selection (scores, then top-k) as one CUDA graph per kernel pair, replays timed."""
     from .runs import window_bench as run
 
@@ -396,7 +410,7 @@ def window_bench(args: tuple[str, ...], **opts: Any) -> int:
     if opts["backend"] != "gpu":
         raise UsageProblem("window-bench replays CUDA graphs: it needs --backend gpu")
     with _open(opts, "window-bench") as s:
-        run(s, call, iters)
+        run(s, call, iters, keys)
         from . import report
 
         return _finish(s.record, opts, [report.window_table(s.record)])

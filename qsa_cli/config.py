@@ -4,10 +4,11 @@ A sweep file is a mapping. Run settings: ``iterations`` (0 = parity only), ``war
 (cold / warm), ``seed``, ``description``, ``variants`` (stage -> the variants to run; default: all
 of the stage's) and ``thresholds`` (stage -> ``min_speedup``, new vs old, and for the scorer
 ``max_floor_ratio``, new vs the read floor). Case keys: ``stages``, ``contexts``, ``queries``,
-``capacity``, ``kind`` (decode / prompt) and ``score_sets`` (top-k only). Written at the top level
-they describe one block of cases; with a ``matrix`` list, each entry is a block whose case keys
-override the top level's. A block's cases are every stage x (context, capacity) x queries (x score
-set for top-k).
+``capacity``, ``kind`` (decode / prompt), ``score_sets`` (top-k only) and ``keys`` (the scorer's
+synthetic inputs, scorer only: synthetic / adversarial). Written at the top level they describe one
+block of cases; with a ``matrix`` list, each entry is a block whose case keys override the top
+level's. A block's cases are every stage x (context, capacity) x queries (x score set for top-k, x
+keys for the scorer).
 
 Sizes (contexts, capacity) are cells: a plain int, or an int with a suffix K = 1024 or M = 1048576
 (``32K`` = 32768, ``512K`` = 524288, ``1M`` = 1048576). The seed's labels are looser (its "131K" is
@@ -28,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from .dispatch import CALL_KINDS, SCORER_VARIANTS, TOPK_VARIANTS
+from .dispatch import CALL_KINDS, DEFAULT_KEYS, SCORER_KEYS, SCORER_VARIANTS, TOPK_VARIANTS
 from .geometry import BLOCK_CELLS, Call, GeometryError, check_call, check_queries
 from .inputs import SCORE_SETS
 from .timing import DEFAULT_WARMUP, L2_MODES
@@ -37,12 +38,12 @@ STAGE_VARIANTS: dict[str, tuple[str, ...]] = {"scores": SCORER_VARIANTS, "topk":
 SIZE_SUFFIXES = {"K": 1024, "M": 1024 * 1024}
 THRESHOLD_KEYS = {"scores": ("min_speedup", "max_floor_ratio"), "topk": ("min_speedup",)}
 
-CASE_KEYS = ("stages", "contexts", "queries", "capacity", "kind", "score_sets")
+CASE_KEYS = ("stages", "contexts", "queries", "capacity", "kind", "score_sets", "keys")
 SETTING_KEYS = ("description", "iterations", "warmup", "l2", "seed", "variants", "thresholds")
 TOP_KEYS = (*SETTING_KEYS, *CASE_KEYS, "matrix")
 # 50 iterations: the seed's
 DEFAULTS: dict[str, Any] = {"iterations": 50, "warmup": DEFAULT_WARMUP, "l2": "cold", "seed": 0, "kind": "decode",
-                            "score_sets": ("continuous",)}
+                            "score_sets": ("continuous",), "keys": (DEFAULT_KEYS,)}
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)\s*$")
 
@@ -61,6 +62,7 @@ class SweepCase:
     capacity: int
     kind: str = "decode"
     score_set: str | None = None  # top-k only
+    keys: str = DEFAULT_KEYS  # the scorer's inputs (a top-k case keeps the default)
 
     @property
     def call(self) -> Call:
@@ -75,13 +77,16 @@ class SweepBlock:
     queries: tuple[int, ...]
     kind: str
     score_sets: tuple[str, ...]
+    keys: tuple[str, ...]
 
     def cases(self) -> list[SweepCase]:
         out = []
         for stage in self.stages:
-            sets = self.score_sets if stage == "topk" else (None,)
-            for (ctx, cap), nq, score_set in itertools.product(zip(self.contexts, self.capacities), self.queries, sets):
-                out.append(SweepCase(stage, ctx, nq, cap, self.kind, score_set))
+            # (score set, keys): the top-k's score sets, or the scorer's keys
+            inputs = [(s, DEFAULT_KEYS) for s in self.score_sets] if stage == "topk" else [(None, k) for k in self.keys]
+            for (ctx, cap), nq, (score_set, keys) in itertools.product(zip(self.contexts, self.capacities),
+                                                                       self.queries, inputs):
+                out.append(SweepCase(stage, ctx, nq, cap, self.kind, score_set, keys))
         return out
 
 
@@ -252,6 +257,7 @@ def _block(r: _Reader, keys: dict[str, Any], where: Any) -> SweepBlock:
     if kind == "prompt" and stages != ("topk",):
         raise r.error(keys["kind"], f"a prompt call is a top-k case only (stages here: {', '.join(stages)})")
     score_sets = r.choices(keys["score_sets"], "score set", SCORE_SETS) if "score_sets" in keys else DEFAULTS["score_sets"]
+    scorer_keys = r.choices(keys["keys"], "keys", SCORER_KEYS) if "keys" in keys else DEFAULTS["keys"]
 
     context_nodes = r.items(keys["contexts"], "contexts")
     contexts = tuple(r.size(n, "a context") for n in context_nodes)
@@ -279,7 +285,7 @@ def _block(r: _Reader, keys: dict[str, Any], where: Any) -> SweepBlock:
                 check_call(ctx, nq, cap)
             except GeometryError as exc:
                 raise r.error(node, f"context {ctx}, capacity {cap}, queries {nq}: {exc}") from None
-    return SweepBlock(stages, contexts, capacities, queries, kind, score_sets)
+    return SweepBlock(stages, contexts, capacities, queries, kind, score_sets, scorer_keys)
 
 
 def _per_stage(r: _Reader, node: Any, what: str, allowed: tuple[str, ...], stages: set[str],

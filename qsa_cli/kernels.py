@@ -147,7 +147,7 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def _compile(source: str, names: tuple[str, ...], arch: str) -> tuple[bytes, dict[str, str]]:
+def _compile(source: str, names: tuple[str, ...], arch: str, appended: str) -> tuple[bytes, dict[str, str]]:
     """NVRTC through CuPy's compiler helper, with exactly COMPILE_OPTIONS.
 
     Not ``cupy.RawModule(code=...)``: that appends ``-ftz=true`` to every compile, flushing subnormal
@@ -159,7 +159,7 @@ def _compile(source: str, names: tuple[str, ...], arch: str) -> tuple[bytes, dic
     import cupy
     from cupy.cuda import compiler
 
-    text = source_text(source)
+    text = source_text(source) + appended
     options = compile_options()
     key = hashlib.sha256("\0".join([text, *options, *names, arch, cupy.__version__]).encode()).hexdigest()
     binary_path, names_path = cache_dir() / f"{key}.bin", cache_dir() / f"{key}.json"
@@ -180,20 +180,24 @@ def _compile(source: str, names: tuple[str, ...], arch: str) -> tuple[bytes, dic
     return binary, lowered
 
 
-def load(source: str, names: tuple[str, ...]) -> Module:
-    """``kernels/<source>`` compiled for the current device: once per process, cached on disk between runs."""
+def load(source: str, names: tuple[str, ...], appended: str = "") -> Module:
+    """``kernels/<source>`` compiled for the current device: once per process, cached on disk between runs.
+
+    ``appended`` is code compiled after the source as part of it, so it can call the source's internal
+    helpers (a test's probe of the kernels' own arithmetic); ``names`` may name its functions.
+    """
     import cupy
 
-    return _load(source, names, cupy.cuda.Device().id)
+    return _load(source, names, cupy.cuda.Device().id, appended)
 
 
 @functools.cache
-def _load(source: str, names: tuple[str, ...], device_id: int) -> Module:
+def _load(source: str, names: tuple[str, ...], device_id: int, appended: str) -> Module:
     import cupy
 
     with cupy.cuda.Device(device_id) as device:
         try:
-            binary, lowered = _compile(source, names, device.compute_capability)
+            binary, lowered = _compile(source, names, device.compute_capability, appended)
         except KernelError:
             raise
         except Exception as exc:

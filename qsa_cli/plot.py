@@ -17,7 +17,7 @@ from .results import Measurement, RunRecord
 from .stages.scores import READ_FLOOR
 
 STAGE_TITLES = {"scores": "Scorer: a decode call", "topk": "Top-k", "window": "Verify window"}
-SERIES_FIELDS = ("kind", "score_set", "capacity", "l2")  # named in a label only where a panel has several
+SERIES_FIELDS = ("kind", "score_set", "keys", "capacity", "l2")  # named in a label only where a panel has several
 MARKERS = "os^vDP*Xhp"
 
 

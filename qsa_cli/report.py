@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
+from .dispatch import DEFAULT_KEYS
 from .geometry import BLOCK_CELLS
 from .results import Measurement, ParityCheck, RunRecord
 from .stages import scores as scores_stage
@@ -23,7 +24,7 @@ THROTTLED_MARK = "*"
 THROTTLED_NOTE = f"{THROTTLED_MARK} throttled: a thermal, power or hardware slowdown was reported around these samples"
 MISSING = "–"
 LABEL_COLUMNS = {"context", "kind", "score set", "verdict", "stage", "case", "subject", "against", "result", "detail",
-                 "threshold", "what", "value here", "kernel", "scorer", "top-k", "why", "variant", "tool", "first report"}
+                 "threshold", "what", "value here", "kernel", "scorer", "top-k", "why", "variant", "tool", "first report", "keys"}
 
 Index = dict[tuple[str, str], Measurement]
 
@@ -50,11 +51,18 @@ def parity_of(record: RunRecord, key: str) -> list[ParityCheck]:
 
 
 def case_label(case: dict[str, Any]) -> str:
-    """One line naming a case for people: ``131K (131072), 4 queries, capacity 524288, prompt, equal``."""
+    """One line naming a case for people: ``131K (131072), 4 queries, capacity 524288, prompt, equal``
+    (a scorer case: ``..., adversarial keys``)."""
     parts = [context_cell(case["ctx"]), f"{case['nq']} quer{'y' if case['nq'] == 1 else 'ies'}",
              f"capacity {case['capacity']}"]
     parts += [str(case[k]) for k in ("kind", "score_set") if case.get(k) not in (None, "decode")]
+    parts += [f"{case['keys']} keys"] if "keys" in case else []
     return ", ".join(parts)
+
+
+def _with_keys(cases: Iterable[dict[str, Any]]) -> bool:
+    """Whether a table of these scorer cases needs a keys column (a case names its keys when not synthetic)."""
+    return any("keys" in c for c in cases)
 
 
 # ---- formatting -----------------------------------------------------------------------------------------
@@ -130,11 +138,13 @@ def scores_table(record: RunRecord) -> Table:
     """A decode call's scorer per case: old (multi) vs new (halve), their hashes, and the read floor."""
     old, new, floor = scores_stage.OLD, scores_stage.NEW, scores_stage.READ_FLOOR
     index = measurement_index(record)
+    cases = stage_cases(record, scores_stage.STAGE)
+    with_keys = _with_keys(cases.values())
     table = _table(f"Scorer: a decode call, {old} (old) vs {new} (new), µs",
-                   ["context", "capacity", "queries", "blocks", "hash old", "hash new", "equal", "old µs", "new µs",
-                    "speedup", "GB/s (new)", "new / read floor"])
+                   ["context", "capacity", "queries", *(["keys"] if with_keys else []), "blocks", "hash old",
+                    "hash new", "equal", "old µs", "new µs", "speedup", "GB/s (new)", "new / read floor"])
     shown: list[Measurement | None] = []
-    for key, case in stage_cases(record, scores_stage.STAGE).items():
+    for key, case in cases.items():
         m_old, m_new, m_floor = (index.get((key, v)) for v in (old, new, floor))
         shown += [m_old, m_new, m_floor]
         checks = parity_of(record, key)
@@ -143,7 +153,8 @@ def scores_table(record: RunRecord) -> Table:
         equal = MISSING if pair is None else ("[green]yes[/green]" if pair.equal else "[red]NO[/red]")
         gbps = m_new.gbps if m_new is not None else None
         table.add_row(
-            context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]), str(case["ctx"] // BLOCK_CELLS + 1),
+            context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]),
+            *([case.get("keys", DEFAULT_KEYS)] if with_keys else []), str(case["ctx"] // BLOCK_CELLS + 1),
             hashes.get(old, MISSING), hashes.get(new, MISSING), equal, _time(m_old), _time(m_new),
             _ratio(m_old, m_new, "{:.2f}x"), f"{gbps:.0f}" if gbps is not None else MISSING,
             _ratio(m_new, m_floor, "{:.2f}"),
@@ -185,10 +196,13 @@ def window_table(record: RunRecord) -> Table:
     pairs = [window_stage.pair_name(*p) for p in window_stage.PAIRS]
     old = pairs[0]
     index = measurement_index(record)
+    cases = stage_cases(record, window_stage.STAGE)
+    with_keys = _with_keys(cases.values())
     table = _table("Window: scores then top-k as one graph, median µs per replay",
-                   ["context", "capacity", "queries", *pairs, "dispatched", "speedup", "identical", "verdict"])
+                   ["context", "capacity", "queries", *(["keys"] if with_keys else []), *pairs, "dispatched",
+                    "speedup", "identical", "verdict"])
     shown: list[Measurement | None] = []
-    for key, case in stage_cases(record, window_stage.STAGE).items():
+    for key, case in cases.items():
         row = [index.get((key, p)) for p in pairs]
         d = dispatch_of(record, case["kind"])
         dispatched = window_stage.pair_name(d["scores"], d["topk"]) if d else None
@@ -196,7 +210,8 @@ def window_table(record: RunRecord) -> Table:
         shown += row
         checks = parity_of(record, key)
         table.add_row(
-            context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]), *(_time(m) for m in row),
+            context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]),
+            *([case.get("keys", DEFAULT_KEYS)] if with_keys else []), *(_time(m) for m in row),
             f"{_time(m_disp)} {dispatched}" if m_disp else MISSING, _ratio(index.get((key, old)), m_disp, "{:.2f}x"),
             _identical(checks), _verdict(checks),
         )
@@ -370,7 +385,7 @@ def _scores_markdown(record: RunRecord, index: Index) -> list[str]:
     old, new = scores_stage.OLD, scores_stage.NEW
     cases = stage_cases(record, scores_stage.STAGE)
     out: list[str] = []
-    for (capacity, l2), group in _groups(cases, ("capacity", "l2")).items():
+    for (capacity, l2, keys), group in _groups(cases, ("capacity", "l2", "keys")).items():
         by_ctx: dict[int, list[tuple[int, str]]] = {}
         for key, case in sorted(group.items(), key=lambda kc: (kc[1]["ctx"], kc[1]["nq"])):
             if (key, old) in index or (key, new) in index:
@@ -382,7 +397,8 @@ def _scores_markdown(record: RunRecord, index: Index) -> list[str]:
             cells = [[_time(index.get((key, v))) for _, key in entries] for v in (old, new)]
             rows.append([context_label(ctx), " / ".join(str(nq) for nq, _ in entries), *(" / ".join(c) for c in cells)])
         rows[0][2] += " µs"
-        out += [f"### Scorer: a decode call, before ({old}) / after ({new}), capacity {capacity}, L2 {l2}", ""]
+        out += [f"### Scorer: a decode call, before ({old}) / after ({new}), capacity {capacity}, L2 {l2}"
+                + (f", {keys} keys" if keys else ""), ""]
         out += _md_table(["context", "queries", "before", "after"], rows) + [""]
     checks = [p for p in record.parity if p.stage == scores_stage.STAGE]
     if checks:
@@ -432,11 +448,14 @@ def _variants_markdown(record: RunRecord, index: Index, stage: str) -> list[str]
     out: list[str] = []
     for (kind, capacity, l2), group in _groups(cases, ("kind", "capacity", "l2")).items():
         with_set = any(c.get("score_set") for c in group.values())
-        head = ["context", "queries", *(["score set"] if with_set else []), *variants,
-                *(["new / read floor"] if ratio else [])]
+        with_keys = _with_keys(group.values())
+        head = ["context", "queries", *(["score set"] if with_set else []), *(["keys"] if with_keys else []),
+                *variants, *(["new / read floor"] if ratio else [])]
         rows = []
-        for key, case in sorted(group.items(), key=lambda kc: (kc[1]["ctx"], kc[1]["nq"], kc[1].get("score_set", ""))):
-            row = [context_label(case["ctx"]), str(case["nq"]), *([case.get("score_set", "")] if with_set else [])]
+        order = lambda kc: (kc[1]["ctx"], kc[1]["nq"], kc[1].get("score_set", ""), kc[1].get("keys", ""))  # noqa: E731
+        for key, case in sorted(group.items(), key=order):
+            row = [context_label(case["ctx"]), str(case["nq"]), *([case.get("score_set", "")] if with_set else []),
+                   *([case.get("keys", DEFAULT_KEYS)] if with_keys else [])]
             row += [_time(index.get((key, v))) for v in variants]
             if ratio:
                 row.append(_ratio(index.get((key, scores_stage.NEW)), index.get((key, scores_stage.READ_FLOOR)), "{:.2f}"))

@@ -31,7 +31,8 @@ SCHEMA_VERSION = 2
 # ran compute-sanitizer.
 SINCE_VERSION_1: dict[str, Any] = {"incomplete": False, "sanitizer": []}
 
-CASE_FIELDS = ("stage", "ctx", "nq", "capacity", "kind", "score_set", "l2")
+# "keys" is in a scorer case only for keys other than the synthetic ones: the cases of earlier runs keep their key
+CASE_FIELDS = ("stage", "ctx", "nq", "capacity", "kind", "score_set", "keys", "l2")
 
 
 class _CallFields(TypedDict):  # what every case has

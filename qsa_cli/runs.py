@@ -7,13 +7,22 @@ timed, what is checked, what is recorded) happens here and in the stage runners.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dispatch import CLUSTER_MIN_CC, ENV_PDL, NEW_KERNELS_CC, dispatch, programmatic_launches
+from .dispatch import (
+    CLUSTER_MIN_CC,
+    DEFAULT_KEYS,
+    ENV_PDL,
+    NEW_KERNELS_CC,
+    SCORER_KEYS,
+    dispatch,
+    programmatic_launches,
+)
 from .geometry import MAX_QUERIES, PROMPT_QUERIES, Call, check_queries
 from .inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from .kernels import sources_hash
@@ -136,10 +145,10 @@ def dispatch_for(s: Session, kind: str, max_blocks: int = 0) -> Any:
 # ---- the scorer ---------------------------------------------------------------------------------
 
 
-def scorer_inputs(call: Call, seed: int) -> ScorerInputs:
-    """A decode call's synthetic inputs (the scorers' decode kernels take 1-8 queries)."""
+def scorer_inputs(call: Call, seed: int, keys: str = DEFAULT_KEYS) -> ScorerInputs:
+    """A decode call's synthetic inputs of a ``keys`` kind (the scorers' decode kernels take 1-8 queries)."""
     check_queries(call.nq, prompt=False)
-    return synthetic_scorer_inputs(call, seed)
+    return synthetic_scorer_inputs(call, seed, keys)
 
 
 def select_bench(s: Session, inputs: ScorerInputs, iters: int) -> StageOutcome:
@@ -243,8 +252,8 @@ def _parity_failures(outcome: StageOutcome) -> list[str]:
 
 def _scorer_check(s: Session, seed: int, variants: tuple[str, ...]) -> tuple[int, list[str]]:
     checks, failures = 0, []
-    for ctx, nq, cap in SELFTEST_SCORER_CASES:
-        inputs = synthetic_scorer_inputs(Call(ctx, nq, cap), seed)
+    for (ctx, nq, cap), keys in itertools.product(SELFTEST_SCORER_CASES, SCORER_KEYS):
+        inputs = synthetic_scorer_inputs(Call(ctx, nq, cap), seed, keys)
         out = s.take(scores_stage.run_scores(inputs, s.measurer(0), variants, check_model=True))
         checks += len(out.parity)
         failures += _parity_failures(out)
@@ -288,7 +297,8 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str]) -> tuple[Ru
     rows = [_timed("constants: kernels/qsa_common.cuh == geometry", _constants_check)]
     cpu = Settings(backend="cpu", seed=settings.seed)
     with session(cpu, "selftest", argv) as s:
-        rows.append(_timed("scorer models: halving == butterfly", lambda: _scorer_check(s, settings.seed, ("multi", "halve"))))
+        rows.append(_timed(f"scorer models: halving == butterfly ({' and '.join(SCORER_KEYS)} keys)",
+                           lambda: _scorer_check(s, settings.seed, ("multi", "halve"))))
         rows.append(_timed("top-k models: reference, wide, split, cluster == oracle",
                            lambda: _topk_check(s, settings.seed)))
         record = s.record
@@ -334,7 +344,10 @@ def _sanitizer_check(s: Session) -> SelftestRow:
 def _dispatched_check(s: Session, seed: int, d: Any) -> tuple[int, list[str]]:
     """The variants the engine would run on this card, on a decode call, against the models."""
     call = DISPATCH_CALL
-    out = s.take(scores_stage.run_scores(synthetic_scorer_inputs(call, seed), s.measurer(0), (d.scores,), True))
+    out = StageOutcome()
+    for keys in SCORER_KEYS:
+        inputs = synthetic_scorer_inputs(call, seed, keys)
+        out.extend(s.take(scores_stage.run_scores(inputs, s.measurer(0), (d.scores,), True)))
     checks, failures = _topk_call_check(s, call, seed, (d.topk,))
     return checks + len(out.parity), _parity_failures(out) + failures
 
@@ -354,12 +367,13 @@ def sweep(s: Session, config: Any, stage: str | None = None,
         largest[c.kind] = max(largest.get(c.kind, 0), c.call.max_blocks)
     s.record.settings["dispatch"] = {k: _dispatch_summary(s, k, largest[k]) for k in sorted(largest)}
     for i, case in enumerate(cases):
+        shown = case.score_set or (case.keys if case.keys != DEFAULT_KEYS else "")
         progress(i, len(cases), f"{case.stage} ctx={case.ctx} q={case.nq} cap={case.capacity} "
-                 f"{case.kind}{' ' + case.score_set if case.score_set else ''}")
+                 f"{case.kind}{' ' + shown if shown else ''}")
         call = case.call
         measurer = s.measurer(config.iterations)
         if case.stage == "scores":
-            inputs = scorer_inputs(call, config.seed)
+            inputs = scorer_inputs(call, config.seed, case.keys)
             s.take(scores_stage.run_scores(inputs, measurer, config.variants_for("scores"), s.settings.check_model))
         else:
             inputs_t = synthetic_scores(call, case.score_set or "continuous", config.seed)
@@ -423,8 +437,9 @@ def sanitize_run(s: Session, tools: tuple[str, ...], chosen: tuple[str, ...] | N
 # ---- the window and qsa info ----------------------------------------------------------------------------
 
 
-def window_bench(s: Session, call: Call, iters: int) -> StageOutcome:
-    """Each kernel pair this device runs, captured as one CUDA graph (scores then top-k), replays timed."""
+def window_bench(s: Session, call: Call, iters: int, keys: str = DEFAULT_KEYS) -> StageOutcome:
+    """Each kernel pair this device runs, captured as one CUDA graph (scores then top-k), replays timed, on
+    synthetic inputs of a ``keys`` kind."""
     from .stages import window as window_stage
 
     available = topk_variants(s, call.max_blocks)
@@ -432,7 +447,7 @@ def window_bench(s: Session, call: Call, iters: int) -> StageOutcome:
     dispatched = (summary["scores"], summary["topk"])  # what the engine replays on this card
     pairs = tuple(dict.fromkeys(p for p in (*window_stage.PAIRS, dispatched) if p[1] in available))
     s.record.settings["dispatch"] = summary
-    inputs = scorer_inputs(call, s.settings.seed)
+    inputs = scorer_inputs(call, s.settings.seed, keys)
     return s.take(window_stage.run_window(inputs, s.measurer(iters), pairs))
 
 

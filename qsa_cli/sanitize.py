@@ -18,12 +18,13 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .dispatch import DEFAULT_KEYS, SCORER_KEYS
 from .geometry import MAX_QUERIES, PROMPT_QUERIES
 from .kernels import ENV_LINEINFO
 from .results import SanitizerRun
@@ -55,12 +56,15 @@ class SanitizeCase:
     kind: str = "decode"
     score_set: str | None = None  # top-k only
     seed: int = 0
+    keys: str = DEFAULT_KEYS  # the scorer's keys and queries
 
     def case(self) -> dict[str, Any]:
         """The case as the record keys it (results.case_key)."""
         out: dict[str, Any] = {"ctx": self.ctx, "nq": self.nq, "capacity": self.capacity, "kind": self.kind}
         if self.score_set is not None:
             out["score_set"] = self.score_set
+        if self.keys != DEFAULT_KEYS:
+            out["keys"] = self.keys
         return out
 
 
@@ -90,10 +94,12 @@ def find_sanitizer(env: dict[str, str] | None = None) -> Path:
 
 def matrix(variants: dict[str, tuple[str, ...]], score_sets: tuple[str, ...], seed: int = 0,
            quick: bool = False) -> list[SanitizeCase]:
-    """Every case of every variant (``variants``: stage -> names); ``quick``: one small decode call each."""
+    """Every case of every variant (``variants``: stage -> names), the scorer on every kind of keys, the
+    top-k on every score set; ``quick``: one small decode call each, the first keys and score set."""
     out = []
     for ctx, nq, cap, kind in QUICK_SCORER_CALLS if quick else SCORER_CALLS:
-        out += [SanitizeCase("scores", v, ctx, nq, cap, kind, None, seed) for v in variants.get("scores", ())]
+        for keys in SCORER_KEYS[:1] if quick else SCORER_KEYS:
+            out += [SanitizeCase("scores", v, ctx, nq, cap, kind, None, seed, keys) for v in variants.get("scores", ())]
     for ctx, nq, cap, kind in QUICK_TOPK_CALLS if quick else TOPK_CALLS:
         for score_set in score_sets[:1] if quick else score_sets:
             out += [SanitizeCase("topk", v, ctx, nq, cap, kind, score_set, seed) for v in variants.get("topk", ())]
@@ -204,8 +210,7 @@ def judge(cases: list[SanitizeCase], tool: str, output: str, returncode: int, kn
 
 
 def child_command(sanitizer: Path, tool: str, cases: list[SanitizeCase]) -> list[str]:
-    payload = json.dumps([{"stage": c.stage, "variant": c.variant, "ctx": c.ctx, "nq": c.nq, "capacity": c.capacity,
-                           "kind": c.kind, "score_set": c.score_set, "seed": c.seed} for c in cases])
+    payload = json.dumps([asdict(c) for c in cases])
     flags = ["--racecheck-report", "all"] if tool == "racecheck" else []
     return [str(sanitizer), "--tool", tool, "--print-limit", "100", *flags,
             sys.executable, "-m", "qsa_cli.sanitize_child", payload]

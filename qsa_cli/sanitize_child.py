@@ -27,7 +27,7 @@ def run_case(cupy: Any, case: dict[str, Any]) -> None:
         from .inputs import ScorerInputs
         from .launch.scores import scorer_launcher
 
-        host = synthetic_scorer_inputs(call, case["seed"])
+        host = synthetic_scorer_inputs(call, case["seed"], case["keys"])
         dev = ScorerInputs(*(cupy.asarray(a) for a in (host.pooled, host.dead, host.q, host.steps)))
         out = cupy.asarray(score_poison((call.nq, call.max_blocks)))
         launch = scorer_launcher(case["variant"], dev, out)

@@ -7,7 +7,7 @@ import pytest
 
 from qsa_cli.cli import main
 from qsa_cli.geometry import Call
-from qsa_cli.inputs import save_npz_atomic, synthetic_scorer_inputs, synthetic_scores
+from qsa_cli.inputs import SCORE_SETS, save_npz_atomic, synthetic_scorer_inputs, synthetic_scores
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -33,6 +33,31 @@ def test_select_bench_cpu_writes_record_and_dump(capsys, tmp_path):
         assert d["steps"].tolist()[-1] == [9002, 9003, 2250, 2051]
 
 
+def test_select_bench_adversarial_keys(capsys, tmp_path):
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "select-bench", "9003", "5", "1", "16384", "--backend", "cpu", "--keys", "adversarial",
+                         "--json", str(js))
+    assert code == 0, err
+    assert "PASS" in out
+    record = json.loads(js.read_text())
+    assert {m["case"]["keys"] for m in record["measurements"]} == {"adversarial"}
+    assert record["parity"] and all(p["equal"] and p["case"]["keys"] == "adversarial" for p in record["parity"])
+    code, _, err = run(capsys, "select-bench", "--inputs", str(js), "--keys", "adversarial", "--backend", "cpu")
+    assert code == 2 and "--keys applies to synthetic inputs" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sweep_scorer_keys_from_yaml(capsys, tmp_path):
+    sweep = tmp_path / "keys.yaml"
+    sweep.write_text("stages: [scores]\ncontexts: [4099]\nqueries: [2]\ncapacity: 8192\niterations: 1\n"
+                     "keys: [synthetic, adversarial]\n")
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "select-bench", "--config", str(sweep), "--backend", "cpu", "--json", str(js))
+    assert code == 0, err
+    cases = [m["case"] for m in json.loads(js.read_text())["measurements"]]
+    kinds = [c.get("keys") for c in cases]  # the synthetic keys' cases keep the case key they always had
+    assert set(kinds) == {None, "adversarial"} and kinds.count(None) == kinds.count("adversarial")
+
+
 def test_select_bench_replays_an_inputs_file_with_nan_and_inf(capsys, tmp_path, rng):
     inputs = synthetic_scorer_inputs(Call(5001, 3, 6000), int(rng.integers(1 << 30)))
     pooled = inputs.pooled.copy()
@@ -53,7 +78,7 @@ def test_topk_parity_cpu_decode_and_prompt(capsys, tmp_path):
         record = json.loads(js.read_text())
         kinds = {m["case"]["kind"] for m in record["measurements"]}
         assert kinds == {"prompt" if count == "1" else "decode"}
-        assert {m["case"]["score_set"] for m in record["measurements"]} == {"continuous", "levels64", "equal"}
+        assert {m["case"]["score_set"] for m in record["measurements"]} == set(SCORE_SETS)
 
 
 def test_topk_parity_replays_scores_with_nan(capsys, tmp_path, rng):

@@ -9,6 +9,7 @@ import pytest
 
 from qsa_cli.config import ConfigError, SweepCase, Thresholds, config_path, load_config, shipped_configs
 from qsa_cli.geometry import MAX_QUERIES, PROMPT_QUERIES
+from qsa_cli.inputs import SCORE_SETS
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -53,7 +54,7 @@ def test_selftest_is_spec_section_6() -> None:
             (262144, 262144), (300001, 524288), (524288, 524288), (1048576, 1048576)} <= pairs
     calls = {(x.kind, x.nq) for x in c.cases()}
     assert calls == {("decode", MAX_QUERIES), ("prompt", PROMPT_QUERIES)}
-    assert {x.score_set for x in c.cases()} == {"continuous", "levels64", "equal"}
+    assert {x.score_set for x in c.cases()} == set(SCORE_SETS)
     assert c.iterations == 0 and c.stages == ("topk",)
 
 
@@ -77,6 +78,23 @@ def test_sizes_single_values_and_paired_capacities(tmp_path: Path) -> None:
                                                              (420000, 524288)]
     assert [x.score_set for x in c.cases()][:2] == ["equal", "levels64"]
     assert c.variants_for("topk") == ("split", "wide")
+
+
+def test_scorer_keys_per_block(tmp_path: Path) -> None:
+    c = load_config(write(tmp_path, """
+        capacity: 64K
+        contexts: [32K]
+        queries: 2
+        matrix:
+          - {stages: [scores, topk], keys: [synthetic, adversarial], score_sets: [equal, adversarial]}
+          - {stages: [scores], keys: adversarial}
+          - {stages: [scores], contexts: [9K]}
+    """))
+    assert [(x.stage, x.ctx, x.keys, x.score_set) for x in c.cases()] == [
+        ("scores", 32768, "synthetic", None), ("scores", 32768, "adversarial", None),
+        ("topk", 32768, "synthetic", "equal"), ("topk", 32768, "synthetic", "adversarial"),
+        ("scores", 9216, "synthetic", None),
+    ]
 
 
 def test_matrix_blocks_override_the_top_level_and_repeat_cases_once(tmp_path: Path) -> None:
@@ -123,7 +141,10 @@ def test_matrix_blocks_override_the_top_level_and_repeat_cases_once(tmp_path: Pa
         ("stages: [scores, topk]\nkind: prompt\ncontexts: [1K]\nqueries: [1]\ncapacity: 1K\n", 2,
          "a prompt call is a top-k case only"),
         ("stages: [topk]\nscore_sets: [gaussian]\ncontexts: [1K]\nqueries: [1]\ncapacity: 1K\n", 2,
-         "score set must be one of continuous, levels64, equal"),
+         "score set must be one of continuous, levels64, equal, adversarial"),
+        (MINIMAL + "keys: [synthetic, random]\n", 5, "keys must be one of synthetic, adversarial (got 'random')"),
+        ("stages: [scores]\ncontexts: [1K]\nqueries: [1]\ncapacity: 1K\nmatrix:\n  - keys: {a: 1}\n", 6,
+         "keys must be a value or a list of values, not a mapping"),
         (MINIMAL + "variants:\n  scores: [multi, wide]\n", 6, "a scores variant must be one of reference, multi, halve"),
         (MINIMAL + "variants:\n  topk: [wide]\n", 6, "variants for stage 'topk', which no case runs"),
         (MINIMAL + "thresholds:\n  scores: {min_speedup: 0}\n", 6, "min_speedup must be a number > 0"),

@@ -13,15 +13,25 @@ import numpy as np
 import pytest
 from conftest import fresh_seed
 
-from qsa_cli.geometry import HALVE_MAX_QUERIES, IDX_DIM, IDX_HEADS, MAX_QUERIES, STEP_NBID, Call, max_blocks, window_steps
-from qsa_cli.inputs import SCORE_POISON_BITS, ScorerInputs, score_poison, synthetic_scorer_inputs
-from qsa_cli.launch.scores import KERNEL_NAMES, SCORER_VARIANTS, DeviceScorerInputs, scorer_launcher
-from qsa_cli.model.scores import first_difference, score_blocks
+from qsa_cli.geometry import (
+    HALVE_MAX_QUERIES,
+    IDX_DIM,
+    IDX_HEADS,
+    MAX_QUERIES,
+    STEP_NBID,
+    WARP,
+    Call,
+    max_blocks,
+    window_steps,
+)
+from qsa_cli.inputs import ADVERSARIAL_NANS, SCORE_POISON_BITS, ScorerInputs, score_poison, synthetic_scorer_inputs
+from qsa_cli.kernels import load
+from qsa_cli.launch.scores import KERNEL_NAMES, SCORER_VARIANTS, SOURCE, DeviceScorerInputs, scorer_launcher
+from qsa_cli.model.scores import butterfly_sum, first_difference, lane_partials, score_blocks
 
 # (context, capacity): 2K-524K cells, the window's last n_kv % 4 = 2, 1, 3, 0, 1, 3; capacity above the context.
 WINDOWS = [(2050, 9000), (9001, 16384), (32771, 262144), (131072, 135176), (300001, 524288), (524287, 524296)]
-ADVERSARIAL_WINDOWS = [(40003, 65536), (131077, 131100)]
-SPECIALS = ((np.nan, 0.002), (np.inf, 0.002), (-np.inf, 0.002), (0.0, 0.03), (-0.0, 0.03))  # (value, share)
+ADVERSARIAL_WINDOWS = [(2050, 9000), (40003, 65536), (131077, 131100), (300001, 524288)]
 
 
 def sub_window(inputs: ScorerInputs, nq: int) -> ScorerInputs:
@@ -74,31 +84,12 @@ def test_scorers_match_model(cupy: Any, ctx: int, capacity: int) -> None:
     check_window(cupy, inputs, score_blocks(inputs, order="butterfly"), f"context {ctx} of {capacity}")
 
 
-def adversarial_inputs(ctx: int, capacity: int, seed: int) -> ScorerInputs:
-    """Keys and queries across 1e-30..1e30 (per row and per element: products overflow and go subnormal),
-    with NaN, +-inf and +-0 sprinkled in."""
-    rng = np.random.default_rng(seed)
-    mb = max_blocks(capacity)
-
-    def wild(rows: int, row_exp: float) -> np.ndarray:
-        per_elem = rng.random((rows, 1)) < 0.3  # a third of the rows scaled per element, the rest per row
-        exponent = np.where(per_elem, rng.uniform(-30, 30, (rows, IDX_DIM)), rng.uniform(-row_exp, row_exp, (rows, 1)))
-        x = rng.standard_normal((rows, IDX_DIM)) * 10.0**exponent
-        kind = rng.choice(len(SPECIALS) + 1, size=x.shape, p=[1 - sum(p for _, p in SPECIALS), *(p for _, p in SPECIALS)])
-        for k, (value, _) in enumerate(SPECIALS, start=1):
-            x[kind == k] = value
-        return x.astype(np.float32)
-
-    pooled = wild(mb, 30)
-    dead = wild(1, 30)[0]
-    q = wild(MAX_QUERIES * IDX_HEADS, 10).reshape(MAX_QUERIES, IDX_HEADS, IDX_DIM)
-    return ScorerInputs(pooled, dead, q, window_steps(ctx, MAX_QUERIES))
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize(("ctx", "capacity"), ADVERSARIAL_WINDOWS, ids=[f"{c}-of-{k}" for c, k in ADVERSARIAL_WINDOWS])
 def test_scorers_match_model_adversarial(cupy: Any, ctx: int, capacity: int) -> None:
-    inputs = adversarial_inputs(ctx, capacity, fresh_seed())
+    """The adversarial keys (qsa_cli/inputs.py): products past float32's range and under it, NaN, infinities
+    and signed zeros, sums that cancel in a lane and across the butterfly."""
+    inputs = synthetic_scorer_inputs(Call(ctx, MAX_QUERIES, capacity), fresh_seed(), "adversarial")
     want = score_blocks(inputs, order="butterfly")
     assert np.isinf(want).any() and (want == 0).any(), "the adversarial inputs should reach inf and 0 scores"
     check_window(cupy, inputs, want, f"adversarial context {ctx} of {capacity}")
@@ -131,6 +122,70 @@ def test_graph_replay_follows_device_steps(cupy: Any, variant: str) -> None:
             got = out.get()
             assert_written_exactly(got, w.steps, f"{variant} graph replay")
             assert_same_bytes(got, score_blocks(w, order="butterfly"), w.steps, f"{variant} graph replay at context {w.steps[-1, 1]}")
+
+
+# The scorer's own lane partial and butterfly (scores.cu's helpers, compiled with it), one warp a row, every
+# lane's partial and sum written: the device's bits for NaN operands, invalid operations and subnormals.
+PROBE = r"""
+extern "C" __global__ void qsa_probe_lane_sums(const float* __restrict__ keys, const float* __restrict__ heads,
+                                               float* __restrict__ partials, float* __restrict__ sums, int rows) {
+    const int lane = lane_id();
+    const int row = blockIdx.x * (blockDim.x / QSA_WARP) + threadIdx.x / QSA_WARP;
+    if (row >= rows) return;  // warp-uniform
+    const size_t at = (size_t)row * QSA_IDX_DIM;
+    const float p = qsa_lane_partial(lane_slice(keys + at, lane), lane_slice(heads + at, lane));
+    partials[(size_t)row * QSA_WARP + lane] = p;
+    sums[(size_t)row * QSA_WARP + lane] = butterfly_from(p, QSA_WARP / 2);
+}
+"""
+PROBE_WARPS = 8
+
+
+def nan_probe_rows(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Keys and heads, row against row: NaN operands of every kind, 0 * inf in a lane's fma, +inf and -inf
+    partials that the butterfly adds, finite rows across 1e-30..1e30 (subnormal and overflowing products),
+    and the adversarial keys against their heads (cancelling in a lane and across the butterfly)."""
+    keys, heads = ((rng.standard_normal((5 * n, IDX_DIM)) * 10.0 ** rng.uniform(-30, 30, (5 * n, 1))).astype(np.float32)
+                   for _ in range(2))  # the last n rows stay finite
+    rows = np.arange(n)
+    keys[rows, rng.integers(0, IDX_DIM, n)] = rng.choice(ADVERSARIAL_NANS, n)  # a NaN operand
+    heads[n + rows, rng.integers(0, IDX_DIM, n)] = rng.choice(ADVERSARIAL_NANS, n)
+    dim = 4 * rng.integers(0, 32, n) + rng.integers(0, 4, n)
+    keys[2 * n + rows, dim], heads[2 * n + rows, dim] = np.inf, 0.0  # 0 * inf: invalid
+    keys[3 * n + rows, 4 * 3], heads[3 * n + rows, 4 * 3] = 1e30, 1e30  # lane 3's partial overflows to +inf
+    keys[3 * n + rows, 4 * 17], heads[3 * n + rows, 4 * 17] = -1e30, 1e30  # lane 17's to -inf: inf - inf
+    wild = synthetic_scorer_inputs(Call(4 * n, MAX_QUERIES, 4 * n), int(rng.integers(1 << 30)), "adversarial")
+    wild_heads = wild.q.reshape(-1, IDX_DIM)
+    pairs = rng.integers(0, wild_heads.shape[0], n)
+    return np.concatenate([keys, wild.pooled[:n]]), np.concatenate([heads, wild_heads[pairs]])
+
+
+@pytest.mark.gpu
+def test_lane_partials_and_butterfly_bits_match_model(cupy: Any) -> None:
+    """Every NaN the device's float32 fmul, fma and add give is 0x7FFFFFFF, whatever the operands' payloads
+    (the model's rule, qsa_cli/model/scores.py), and every other value is the model's, lane by lane."""
+    seed, n = fresh_seed(), 256
+    keys, heads = nan_probe_rows(np.random.default_rng(seed), n)
+    rows = keys.shape[0]
+    want = np.stack([lane_partials(keys[r : r + 1], heads[r])[0] for r in range(rows)])
+    want_sums = butterfly_sum(want)
+    # a NaN operand or 0 * inf in a lane of each of the first 3n rows, inf - inf in the sum of the next n
+    assert np.isnan(want[: 3 * n]).any(axis=1).all() and np.isnan(want_sums[3 * n : 4 * n]).all()
+    probe = load(SOURCE, ("qsa_probe_lane_sums",), appended=PROBE).function("qsa_probe_lane_sums")
+    partials = cupy.empty((rows, WARP), cupy.float32)
+    sums = cupy.empty_like(partials)
+    probe((-(-rows // PROBE_WARPS),), (PROBE_WARPS * WARP,),
+          (cupy.asarray(keys), cupy.asarray(heads), partials, sums, np.int32(rows)))
+    assert_same_lanes(partials.get(), want, f"seed {seed}: lane partials")
+    assert_same_lanes(sums.get(), np.repeat(want_sums[:, None], WARP, axis=1), f"seed {seed}: butterfly sums")
+
+
+def assert_same_lanes(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    bad = np.flatnonzero((got.view(np.uint32) != want.view(np.uint32)).any(axis=1))
+    if bad.size:
+        r = int(bad[0])
+        pytest.fail(f"{what}: row {r}: device {[hex(x) for x in got[r].view(np.uint32)]}, "
+                    f"model {[hex(x) for x in want[r].view(np.uint32)]}")
 
 
 # ---- the launcher's argument checks (CPU: they fail before any kernel is resolved) ---------------

@@ -59,6 +59,11 @@ CASES = [
 # (value, share of the blocks): NaN ranks lowest, -0 ties +0, infinities at both ends
 SPECIALS = ((np.nan, 0.05), (np.inf, 0.02), (-np.inf, 0.05), (0.0, 0.2), (-0.0, 0.2), (1.0, 0.1), (-1.0, 0.1))
 SPECIAL_CASES = [(9000, 262144), (135176, 524288), (2 * CELLS_PER_CHUNK + 7, 524288)]
+# (context, capacity, prompt) for the adversarial scores against each variant's model: the first selecting
+# width, several chunks at a tight capacity, a capacity far above the context, up to 1M cells
+ADVERSARIAL_CASES = [(2052, 4096, False), (2052, 4096, True), (3 * CELLS_PER_CHUNK + 3, 3 * CELLS_PER_CHUNK + 3, False),
+                     (3 * CELLS_PER_CHUNK + 3, 3 * CELLS_PER_CHUNK + 3, True), (40003, 1048576, False),
+                     (40003, 1048576, True), (300001, 524288, False), (300001, 524288, True), (1048576, 1048576, False)]
 
 
 def special_scores(call: Call, seed: int) -> TopkInputs:
@@ -88,8 +93,9 @@ def assert_ids(got: np.ndarray, expected: np.ndarray, inputs: TopkInputs, what: 
                     f"id {got[q, j]}, oracle {expected[q, j]}")
 
 
-def run_variants(cupy: Any, inputs: TopkInputs, active_blocks: int, label: str) -> None:
-    """Every variant on the same device scores, each into freshly poisoned ids, against the oracle."""
+def run_variants(cupy: Any, inputs: TopkInputs, active_blocks: int, label: str, models: bool = False) -> None:
+    """Every variant on the same device scores, each into freshly poisoned ids, against the oracle (and, with
+    ``models``, first against the CPU model of its own steps)."""
     expected = topk_ids(inputs, "oracle")
     scores, steps = cupy.asarray(inputs.scores), cupy.asarray(inputs.steps)
     poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
@@ -97,7 +103,10 @@ def run_variants(cupy: Any, inputs: TopkInputs, active_blocks: int, label: str) 
     for variant in TOPK_VARIANTS:
         cupy.copyto(ids, poison)
         topk_launcher(variant, scores, steps, ids, active_blocks=active_blocks)()
-        assert_ids(ids.get(), expected, inputs, f"{variant}, {label}")
+        got = ids.get()
+        if models:
+            assert_ids(got, topk_ids(inputs, variant, active_blocks), inputs, f"{variant} vs its model, {label}")
+        assert_ids(got, expected, inputs, f"{variant}, {label}")
 
 
 @pytest.mark.gpu
@@ -118,6 +127,19 @@ def test_nan_inf_zeros(cupy: Any, ctx: int, capacity: int, prompt: bool) -> None
     seed = fresh_seed()
     call = Call(ctx, PROMPT_QUERIES if prompt else MAX_QUERIES, capacity, prompt)
     run_variants(cupy, special_scores(call, seed), call.active_blocks, f"{call.kind} ctx {ctx} specials")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("ctx", "capacity", "prompt"), ADVERSARIAL_CASES,
+                         ids=[f"{'prompt' if p else 'decode'}-{c}-of-{k}" for c, k, p in ADVERSARIAL_CASES])
+def test_adversarial_scores_match_each_model(cupy: Any, ctx: int, capacity: int, prompt: bool) -> None:
+    """The adversarial score set (NaN, signed zeros, subnormals, infinities, runs of ties across the chunk
+    borders, the threshold in a tie run or at NaN, zero, a subnormal or -inf): each variant's own model's ids."""
+    seed = fresh_seed()
+    call = Call(ctx, PROMPT_QUERIES if prompt else MAX_QUERIES, capacity, prompt)
+    inputs = synthetic_scores(call, "adversarial", seed)
+    run_variants(cupy, inputs, call.active_blocks, f"{call.kind} ctx {ctx} capacity {capacity} adversarial",
+                 models=True)
 
 
 @pytest.mark.gpu

@@ -44,6 +44,8 @@ WINDOWS = [
 ]
 # Prompt calls (64 queries) cost the CPU oracle 64 rows each: every set on these, levels64 on the rest.
 PROMPT_WINDOWS = [(9000, 9000), (2100, 262144), (32768, 262144), (135176, 135176), (300001, 524288)]
+# The adversarial scores against the cluster model, decode and (up to 300001 cells) prompt calls
+ADVERSARIAL_WINDOWS = [(2052, 4096), (9003, 16384), (65539, 1 << 20), (300001, 524288), (1 << 20, 1 << 20)]
 GRAPH_REPLAYS = 50
 
 
@@ -111,6 +113,20 @@ def test_prompt_matches_oracle(cupy: Any, seed: int, ctx: int, capacity: int, sc
     assert_ids(run_cluster(cupy, inputs, prompt_active(inputs.steps)), want, inputs.steps, f"prompt {what}")
     decode = decode_of(inputs)
     assert_ids(run_cluster(cupy, decode), want[-MAX_QUERIES:], decode.steps, f"decode {what}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("ctx", "capacity"), ADVERSARIAL_WINDOWS, ids=[f"{c}-of-{k}" for c, k in ADVERSARIAL_WINDOWS])
+def test_adversarial_scores_match_the_model(cupy: Any, seed: int, ctx: int, capacity: int) -> None:
+    """NaN, signed zeros, subnormals, infinities and runs of ties across the CTA slices and 128-key chunks,
+    the threshold in a tie run or at NaN, zero, a subnormal or -inf: the cluster model's ids (its early ends
+    included), then the oracle's."""
+    for nq in (MAX_QUERIES, PROMPT_QUERIES) if ctx <= 300001 else (MAX_QUERIES,):
+        inputs = synthetic_scores(Call(ctx, nq, capacity, prompt=nq > MAX_QUERIES), "adversarial", seed)
+        got = run_cluster(cupy, inputs, prompt_active(inputs.steps) if nq > MAX_QUERIES else 0)
+        what = f"adversarial, {nq} queries at context {ctx} of {capacity}"
+        assert_ids(got, topk_ids(inputs, "cluster"), inputs.steps, f"{what} vs the cluster model")
+        assert_ids(got, topk_ids(inputs, "oracle"), inputs.steps, what)
 
 
 @pytest.mark.gpu

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from qsa_cli.geometry import Call, max_blocks, window_steps
+from qsa_cli.geometry import SPLIT_CHUNK_BLOCKS, Call, block_weights, cluster_slice_blocks, max_blocks, window_steps
 from qsa_cli.inputs import (
+    ADVERSARIAL_NANS,
     ID_POISON,
     SCORE_POISON_BITS,
     SCORE_SETS,
@@ -15,6 +16,7 @@ from qsa_cli.inputs import (
     synthetic_scorer_inputs,
     synthetic_scores,
 )
+from qsa_cli.model.topk import order_keys, select_oracle
 
 
 def test_synthetic_scorer_inputs_are_seeded_and_shaped(rng):
@@ -33,6 +35,32 @@ def test_synthetic_scorer_inputs_are_seeded_and_shaped(rng):
     assert np.std(d) > 0.1
 
 
+def test_adversarial_scorer_inputs(rng):
+    seed = int(rng.integers(1 << 30))
+    call = Call(9003, 5, 16384)
+    a = synthetic_scorer_inputs(call, seed, "adversarial")
+    assert a.keys == "adversarial" and synthetic_scorer_inputs(call, seed).keys == "synthetic"
+    assert a.pooled.shape == (max_blocks(16384), 128) and a.dead.shape == (128,) and a.q.shape == (5, 4, 128)
+    for name in ("pooled", "dead", "q", "steps"):
+        assert getattr(a, name).tobytes() == getattr(synthetic_scorer_inputs(call, seed, "adversarial"), name).tobytes()
+    assert a.pooled.tobytes() != synthetic_scorer_inputs(call, seed + 1, "adversarial").pooled.tobytes()
+    for x in (a.pooled, a.dead, a.q):
+        size = np.abs(x[np.isfinite(x) & (x != 0)])
+        assert size.min() > 0.99e-30 and size.max() < 1.01e30
+    size = np.abs(a.pooled[np.isfinite(a.pooled) & (a.pooled != 0)])
+    assert size.min() < 1e-29 and size.max() > 1e29
+    for x in (a.pooled, a.q):
+        assert np.isposinf(x).any() and np.isneginf(x).any()
+        assert ((x == 0) & np.signbit(x)).any() and ((x == 0) & ~np.signbit(x)).any()
+    nan_bits = set(a.pooled.view(np.uint32)[np.isnan(a.pooled)].tolist())
+    assert len(nan_bits) > 2  # NaNs of several kinds (a cancelling key may hold one negated)
+
+
+def test_unknown_scorer_keys():
+    with pytest.raises(InputError, match="unknown scorer keys 'random'"):
+        synthetic_scorer_inputs(Call(100, 1, 100), 0, "random")
+
+
 @pytest.mark.parametrize("score_set", SCORE_SETS)
 def test_synthetic_scores(score_set, rng):
     seed = int(rng.integers(1 << 30))
@@ -43,13 +71,72 @@ def test_synthetic_scores(score_set, rng):
         row = t.scores[i]
         assert np.all(np.isposinf(row[n_bid + 1:])), "blocks past n_bid hold +inf that no kernel may read"
         live = row[: n_bid + 1]
-        assert np.all(np.isfinite(live))
-        if score_set == "continuous" and n_kv % 4:
+        assert score_set == "adversarial" or np.all(np.isfinite(live))
+        if score_set in ("continuous", "adversarial") and n_kv % 4:
             assert live[n_bid] > 1e8
         if score_set == "levels64":
             assert np.all(live * 8 == np.floor(live * 8))
         if score_set == "equal":
             assert np.unique(live).size == 1
+
+
+def test_adversarial_scores_hold_every_special_value(rng):
+    seed = int(rng.integers(1 << 30))
+    call = Call(4 * SPLIT_CHUNK_BLOCKS * 5 + 1, 8, 65536)
+    t = synthetic_scores(call, "adversarial", seed)
+    assert t.scores.tobytes() == synthetic_scores(call, "adversarial", seed).scores.tobytes()
+    assert t.scores.tobytes() != synthetic_scores(call, "adversarial", seed + 1).scores.tobytes()
+    tiny = np.finfo(np.float32).tiny
+    for i, n_bid in enumerate(t.steps[:, 2]):
+        live = t.scores[i, :n_bid]  # the blocks before the tail
+        nan_bits = set(live.view(np.uint32)[np.isnan(live)].tolist())
+        assert nan_bits <= set(ADVERSARIAL_NANS.view(np.uint32).tolist()) and len(nan_bits) > 2, f"query {i}"
+        zero, sub, neg = live == 0, (live != 0) & (np.abs(live) < tiny), np.signbit(live)
+        assert (zero & neg).any() and (zero & ~neg).any() and (sub & neg).any() and (sub & ~neg).any(), f"query {i}"
+        assert np.isneginf(live).any(), f"query {i}"
+    assert any(np.isposinf(t.scores[i, :n_bid]).any() for i, n_bid in enumerate(t.steps[:, 2]))
+
+
+THRESHOLD_KINDS = ("nan", "zero", "subnormal", "-inf", "normal")
+
+
+def threshold_kind(value: np.float32) -> str:
+    if np.isnan(value):
+        return "nan"
+    if value == 0:
+        return "zero"
+    if np.isneginf(value):
+        return "-inf"
+    return "subnormal" if abs(value) < np.finfo(np.float32).tiny else "normal"
+
+
+ADVERSARIAL_CALLS = [Call(4 * SPLIT_CHUNK_BLOCKS * 5 + 1, 8, 4 * SPLIT_CHUNK_BLOCKS * 6), Call(135176, 8, 135176),
+                     Call(32771, 64, 65536, prompt=True)]
+
+
+def test_adversarial_scores_cut_ties_across_the_kernels_borders(rng):
+    """Runs of one key cross most borders of the split's chunks and the cluster's slices; the threshold key's
+    cells lie in several chunks and slices, and in most queries the cut takes only some of them; and the
+    threshold is a NaN, a zero, a subnormal, -inf or a normal score, each in some query."""
+    seed = int(rng.integers(1 << 30))
+    kinds, cut, rows = set(), 0, 0
+    for call in ADVERSARIAL_CALLS:
+        t = synthetic_scores(call, "adversarial", seed)
+        for i, step in enumerate(t.steps):
+            _, n_kv, n_bid, width = (int(v) for v in step)
+            keys = order_keys(t.scores[i, : n_bid + 1])
+            per = cluster_slice_blocks(n_bid + 1)
+            borders = np.union1d(np.arange(SPLIT_CHUNK_BLOCKS, n_bid, SPLIT_CHUNK_BLOCKS), np.arange(per, n_bid, per))
+            assert np.mean(keys[borders - 1] == keys[borders]) >= 0.5, f"{call} query {i}: few runs across borders"
+            cells = np.repeat(keys, block_weights(n_kv, n_bid + 1))
+            ids = select_oracle(t.scores[i], step)
+            thr = cells[ids].min()
+            cut += (cells == thr).sum() > (cells[ids] == thr).sum()
+            rows += 1
+            tied = np.flatnonzero(cells == thr) // 4
+            assert np.unique(tied // SPLIT_CHUNK_BLOCKS).size > 1 and np.unique(tied // per).size > 1
+            kinds.add(threshold_kind(t.scores[i, ids[np.argmin(cells[ids])] // 4]))
+    assert kinds == set(THRESHOLD_KINDS) and cut >= 0.9 * rows
 
 
 def test_unknown_score_set():

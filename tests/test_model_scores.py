@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qsa_cli.geometry import IDX_DIM, IDX_HEADS, TAIL_BONUS, Call, GeometryError, max_blocks, window_steps
-from qsa_cli.inputs import SCORE_POISON_BITS, ScorerInputs, rng_for, synthetic_scorer_inputs
+from qsa_cli.geometry import IDX_DIM, IDX_HEADS, TAIL_BONUS, WARP, Call, GeometryError, max_blocks, window_steps
+from qsa_cli.inputs import ADVERSARIAL_NANS, SCORE_POISON_BITS, ScorerInputs, rng_for, synthetic_scorer_inputs
 from qsa_cli.model import scores as scores_model
 from qsa_cli.model.scores import (
+    CUDA_NAN_BITS,
     butterfly_sum,
     first_difference,
     fma_f32,
@@ -31,9 +32,10 @@ SPECIALS = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-45, -1e-4
 
 
 def canon(x: np.ndarray) -> bytes:
-    """Bytes of a float32 array with every NaN made one NaN (the model does not track NaN payloads)."""
+    """Bytes of a float32 array with every NaN made the GPU's NaN, 0x7FFFFFFF: what the model writes where
+    numpy's references (and fma_ref) keep another NaN."""
     u = np.array(x, F32).view(np.uint32)
-    u[np.isnan(np.asarray(x, F32))] = 0x7FFFFFFF
+    u[np.isnan(np.asarray(x, F32))] = CUDA_NAN_BITS
     return u.tobytes()
 
 
@@ -132,7 +134,7 @@ def check_fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
     got = fma_f32(a, b, c)
     assert got.dtype == F32 and got.shape == a.shape
     want = np.array([fma_ref(x, y, z) for x, y, z in zip(a, b, c)], F32)
-    bad = np.flatnonzero(np.frombuffer(canon(got), np.uint32) != np.frombuffer(canon(want), np.uint32))
+    bad = np.flatnonzero(got.view(np.uint32) != np.frombuffer(canon(want), np.uint32))
     assert bad.size == 0, [(a[i], b[i], c[i], got[i], want[i]) for i in bad[:5]]
 
 
@@ -202,7 +204,7 @@ def test_lane_partials_traps(seed: int) -> None:
     keys, q = planted_traps(rng_for(seed), 64)
     got = lane_partials(keys, q)
     assert got.shape == (64, 32)
-    assert canon(got) == canon(partials_ref(keys, q))
+    assert got.tobytes() == canon(partials_ref(keys, q))
 
 
 def edge_traps(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -226,12 +228,12 @@ def test_lane_partials_traps_at_range_edges(seed: int) -> None:
     with np.errstate(over="ignore"):
         naive = (a.astype(np.float64) * b + c).astype(F32)
     assert np.all(naive.view(np.uint32) != want.view(np.uint32))  # every case is a trap
-    assert canon(fma_f32(a, b, c)) == canon(want)
+    assert fma_f32(a, b, c).tobytes() == canon(want)
     zeros = np.zeros_like(a)
     keys = np.stack([a, c, zeros, zeros], -1).reshape(rows, IDX_DIM)  # p = c * 1, then fma(a, b, c), then + 0
     qs = np.stack([b, np.ones_like(b), np.ones_like(b), np.ones_like(b)], -1).reshape(rows, IDX_DIM)
     got = lane_partials(keys, qs)[np.arange(rows), np.arange(rows)]  # row r's keys against its own query
-    assert canon(got) == canon(want), f"seed {seed}"
+    assert got.tobytes() == canon(want), f"seed {seed}"
 
 
 @pytest.mark.parametrize("seed", [51, 52, 53])
@@ -242,7 +244,7 @@ def test_lane_partials_match_fma_steps(seed: int) -> None:
     got = lane_partials(keys, qh)
     assert got.shape == (3, 48, 32)
     for h in range(3):
-        assert canon(got[h]) == canon(partials_ref(keys, qh[h])), f"seed {seed} head {h}"
+        assert got[h].tobytes() == canon(partials_ref(keys, qh[h])), f"seed {seed} head {h}"
 
 
 def random_keys(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -300,14 +302,45 @@ def test_halving_matches_butterfly(m: int, seed: int) -> None:
     for case, v in enumerate(halving_cases(rng_for(seed, m), m)):
         got = halving_sums(v)
         assert got.shape == (30, m)
-        assert canon(got) == canon(butterfly_sum(np.swapaxes(v, -1, -2))), f"seed {seed} m {m} case {case}"
+        assert got.tobytes() == butterfly_sum(np.swapaxes(v, -1, -2)).tobytes(), f"seed {seed} m {m} case {case}"
 
 
 @settings(max_examples=30, deadline=None)
 @given(m=st.sampled_from([4, 8, 16]), data=st.data())
 def test_halving_property(m: int, data: st.DataObject) -> None:
     v = np.array(data.draw(st.lists(st.floats(width=32), min_size=32 * m, max_size=32 * m)), F32).reshape(32, m)
-    assert canon(halving_sums(v)) == canon(butterfly_sum(v.T))
+    assert halving_sums(v).tobytes() == butterfly_sum(v.T).tobytes()
+
+
+def assert_gpu_nans(x: np.ndarray, what: str) -> None:
+    nan = np.isnan(x)
+    assert nan.any(), f"{what}: no NaN to check"
+    assert np.all(np.asarray(x).view(np.uint32)[nan] == CUDA_NAN_BITS), f"{what}: a NaN that is not 0x7FFFFFFF"
+
+
+def test_every_nan_is_the_gpus() -> None:
+    """A NaN operand (of any payload or sign) and an invalid operation (0 * inf, inf - inf) give the GPU's one
+    NaN in each function that returns intermediate values; numpy alone keeps the payload, or 0xFFC00000."""
+    rng = rng_for(141)
+    inf, n = F32(np.inf), 64
+    nans = rng.choice(ADVERSARIAL_NANS, n)
+    ones = np.ones(n, F32)
+    a, b, c = (np.concatenate([x, np.array(y, F32)]) for x, y in ((nans, [0, inf, inf]), (ones, [inf, 0, 1]),
+                                                                    (ones, [1, 1, -inf])))
+    assert_gpu_nans(fma_f32(a, b, c), "fma_f32")
+    assert_gpu_nans(fma_f32(c, b, a), "fma_f32, the NaN added")
+    keys = spread(rng, (n, IDX_DIM))
+    keys[np.arange(n), rng.integers(0, IDX_DIM, n)] = nans  # a NaN operand in one lane of each key
+    keys[: n // 2, 0] = inf  # k.x = inf against q.x = 0: an invalid fma in lane 0
+    qh = spread(rng, (IDX_DIM,))
+    qh[0] = 0
+    part = lane_partials(keys, qh)
+    assert_gpu_nans(part, "lane_partials")
+    v = spread(rng, (n, WARP))
+    v[: n // 2, rng.integers(0, WARP, n // 2)] = nans[: n // 2]
+    v[n // 2 :, 3], v[n // 2 :, 17] = inf, -inf  # inf - inf where the butterfly adds them
+    assert_gpu_nans(butterfly_sum(v), "butterfly_sum")
+    assert_gpu_nans(halving_sums(np.stack([v, v[::-1], v, v], -1)), "halving_sums")
 
 
 def test_reductions_reject_bad_shapes() -> None:
@@ -338,14 +371,6 @@ def scores_ref(inp: ScorerInputs) -> np.ndarray:
     return out
 
 
-def adversarial_inputs(rng: np.random.Generator, ctx: int, nq: int, capacity: int) -> ScorerInputs:
-    mb = max_blocks(capacity)
-    pooled = random_keys(rng, mb)
-    dead = random_keys(rng, 1)[0]
-    q = random_keys(rng, nq * IDX_HEADS).reshape(nq, IDX_HEADS, IDX_DIM)
-    return ScorerInputs(pooled, dead, q, window_steps(ctx, nq))
-
-
 def window_cases(seed: int) -> list[tuple[int, int, int]]:
     """(ctx, nq, capacity): 1-8 queries, contexts ending on every tail length 0-3."""
     rng = rng_for(seed)
@@ -357,10 +382,10 @@ def window_cases(seed: int) -> list[tuple[int, int, int]]:
     return cases
 
 
-@pytest.mark.parametrize("seed", [81, 82])
+@pytest.mark.parametrize("seed", [81, 82, 83, 84])
 def test_halve_equals_butterfly_adversarial(seed: int) -> None:
     for ctx, nq, cap in window_cases(seed):
-        inp = adversarial_inputs(rng_for(seed, ctx, nq), ctx, nq, cap)
+        inp = synthetic_scorer_inputs(Call(ctx, nq, cap), seed, "adversarial")
         a, b = score_blocks(inp, "butterfly"), score_blocks(inp, "halve")
         assert a.tobytes() == b.tobytes(), (seed, ctx, nq, cap, first_difference(a, b, inp.steps))
 
@@ -378,10 +403,7 @@ def test_scores_match_slow_reference(kind: str, seed: int) -> None:
     rng = rng_for(seed)
     for nq, tail in [(1, 0), (2, 3), (3, 1), (5, 2), (8, 0)]:
         ctx = int(rng.integers(3, 12)) * 4 + tail + nq
-        if kind == "adversarial":
-            inp = adversarial_inputs(rng, ctx, nq, ctx + 8)
-        else:
-            inp = synthetic_scorer_inputs(Call(ctx, nq, ctx + 8), seed)
+        inp = synthetic_scorer_inputs(Call(ctx, nq, ctx + 8), seed, kind)
         want = scores_ref(inp)
         for order in ("butterfly", "halve"):
             got = score_blocks(inp, order)
@@ -395,12 +417,38 @@ def test_chunks_split_the_window(blocks_per_chunk: int, seed: int, monkeypatch: 
     rng = rng_for(seed, blocks_per_chunk)
     for nq, tail in [(3, 2), (6, 1), (8, 3)]:
         ctx = int(rng.integers(4, 9)) * 4 + tail + nq
-        inp = adversarial_inputs(rng, ctx, nq, ctx + 12)
+        inp = synthetic_scorer_inputs(Call(ctx, nq, ctx + 12), seed, "adversarial")
         monkeypatch.setattr(scores_model, "_CHUNK_PARTIALS", blocks_per_chunk * nq * IDX_HEADS * 32)
         want = scores_ref(inp)
         for order in ("butterfly", "halve"):
             got = score_blocks(inp, order)
             assert got.tobytes() == want.tobytes(), (seed, ctx, nq, order, first_difference(got, want, inp.steps))
+
+
+@pytest.mark.parametrize("seed", [151, 152])
+def test_adversarial_keys_break_the_arithmetic(seed: int) -> None:
+    """Products overflow and go subnormal, a head's sum of products far from 0 is exactly 0 (they cancel), some
+    sums are subnormal, and the model's bits stay well defined: the GPU's NaN in every NaN partial and sum,
+    no NaN in a score, the halving order's bits the butterfly's, the same bits computed twice."""
+    inp = synthetic_scorer_inputs(Call(8003, 8, 16384), seed, "adversarial")
+    keys, heads = inp.pooled[:1000], inp.q.reshape(-1, IDX_DIM)
+    with np.errstate(over="ignore", invalid="ignore"):
+        products = keys.astype(np.float64)[None, :, :] * heads.astype(np.float64)[:, None, :]  # [head, key, dim]
+    size = np.abs(products[np.isfinite(products) & (products != 0)])
+    assert (size > F32_MAX).any() and (size < np.finfo(F32).tiny).any()
+    part = lane_partials(keys, heads)
+    assert_gpu_nans(part, "lane partials")
+    for h in range(heads.shape[0]):  # the fast path's fma against the exact one, step by step
+        assert part[h].tobytes() == canon(partials_ref(keys, heads[h])), f"seed {seed} head {h}"
+    d = butterfly_sum(part)
+    assert_gpu_nans(d, "head sums")
+    largest = np.max(np.abs(products), axis=-1)
+    assert ((d == 0) & (largest > 1e-20) & (largest <= F32_MAX)).any()  # an exact 0 only a cancellation gives
+    assert ((d != 0) & (np.abs(d) < np.finfo(F32).tiny)).any()
+    scores = score_blocks(inp, "butterfly")
+    live = np.concatenate([scores[i, : n + 1] for i, n in enumerate(inp.steps[:, 2])])
+    assert not np.isnan(live).any() and np.isinf(live).any() and (live == 0).any()
+    assert scores.tobytes() == score_blocks(inp, "halve").tobytes() == score_blocks(inp, "butterfly").tobytes()
 
 
 def test_writes_exactly_blocks_to_n_bid() -> None:

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from topk_rows import EARLY_ENDS, NEAR, early_end_inputs
 
-from qsa_cli.geometry import SELECT_CAP, Call, GeometryError, max_blocks, window_steps
-from qsa_cli.inputs import ID_POISON, TopkInputs, rng_for, synthetic_scores
+from qsa_cli.geometry import SELECT_CAP, SPLIT_CHUNK_BLOCKS, Call, GeometryError, max_blocks, window_steps
+from qsa_cli.inputs import ID_POISON, SCORE_SETS, TopkInputs, rng_for, synthetic_scores
 from qsa_cli.model.topk import (
     ALGORITHMS,
     _digit_by_scan,
@@ -68,11 +68,35 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("score_set", ["continuous", "levels64", "equal"])
+@pytest.mark.parametrize("score_set", SCORE_SETS)
 @pytest.mark.parametrize("call", CASES, ids=lambda c: f"{c.kind}-{c.ctx}-{c.capacity}-seed{c.ctx % 97}")
 def test_score_sets(call: Call, score_set: str) -> None:
     inputs = synthetic_scores(call, score_set, seed=call.ctx % 97)
     assert_models_match(inputs, call.active_blocks)
+
+
+# Contexts across several of the split's chunks and the cluster's slices (and their 128-key chunks), each tail
+# length, decode and prompt calls, the identity's edge; capacities at and far above the context.
+ADVERSARIAL_CALLS = [
+    Call(2052, 8, 4096),
+    Call(4 * SPLIT_CHUNK_BLOCKS * 3 + 3, 8, 4 * SPLIT_CHUNK_BLOCKS * 3 + 3),
+    Call(4 * SPLIT_CHUNK_BLOCKS * 7 + 6, 8, 1 << 20),
+    Call(65539, 8, 65540),
+    Call(9001, 64, 9001, prompt=True),
+    Call(4 * SPLIT_CHUNK_BLOCKS * 4 + 2, 64, 65536, prompt=True),
+]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("call", ADVERSARIAL_CALLS, ids=lambda c: f"{c.kind}-{c.ctx}-{c.capacity}")
+def test_adversarial_scores(call: Call, seed: int) -> None:
+    assert_models_match(synthetic_scores(call, "adversarial", seed), call.active_blocks)
+
+
+def test_adversarial_scores_end_the_cluster_select_early_and_late() -> None:
+    """On adversarial rows the cluster model's select both ends after pass 2 and runs all four passes."""
+    inputs = synthetic_scores(Call(4 * SPLIT_CHUNK_BLOCKS * 5 + 1, 8, 1 << 20), "adversarial", seed=7)
+    assert {3, 4} <= {cluster_passes(row, step)[1] for row, step in zip(inputs.scores, inputs.steps)}
 
 
 # ---- the cluster kernel's early end: each way it ends, against the oracle -------------------------
@@ -249,11 +273,12 @@ def test_property_models_match_oracle(seed, n_kv, levels, specials, chunk_blocks
         assert got.tobytes() == select_oracle(row, step).tobytes()
 
 
+@pytest.mark.parametrize("score_set", ["levels64", "adversarial"])
 @pytest.mark.parametrize("chunk_blocks", [1, 5, 256])
-def test_split_small_chunks(chunk_blocks: int) -> None:
+def test_split_small_chunks(chunk_blocks: int, score_set: str) -> None:
     seed = 60 + chunk_blocks
     call = Call(20001, 8, 40000)
-    inputs = synthetic_scores(call, "levels64", seed)
+    inputs = synthetic_scores(call, score_set, seed)
     for row, step in zip(inputs.scores, inputs.steps):
         got = select_split(row, step, chunk_blocks=chunk_blocks)
         assert got.tobytes() == select_oracle(row, step).tobytes()

@@ -83,6 +83,21 @@ def test_scores_table() -> None:
     assert "* throttled: a thermal, power or hardware slowdown" in rendered
 
 
+def test_scores_table_and_markdown_name_the_keys_where_a_case_has_them() -> None:
+    rng = np.random.default_rng(9)
+    synthetic, adversarial = scores_case(420000, 4), {**scores_case(420000, 4), "keys": "adversarial"}
+    r = record([measurement("scores", v, c, t, rng) for c in (synthetic, adversarial)
+                for v, t in (("multi", 120.0), ("halve", 24.0))], [])
+    rendered = text(report.scores_table(r))
+    assert row_of(rendered, "420K", "adversarial")[:5] == ["420K", "524288", "4", "adversarial", "105001"]
+    assert row_of(rendered, "420K", "synthetic")[3] == "synthetic"
+    assert "keys" not in text(report.scores_table(seed_record()))  # no column when every case is synthetic
+    md = report.markdown(r)
+    assert "capacity 524288, L2 cold\n" in md and "capacity 524288, L2 cold, adversarial keys" in md
+    assert "| context | queries | keys | multi | halve |" in md and "| 420K | 4 | adversarial | 120.0 | 24.0 |" in md
+    assert report.case_label(adversarial) == "420K, 4 queries, capacity 524288, adversarial keys"
+
+
 def test_scores_table_flags_a_hash_mismatch_and_missing_variants() -> None:
     rng = np.random.default_rng(7)
     case = scores_case(9002, 5, capacity=16384)

@@ -43,6 +43,8 @@ def test_statistics(rng):
 def test_case_key_is_stable():
     case = {"l2": "cold", "nq": 4, "ctx": 9000, "capacity": 9000, "kind": "decode"}
     assert case_key("scores", case) == "scores ctx=9000 nq=4 capacity=9000 kind=decode l2=cold"
+    adversarial = {**case, "keys": "adversarial"}  # named only when not synthetic: the key above is unchanged
+    assert case_key("scores", adversarial) == "scores ctx=9000 nq=4 capacity=9000 kind=decode keys=adversarial l2=cold"
 
 
 @pytest.mark.parametrize(

@@ -100,6 +100,7 @@ def test_the_matrix_covers_every_kind_of_call_and_score_set() -> None:
     assert {c.kind for c in topk} == {"decode", "prompt"}
     assert {c.score_set for c in topk} == {"continuous", "levels64", "equal"}
     assert {c.ctx for c in cases if c.stage == "scores"} == {2102, 524288}
+    assert {c.keys for c in cases if c.stage == "scores"} == {"synthetic", "adversarial"}
     quick = sanitize.matrix({"scores": ("halve",), "topk": ("split",)}, ("continuous", "levels64"), quick=True)
     assert [(c.stage, c.kind, c.score_set) for c in quick] == [("scores", "decode", None), ("topk", "decode", "continuous")]
 

@@ -5,8 +5,13 @@ dims ``4l..4l+3`` with explicit round-to-nearest intrinsics, and the 32 partials
 The new decode scorer sums a lane's ``4 x nq`` values by recursive halving instead; ``halving_sums`` simulates
 that exchange lane by lane so a test can show it adds the butterfly's operands in the butterfly's order.
 
-NaN payloads are not modelled (numpy keeps operand payloads, the GPU writes its canonical NaN): a NaN stays a
-NaN, and relu turns every NaN head into 0 before it reaches a score, so scores never hold a NaN.
+NaN: every float32 add, multiply and fma of an NVIDIA GPU whose result is NaN gives the one NaN 0x7FFFFFFF,
+whether an operand was a NaN (its payload and sign are not kept) or the operation was invalid (inf - inf,
+0 * inf); the CUDA Programming Guide states it for NaN operands ("Floating-Point Standard"), and
+tests/test_gpu_scores.py checks both cases on the scorer's own lane partial and butterfly. numpy keeps an x86
+payload instead (the operand's, or 0xFFC00000 for an invalid operation), so the functions that return
+intermediate values (``fma_f32``, ``lane_partials``, ``butterfly_sum``, ``halving_sums``) write the GPU's NaN.
+``score_blocks`` needs no such step: relu turns every NaN head into +0, so scores never hold a NaN.
 """
 
 from __future__ import annotations
@@ -38,6 +43,13 @@ OFFSETS = (16, 8, 4, 2, 1)  # the butterfly's xor offsets, in order
 _CHUNK_PARTIALS = 1 << 20  # lane partials per chunk of blocks (4 MB of float32): bounds memory, fits caches
 _LOW28 = np.uint64((1 << 28) - 1)
 _IEEE_QUIET = {"over": "ignore", "invalid": "ignore", "under": "ignore"}  # inf and NaN are data here
+CUDA_NAN_BITS = 0x7FFFFFFF  # the NaN a GPU's float32 arithmetic returns (module docstring)
+
+
+def cuda_nan(x: np.ndarray) -> np.ndarray:
+    """``x`` (float32) with every NaN made the GPU's, in place; returns ``x``."""
+    np.copyto(x.view(np.uint32), np.uint32(CUDA_NAN_BITS), where=np.isnan(x))
+    return x
 
 
 def fma_f32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike) -> np.ndarray:
@@ -60,7 +72,7 @@ def fma_f32(a: npt.ArrayLike, b: npt.ArrayLike, c: npt.ArrayLike) -> np.ndarray:
         even = (np.asarray(s).view(np.uint64) & np.uint64(1)) == 0
         to_odd = (err != 0) & np.isfinite(err) & even
         s = np.where(to_odd, np.nextafter(s, np.copysign(np.inf, err)), s)
-        return np.asarray(s.astype(np.float32))
+        return cuda_nan(np.asarray(s.astype(np.float32)))
 
 
 def _partials(keys: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -73,13 +85,13 @@ def _partials(keys: np.ndarray, q: np.ndarray) -> np.ndarray:
     """
     n = keys.shape[0]
     kt = np.ascontiguousarray(keys.reshape(n, WARP, LANE_DIMS).transpose(2, 1, 0))  # [dim of float4, lane, block]
-    kt64 = kt.astype(np.float64)
     qc = q.reshape(-1, WARP, LANE_DIMS)
-    q64 = qc.astype(np.float64)
     out = np.empty((qc.shape[0], WARP, n), np.float32)
     t = np.empty((WARP, n))
     low = np.empty(t.shape, np.uint64)
-    with np.errstate(**_IEEE_QUIET):
+    with np.errstate(**_IEEE_QUIET):  # from the casts on: a signalling NaN raises "invalid" when converted
+        kt64 = kt.astype(np.float64)
+        q64 = qc.astype(np.float64)
         for h in range(qc.shape[0]):
             p = out[h]
             np.multiply(kt[1], qc[h, :, 1, None], out=p)  # __fmul_rn(k.y, q.y): numpy's float32 product
@@ -89,6 +101,9 @@ def _partials(keys: np.ndarray, q: np.ndarray) -> np.ndarray:
                 np.bitwise_and(t.view(np.uint64), _LOW28, out=low)
                 if low.min() == 0:  # rare on real data: min is the cheapest "any zero" numpy has
                     lane, blk = np.nonzero(low == 0)
+                    s = t[lane, blk]  # a sum that is inf, NaN or a float32 (0 too) is the fma's already
+                    odd = np.isfinite(s) & (s.astype(np.float32) != s)
+                    lane, blk = lane[odd], blk[odd]
                     exact = fma_f32(kt[c, lane, blk], qc[h, lane, c], p[lane, blk])
                     np.copyto(p, t, casting="same_kind")
                     p[lane, blk] = exact
@@ -107,7 +122,7 @@ def lane_partials(keys: np.ndarray, qh: np.ndarray) -> np.ndarray:
     keys = np.asarray(keys, np.float32)
     qh = np.asarray(qh, np.float32)
     lead = qh.shape[:-1]
-    part = _partials(keys, qh.reshape(-1, IDX_DIM))
+    part = cuda_nan(_partials(keys, qh.reshape(-1, IDX_DIM)))
     return np.swapaxes(part, -1, -2).reshape(*lead, keys.shape[0], WARP)
 
 
@@ -124,13 +139,13 @@ def butterfly_sum(v: np.ndarray) -> np.ndarray:
     Vectorised as ``v[:o] + v[o:2o]``, which is exactly lanes 0..o-1's own additions (``mine + partner's``).
     Lanes o..2o-1 need no tracking: after the stage lane ``l ^ o`` holds ``b + a`` where lane ``l`` holds
     ``a + b``, the same bits because float addition commutes, so every later partner read finds the same
-    value in the kept lower lanes. The result is lane 0's (every lane's, up to a NaN payload).
+    value in the kept lower lanes. The result is lane 0's (every lane's: a NaN is the GPU's one NaN).
     """
     v = np.asarray(v, np.float32)
     if v.shape[-1] != WARP:
         raise ValueError(f"butterfly_sum needs {WARP} lanes on the last axis (got {v.shape})")
     with np.errstate(**_IEEE_QUIET):
-        return _butterfly(np.moveaxis(v, -1, 0))
+        return cuda_nan(np.asarray(_butterfly(np.moveaxis(v, -1, 0))))
 
 
 def _halving(v: np.ndarray) -> np.ndarray:
@@ -180,7 +195,7 @@ def halving_sums(v: np.ndarray) -> np.ndarray:
     if v.ndim < 2 or v.shape[-2] != WARP or m < 1 or m > WARP or m & (m - 1):
         raise ValueError(f"halving_sums needs [..., {WARP} lanes, m values], m a power of two <= {WARP} (got {v.shape})")
     with np.errstate(**_IEEE_QUIET):
-        return np.moveaxis(_halving(np.moveaxis(v, (-1, -2), (0, 1))), 0, -1)
+        return cuda_nan(np.moveaxis(_halving(np.moveaxis(v, (-1, -2), (0, 1))), 0, -1))
 
 
 def halve_calls(nq: int) -> list[tuple[int, int]]:

@@ -50,7 +50,8 @@ def order_keys(scores: np.ndarray) -> np.ndarray:
     scores = np.asarray(scores)
     if scores.dtype != np.float32:
         raise TypeError(f"scores must be float32 (got {scores.dtype})")
-    v = scores + np.float32(0.0)
+    with np.errstate(invalid="ignore"):  # a signalling NaN raises "invalid"; its key is 0 all the same
+        v = scores + np.float32(0.0)
     u = v.view(np.uint32)
     keys = np.where(u & np.uint32(0x80000000), ~u, u | np.uint32(0x80000000))
     keys[np.isnan(v)] = 0

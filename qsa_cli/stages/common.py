@@ -8,8 +8,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..dispatch import DEFAULT_KEYS
 from ..geometry import STEP_NKV
 from ..integrity import GuardedBuffers, changed, fingerprint
+from ..inputs import ScorerInputs
 from ..results import Measurement, ParityCheck
 from ..timing import DeviceTimer, Launch, measure_host
 
@@ -20,9 +22,14 @@ LAST_CALL = "last timed call"
 
 def call_case(steps: np.ndarray, capacity: int, kind: str, l2: str, **extra: Any) -> dict[str, Any]:
     """The case a measurement or check belongs to: the call's context (its last query's n_kv), queries,
-    capacity, kind and L2 state, plus what the stage adds (the top-k's score set)."""
+    capacity, kind and L2 state, plus what the stage adds (the top-k's score set, the scorer's keys kind)."""
     return {"ctx": int(steps[:, STEP_NKV].max()), "nq": int(steps.shape[0]), "capacity": capacity, "kind": kind,
             **extra, "l2": l2}
+
+
+def keys_case(inputs: ScorerInputs) -> dict[str, str]:
+    """A scorer case's keys kind, named only when not the synthetic keys (results.CASE_FIELDS)."""
+    return {} if inputs.keys == DEFAULT_KEYS else {"keys": inputs.keys}
 
 
 class ClockSource(Protocol):

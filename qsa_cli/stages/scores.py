@@ -12,7 +12,7 @@ import numpy as np
 from ..inputs import ScorerInputs, score_poison
 from ..integrity import GuardedBuffers
 from ..model.scores import first_difference, score_blocks, scores_hash
-from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, call_case, to_host
+from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, call_case, keys_case, to_host
 
 STAGE = "scores"
 OLD, NEW = "multi", "halve"
@@ -41,7 +41,7 @@ def run_scores(
 
     The inputs and the scores sit between guard zones; each variant's integrity is checked after its
     runs (stages/common.py, Integrity)."""
-    case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2)
+    case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2, **keys_case(inputs))
     out = StageOutcome()
     key_bytes = inputs.key_bytes()
     on_gpu = measurer.timer is not None

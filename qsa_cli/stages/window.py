@@ -15,7 +15,7 @@ from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
 from ..integrity import GuardedBuffers
 from ..model.scores import score_blocks
 from ..model.topk import topk_ids
-from .common import Integrity, Measurer, StageOutcome, bitwise_check, call_case
+from .common import Integrity, Measurer, StageOutcome, bitwise_check, call_case, keys_case
 from .scores import SCORER_INPUTS
 from .topk import describe_difference
 
@@ -38,7 +38,7 @@ def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[tuple[str,
     from ..launch.scores import scorer_launcher
     from ..launch.topk import topk_launcher
 
-    case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2)
+    case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2, **keys_case(inputs))
     out = StageOutcome()
     expected = topk_ids(TopkInputs(score_blocks(inputs, "butterfly"), inputs.steps), "oracle")
     out.outputs[CPU_ORACLE] = expected
