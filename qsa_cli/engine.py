@@ -183,9 +183,6 @@ class EngineCheckout:
         dirty = status is None or status.returncode != 0 or status.stdout.strip() != ""
         return head.stdout.strip() + ("-dirty" if dirty else "")
 
-    def build(self, arch: int, nvcc: Path | None = None) -> EngineBuild:
-        return build_engine(self, arch, nvcc)
-
     def load(self, arch: int, nvcc: Path | None = None) -> EngineLibrary:
         """Built for sm_``arch`` (or taken from the cache) and loaded."""
         return load_engine(build_engine(self, arch, nvcc))
@@ -198,7 +195,6 @@ class EngineBuild:
     name: str
     library: Path
     arch: int
-    functions: tuple[str, ...]  # the host functions the shim wraps
     provenance: dict[str, Any]
     compiled: bool  # False when the cache had it
 
@@ -253,7 +249,7 @@ def build_engine(checkout: EngineCheckout, arch: int, nvcc: Path | None = None) 
         except OSError as exc:
             raise EngineError(f"cannot write {record} ({exc}): set QSA_CACHE_DIR to a writable folder") from None
     provenance["library_sha256"] = digest
-    return EngineBuild(checkout.name, library, arch, functions, provenance, compiled)
+    return EngineBuild(checkout.name, library, arch, provenance, compiled)
 
 
 def _cached_digest(library: Path, record: Path) -> str | None:
