@@ -33,6 +33,7 @@ from qsa_cli.engine import (
     engine_scorer_launcher,
     engine_topk_launcher,
     engine_variants,
+    find_nvcc,
 )
 from qsa_cli.geometry import MAX_QUERIES, PROMPT_QUERIES, SELECT_CAP, STEP_NBID, Call
 from qsa_cli.inputs import SCORE_SETS, id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
@@ -64,6 +65,10 @@ def device_cc(cupy: Any) -> int:
 def engines(cupy: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., EngineLibrary]:
     """Fake engines built for this device by their write_fake_engine options, each once (the libraries go
     to qsa's usual cache, so a child process finds them built)."""
+    try:
+        find_nvcc()
+    except EngineError as exc:
+        pytest.skip(str(exc))
     root = tmp_path_factory.mktemp("engines")
     loaded: dict[tuple[tuple[str, Any], ...], EngineLibrary] = {}
 
