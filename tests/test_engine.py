@@ -1,0 +1,292 @@
+"""The engine adapter without a GPU: a fake checkout (tests/fake_engine.py) built through qsa_cli/engine.py
+with nvcc (compile only; skipped without nvcc), its library's symbols, the cache, the errors a checkout
+can cause, PATH@REV checkouts and the variants a card runs."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fake_engine import write_fake_engine
+
+from qsa_cli.engine import (
+    ENGINE_FILES,
+    HOST_FUNCTIONS,
+    INDEX_SHAPES,
+    SOURCE,
+    EngineBuildError,
+    EngineCheckout,
+    EngineError,
+    EngineSpec,
+    answered_cc,
+    build_engine,
+    engine_cache_dir,
+    engine_scorer_launcher,
+    engine_topk_launcher,
+    engine_variants,
+    find_nvcc,
+    load_engine,
+    open_engine,
+    parse_engine_spec,
+    revision_worktree,
+    shim_symbol,
+    variant_refusal,
+)
+from qsa_cli.geometry import SELECT_CAP, Call
+from qsa_cli.inputs import synthetic_scorer_inputs
+from qsa_cli.kernels import KernelError, kernel_dir
+
+SHIM_OWN = ("qsa_shim_functions", "qsa_shim_index_shapes", "qsa_shim_exception", "qsa_shim_last_error",
+            "qsa_shim_error_name", "qsa_shim_error_string")
+
+
+def _has_nvcc() -> bool:
+    try:
+        find_nvcc()
+    except EngineError:
+        return False
+    return True
+
+
+needs_nvcc = pytest.mark.skipif(not _has_nvcc(), reason="no nvcc on PATH or in $CUDA_HOME/bin")
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("QSA_CACHE_DIR", str(tmp_path / "cache"))
+    return engine_cache_dir()
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> EngineCheckout:
+    return EngineCheckout(write_fake_engine(tmp_path / "strata"), "fake")
+
+
+def exported(library: Path) -> set[str]:
+    """The dynamic symbols the library defines (``nm -D``)."""
+    out = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True)
+    return {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
+
+
+def git(repo: Path, *args: str) -> str:
+    cmd = ["git", "-C", str(repo), "-c", "user.name=qsa", "-c", "user.email=qsa@example.invalid", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", [90, 80])
+def test_fake_builds_and_exports_the_shim(cache: Path, fake: EngineCheckout, arch: int) -> None:
+    build = build_engine(fake, arch)
+    assert build.compiled and build.library.parent == cache and build.library.is_file()
+    symbols = exported(build.library)
+    wanted = {*SHIM_OWN, *(shim_symbol(f) for f in HOST_FUNCTIONS)}
+    assert wanted <= symbols, f"missing: {sorted(wanted - symbols)}"
+    lib = load_engine(build)  # no driver needed: nothing here calls into CUDA
+    assert lib.functions == HOST_FUNCTIONS
+    assert lib.index_shapes() == INDEX_SHAPES
+    assert lib.split_bytes(8) > 0
+    p = build.provenance
+    assert p["name"] == "fake" and p["path"] == str(fake.path) and p["commit"] is None and p["revision"] is None
+    assert p["arch"] == f"sm_{arch}" and f"-arch=sm_{arch}" in p["flags"] and "release" in p["nvcc"]
+    assert set(ENGINE_FILES) <= set(p["sources"])
+    assert str(kernel_dir().resolve() / "topk.cu") in p["sources"], "an include by absolute path counts too"
+    assert p["functions"] == list(HOST_FUNCTIONS)
+    record = json.loads((cache / f"{p['cache_key']}.json").read_text())
+    assert record["library_sha256"] == p["library_sha256"]
+    json.dumps(p)  # plain data for the run record
+
+
+@needs_nvcc
+def test_cache_is_reused_and_rebuilt_when_a_source_byte_changes(cache: Path, fake: EngineCheckout) -> None:
+    relative = "include/strata/kernels/qsa.hpp"
+    first = build_engine(fake, 80)
+    again = build_engine(fake, 80)
+    assert not again.compiled and again.library == first.library
+    assert again.provenance["library_sha256"] == first.provenance["library_sha256"]
+    header = fake.path / relative
+    header.write_bytes(header.read_bytes().replace(b"// Fake engine", b"// Fake engina", 1))
+    changed = build_engine(fake, 80)
+    assert changed.compiled and changed.library != first.library
+    assert changed.provenance["sources"][relative] != first.provenance["sources"][relative]
+    assert not list(cache.glob(".build-*")), "no temporary build folder is left behind"
+
+
+@needs_nvcc
+def test_a_corrupted_cached_library_is_rebuilt(cache: Path, fake: EngineCheckout) -> None:
+    build = build_engine(fake, 80)
+    data = bytearray(build.library.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    build.library.write_bytes(bytes(data))
+    rebuilt = build_engine(fake, 80)
+    assert rebuilt.compiled and rebuilt.library == build.library
+    assert rebuilt.library.read_bytes() != bytes(data)
+    (cache / f"{build.provenance['cache_key']}.json").unlink()  # a library whose record is gone: built again
+    assert build_engine(fake, 80).compiled
+    assert not build_engine(fake, 80).compiled
+
+
+@pytest.mark.parametrize("missing", ENGINE_FILES)
+def test_a_missing_file_is_one_line_naming_it(tmp_path: Path, missing: str) -> None:
+    root = write_fake_engine(tmp_path / "strata")
+    (root / missing).unlink()
+    with pytest.raises(EngineError, match=f"missing {missing}") as info:
+        EngineCheckout(root)
+    assert "\n" not in str(info.value)
+
+
+def test_a_checkout_that_is_not_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(EngineError, match="no such directory"):
+        EngineCheckout(tmp_path / "nowhere")
+
+
+@needs_nvcc
+def test_a_checkout_without_the_split_has_no_split_variant(cache: Path, tmp_path: Path) -> None:
+    checkout = EngineCheckout(write_fake_engine(tmp_path / "old", without=("qsa_block_topk_split",)))
+    assert "qsa_block_topk_split" not in checkout.declared_functions()
+    build = build_engine(checkout, 80)
+    assert "-DQSA_SHIM_HAS_QSA_BLOCK_TOPK_SPLIT=0" in build.provenance["flags"]
+    symbols = exported(build.library)
+    assert shim_symbol("qsa_block_topk_split") not in symbols and shim_symbol("qsa_topk_split_bytes") in symbols
+    lib = load_engine(build)
+    assert "qsa_block_topk_split" not in lib.functions
+    assert not hasattr(ctypes.CDLL(str(build.library)), shim_symbol("qsa_block_topk_split"))
+    assert engine_variants(lib, 80, {}) == ("scores", "scores-ref", "topk", "topk-ref")
+    reason = variant_refusal(lib, "topk-split", 80, {})
+    assert reason is not None and "declares no qsa_block_topk_split" in reason and "\n" not in reason
+
+
+@needs_nvcc
+def test_a_syntax_error_carries_nvcc_log(cache: Path, fake: EngineCheckout) -> None:
+    source = fake.path / SOURCE
+    source.write_text(source.read_text() + "\nthis is not C++\n")
+    with pytest.raises(EngineBuildError) as info:
+        build_engine(fake, 80)
+    message = str(info.value)
+    assert isinstance(info.value, EngineError) and isinstance(info.value, KernelError)  # printed whole, as kernel logs
+    assert "failed to compile for sm_80" in message.splitlines()[0]
+    assert "qsa_select.cu(" in message and "error" in message, message
+    assert not list(cache.glob("*.so")) and not list(cache.glob(".build-*"))
+
+
+def test_declared_functions_skip_comments(tmp_path: Path) -> None:
+    checkout = EngineCheckout(write_fake_engine(tmp_path / "strata", without=("qsa_block_topk_cluster",)))
+    header = checkout.path / "include/strata/kernels/qsa_select.hpp"
+    header.write_text(header.read_text() + "\n// bool qsa_block_topk_cluster(const float* scores);\n"
+                      "/* size_t qsa_block_topk_cluster(\n int64_t nq); */\n")
+    declared = checkout.declared_functions()
+    assert "qsa_block_topk_cluster" not in declared and "qsa_block_topk" in declared
+
+
+def test_variants_follow_the_card_and_the_switches() -> None:
+    class Library:  # what variant_refusal reads of a loaded library
+        name = "fake"
+        functions = HOST_FUNCTIONS
+
+    lib = Library()
+    both = ("scores", "scores-ref", "topk", "topk-ref")
+    assert engine_variants(lib, 90, {}) == (*both, "topk-cluster")
+    assert engine_variants(lib, 86, {}) == (*both, "topk-split")
+    assert engine_variants(lib, 75, {}) == (*both, "topk-split")
+    assert engine_variants(lib, 90, {"STRATA_EMULATE_CC": "86"}) == (*both, "topk-split")
+    assert engine_variants(lib, 90, {"STRATA_QSA_CLUSTER": "0"}) == both
+    assert engine_variants(lib, 120, {}) == (*both, "topk-cluster")
+    assert "at most 16 queries" in variant_refusal(lib, "topk-cluster", 90, {}, nq=64)
+    assert "sm_86 (STRATA_EMULATE_CC=86)" in variant_refusal(lib, "topk-cluster", 90, {"STRATA_EMULATE_CC": "86"})
+    with pytest.raises(EngineError, match="STRATA_EMULATE_CC"):
+        answered_cc(90, {"STRATA_EMULATE_CC": "sm86"})
+    with pytest.raises(ValueError, match="unknown engine variant"):
+        variant_refusal(lib, "split", 90, {})
+
+
+def test_parse_engine_spec(tmp_path: Path) -> None:
+    spec = parse_engine_spec("base=/src/strata@v1.4")
+    assert (spec.name, spec.path, spec.revision) == ("base", Path("/src/strata"), "v1.4")
+    spec = parse_engine_spec("/src/strata")
+    assert (spec.name, spec.path, spec.revision) == ("strata", Path("/src/strata"), None)
+    assert parse_engine_spec("/src/strata@abc123").name == "strata@abc123"
+    assert parse_engine_spec("/src/a=b/strata").path == Path("/src/a=b/strata")
+    assert parse_engine_spec("head=../strata@origin/main").revision == "origin/main"
+    odd = tmp_path / "me@work"
+    odd.mkdir()
+    assert parse_engine_spec(str(odd)) == EngineSpec("me@work", odd, None)
+    assert parse_engine_spec(f"base={odd}@v2") == EngineSpec("base", odd, "v2")
+    for bad, message in (("base=", "no path"), ("/src/strata@", "no revision")):
+        with pytest.raises(EngineError, match=message):
+            parse_engine_spec(bad)
+
+
+def test_revision_worktree_checks_out_a_revision(tmp_path: Path) -> None:
+    repo = write_fake_engine(tmp_path / "strata")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "first")
+    first = git(repo, "rev-parse", "HEAD")
+    header = repo / "include/strata/kernels/qsa.hpp"
+    old_text = header.read_text()
+    header.write_text(old_text + "// second\n")
+    assert EngineCheckout(repo).commit() == f"{first}-dirty"
+    git(repo, "commit", "-q", "-am", "second")
+    assert EngineCheckout(repo).commit() == git(repo, "rev-parse", "HEAD")
+
+    with open_engine(f"base={repo}@{first[:10]}") as checkout:
+        assert checkout.name == "base" and checkout.revision == first[:10] and checkout.origin == repo.resolve()
+        assert checkout.commit() == first
+        assert (checkout.path / "include/strata/kernels/qsa.hpp").read_text() == old_text
+        tree = checkout.path
+    assert not tree.exists(), "the worktree is removed afterwards"
+    assert git(repo, "worktree", "list").count("\n") == 0, "and unregistered"
+
+    with pytest.raises(EngineError, match="unknown revision 'no-such-tag'") as info, revision_worktree(repo, "no-such-tag"):
+        pass
+    assert "\n" not in str(info.value)
+    plain = write_fake_engine(tmp_path / "plain")
+    with pytest.raises(EngineError, match="not a git repository"), open_engine(f"{plain}@HEAD"):
+        pass
+
+
+def test_find_nvcc_looks_in_cuda_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    with pytest.raises(EngineError, match="nvcc not found"):
+        find_nvcc()
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\n")
+    nvcc.chmod(0o755)
+    assert find_nvcc() == nvcc
+
+
+def test_launchers_check_their_arguments_before_the_device() -> None:
+    nq, mb = 2, 100
+    scores, steps = np.zeros((nq, mb), np.float32), np.zeros((nq, 4), np.int32)
+    ids = np.zeros((nq, SELECT_CAP), np.int32)
+    bad = [
+        (("topk-wide", scores, steps, ids), "unknown engine top-k variant"),
+        (("topk", scores.astype(np.float64), steps, ids), "scores must be"),
+        (("topk-ref", scores, steps, ids[:, :-1]), "ids must be"),
+    ]
+    for args, message in bad:
+        with pytest.raises(ValueError, match=message):
+            engine_topk_launcher(None, *args)  # type: ignore[arg-type]
+    inputs = synthetic_scorer_inputs(Call(2050, 8, 9000), 0)
+    out = np.zeros((8, inputs.max_blocks), np.float32)
+    with pytest.raises(ValueError, match="unknown engine scorer variant"):
+        engine_scorer_launcher(None, "multi", inputs, out)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="scores must be"):
+        engine_scorer_launcher(None, "scores", inputs, out[:, 1:])  # type: ignore[arg-type]
+    nine = synthetic_scorer_inputs(Call(2050, 9, 9000), 0)
+    with pytest.raises(ValueError, match="at most 8 queries"):
+        engine_scorer_launcher(None, "scores", nine, np.zeros((9, 4), np.float32))  # type: ignore[arg-type]
+
+
+def test_shim_is_package_data() -> None:
+    import sys
+
+    tomllib = pytest.importorskip("tomllib") if sys.version_info >= (3, 11) else pytest.importorskip("tomli")
+    root = Path(__file__).resolve().parent.parent
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "engine_shim.cu" in config["qsa_cli"]
