@@ -169,6 +169,9 @@ _FUNCTIONS: dict[str, tuple[str, str]] = {
     block_topk_split_pass_kernel<3><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select);
     block_topk_split_count_kernel<<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, counts, select);
     block_topk_split_emit_kernel<<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, counts, select);
+    // The engine's contract: a call leaves the whole scratch zero. qsa's emit zeroes the histograms; its
+    // select slots and chunk counts (written before they are read in every call) are cleared here.
+    cudaMemsetAsync(select, 0, nq * (kSplitSelectWords * sizeof(unsigned) + kSplitMaxChunks * sizeof(topk_counts)), s);
     flip_if("topk-split", reinterpret_cast<unsigned*>(ids) + kFlippedEntry, s);
     return true;
 }""",
