@@ -527,7 +527,7 @@ def plot_cmd(path: str, out_path: str) -> int:
 def sanitize_cmd(tools: str, variants_opt: str | None, quick: bool, known_path: str | None, jobs: int, seed: int,
                  device_id: int, json_path: str | None) -> int:
     """compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over one call of every variant on every
-    case kind, each (variant, tool) in its own child process with CuPy's memory pool off."""
+    case kind, each (variant, case, tool) in its own child process with CuPy's memory pool off."""
     from rich.console import Console
     from rich.progress import Progress
 

@@ -1,7 +1,7 @@
 """``qsa sanitize``: compute-sanitizer's memcheck, racecheck, synccheck and initcheck over every variant.
 
-Each (variant, tool) runs in its own child process (qsa_cli/sanitize_child.py) with CuPy's memory pool
-off, over the variant's cases: decode and prompt calls, small and large contexts, every score set. The
+Each (variant, case, tool) runs in its own child process (qsa_cli/sanitize_child.py) with CuPy's memory
+pool off; the cases are decode and prompt calls, small and large contexts, every score set and kind of keys. The
 kernels are compiled with line information (QSA_LINEINFO=1), so a report names its source line. Every
 report is attributed to the case that ran when it was printed; a report that a known-hazards file
 explains (a pattern it must contain, and the reason) is listed but does not fail the run.
@@ -233,14 +233,12 @@ def run_tool(command: list[str], env: dict[str, str], timeout: float = CHILD_TIM
 def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownHazard], sanitizer: Path,
              jobs: int = 2, device_id: int = 0,
              progress: Callable[[int, int, str], None] = lambda done, total, msg: None) -> list[SanitizerRun]:
-    """Every (variant, tool) in its own child, ``jobs`` at a time; rows in (variant, tool, case) order."""
+    """Every (case, tool) in its own child, ``jobs`` at a time; rows in (case, tool) order."""
     env = {**os.environ, ENV_LINEINFO: "1", "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", str(device_id)),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                         os.environ.get("PYTHONPATH")]))}
-    groups: dict[tuple[str, str], list[SanitizeCase]] = {}
-    for case in cases:
-        groups.setdefault((case.variant, case.stage), []).append(case)
-    work = [(tool, group) for group in groups.values() for tool in tools]
+    # one child per (case, tool): the long ones (a racecheck of a large call) then spread over the jobs
+    work = [(tool, [case]) for case in cases for tool in tools]
     results: list[list[SanitizerRun]] = [[] for _ in work]
 
     def one(i: int) -> None:

@@ -259,7 +259,7 @@ def test_a_cuda_error_is_named(cupy: Any, engines: Callable[..., EngineLibrary])
     scores, steps = cupy.asarray(inputs.scores), cupy.asarray(inputs.steps)
     ids = cupy.empty((1, SELECT_CAP), np.int32)
     stream = cupy.cuda.get_current_stream().ptr
-    with pytest.raises(EngineError, match="qsa_block_topk_ref left CUDA error .*cudaErrorInvalidConfiguration"):
+    with pytest.raises(EngineError, match=r"qsa_block_topk_ref left CUDA error \d+ cudaError\w+ \("):
         lib.launch("qsa_block_topk_ref", scores.data.ptr, steps.data.ptr, 0, inputs.max_blocks, SELECT_CAP,
                    ids.data.ptr, stream)
     launch = engine_topk_launcher(lib, "topk-ref", scores, steps, ids)  # the error was cleared: the next call runs
