@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from .dispatch import DEFAULT_KEYS, SCORER_KEYS
-from .geometry import MAX_QUERIES, PROMPT_QUERIES
+from .geometry import MAX_QUERIES
 from .kernels import ENV_LINEINFO
 from .results import SanitizerRun
 from .sanitize_child import MARKER
@@ -68,13 +68,15 @@ class SanitizeCase:
         return out
 
 
-# (context, queries, capacity, kind): a small call (a tail block, one split chunk) and a large one under
-# the engine's capacity; prompt calls with the active block count for the top-k.
-SCORER_CALLS = ((2102, 3, 16384, "decode"), (524288, MAX_QUERIES, 524288, "decode"))
-TOPK_CALLS = ((9002, 3, 16384, "decode"), (524288, MAX_QUERIES, 524288, "decode"),
-              (135176, PROMPT_QUERIES, 135176, "prompt"))
-QUICK_SCORER_CALLS = SCORER_CALLS[:1]
-QUICK_TOPK_CALLS = TOPK_CALLS[:1]
+# (context, queries, capacity, kind): a small call (a tail block, a few split chunks) on every kind of
+# input; a large decode call under the engine's capacity; for the top-k, a prompt call with the active
+# block count (16 queries: the prompt path's code, at a fraction of a 64-query call's racecheck time).
+SMALL_SCORER_CALL = (2102, 3, 16384, "decode")
+LARGE_SCORER_CALL = (524288, MAX_QUERIES, 524288, "decode")
+SMALL_TOPK_CALL = (9002, 3, 16384, "decode")
+LARGE_TOPK_CALL = (524288, MAX_QUERIES, 524288, "decode")
+PROMPT_TOPK_CALL = (135176, 16, 135176, "prompt")
+PROMPT_SCORE_SET = "levels64"  # ties at the threshold
 
 
 def find_sanitizer(env: dict[str, str] | None = None) -> Path:
@@ -94,15 +96,16 @@ def find_sanitizer(env: dict[str, str] | None = None) -> Path:
 
 def matrix(variants: dict[str, tuple[str, ...]], score_sets: tuple[str, ...], seed: int = 0,
            quick: bool = False) -> list[SanitizeCase]:
-    """Every case of every variant (``variants``: stage -> names), the scorer on every kind of keys, the
-    top-k on every score set; ``quick``: one small decode call each, the first keys and score set."""
-    out = []
-    for ctx, nq, cap, kind in QUICK_SCORER_CALLS if quick else SCORER_CALLS:
-        for keys in SCORER_KEYS[:1] if quick else SCORER_KEYS:
-            out += [SanitizeCase("scores", v, ctx, nq, cap, kind, None, seed, keys) for v in variants.get("scores", ())]
-    for ctx, nq, cap, kind in QUICK_TOPK_CALLS if quick else TOPK_CALLS:
-        for score_set in score_sets[:1] if quick else score_sets:
-            out += [SanitizeCase("topk", v, ctx, nq, cap, kind, score_set, seed) for v in variants.get("topk", ())]
+    """The cases of every variant (``variants``: stage -> names): a small decode call on every kind of keys
+    (scorer) or score set (top-k), a large decode call, and a prompt call (top-k). ``quick``: the small
+    call on the first keys and score set only."""
+    scorer = [(SMALL_SCORER_CALL, keys) for keys in SCORER_KEYS[:1 if quick else None]]
+    topk = [(SMALL_TOPK_CALL, score_set) for score_set in score_sets[:1 if quick else None]]
+    if not quick:
+        scorer.append((LARGE_SCORER_CALL, DEFAULT_KEYS))
+        topk += [(LARGE_TOPK_CALL, score_sets[0]), (PROMPT_TOPK_CALL, PROMPT_SCORE_SET)]
+    out = [SanitizeCase("scores", v, *call, None, seed, keys) for call, keys in scorer for v in variants.get("scores", ())]
+    out += [SanitizeCase("topk", v, *call, score_set, seed) for call, score_set in topk for v in variants.get("topk", ())]
     return out
 
 
@@ -237,8 +240,10 @@ def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownH
     env = {**os.environ, ENV_LINEINFO: "1", "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", str(device_id)),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                         os.environ.get("PYTHONPATH")]))}
-    # one child per (case, tool): the long ones (a racecheck of a large call) then spread over the jobs
+    # one child per (case, tool), the likely longest first (racechecks, then large calls), so that they
+    # spread over the jobs; the rows keep the cases' order
     work = [(tool, [case]) for case in cases for tool in tools]
+    order = sorted(range(len(work)), key=lambda i: (work[i][0] != "racecheck", -work[i][1][0].ctx * work[i][1][0].nq))
     results: list[list[SanitizerRun]] = [[] for _ in work]
 
     def one(i: int) -> None:
@@ -248,7 +253,7 @@ def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownH
 
     done = 0
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for _ in pool.map(one, range(len(work))):
+        for _ in pool.map(one, order):
             done += 1
             progress(done, len(work), "compute-sanitizer")
     return [row for rows in results for row in rows]

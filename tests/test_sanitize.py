@@ -93,16 +93,21 @@ def test_a_malformed_known_hazards_file_is_one_line(tmp_path: Path, text: str, m
         sanitize.load_known(path)
 
 
-def test_the_matrix_covers_every_kind_of_call_and_score_set() -> None:
-    cases = sanitize.matrix({"scores": ("multi", "halve"), "topk": ("split", "cluster")},
-                            ("continuous", "levels64", "equal"))
-    topk = [c for c in cases if c.stage == "topk"]
-    assert {c.kind for c in topk} == {"decode", "prompt"}
-    assert {c.score_set for c in topk} == {"continuous", "levels64", "equal"}
-    assert {c.ctx for c in cases if c.stage == "scores"} == {2102, 524288}
-    assert {c.keys for c in cases if c.stage == "scores"} == {"synthetic", "adversarial"}
-    quick = sanitize.matrix({"scores": ("halve",), "topk": ("split",)}, ("continuous", "levels64"), quick=True)
-    assert [(c.stage, c.kind, c.score_set) for c in quick] == [("scores", "decode", None), ("topk", "decode", "continuous")]
+def test_the_matrix_covers_every_kind_of_call_input_and_variant() -> None:
+    sets = ("continuous", "levels64", "equal", "adversarial")
+    cases = sanitize.matrix({"scores": ("multi", "halve"), "topk": ("split", "cluster")}, sets)
+    for variant in ("split", "cluster"):
+        mine = [c for c in cases if c.variant == variant]
+        assert {c.kind for c in mine} == {"decode", "prompt"}
+        assert {c.score_set for c in mine} == set(sets)
+        assert {c.ctx for c in mine} == {9002, 524288, 135176}
+    for variant in ("multi", "halve"):
+        mine = [c for c in cases if c.variant == variant]
+        assert {c.ctx for c in mine} == {2102, 524288}
+        assert {c.keys for c in mine} == {"synthetic", "adversarial"}
+    quick = sanitize.matrix({"scores": ("halve",), "topk": ("split",)}, sets, quick=True)
+    assert [(c.stage, c.kind, c.score_set, c.keys) for c in quick] == [
+        ("scores", "decode", None, "synthetic"), ("topk", "decode", "continuous", "synthetic")]
 
 
 @pytest.mark.parametrize("argv", [
