@@ -44,9 +44,11 @@ class _CallFields(TypedDict):  # what every case has
 
 
 class Case(_CallFields, total=False):
-    """A call as a record names it (``stages.common.call_case``); the top-k's adds its score set."""
+    """A call as a record names it (``stages.common.call_case``); the top-k's adds its score set, the
+    scorer's its keys where they are not the synthetic ones."""
 
     score_set: str
+    keys: str
 
 
 class Clocks(TypedDict):
@@ -106,6 +108,10 @@ class RunSettings(TypedDict, total=False):
     iterations: int
     dispatch: Dispatch | dict[str, Dispatch]  # one call's, or a sweep's per kind of call
     clock_lock: ClockLockRecord
+    kernels: str  # --kernels: the folder of kernel sources used instead of the installed ones
+    sanitizer: str  # qsa sanitize: the compute-sanitizer run, its tools, and whether the quick subset
+    tools: list[str]
+    quick: bool
 
 
 def case_key(stage: str, case: Case) -> str:
