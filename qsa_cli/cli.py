@@ -96,6 +96,26 @@ def cli() -> None:
     """Benchmark and bitwise parity harness for the QSA decode selection kernels."""
 
 
+def _use_kernels(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """--kernels DIR: qsa's kernel sources from a copy; carried by QSA_KERNELS (children inherit it)."""
+    if value is None:
+        return
+    import os
+    from pathlib import Path
+
+    from .kernels import ENV_KERNELS, KernelError, check_kernel_dir
+
+    try:
+        os.environ[ENV_KERNELS] = str(check_kernel_dir(Path(value)))
+    except KernelError as bad:
+        raise UsageProblem(str(bad)) from None
+
+
+KERNELS_OPTION = click.option(
+    "--kernels", type=click.Path(), metavar="DIR", callback=_use_kernels, expose_value=False, is_eager=True,
+    help="Compile qsa's kernels from this copy of kernels/ instead of the installed ones (edit the copy).")
+
+
 def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The options every measuring command shares."""
     options = [
@@ -115,6 +135,7 @@ def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Write the run's result record (every sample) to this file; on Ctrl-C, what was "
                           "measured so far, marked incomplete."),
         click.option("--markdown", is_flag=True, help="Also print the tables as pull-request markdown."),
+        KERNELS_OPTION,
     ]
     return functools.reduce(lambda acc, opt: opt(acc), reversed(options), f)
 
@@ -354,6 +375,7 @@ def _finish_selftest(record: Any, rows: list[Any], opts: dict[str, Any]) -> int:
 
 
 @cli.command("selftest")
+@KERNELS_OPTION
 @click.option("--require-gpu", is_flag=True,
               help="A missing CUDA device is an error, exit 2 (default: skip the GPU checks).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -443,6 +465,7 @@ def report_cmd(paths: tuple[str, ...], markdown: bool, merge: bool) -> int:
 
 
 @cli.command("gate")
+@KERNELS_OPTION
 @click.option("--baseline", "baseline_path", required=True, type=click.Path(dir_okay=False), help="The baseline record.")
 @click.option("--results", "results_path", type=click.Path(dir_okay=False),
               help="Compare this saved record instead of running the config.")
@@ -513,6 +536,7 @@ def plot_cmd(path: str, out_path: str) -> int:
 
 
 @cli.command("sanitize")
+@KERNELS_OPTION
 @click.option("--tools", default="memcheck,racecheck,synccheck,initcheck", show_default=True,
               help="compute-sanitizer tools, comma-separated.")
 @click.option("--variants", "variants_opt", metavar="V,V,...",
@@ -567,6 +591,7 @@ def sanitize_cmd(tools: str, variants_opt: str | None, quick: bool, known_path: 
 
 
 @cli.command("info")
+@KERNELS_OPTION
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
 def info_cmd(device_id: int) -> int:
     """The device, its clocks and limits, every kernel as compiled for it, and what the engine dispatches here."""

@@ -39,8 +39,16 @@ class KernelError(RuntimeError):
     """A kernel source that is missing or does not compile; the message carries the compiler's log."""
 
 
+ENV_KERNELS = "QSA_KERNELS"  # a folder of qsa's kernel sources to use instead of the installed ones (--kernels)
+REQUIRED_SOURCES = ("qsa_common.cuh", "scores.cu", "topk.cu", "topk_cluster.cu", "bench.cu")
+
+
 def kernel_dir() -> Path:
-    """The copy of ``kernels/`` an installed wheel carries (``qsa_cli/kernel_src``), else the checkout's."""
+    """``QSA_KERNELS`` when set (``--kernels DIR``: a copy the user edits), else the copy of ``kernels/`` an
+    installed wheel carries (``qsa_cli/kernel_src``), else the checkout's."""
+    chosen = os.environ.get(ENV_KERNELS)
+    if chosen:
+        return check_kernel_dir(Path(chosen))
     here = Path(__file__).resolve().parent
     for candidate in (here / "kernel_src", here.parent / "kernels"):
         if (candidate / "qsa_common.cuh").is_file():
@@ -48,19 +56,32 @@ def kernel_dir() -> Path:
     raise KernelError(f"kernel sources not found (looked in {here / 'kernel_src'} and {here.parent / 'kernels'})")
 
 
-def source_files() -> list[Path]:
-    d = kernel_dir()
+def check_kernel_dir(path: Path) -> Path:
+    """``path`` as a folder of kernel sources: a KernelError (one line) naming what it lacks."""
+    if not path.is_dir():
+        raise KernelError(f"--kernels {path}: no such folder")
+    missing = [name for name in REQUIRED_SOURCES if not (path / name).is_file()]
+    if missing:
+        raise KernelError(f"--kernels {path}: no {', '.join(missing)} (a copy of qsa's kernels/ folder is expected)")
+    return path.resolve()
+
+
+def source_files(d: Path | None = None) -> list[Path]:
+    d = d or kernel_dir()
     return sorted([*d.glob("*.cuh"), *d.glob("*.cu")])
 
 
-@functools.cache
 def source_text(name: str) -> str:
     """The source ``kernels/<name>`` with its local includes inlined (each header once).
 
     ``#line`` directives around each inlined header keep every line's file and number, so compiler
     errors and the line information of sanitizer and profiler reports name the file as written.
     """
-    d = kernel_dir()
+    return _source_text(kernel_dir(), name)
+
+
+@functools.cache
+def _source_text(d: Path, name: str) -> str:
     seen: set[str] = set()
 
     def expand(file: str) -> str:
@@ -89,11 +110,15 @@ def header_defines() -> dict[str, str]:
     return dict(_DEFINE.findall((kernel_dir() / "qsa_common.cuh").read_text()))
 
 
-@functools.cache
 def sources_hash() -> str:
     """sha256 over every file in ``kernels/`` (names and bytes): the results' kernel source hash."""
+    return _sources_hash(kernel_dir())
+
+
+@functools.cache
+def _sources_hash(d: Path) -> str:
     h = hashlib.sha256()
-    for path in source_files():
+    for path in source_files(d):
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
@@ -188,11 +213,12 @@ def load(source: str, names: tuple[str, ...], appended: str = "") -> Module:
     """
     import cupy
 
-    return _load(source, names, cupy.cuda.Device().id, appended)
+    return _load(source, names, cupy.cuda.Device().id, appended, kernel_dir())
 
 
 @functools.cache
-def _load(source: str, names: tuple[str, ...], device_id: int, appended: str) -> Module:
+def _load(source: str, names: tuple[str, ...], device_id: int, appended: str, folder: Path) -> Module:
+    """Keyed by the kernels' folder too: another --kernels folder is another module."""
     import cupy
 
     with cupy.cuda.Device(device_id) as device:

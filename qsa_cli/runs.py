@@ -25,7 +25,7 @@ from .dispatch import (
 )
 from .geometry import MAX_QUERIES, PROMPT_QUERIES, Call, check_queries
 from .inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
-from .kernels import sources_hash
+from .kernels import ENV_KERNELS, kernel_dir, sources_hash
 from .results import RunRecord
 from .stages import scores as scores_stage
 from .stages import topk as topk_stage
@@ -98,6 +98,8 @@ def session(
     record.environment = environment()
     record.settings = {"l2": settings.l2, "warmup": settings.warmup, "seed": settings.seed,
                        "check_model": settings.check_model}
+    if os.environ.get(ENV_KERNELS):
+        record.settings["kernels"] = str(kernel_dir())
     s = Session(settings, record)
     if not s.on_gpu:
         yield s

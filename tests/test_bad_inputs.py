@@ -296,6 +296,9 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("plot", "@good.json", "-o", "%missing/plot.png"), "-o/--output missing/plot.png: no such folder missing"),
     (("plot", "@good.json", "-o", "@dir"), "-o/--output dir: is a folder"),
     (("plot", "@good.json", "-o", "@read-only.json"), "-o/--output read-only.json: read-only"),
+    # --kernels: a folder of qsa's kernel sources
+    (("select-bench", *SMALL, *CPU, "--kernels", "%none"), "--kernels none: no such folder"),
+    (("selftest", "--kernels", "@dir"), "--kernels dir: no qsa_common.cuh"),
     # qsa sanitize: its arguments and its known-hazards file, before compute-sanitizer is looked for
     (("sanitize", "--tools", "memcheck,leakcheck"), "--tools: unknown tool 'leakcheck'"),
     (("sanitize", "--jobs", "0"), "--jobs"),
