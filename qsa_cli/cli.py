@@ -472,15 +472,19 @@ def report_cmd(paths: tuple[str, ...], markdown: bool, merge: bool) -> int:
 @click.option("--config", "config_name", default="ci", show_default=True, help="The sweep to run when no --results.")
 @click.option("--tolerance", type=click.FloatRange(min=0), default=0.05, show_default=True,
               help="A median slower than the baseline's by more than this (and outside both spreads) is SLOW.")
-@click.option("--force", is_flag=True, help="Compare with a baseline from another device or kernel source.")
+@click.option("--force", is_flag=True, help="Compare with a baseline from another device (or, when it holds no output "
+              "hashes, other kernel sources).")
 @click.option("--allow-missing", is_flag=True,
               help="A (case, variant) of the baseline that the run lacks is shown, not a failure.")
+@click.option("--allow-bit-changes", is_flag=True,
+              help="An output with other bits than the baseline's on the same inputs is shown, not a failure.")
 @click.option("--junit", "junit_path", type=OUTPUT, help="Write JUnit XML here.")
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--json", "json_path", type=OUTPUT,
               help="Write the record of the run the gate makes (not with --results: that run is recorded).")
 def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tolerance: float, force: bool,
-             allow_missing: bool, junit_path: str | None, device_id: int, json_path: str | None) -> int:
+             allow_missing: bool, allow_bit_changes: bool, junit_path: str | None, device_id: int,
+             json_path: str | None) -> int:
     """CI regression gate: parity must hold, thresholds too, and every timing of the baseline must be in
     the run and not SLOW."""
     from collections import Counter
@@ -508,7 +512,8 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
             record = s.record
         if json_path:
             record.write(json_path)
-    result = gate.compare(record, baseline, tolerance=tolerance, force=force, allow_missing=allow_missing)
+    result = gate.compare(record, baseline, tolerance=tolerance, force=force, allow_missing=allow_missing,
+                          allow_bit_changes=allow_bit_changes)
     console = Console()
     console.print(gate.gate_table(result))
     if junit_path:

@@ -22,13 +22,15 @@ from rich.table import Table
 
 from .report import measurement_index
 from .results import Measurement, RunRecord
+from .stages.common import INPUTS, INPUTS_HASH, OUTPUT_HASH
 from .stages.topk import ARGPARTITION
 
-FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD", "MISSING", "BAD-SAMPLES", "NOTHING-COMPARED")
+FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD", "MISSING", "BAD-SAMPLES", "NOTHING-COMPARED", "BITS-CHANGED")
 JUDGED = ("SAME", "FAST", "SLOW")  # a timing compared with the baseline's and judged
 VERDICT_STYLE = {"FAST": "green", "SLOW": "red", "SAME": "", "PARITY-FAIL": "bold red", "MISSING": "red",
                  "MISSING-ALLOWED": "yellow", "NEW": "cyan", "THRESHOLD": "bold red", "REFERENCE": "dim",
-                 "BAD-SAMPLES": "bold red", "NOTHING-COMPARED": "bold red"}
+                 "BAD-SAMPLES": "bold red", "NOTHING-COMPARED": "bold red", "BITS-CHANGED": "bold red",
+                 "BITS-CHANGED-ALLOWED": "yellow"}
 REFERENCE_POINTS = (ARGPARTITION,)  # variants the gate shows but does not judge
 
 
@@ -43,7 +45,8 @@ class GateRow:
     baseline_us: float | None
     median_us: float | None
     verdict: str  # FAST, SLOW, SAME, PARITY-FAIL, THRESHOLD (a sweep's), MISSING or MISSING-ALLOWED (baseline
-    # only), NEW (run only), REFERENCE (a library's reference point), BAD-SAMPLES, NOTHING-COMPARED (no row judged)
+    # only), NEW (run only), REFERENCE (a library's reference point), BAD-SAMPLES, NOTHING-COMPARED (no row judged),
+    # BITS-CHANGED or BITS-CHANGED-ALLOWED (another output than the baseline's on the same inputs)
     detail: str = ""
 
     @property
@@ -61,7 +64,7 @@ class GateRow:
 class GateResult:
     rows: tuple[GateRow, ...]
     tolerance: float
-    notes: tuple[str, ...] = ()  # what a forced comparison overrode
+    notes: tuple[str, ...] = ()  # what a forced comparison overrode, and other kernels compared by their bits
 
     @property
     def passed(self) -> bool:
@@ -71,24 +74,51 @@ class GateResult:
         return sum(r.verdict == verdict for r in self.rows)
 
 
+def output_hashes(record: RunRecord) -> dict[tuple[str, str], tuple[str, str]]:
+    """(case key, variant) -> (inputs hash, output hash) of every variant run (its integrity row)."""
+    return {(p.key, p.subject): (p.hashes[INPUTS_HASH], p.hashes[OUTPUT_HASH]) for p in record.parity
+            if p.against == INPUTS and INPUTS_HASH in p.hashes and OUTPUT_HASH in p.hashes}
+
+
 def check_comparable(record: RunRecord, baseline: RunRecord, force: bool = False) -> list[str]:
-    """What makes the two runs' times incomparable (the card, the kernel sources): a GateError unless
-    ``force``, when the differences are returned for the result's notes. Cheap: call it before measuring.
-    An incomplete (interrupted) record is refused, forced or not: its missing rows would read as gone."""
+    """What makes the two runs incomparable: another backend or card is a GateError unless ``force`` (the
+    differences are then returned for the result's notes); other kernel sources are compared by their
+    bits when the baseline holds its outputs' hashes (a note says so), else refused like another card.
+    Cheap: call it before measuring. An incomplete (interrupted) record is refused, forced or not: its
+    missing rows would read as gone."""
     for name, r in (("the results", record), ("the baseline", baseline)):
         if r.incomplete:
             raise GateError(f"{name} record is incomplete (its run was interrupted): the gate compares whole runs")
-    out = []
+    out, notes = [], []
     for what, get in (("backend", lambda r: r.backend),
                       ("device", lambda r: r.device.get("name")),
                       ("compute capability", lambda r: r.device.get("compute_capability")),
                       ("kernel sources", lambda r: r.kernel_source_hash)):
         ours, theirs = get(record), get(baseline)
-        if ours != theirs:
+        if ours == theirs:
+            continue
+        if what == "kernel sources" and output_hashes(baseline):
+            notes.append(f"kernel sources {ours[:12]} here, {theirs[:12]} in the baseline: their outputs' bits are compared")
+        else:
             out.append(f"{what} {ours!r} here, {theirs!r} in the baseline")
     if out and not force:
-        raise GateError(f"the baseline is not comparable: {'; '.join(out)} (pass --force to compare anyway)")
-    return out
+        more = " (the baseline holds no output hashes to compare the bits of other kernels by)" if any(
+            d.startswith("kernel sources") for d in out) else ""
+        raise GateError(f"the baseline is not comparable: {'; '.join(out)}{more} (pass --force to compare anyway)")
+    return [f"forced: {d}" for d in out] + notes
+
+
+def _bits_rows(record: RunRecord, baseline: RunRecord, allow_bit_changes: bool) -> list[GateRow]:
+    """A row for each (case, variant) of both runs whose output on the same inputs has other bits."""
+    ours, theirs = output_hashes(record), output_hashes(baseline)
+    rows = []
+    for (key, variant), (inputs, output) in ours.items():
+        base = theirs.get((key, variant))
+        if base is None or base[0] != inputs or base[1] == output:
+            continue
+        rows.append(GateRow(key, variant, None, None, "BITS-CHANGED-ALLOWED" if allow_bit_changes else "BITS-CHANGED",
+                            f"output sha256 {output[:12]}, the baseline's {base[1][:12]}, on the same inputs"))
+    return rows
 
 
 def _timing_row(key: str, variant: str, m: Measurement, b: Measurement, tolerance: float) -> GateRow:
@@ -121,12 +151,12 @@ def _bad_samples(m: Measurement | None, whose: str) -> str | None:
 
 
 def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, force: bool = False,
-            allow_missing: bool = False) -> GateResult:
+            allow_missing: bool = False, allow_bit_changes: bool = False) -> GateResult:
     """Every (case, variant) of the run and the baseline, plus a row for each failed parity check and
     each broken threshold of the run's sweep, and one when no timing could be judged."""
     if not 0 <= tolerance < 1:
         raise GateError(f"tolerance must be a fraction in [0, 1) such as 0.05 (got {tolerance})")
-    differ = check_comparable(record, baseline, force)
+    notes = check_comparable(record, baseline, force)
     ours, theirs = measurement_index(record), measurement_index(baseline)
     rows = []
     for key, variant in dict.fromkeys([*ours, *theirs]):
@@ -145,11 +175,12 @@ def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, for
     if not any(r.verdict in JUDGED for r in rows):
         rows.append(GateRow("gate", "timings", None, None, "NOTHING-COMPARED",
                             "no (case, variant) is timed in both the run and the baseline"))
+    rows += _bits_rows(record, baseline, allow_bit_changes)
     rows += [GateRow(p.key, f"{p.subject} vs {p.against}", None, None, "PARITY-FAIL", p.detail)
              for p in record.parity if not p.equal]
     rows += [GateRow(t.key, t.name, None, None, "THRESHOLD", f"{t.value:.2f}, the limit is {t.limit:.2f}")
              for t in record.thresholds if not t.passed]
-    return GateResult(tuple(rows), tolerance, tuple(f"forced: {d}" for d in differ))
+    return GateResult(tuple(rows), tolerance, tuple(notes))
 
 
 # ---- rendering --------------------------------------------------------------------------------------------

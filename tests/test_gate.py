@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import copy
 import dataclasses
 import xml.etree.ElementTree as ET
@@ -212,3 +213,81 @@ def test_a_broken_threshold_of_the_sweep_fails() -> None:
     assert not result.passed and verdicts(result).get("THRESHOLD") == 1
     run.thresholds[0] = ThresholdCheck(m.stage, m.case, "min_speedup", 3.1, 2.5, True)
     assert compare(run, base).passed
+
+
+# ---- other kernels, compared by their outputs' bits ----------------------------------------------------------
+
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    from qsa_cli.cli import main
+
+    with pytest.raises(SystemExit) as ended:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return ended.value.code, " ".join(out.split()), err
+
+
+@pytest.fixture
+def two_runs(capsys, tmp_path, monkeypatch):
+    """A run of a call on the CPU backend, and a copy as its baseline (edited by each test: the same
+    timings, so that only what a test changes can fail the gate)."""
+    monkeypatch.setenv("COLUMNS", "400")  # the gate table's details whole
+    base, run = tmp_path / "base.json", tmp_path / "run.json"
+    code, out, err = _cli(capsys, "topk-parity", "3001", "2", "3", "4096", "0", "--backend", "cpu", "--json", str(run))
+    assert code == 0, err
+    base.write_bytes(run.read_bytes())
+    return [base, run]
+
+
+def _edit(path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_other_kernels_are_compared_by_their_bits(capsys, two_runs) -> None:
+    base, run = two_runs
+    _edit(base, lambda d: d.update(kernel_source_hash="f" * 64))  # the change under review: other kernel sources
+    code, out, err = _cli(capsys, "gate", "--baseline", str(base), "--results", str(run))
+    assert code == 0, out + err
+    assert "their outputs' bits are compared" in out
+
+
+def test_changed_bits_on_the_same_inputs_fail_unless_allowed(capsys, two_runs) -> None:
+    base, run = two_runs
+
+    def flip(d: dict) -> None:
+        row = next(p for p in d["parity"] if p["against"] == "inputs" and p["subject"] == "split")
+        row["hashes"]["output"] = "0" * 64
+
+    _edit(base, flip)
+    code, out, err = _cli(capsys, "gate", "--baseline", str(base), "--results", str(run))
+    assert code == 1 and "BITS-CHANGED" in out and "on the same inputs" in out, out
+    code, out, err = _cli(capsys, "gate", "--baseline", str(base), "--results", str(run),
+                          "--allow-bit-changes")
+    assert code == 0 and "BITS-CHANGED-ALLOWED" in out, out
+
+
+def test_other_inputs_are_not_compared_by_bits(capsys, two_runs) -> None:
+    base, run = two_runs
+
+    def other_inputs(d: dict) -> None:
+        for p in d["parity"]:
+            if p["against"] == "inputs":
+                p["hashes"].update(inputs="1" * 64, output="2" * 64)
+
+    _edit(base, other_inputs)
+    code, out, err = _cli(capsys, "gate", "--baseline", str(base), "--results", str(run))
+    assert code == 0 and "BITS-CHANGED" not in out, out
+
+
+def test_other_kernels_without_output_hashes_are_refused(capsys, two_runs) -> None:
+    base, run = two_runs
+
+    def old_baseline(d: dict) -> None:
+        d["kernel_source_hash"] = "f" * 64
+        for p in d["parity"]:
+            p["hashes"] = {}
+
+    _edit(base, old_baseline)
+    code, out, err = _cli(capsys, "gate", "--baseline", str(base), "--results", str(run))
+    assert code == 2 and "holds no output hashes" in err and len(err.strip().splitlines()) == 1, err

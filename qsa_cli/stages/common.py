@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,6 +19,9 @@ from ..timing import DeviceTimer, Launch, measure_host
 GUARD_ZONES = "guard zones"  # the integrity checks' "against": what a variant's run must leave as it was
 INPUTS = "inputs"
 LAST_CALL = "last timed call"
+# The inputs row's hashes: the case's inputs and the variant's output on them (sha256 of every byte), so
+# that the gate can tell changed bits of the same inputs between a baseline and a run.
+INPUTS_HASH, OUTPUT_HASH = "inputs", "output"
 
 
 def call_case(steps: np.ndarray, capacity: int, kind: str, l2: str, **extra: Any) -> dict[str, Any]:
@@ -156,6 +160,7 @@ class Integrity:
         self.buffers = buffers
         self.inputs = inputs
         self.given = fingerprint({name: host for name, (_, host) in inputs.items()})
+        self.inputs_hash = hashlib.sha256("".join(f"{k}={v};" for k, v in sorted(self.given.items())).encode()).hexdigest()
 
     def checks(self, stage: str, case: dict[str, Any], variant: str, first: np.ndarray, last: np.ndarray | None,
                describe_difference: Callable[[np.ndarray, np.ndarray], str]) -> list[ParityCheck]:
@@ -169,7 +174,8 @@ class Integrity:
         rows = [
             ParityCheck(stage, dict(case), variant, GUARD_ZONES, not breaches, "; ".join(breaches)),
             ParityCheck(stage, dict(case), variant, INPUTS, not moved,
-                        f"{', '.join(moved)} changed by the run" if moved else ""),
+                        f"{', '.join(moved)} changed by the run" if moved else "",
+                        hashes={INPUTS_HASH: self.inputs_hash, OUTPUT_HASH: fingerprint({"output": first})["output"]}),
         ]
         if last is not None:
             outputs = {f"{variant} ({LAST_CALL})": last, variant: first}
