@@ -29,12 +29,12 @@ from typing import Any
 
 import yaml
 
-from .dispatch import CALL_KINDS, DEFAULT_KEYS, SCORER_KEYS, SCORER_VARIANTS, TOPK_VARIANTS
+from . import variants as registry
+from .dispatch import CALL_KINDS, DEFAULT_KEYS, SCORER_KEYS
 from .geometry import BLOCK_CELLS, Call, GeometryError, check_call, check_queries
 from .inputs import SCORE_SETS
 from .timing import DEFAULT_WARMUP, L2_MODES
 
-STAGE_VARIANTS: dict[str, tuple[str, ...]] = {"scores": SCORER_VARIANTS, "topk": TOPK_VARIANTS}
 SIZE_SUFFIXES = {"K": 1024, "M": 1024 * 1024}
 THRESHOLD_KEYS = {"scores": ("min_speedup", "max_floor_ratio"), "topk": ("min_speedup",)}
 
@@ -118,7 +118,7 @@ class SweepConfig:
         return [c for c in every if stage is None or c.stage == stage]
 
     def variants_for(self, stage: str) -> tuple[str, ...]:
-        return self.variants.get(stage, STAGE_VARIANTS[stage])
+        return self.variants.get(stage, registry.names(stage))
 
 
 # ---- reading nodes with their lines -----------------------------------------------------------------
@@ -231,8 +231,8 @@ def _parse(r: _Reader, root: Any) -> SweepConfig:
         return read(top[key]) if key in top else DEFAULTS[key]
 
     stages = {s for b in blocks for s in b.stages}
-    variants = _per_stage(r, top.get("variants"), "variants", tuple(STAGE_VARIANTS), stages,
-                          lambda stage, n: r.choices(n, f"a {stage} variant", STAGE_VARIANTS[stage]))
+    variants = _per_stage(r, top.get("variants"), "variants", registry.STAGES, stages,
+                          lambda stage, n: r.choices(n, f"a {stage} variant", registry.names(stage)))
     thresholds = _per_stage(r, top.get("thresholds"), "thresholds", tuple(THRESHOLD_KEYS), stages,
                             lambda stage, n: _thresholds(r, stage, n))
     return SweepConfig(
@@ -252,7 +252,7 @@ def _block(r: _Reader, keys: dict[str, Any], where: Any) -> SweepBlock:
     missing = [k for k in ("stages", "contexts", "queries", "capacity") if k not in keys]
     if missing:
         raise r.error(where, f"missing key {missing[0]!r} (a block of cases needs stages, contexts, queries, capacity)")
-    stages = r.choices(keys["stages"], "stage", tuple(STAGE_VARIANTS))
+    stages = r.choices(keys["stages"], "stage", registry.STAGES)
     kind = r.choice(keys["kind"], "kind", CALL_KINDS) if "kind" in keys else DEFAULTS["kind"]
     if kind == "prompt" and stages != ("topk",):
         raise r.error(keys["kind"], f"a prompt call is a top-k case only (stages here: {', '.join(stages)})")

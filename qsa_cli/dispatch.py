@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-SCORER_VARIANTS = ("reference", "multi", "halve")
-TOPK_VARIANTS = ("reference", "wide", "split", "cluster")
 STAGES = ("scores", "topk")
 CALL_KINDS = ("decode", "prompt")
 # The scorer's synthetic keys and queries (inputs.synthetic_scorer_inputs): spec section 5's, or adversarial.

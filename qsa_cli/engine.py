@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .dispatch import CLUSTER_MIN_CC
 from .files import atomic_write
 from .geometry import BLOCK_CELLS, IDX_DIM, IDX_HEADS, MAX_QUERIES, SELECT_CAP, TOP_K, GeometryError
 from .inputs import ScorerInputs
@@ -62,8 +63,7 @@ NO_ACTIVE_COUNT = -1  # the engine's "no active block count": a decode call
 # The documented domains of the bool functions (spec section 8), as the engine's host side answers them.
 ENV_EMULATE_CC = "STRATA_EMULATE_CC"
 ENV_CLUSTER = "STRATA_QSA_CLUSTER"
-SPLIT_MIN_CC, SPLIT_END_CC = 70, 90  # the split top-k: sm_70 to sm_89
-CLUSTER_MIN_CC = 90
+SPLIT_MIN_CC, SPLIT_END_CC = 70, 90  # the split top-k: sm_70 to sm_89; the cluster's is dispatch.CLUSTER_MIN_CC
 CLUSTER_MAX_QUERIES = 16
 
 # The shim's results other than 1, "launched" (engine_shim.cu)

@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
+from . import variants as registry
 from .dispatch import DEFAULT_KEYS
 from .geometry import BLOCK_CELLS
 from .results import Measurement, ParityCheck, RunRecord
@@ -134,9 +135,14 @@ def _footnote(table: Table, measurements: Iterable[Measurement | None]) -> Table
 # ---- tables ---------------------------------------------------------------------------------------------
 
 
+def _before_after(stage: str) -> tuple[str, str]:
+    """A stage's "before" and "after": its baseline and candidate variants (variants.py)."""
+    return registry.with_role(stage, "baseline"), registry.with_role(stage, "candidate")
+
+
 def scores_table(record: RunRecord) -> Table:
-    """A decode call's scorer per case: old (multi) vs new (halve), their hashes, and the read floor."""
-    old, new, floor = scores_stage.OLD, scores_stage.NEW, scores_stage.READ_FLOOR
+    """A decode call's scorer per case: the baseline (old) vs the candidate (new), their hashes, and the read floor."""
+    (old, new), floor = _before_after(scores_stage.STAGE), scores_stage.READ_FLOOR
     index = measurement_index(record)
     cases = stage_cases(record, scores_stage.STAGE)
     with_keys = _with_keys(cases.values())
@@ -172,7 +178,7 @@ def dispatch_of(record: RunRecord, kind: str) -> dict[str, Any] | None:
 
 def topk_table(record: RunRecord) -> Table:
     """A call's top-k per case: every variant's median, identical ids against the references, verdict."""
-    old, new, ref, lib = topk_stage.OLD, topk_stage.NEW, topk_stage.REFERENCE, topk_stage.ARGPARTITION
+    (old, new), ref, lib = _before_after(topk_stage.STAGE), registry.with_role("topk", "reference"), topk_stage.ARGPARTITION
     index = measurement_index(record)
     table = _table("Top-k: median µs per call", ["context", "capacity", "queries", "kind", "score set", ref,
                    f"{old} (old)", f"{new} (new)", "dispatched", lib, "identical", "verdict"])
@@ -193,7 +199,7 @@ def topk_table(record: RunRecord) -> Table:
 
 def window_table(record: RunRecord) -> Table:
     """A decode window's selection (scores then top-k, one CUDA graph) per kernel pair, and its ids."""
-    pairs = [window_stage.pair_name(*p) for p in window_stage.PAIRS]
+    pairs = [window_stage.pair_name(*p) for p in registry.window_pairs()]
     old = pairs[0]
     index = measurement_index(record)
     cases = stage_cases(record, window_stage.STAGE)
@@ -382,7 +388,7 @@ def _parity_summary(checks: list[ParityCheck], ok: str) -> str:
 
 
 def _scores_markdown(record: RunRecord, index: Index) -> list[str]:
-    old, new = scores_stage.OLD, scores_stage.NEW
+    old, new = _before_after(scores_stage.STAGE)
     cases = stage_cases(record, scores_stage.STAGE)
     out: list[str] = []
     for (capacity, l2, keys), group in _groups(cases, ("capacity", "l2", "keys")).items():
@@ -407,7 +413,7 @@ def _scores_markdown(record: RunRecord, index: Index) -> list[str]:
 
 
 def _topk_markdown(record: RunRecord, index: Index) -> list[str]:
-    old, new = topk_stage.OLD, topk_stage.NEW
+    old, new = _before_after(topk_stage.STAGE)
     cases = stage_cases(record, topk_stage.STAGE)
     out: list[str] = []
     for (kind, score_set, capacity, l2), group in _groups(cases, ("kind", "score_set", "capacity", "l2")).items():
@@ -444,7 +450,8 @@ def _variants_markdown(record: RunRecord, index: Index, stage: str) -> list[str]
     variants = list(dict.fromkeys(m.variant for m in record.measurements if m.stage == stage))
     if not variants:
         return []
-    ratio = stage == scores_stage.STAGE and scores_stage.READ_FLOOR in variants and scores_stage.NEW in variants
+    candidate = registry.with_role(scores_stage.STAGE, "candidate")
+    ratio = stage == scores_stage.STAGE and scores_stage.READ_FLOOR in variants and candidate in variants
     out: list[str] = []
     for (kind, capacity, l2), group in _groups(cases, ("kind", "capacity", "l2")).items():
         with_set = any(c.get("score_set") for c in group.values())
@@ -458,7 +465,7 @@ def _variants_markdown(record: RunRecord, index: Index, stage: str) -> list[str]
                    *([case.get("keys", DEFAULT_KEYS)] if with_keys else [])]
             row += [_time(index.get((key, v))) for v in variants]
             if ratio:
-                row.append(_ratio(index.get((key, scores_stage.NEW)), index.get((key, scores_stage.READ_FLOOR)), "{:.2f}"))
+                row.append(_ratio(index.get((key, candidate)), index.get((key, scores_stage.READ_FLOOR)), "{:.2f}"))
             rows.append(row)
         out += [f"### {STAGE_TITLES[stage]}: a {kind} call, median µs, capacity {capacity}, L2 {l2}", ""]
         out += _md_table(head, rows) + [""]

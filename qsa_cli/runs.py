@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import variants as registry
 from .dispatch import (
     CLUSTER_MIN_CC,
     DEFAULT_KEYS,
@@ -33,7 +34,6 @@ from .stages.common import Measurer, StageOutcome
 from .timing import DEFAULT_WARMUP
 
 BACKENDS = ("gpu", "cpu")
-CPU_TOPK_VARIANTS = ("reference", "wide", "split", "cluster")
 
 SELFTEST_CONFIG = "selftest"  # configs/selftest.yaml: spec section 6's matrix, plus up to 1,048,576 cells
 
@@ -154,9 +154,9 @@ def scorer_inputs(call: Call, seed: int, keys: str = DEFAULT_KEYS) -> ScorerInpu
 
 
 def select_bench(s: Session, inputs: ScorerInputs, iters: int) -> StageOutcome:
-    """The seed's decode-call scorer benchmark: old and new on the same inputs, hashes, times."""
-    return s.take(scores_stage.run_scores(inputs, s.measurer(iters), (scores_stage.OLD, scores_stage.NEW),
-                                          s.settings.check_model))
+    """The seed's decode-call scorer benchmark: the baseline and the candidate (variants.py) on the same
+    inputs, hashes, times."""
+    return s.take(scores_stage.run_scores(inputs, s.measurer(iters), None, s.settings.check_model))
 
 
 # ---- the top-k ----------------------------------------------------------------------------------
@@ -166,17 +166,15 @@ def topk_variants(s: Session, max_blocks: int, active_blocks: int = 0) -> tuple[
     """The variants this card runs for a call of this size: the cluster kernel only where it fits
     (a note in the record says why it was left out)."""
     if not s.on_gpu:
-        return CPU_TOPK_VARIANTS
-    from .launch.topk import CLUSTER, available_variants
-
-    variants = available_variants(s.compute_capability or 0)
+        return registry.names("topk")  # the CPU models: every variant
+    variants = registry.runs_on("topk", s.compute_capability or 0)
     refusal = cluster_refusal(s, max_blocks, active_blocks)
     if refusal is None:
         return variants
     note = f"cluster top-k left out: {refusal}"
     if note not in s.record.notes:
         s.record.notes.append(note)
-    return tuple(v for v in variants if v != CLUSTER)
+    return tuple(v for v in variants if registry.get("topk", v).launch != "cluster")
 
 
 def topk_score_sets(call: Call, seed: int) -> list[TopkInputs]:
@@ -224,11 +222,12 @@ def topk_selftest(s: Session, seed: int, progress: Callable[[str], None] = lambd
         rows.append(SelftestRow(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity), not failures,
                                 time.perf_counter() - t0, failures[0] if failures else ""))
     if s.on_gpu:
-        progress("top-k split in a CUDA graph")
+        candidate = registry.with_role("topk", "candidate")  # the kernel with scratch a call must leave clean
+        progress(f"top-k {candidate} in a CUDA graph")
         t0 = time.perf_counter()
         call = Call(524288, MAX_QUERIES, 524288)
-        ok, detail = topk_stage.graph_replay_check(synthetic_scores(call, "levels64", seed), replays=50)
-        rows.append(SelftestRow("top-k split, CUDA graph x50", 1, ok, time.perf_counter() - t0, detail))
+        ok, detail = topk_stage.graph_replay_check(synthetic_scores(call, "levels64", seed), 50, candidate)
+        rows.append(SelftestRow(f"top-k {candidate}, CUDA graph x50", 1, ok, time.perf_counter() - t0, detail))
     return rows
 
 
@@ -299,22 +298,20 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str]) -> tuple[Ru
     rows = [_timed("constants: kernels/qsa_common.cuh == geometry", _constants_check)]
     cpu = Settings(backend="cpu", seed=settings.seed)
     with session(cpu, "selftest", argv) as s:
-        rows.append(_timed(f"scorer models: halving == butterfly ({' and '.join(SCORER_KEYS)} keys)",
-                           lambda: _scorer_check(s, settings.seed, ("multi", "halve"))))
-        rows.append(_timed("top-k models: reference, wide, split, cluster == oracle",
-                           lambda: _topk_check(s, settings.seed)))
+        scorers, topks = registry.names("scores"), registry.names("topk")
+        rows.append(_timed(f"scorer models ({', '.join(scorers)}) == butterfly ({' and '.join(SCORER_KEYS)} keys)",
+                           lambda: _scorer_check(s, settings.seed, scorers)))
+        rows.append(_timed(f"top-k models ({', '.join(topks)}) == oracle", lambda: _topk_check(s, settings.seed)))
         record = s.record
     if not found.available:
         rows.append(SelftestRow("GPU checks", 0, None, 0.0, f"skipped: {found.reason}"))
         return record, rows
     with session(Settings(backend="gpu", seed=settings.seed, device_id=settings.device_id), "selftest", argv) as g:
-        from .launch.scores import SCORER_VARIANTS
-
-        rows.append(_timed(f"scorer kernels ({', '.join(SCORER_VARIANTS)}) == model",
-                           lambda: _scorer_check(g, settings.seed, SCORER_VARIANTS)))
-        from .launch.topk import available_variants
-
-        variants = available_variants(g.compute_capability or 0)
+        cc = g.compute_capability or 0
+        scorers = registry.runs_on("scores", cc)
+        rows.append(_timed(f"scorer kernels ({', '.join(scorers)}) == model",
+                           lambda: _scorer_check(g, settings.seed, scorers)))
+        variants = registry.runs_on("topk", cc)
         rows.append(_timed(f"top-k kernels ({', '.join(variants)}) == oracle", lambda: _topk_check(g, settings.seed)))
         d = dispatch_for(g, "decode", DISPATCH_CALL.max_blocks)
         rows.append(_timed(f"dispatch here (sm_{g.compute_capability}): {d.scores} + {d.topk}",
@@ -391,8 +388,8 @@ def check_thresholds(record: RunRecord, thresholds: Any) -> None:
     """Add a ThresholdCheck per (case, threshold) the record has the medians for."""
     from .results import ThresholdCheck
 
-    olds = {"scores": scores_stage.OLD, "topk": topk_stage.OLD}
-    news = {"scores": scores_stage.NEW, "topk": topk_stage.NEW}
+    olds = {stage: registry.with_role(stage, "baseline") for stage in registry.STAGES}
+    news = {stage: registry.with_role(stage, "candidate") for stage in registry.STAGES}
     medians: dict[tuple[str, str], float] = {(m.key, m.variant): m.median_us for m in record.measurements}
     for m in record.measurements:
         limits = thresholds.get(m.stage)
@@ -415,10 +412,7 @@ def check_thresholds(record: RunRecord, thresholds: Any) -> None:
 
 def sanitize_variants(s: Session) -> dict[str, tuple[str, ...]]:
     """Stage -> every variant this device runs (the cluster top-k on sm_90 and newer)."""
-    from .launch.scores import SCORER_VARIANTS
-    from .launch.topk import available_variants
-
-    return {"scores": SCORER_VARIANTS, "topk": available_variants(s.compute_capability or 0)}
+    return {stage: registry.runs_on(stage, s.compute_capability or 0) for stage in registry.STAGES}
 
 
 def sanitize_run(s: Session, tools: tuple[str, ...], chosen: tuple[str, ...] | None, known: list[Any],
@@ -447,7 +441,7 @@ def window_bench(s: Session, call: Call, iters: int, keys: str = DEFAULT_KEYS) -
     available = topk_variants(s, call.max_blocks)
     summary = _dispatch_summary(s, "decode", call.max_blocks)
     dispatched = (summary["scores"], summary["topk"])  # what the engine replays on this card
-    pairs = tuple(dict.fromkeys(p for p in (*window_stage.PAIRS, dispatched) if p[1] in available))
+    pairs = tuple(dict.fromkeys(p for p in (*registry.window_pairs(), dispatched) if p[1] in available))
     s.record.settings["dispatch"] = summary
     inputs = scorer_inputs(call, s.settings.seed, keys)
     return s.take(window_stage.run_window(inputs, s.measurer(iters), pairs))
@@ -464,19 +458,18 @@ class DeviceReport:
 
 def device_report(device_id: int = 0) -> DeviceReport:
     """What ``qsa info`` shows: the device and its clocks, every kernel's resources, the engine's choice."""
-    from .launch import scores as scores_launch
-    from .launch import topk as topk_launch
+    from .kernels import load
 
     with session(Settings(device_id=device_id), "info", []) as s:
         cc = s.compute_capability or 0
         kernels, notes = [], []
-        for mod, names in ((scores_launch.module(), scores_launch.KERNEL_NAMES),
-                           (topk_launch.module(), topk_launch.KERNEL_NAMES)):
-            kernels += [mod.info(name) for group in names.values() for name in group]
-        if topk_launch.CLUSTER in topk_launch.available_variants(cc):
+        for stage in registry.STAGES:
+            for name in registry.runs_on(stage, cc):
+                v = registry.get(stage, name)
+                kernels += [load(v.source, registry.kernels_of(v.source)).info(k) for k in v.kernels]
+        if any(registry.get("topk", v).launch == "cluster" for v in registry.runs_on("topk", cc)):
             from .launch import topk_cluster
 
-            kernels.append(topk_cluster.module().info(topk_cluster.KERNEL_NAMES["cluster"][0]))
             optin = int(s.record.device.get("shared_optin_bytes", 0))
             notes.append(f"cluster top-k: capacities up to {topk_cluster.cluster_max_capacity(optin)} cells fit "
                          f"{optin} B of shared memory per CTA")

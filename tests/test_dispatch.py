@@ -6,11 +6,10 @@ import itertools
 
 import pytest
 
+from qsa_cli import variants
 from qsa_cli.dispatch import (
     ENV_SCORES_HALVE,
     ENV_TOPK_SPLIT,
-    SCORER_VARIANTS,
-    TOPK_VARIANTS,
     Dispatch,
     dispatch,
 )
@@ -49,7 +48,7 @@ def test_every_card_kind_and_switch(cc: int, kind: str) -> None:
         d = dispatch(cc, kind, env_of(halve, split))
         assert isinstance(d, Dispatch)
         assert (d.scores, d.topk) == spec_table(cc, kind, halve, split), (halve, split)
-        assert d.scores in SCORER_VARIANTS and d.topk in TOPK_VARIANTS
+        assert d.scores in variants.names("scores") and d.topk in variants.names("topk")
         assert set(d.reasons) == {"scores", "topk"}
         assert all(r and "\n" not in r for r in d.reasons.values())
 

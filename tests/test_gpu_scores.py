@@ -26,7 +26,8 @@ from qsa_cli.geometry import (
 )
 from qsa_cli.inputs import ADVERSARIAL_NANS, SCORE_POISON_BITS, ScorerInputs, score_poison, synthetic_scorer_inputs
 from qsa_cli.kernels import load
-from qsa_cli.launch.scores import KERNEL_NAMES, SCORER_VARIANTS, SOURCE, DeviceScorerInputs, scorer_launcher
+from qsa_cli import variants
+from qsa_cli.launch.scores import SOURCE, DeviceScorerInputs, scorer_launcher
 from qsa_cli.model.scores import butterfly_sum, first_difference, lane_partials, score_blocks
 
 # (context, capacity): 2K-524K cells, the window's last n_kv % 4 = 2, 1, 3, 0, 1, 3; capacity above the context.
@@ -69,8 +70,8 @@ def check_window(cupy: Any, inputs: ScorerInputs, want_all: np.ndarray, label: s
         sub = sub_window(inputs, nq)
         dev = DeviceScorerInputs(dev_all.pooled, dev_all.dead, dev_all.q[-nq:], dev_all.steps[-nq:])
         want = want_all[-nq:]
-        got = {v: run_variant(cupy, v, dev) for v in SCORER_VARIANTS}
-        for v in SCORER_VARIANTS:
+        got = {v: run_variant(cupy, v, dev) for v in variants.names("scores")}
+        for v in variants.names("scores"):
             what = f"{label} {nq} queries, {v}"
             assert_written_exactly(got[v], sub.steps, what)
             assert_same_bytes(got[v], got["reference"], sub.steps, f"{what} vs reference")
@@ -96,7 +97,7 @@ def test_scorers_match_model_adversarial(cupy: Any, ctx: int, capacity: int) -> 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", SCORER_VARIANTS)
+@pytest.mark.parametrize("variant", variants.names("scores"))
 def test_graph_replay_follows_device_steps(cupy: Any, variant: str) -> None:
     """A launch captured into a CUDA graph reads every count from the device: replayed after the
     window's step records advance by one cell (a new block completes), it scores the new window."""
@@ -203,7 +204,7 @@ def _host_dev(nq: int) -> DeviceScorerInputs:
 
 def test_launcher_rejects_unknown_variant() -> None:
     dev = _host_dev(1)
-    with pytest.raises(ValueError, match="unknown scorer variant 'fast'"):
+    with pytest.raises(ValueError, match="unknown scores variant 'fast'"):
         scorer_launcher("fast", dev, np.zeros((1, dev.max_blocks), np.float32))
 
 
@@ -221,5 +222,5 @@ def test_launcher_rejects_wrong_output() -> None:
 
 
 def test_kernel_names_cover_variants() -> None:
-    assert set(KERNEL_NAMES) == set(SCORER_VARIANTS)
-    assert len(KERNEL_NAMES["halve"]) == HALVE_MAX_QUERIES  # one instantiation per sub-window size
+    assert {v.source for v in variants.stage_variants("scores")} == {SOURCE}
+    assert len(variants.get("scores", "halve").kernels) == HALVE_MAX_QUERIES  # one instantiation per sub-window size

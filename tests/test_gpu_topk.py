@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import fresh_seed
 
+from qsa_cli import variants
 from qsa_cli.dispatch import ENV_PDL, programmatic_launches
 from qsa_cli.geometry import (
     MAX_QUERIES,
@@ -31,9 +32,7 @@ from qsa_cli.inputs import (
     synthetic_scores,
 )
 from qsa_cli.launch.topk import (
-    KERNEL_NAMES,
-    THREADS,
-    TOPK_VARIANTS,
+    SOURCE,
     module,
     split_chunks,
     topk_launcher,
@@ -41,6 +40,8 @@ from qsa_cli.launch.topk import (
 from qsa_cli.model.topk import first_difference, topk_ids
 
 CELLS_PER_CHUNK = SPLIT_CHUNK_BLOCKS * 4  # a chunk of blocks, in cells
+# topk.cu's variants (the cluster kernel, in a file of its own, is tests/test_gpu_topk_cluster.py's)
+TOPK_CU_VARIANTS = tuple(v.name for v in variants.stage_variants("topk") if v.source == SOURCE)
 
 # (context, capacity), each run as a decode call (8 queries, no active count) and a prompt call
 # (64 queries, ctx // 4 + 1 active blocks), with the three score sets.
@@ -100,7 +101,7 @@ def run_variants(cupy: Any, inputs: TopkInputs, active_blocks: int, label: str, 
     scores, steps = cupy.asarray(inputs.scores), cupy.asarray(inputs.steps)
     poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
     ids = cupy.empty_like(poison)
-    for variant in TOPK_VARIANTS:
+    for variant in TOPK_CU_VARIANTS:
         cupy.copyto(ids, poison)
         topk_launcher(variant, scores, steps, ids, active_blocks=active_blocks)()
         got = ids.get()
@@ -225,10 +226,11 @@ def test_split_graph_follows_a_growing_context(cupy: Any) -> None:
 @pytest.mark.gpu
 def test_threads_match_launch_bounds(cupy: Any) -> None:
     mod = module()
-    for variant in TOPK_VARIANTS:
-        for name in KERNEL_NAMES[variant]:
+    for variant in TOPK_CU_VARIANTS:
+        v = variants.get("topk", variant)
+        for name in v.kernels:
             info = mod.info(name)
-            assert info.max_threads == THREADS[variant], f"{name}: launch bounds {info.max_threads}"
+            assert info.max_threads == v.threads, f"{name}: launch bounds {info.max_threads}"
             assert info.local_bytes == 0, f"{name}: {info.local_bytes} bytes of local memory (spills)"
 
 
@@ -244,7 +246,7 @@ def test_launcher_rejects_bad_arguments() -> None:
     steps = np.zeros((nq, 4), np.int32)
     ids = np.zeros((nq, SELECT_CAP), np.int32)
     bad = [
-        (("cluster-of-one", scores, steps, ids), {}, "unknown top-k variant"),
+        (("cluster-of-one", scores, steps, ids), {}, "unknown topk variant"),
         (("split", scores.astype(np.float64), steps, ids), {}, "scores must be"),
         (("split", scores[:, ::2], steps, ids), {}, "scores must be"),
         (("wide", scores, steps[:1], ids), {}, "steps must be"),

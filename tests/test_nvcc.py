@@ -8,8 +8,6 @@ archs >= NN. Skipped when no nvcc is on PATH.
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 import re
 import shutil
 import subprocess
@@ -21,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-import qsa_cli.launch
+from qsa_cli import variants
 from qsa_cli.kernels import kernel_dir
 
 ARCHS = (75, 80, 86, 90)
@@ -93,12 +91,11 @@ def test_min_arch_rule(tmp_path: Path) -> None:
 
 
 def _launcher_kernel_names() -> Iterator[tuple[str, str]]:
-    """(launcher module, kernel name) for every KERNEL_NAMES table in qsa_cli.launch."""
-    for info in pkgutil.iter_modules(qsa_cli.launch.__path__):
-        mod = importlib.import_module(f"qsa_cli.launch.{info.name}")
-        for names in getattr(mod, "KERNEL_NAMES", {}).values():
-            for name in names:
-                yield info.name, name
+    """(source, kernel name) of every variant's kernels in the registry (qsa_cli/variants.py)."""
+    for stage in variants.STAGES:
+        for v in variants.stage_variants(stage):
+            for name in v.kernels:
+                yield v.source, name
 
 
 def _global_def(base: str) -> re.Pattern[str]:
@@ -107,12 +104,11 @@ def _global_def(base: str) -> re.Pattern[str]:
 
 
 def test_launcher_kernel_names_are_in_sources() -> None:
-    text = "\n".join(p.read_text() for p in _sources())
     pairs = list(_launcher_kernel_names())
-    assert any(mod == "scores" for mod, _ in pairs)
-    for mod, name in pairs:
+    assert {source for source, _ in pairs} == {"scores.cu", "topk.cu", "topk_cluster.cu"}
+    for source, name in pairs:
         base = name.partition("<")[0]
-        assert _global_def(base).search(text), f"launch/{mod}.py uses {base}, which no kernels/*.cu defines"
+        assert _global_def(base).search((kernel_dir() / source).read_text()), f"{source} defines no {base}"
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("c++filt") is None, reason="no nvcc or c++filt")

@@ -16,15 +16,10 @@ import numpy as np
 from ..geometry import HALVE_MAX_QUERIES, MAX_QUERIES, WARP
 from ..inputs import ScorerInputs
 from ..kernels import Module, load
+from ..variants import get, kernels_of
 
 SOURCE = "scores.cu"
-SCORER_VARIANTS = ("reference", "multi", "halve")
-KERNEL_NAMES: dict[str, tuple[str, ...]] = {
-    "reference": ("block_scores_kernel",),
-    "multi": ("block_scores_multi_kernel",),
-    "halve": tuple(f"block_scores_halve_kernel<{n}>" for n in range(1, HALVE_MAX_QUERIES + 1)),
-}
-_ALL_NAMES = tuple(name for v in SCORER_VARIANTS for name in KERNEL_NAMES[v])  # one module, one compile
+STAGE = "scores"
 
 WARPS_PER_CTA = 8  # the reference and the old decode scorer (spec section 2)
 MULTI_CTAS = 256  # the old decode scorer's fixed grid (spec section 2)
@@ -45,7 +40,7 @@ class DeviceScorerInputs(ScorerInputs):
 
 
 def module() -> Module:
-    return load(SOURCE, _ALL_NAMES)
+    return load(SOURCE, kernels_of(SOURCE))  # every scorer's kernels: one module, one compile
 
 
 def _resident_grid(kernel: Any, threads: int) -> int:
@@ -60,30 +55,30 @@ def _resident_grid(kernel: Any, threads: int) -> int:
 def scorer_launcher(variant: str, dev: ScorerInputs, out: Any) -> Callable[[], None]:
     """A closure launching ``variant`` on ``dev`` into ``out`` (float32 [nq, max_blocks], poisoned by the caller).
 
-    Blocks 0..n_bid of each query's row are written, no others. "halve" runs 5-8 queries as two
-    launches (queries 0..3, then 4..nq-1) on pointer offsets into q, steps and out.
+    Blocks 0..n_bid of each query's row are written, no others. The variant's launch shape (variants.py)
+    decides the grid: "halving" runs 5-8 queries as two launches (queries 0..3, then 4..nq-1) on pointer
+    offsets into q, steps and out, its kernels indexed by the launch's queries.
     """
-    if variant not in SCORER_VARIANTS:
-        raise ValueError(f"unknown scorer variant {variant!r} (expected one of {', '.join(SCORER_VARIANTS)})")
+    v = get(STAGE, variant)
     nq, mb = dev.nq, dev.max_blocks
-    if variant != "reference" and nq > MAX_QUERIES:
+    if v.launch != "per-block" and nq > MAX_QUERIES:
         raise ValueError(f"the {variant} scorer is a decode kernel: at most {MAX_QUERIES} queries (got {nq})")
     if out.dtype != np.float32 or out.shape != (nq, mb) or not out.flags.c_contiguous:
         raise ValueError(f"scores must be C-contiguous float32 [{nq}, {mb}] (got {out.dtype} {list(out.shape)})")
-    mod = module()
+    mod = load(v.source, kernels_of(v.source))
     launches: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[Any, ...]]] = []
-    if variant == "reference":
+    if v.launch == "per-block":
         grid = (-(-mb // WARPS_PER_CTA), nq)
         args = (dev.pooled, dev.dead, dev.q, dev.steps, out, np.int32(nq), np.int32(mb))
-        launches.append((mod.function(KERNEL_NAMES["reference"][0]), grid, (WARPS_PER_CTA * WARP,), args))
-    elif variant == "multi":
+        launches.append((mod.function(v.kernels[0]), grid, (WARPS_PER_CTA * WARP,), args))
+    elif v.launch == "striding":
         args = (dev.pooled, dev.dead, dev.q, dev.steps, out, np.int32(nq), np.int32(mb))
-        launches.append((mod.function(KERNEL_NAMES["multi"][0]), (MULTI_CTAS,), (WARPS_PER_CTA * WARP,), args))
+        launches.append((mod.function(v.kernels[0]), (MULTI_CTAS,), (WARPS_PER_CTA * WARP,), args))
     else:
         block = (HALVE_WARPS_PER_CTA * WARP,)
         for start in range(0, nq, HALVE_MAX_QUERIES):
             n = min(HALVE_MAX_QUERIES, nq - start)
-            kernel = mod.function(KERNEL_NAMES["halve"][n - 1])
+            kernel = mod.function(v.kernels[n - 1])
             # more CTAs than there are blocks for their warps would only launch idle warps
             grid = (min(_resident_grid(kernel, block[0]), -(-mb // HALVE_WARPS_PER_CTA)),)
             sub = slice(start, start + n)

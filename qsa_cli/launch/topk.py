@@ -23,44 +23,20 @@ from ..geometry import (
     SELECT_CAP,
     SPLIT_CHUNK_BLOCKS,
     STEP_INTS,
-    TOPK_REF_THREADS,
-    TOPK_SPLIT_THREADS,
-    TOPK_WIDE_THREADS,
     GeometryError,
 )
 from ..integrity import Allocator, PlainAllocator
 from ..kernels import Module, load
+from ..variants import get, kernels_of
 from .driver import ProgrammaticLaunch
 
 SOURCE = "topk.cu"
-TOPK_VARIANTS = ("reference", "wide", "split")
-CLUSTER = "cluster"  # in topk_cluster.cu (sm_90+): launched through launch/topk_cluster.py
-KERNEL_NAMES: dict[str, tuple[str, ...]] = {
-    "reference": ("block_topk_kernel",),
-    "wide": ("block_topk_wide_kernel",),
-    # launch order: four radix passes, the count, the emit
-    "split": (
-        *(f"block_topk_split_pass_kernel<{p}>" for p in range(RADIX_PASSES)),
-        "block_topk_split_count_kernel",
-        "block_topk_split_emit_kernel",
-    ),
-}
-_ALL_NAMES = tuple(name for v in TOPK_VARIANTS for name in KERNEL_NAMES[v])  # one module, one compile
-
-# Threads a CTA: the kernels' __launch_bounds__ (QSA_TOPK_*_THREADS of qsa_common.cuh).
-THREADS = {"reference": TOPK_REF_THREADS, "wide": TOPK_WIDE_THREADS, "split": TOPK_SPLIT_THREADS}
+STAGE = "topk"
 MAX_GRID_Y = 65535  # the split's grid is (chunks, nq)
 
 
 def module() -> Module:
-    return load(SOURCE, _ALL_NAMES)
-
-
-def available_variants(compute_capability: int) -> tuple[str, ...]:
-    """The top-k variants this card runs: all of topk.cu's, and the cluster kernel on sm_90 and newer."""
-    from .topk_cluster import CLUSTER_MIN_CC
-
-    return TOPK_VARIANTS + ((CLUSTER,) if compute_capability >= CLUSTER_MIN_CC else ())
+    return load(SOURCE, kernels_of(SOURCE))  # every top-k kernel of topk.cu: one module, one compile
 
 
 def split_chunks(max_blocks: int, active_blocks: int = 0) -> int:
@@ -105,18 +81,17 @@ def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blo
     stages give guarded buffers; default: plain CuPy arrays). The step records are the caller's to
     validate (``geometry.validate_steps``): reading them here would need a host sync.
     """
-    if variant == CLUSTER:
+    v = get(STAGE, variant)
+    if v.launch == "cluster":
         from .topk_cluster import cluster_launcher
 
-        return cluster_launcher(scores, steps, ids, active_blocks=active_blocks)
-    if variant not in TOPK_VARIANTS:
-        raise ValueError(f"unknown top-k variant {variant!r} (expected one of {', '.join(TOPK_VARIANTS + (CLUSTER,))})")
+        return cluster_launcher(scores, steps, ids, active_blocks=active_blocks, variant=v)
     nq, mb = _check(scores, steps, ids, active_blocks)
-    mod = module()
-    kernels = [mod.function(name) for name in KERNEL_NAMES[variant]]
-    block = (THREADS[variant],)
+    mod = load(v.source, kernels_of(v.source))
+    kernels = [mod.function(name) for name in v.kernels]
+    block = (v.threads,)
     common = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
-    if variant != "split":
+    if v.launch == "one-cta":
         return TopkLaunch((functools.partial(kernels[0], (nq,), block, common),))
 
     import cupy
@@ -156,7 +131,7 @@ def split_scratch(scratch: Allocator, nq: int, chunks: int) -> SplitScratch:
 
 
 def split_kernel_args(common: tuple[Any, ...], s: SplitScratch) -> list[tuple[Any, ...]]:
-    """The arguments of the split's six launches, in KERNEL_NAMES["split"]'s order (four passes, the
+    """The arguments of the split's six launches, in its kernels' order (variants.py: four passes, the
     count, the emit), as their kernels declare them."""
     return [*((*common, s.hist, s.select) for _ in range(RADIX_PASSES)),
             (*common, s.hist, s.counts, s.select),

@@ -28,7 +28,6 @@ from ..geometry import (
 from ..kernels import KernelError, Module, load
 
 SOURCE = "topk_cluster.cu"
-KERNEL_NAMES: dict[str, tuple[str, ...]] = {"cluster": ("block_topk_cluster_kernel",)}
 THREADS = TOPK_CLUSTER_THREADS
 WORD_BYTES = 4  # a uint32: one block's order key, one histogram bin
 LANE_KEYS = 4  # keys a lane reads at once (16 bytes): the slice is padded to a multiple
@@ -94,10 +93,20 @@ def require_cluster(compute_capability: int, max_blocks: int, device_max_smem_op
 
 
 def module() -> Module:
-    return load(SOURCE, KERNEL_NAMES["cluster"])
+    from ..variants import kernels_of  # here: variants.py reads the models, which read this module's sizes
+
+    return load(SOURCE, kernels_of(SOURCE))
 
 
-def cluster_launcher(scores: Any, steps: Any, ids: Any, *, active_blocks: int = 0) -> Callable[[], None]:
+def kernel_name() -> str:
+    """The cluster kernel's name: the registry's (variants.py) cluster variant."""
+    from ..variants import get
+
+    return get("topk", "cluster").kernels[0]
+
+
+def cluster_launcher(scores: Any, steps: Any, ids: Any, *, active_blocks: int = 0,
+                     variant: Any = None) -> Callable[[], None]:
     """A closure launching the cluster top-k on ``scores`` (float32 [nq, max_blocks]) and ``steps``
     (int32 [nq, 4]) into ``ids`` (int32 [nq, SELECT_CAP], poisoned by the caller): each query's entries
     0..width-1. It only enqueues one launch on the current stream, so it can be captured into a CUDA graph.
@@ -111,7 +120,10 @@ def cluster_launcher(scores: Any, steps: Any, ids: Any, *, active_blocks: int = 
     device = cupy.cuda.Device()
     optin = int(cupy.cuda.runtime.getDeviceProperties(device.id)["sharedMemPerBlockOptin"])
     dynamic = require_cluster(int(device.compute_capability), mb, optin, active_blocks)
-    kernel = module().function(KERNEL_NAMES["cluster"][0])
+    from ..variants import get, kernels_of
+
+    variant = variant or get("topk", "cluster")  # a variants.Variant of the cluster's launch shape
+    kernel = load(variant.source, kernels_of(variant.source)).function(variant.kernels[0])
     static = int(kernel.attributes["shared_size_bytes"])
     if static > STATIC_SMEM_BYTES:
         raise KernelError(f"{SOURCE}: {static} B of static shared memory, over the {STATIC_SMEM_BYTES} B the launcher sizes for")

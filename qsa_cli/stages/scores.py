@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import variants as registry
 from ..inputs import ScorerInputs, score_poison
 from ..integrity import GuardedBuffers
 from ..model.scores import first_difference, score_blocks, scores_hash
 from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, call_case, keys_case, to_host
 
 STAGE = "scores"
-OLD, NEW = "multi", "halve"
 CPU_MODEL = "cpu-model"
-MODEL_ORDER = {"reference": "butterfly", "multi": "butterfly", "halve": "halve"}
 READ_FLOOR = "read-floor"
 SCORER_INPUTS = ("pooled", "dead", "q", "steps")  # ScorerInputs' arrays, in its field order
 
@@ -34,13 +33,16 @@ def describe_difference(steps: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
 def run_scores(
     inputs: ScorerInputs,
     measurer: Measurer,
-    variants: tuple[str, ...] = (OLD, NEW),
+    variants: tuple[str, ...] | None = None,
     check_model: bool = True,
 ) -> StageOutcome:
     """Run ``variants`` on ``inputs``, time each, and check them bit for bit against each other and the model.
 
-    The inputs and the scores sit between guard zones; each variant's integrity is checked after its
-    runs (stages/common.py, Integrity)."""
+    ``variants`` defaults to the baseline and the candidate (variants.py), which are also checked against
+    each other. The inputs and the scores sit between guard zones; each variant's integrity is checked
+    after its runs (stages/common.py, Integrity)."""
+    old, new = registry.with_role(STAGE, "baseline"), registry.with_role(STAGE, "candidate")
+    variants = variants or (old, new)
     case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2, **keys_case(inputs))
     out = StageOutcome()
     key_bytes = inputs.key_bytes()
@@ -59,7 +61,7 @@ def run_scores(
 
             launch = scorer_launcher(v, placed, scores)
         else:
-            launch = lambda v=v: np.copyto(scores, score_blocks(placed, MODEL_ORDER[v]))  # noqa: E731
+            launch = lambda v=v: np.copyto(scores, score_blocks(placed, registry.get(STAGE, v).model))  # noqa: E731
         repoison()
         launch()
         out.outputs[v] = to_host(scores)
@@ -71,8 +73,8 @@ def run_scores(
         out.add(measurer.measure(STAGE, READ_FLOOR, case, floor, bytes_read=key_bytes))
 
     hashes = {v: scores_hash(out.outputs[v], inputs.steps) for v in variants}
-    if OLD in variants and NEW in variants:
-        out.parity.append(bitwise_check(STAGE, case, NEW, OLD, out.outputs, diff, hashes))
+    if old in variants and new in variants:
+        out.parity.append(bitwise_check(STAGE, case, new, old, out.outputs, diff, hashes))
     if check_model:
         out.outputs[CPU_MODEL] = score_blocks(inputs, "butterfly")
         model_hash = scores_hash(out.outputs[CPU_MODEL], inputs.steps)

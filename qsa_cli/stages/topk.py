@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import variants as registry
 from ..geometry import BLOCK_CELLS, SELECT_CAP, STEP_WIDTH, blocks_read
 from ..inputs import TopkInputs, id_poison
 from ..integrity import GuardedBuffers
@@ -19,7 +20,6 @@ from ..model.topk import first_difference, topk_ids
 from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, call_case, to_host
 
 STAGE = "topk"
-OLD, NEW, REFERENCE = "wide", "split", "reference"
 CPU_ORACLE = "cpu-oracle"
 ARGPARTITION = "cupy.argpartition"
 
@@ -63,7 +63,7 @@ def run_topk(
 
             launch = topk_launcher(v, placed.scores, placed.steps, ids, active_blocks=active_blocks, scratch=buffers)
         else:
-            launch = lambda v=v: np.copyto(ids, topk_ids(placed, v, active_blocks))  # noqa: E731
+            launch = lambda v=v: np.copyto(ids, topk_ids(placed, registry.get(STAGE, v).model, active_blocks))  # noqa: E731
         repoison()
         launch()
         out.outputs[v] = to_host(ids)
@@ -73,7 +73,8 @@ def run_topk(
     if argpartition and on_gpu:
         out.add(measurer.measure(STAGE, ARGPARTITION, case, _argpartition_launcher(placed.scores, inputs)))
 
-    against = [REFERENCE] if REFERENCE in variants else []
+    reference, old, new = (registry.with_role(STAGE, role) for role in ("reference", "baseline", "candidate"))
+    against = [reference] if reference in variants else []
     if check_model:
         out.outputs[CPU_ORACLE] = topk_ids(inputs, "oracle")
         against.append(CPU_ORACLE)
@@ -81,8 +82,8 @@ def run_topk(
         for v in variants:
             if v != ref:
                 out.parity.append(bitwise_check(STAGE, case, v, ref, out.outputs, diff))
-    if OLD in variants and NEW in variants:
-        out.parity.append(bitwise_check(STAGE, case, NEW, OLD, out.outputs, diff))
+    if old in variants and new in variants:
+        out.parity.append(bitwise_check(STAGE, case, new, old, out.outputs, diff))
     return out
 
 
@@ -97,7 +98,7 @@ def _argpartition_launcher(scores: Any, inputs: TopkInputs) -> Any:
     return lambda: cupy.argpartition(view, kth, axis=1)
 
 
-def graph_replay_check(inputs: TopkInputs, replays: int, variant: str = NEW) -> tuple[bool, str]:
+def graph_replay_check(inputs: TopkInputs, replays: int, variant: str) -> tuple[bool, str]:
     """Capture ``variant`` as a CUDA graph and replay it: every replay must give the oracle's ids.
 
     The engine replays its decode graph every step, so a kernel's scratch must be left clean by

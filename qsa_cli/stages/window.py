@@ -1,6 +1,6 @@
 """The whole decode window's selection, as the engine replays it: scores then top-k in one CUDA graph.
 
-Each pair (old scorer + old top-k, new + new, new scorer + cluster top-k on sm_90+) is captured once
+Each pair (a top-k variant after the scorer it follows, variants.window_pairs) is captured once
 and its replays are timed. A replay from poisoned outputs must give the CPU oracle's ids on the CPU
 model's scores, and the last timed replay (its outputs poisoned before it) the same ids, so a kernel
 whose scratch a replay leaves dirty cannot pass.
@@ -20,7 +20,6 @@ from .scores import SCORER_INPUTS
 from .topk import describe_difference
 
 STAGE = "window"
-PAIRS: tuple[tuple[str, str], ...] = (("multi", "wide"), ("halve", "split"), ("halve", "cluster"))
 CPU_ORACLE = "cpu-oracle"
 
 
