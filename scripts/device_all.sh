@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The full device run: GPU tests, selftests, every benchmark of docs/benchmarks.md, the CI gate round
-# trip and the plot, with the card's clocks recorded. Never locks or changes the clocks.
+# The full device run: GPU tests, selftests, qsa sanitize, every benchmark of docs/benchmarks.md, the CI
+# gate round trip and the plot, with the card's clocks recorded. Never locks or changes the clocks.
 # Results: $OUT/log.txt and $OUT/records.tar.gz (one JSON record per command).
 # Usage: bash scripts/device_all.sh [quick | no-scores]   (quick: tests and selftests only)
 set -uo pipefail
@@ -13,9 +13,10 @@ step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; tar czf "$out/records.tar.gz"
 {
 step "card"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv
 step "info"; qsa info
-step "GPU tests"; python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests 2>&1 | tail -30
+step "GPU tests"; python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests -k "not qsa_sanitize_reports" 2>&1 | tail -30  # qsa sanitize runs below
 step "selftest"; qsa selftest --require-gpu --json "$rec/selftest.json"
 step "topk-parity --selftest"; qsa topk-parity --selftest --json "$rec/topk-selftest.json"
+step "sanitize"; qsa sanitize --jobs "$(nproc)" --json "$rec/sanitize.json" | tail -4
 if [ "${1:-}" != quick ]; then
   [ "${1:-}" != no-scores ] && for ctx in 32768 131072 420000 524288; do for q in 1 3 4 6 8; do
     step "select-bench $ctx $q"; qsa select-bench $ctx $q 50 524288 --json "$rec/scores-$ctx-$q.json" | tail -8
