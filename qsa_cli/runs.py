@@ -458,15 +458,13 @@ class DeviceReport:
 
 def device_report(device_id: int = 0) -> DeviceReport:
     """What ``qsa info`` shows: the device and its clocks, every kernel's resources, the engine's choice."""
-    from .kernels import load
-
     with session(Settings(device_id=device_id), "info", []) as s:
         cc = s.compute_capability or 0
         kernels, notes = [], []
         for stage in registry.STAGES:
             for name in registry.runs_on(stage, cc):
                 v = registry.get(stage, name)
-                kernels += [load(v.source, registry.kernels_of(v.source)).info(k) for k in v.kernels]
+                kernels += [registry.compiled(v).info(k) for k in v.kernels]
         if any(registry.get("topk", v).launch == "cluster" for v in registry.runs_on("topk", cc)):
             from .launch import topk_cluster
 

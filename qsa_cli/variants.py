@@ -11,6 +11,7 @@ entry below plus its kernel (and a CPU model when its arithmetic order is new): 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .dispatch import CLUSTER_MIN_CC
 from .geometry import HALVE_MAX_QUERIES, RADIX_PASSES, TOPK_CLUSTER_THREADS, TOPK_REF_THREADS, TOPK_SPLIT_THREADS, TOPK_WIDE_THREADS
@@ -104,6 +105,14 @@ def runs_on(stage: str, compute_capability: int) -> tuple[str, ...]:
 def kernels_of(source: str) -> tuple[str, ...]:
     """Every kernel of every variant in ``source``: what one compile of that file provides."""
     return tuple(k for v in _REGISTRY.values() if v.source == source for k in v.kernels)
+
+
+def compiled(variant: Variant) -> Any:
+    """A ``kernels.Module`` of the variant's source compiled for the current device: one compile a file, with
+    every kernel of every variant in it."""
+    from .kernels import load
+
+    return load(variant.source, kernels_of(variant.source))
 
 
 def window_pairs() -> tuple[tuple[str, str], ...]:

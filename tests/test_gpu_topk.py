@@ -33,7 +33,6 @@ from qsa_cli.inputs import (
 )
 from qsa_cli.launch.topk import (
     SOURCE,
-    module,
     split_chunks,
     topk_launcher,
 )
@@ -225,7 +224,7 @@ def test_split_graph_follows_a_growing_context(cupy: Any) -> None:
 
 @pytest.mark.gpu
 def test_threads_match_launch_bounds(cupy: Any) -> None:
-    mod = module()
+    mod = variants.compiled(variants.get("topk", "reference"))  # topk.cu's kernels
     for variant in TOPK_CU_VARIANTS:
         v = variants.get("topk", variant)
         for name in v.kernels:

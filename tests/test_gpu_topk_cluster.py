@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from topk_rows import EARLY_ENDS, early_end_inputs
 
+from qsa_cli import variants
 from qsa_cli.dispatch import CLUSTER_MIN_CC
 from qsa_cli.geometry import MAX_QUERIES, PROMPT_QUERIES, SELECT_CAP, STEP_NBID, Call, max_blocks, window_steps
 from qsa_cli.inputs import SCORE_SETS, TopkInputs, id_poison, synthetic_scores
@@ -23,7 +24,6 @@ from qsa_cli.launch.topk_cluster import (
     ClusterUnavailable,
     cluster_launcher,
     cluster_max_capacity,
-    module,
 )
 from qsa_cli.model.topk import first_difference, topk_ids
 
@@ -205,7 +205,7 @@ def test_graph_replays_follow_the_device_steps(cupy: Any, seed: int) -> None:
 
 @pytest.mark.gpu
 def test_compiled_kernel_matches_the_launcher(cupy: Any) -> None:
-    info = module().info("block_topk_cluster_kernel")
+    info = variants.compiled(variants.get("topk", "cluster")).info("block_topk_cluster_kernel")
     print(info)
     assert info.max_threads == THREADS
     assert info.shared_bytes <= STATIC_SMEM_BYTES

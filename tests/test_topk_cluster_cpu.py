@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from qsa_cli import variants
 from qsa_cli.dispatch import CLUSTER_MIN_CC
 from qsa_cli.geometry import (
     CLUSTER_CTAS,
@@ -17,7 +18,6 @@ from qsa_cli.geometry import (
 )
 from qsa_cli.launch.topk_cluster import (
     CHUNK_KEYS,
-    kernel_name,
     MAX_CHUNKS,
     STATIC_SMEM_BYTES,
     ClusterUnavailable,
@@ -110,4 +110,4 @@ def test_launcher_checks_arrays_before_touching_a_device() -> None:
 
 
 def test_kernel_names() -> None:
-    assert kernel_name() == "block_topk_cluster_kernel"
+    assert variants.get("topk", "cluster").kernels == ("block_topk_cluster_kernel",)

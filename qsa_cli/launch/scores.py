@@ -15,8 +15,7 @@ import numpy as np
 
 from ..geometry import HALVE_MAX_QUERIES, MAX_QUERIES, WARP
 from ..inputs import ScorerInputs
-from ..kernels import Module, load
-from ..variants import get, kernels_of
+from ..variants import compiled, get
 
 SOURCE = "scores.cu"
 STAGE = "scores"
@@ -37,10 +36,6 @@ class DeviceScorerInputs(ScorerInputs):
         import cupy
 
         return cls(*(cupy.asarray(np.ascontiguousarray(a)) for a in (inputs.pooled, inputs.dead, inputs.q, inputs.steps)))
-
-
-def module() -> Module:
-    return load(SOURCE, kernels_of(SOURCE))  # every scorer's kernels: one module, one compile
 
 
 def _resident_grid(kernel: Any, threads: int) -> int:
@@ -65,7 +60,7 @@ def scorer_launcher(variant: str, dev: ScorerInputs, out: Any) -> Callable[[], N
         raise ValueError(f"the {variant} scorer is a decode kernel: at most {MAX_QUERIES} queries (got {nq})")
     if out.dtype != np.float32 or out.shape != (nq, mb) or not out.flags.c_contiguous:
         raise ValueError(f"scores must be C-contiguous float32 [{nq}, {mb}] (got {out.dtype} {list(out.shape)})")
-    mod = load(v.source, kernels_of(v.source))
+    mod = compiled(v)
     launches: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[Any, ...]]] = []
     if v.launch == "per-block":
         grid = (-(-mb // WARPS_PER_CTA), nq)

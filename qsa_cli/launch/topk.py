@@ -26,17 +26,12 @@ from ..geometry import (
     GeometryError,
 )
 from ..integrity import Allocator, PlainAllocator
-from ..kernels import Module, load
-from ..variants import get, kernels_of
+from ..variants import compiled, get
 from .driver import ProgrammaticLaunch
 
 SOURCE = "topk.cu"
 STAGE = "topk"
 MAX_GRID_Y = 65535  # the split's grid is (chunks, nq)
-
-
-def module() -> Module:
-    return load(SOURCE, kernels_of(SOURCE))  # every top-k kernel of topk.cu: one module, one compile
 
 
 def split_chunks(max_blocks: int, active_blocks: int = 0) -> int:
@@ -87,7 +82,7 @@ def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blo
 
         return cluster_launcher(scores, steps, ids, active_blocks=active_blocks, variant=v)
     nq, mb = _check(scores, steps, ids, active_blocks)
-    mod = load(v.source, kernels_of(v.source))
+    mod = compiled(v)
     kernels = [mod.function(name) for name in v.kernels]
     block = (v.threads,)
     common = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))

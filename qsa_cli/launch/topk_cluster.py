@@ -25,7 +25,7 @@ from ..geometry import (
     capacity_of,
     cluster_slice_blocks,
 )
-from ..kernels import KernelError, Module, load
+from ..kernels import KernelError
 
 SOURCE = "topk_cluster.cu"
 THREADS = TOPK_CLUSTER_THREADS
@@ -92,19 +92,6 @@ def require_cluster(compute_capability: int, max_blocks: int, device_max_smem_op
     return cluster_smem_bytes(blocks)
 
 
-def module() -> Module:
-    from ..variants import kernels_of  # here: variants.py reads the models, which read this module's sizes
-
-    return load(SOURCE, kernels_of(SOURCE))
-
-
-def kernel_name() -> str:
-    """The cluster kernel's name: the registry's (variants.py) cluster variant."""
-    from ..variants import get
-
-    return get("topk", "cluster").kernels[0]
-
-
 def cluster_launcher(scores: Any, steps: Any, ids: Any, *, active_blocks: int = 0,
                      variant: Any = None) -> Callable[[], None]:
     """A closure launching the cluster top-k on ``scores`` (float32 [nq, max_blocks]) and ``steps``
@@ -120,10 +107,10 @@ def cluster_launcher(scores: Any, steps: Any, ids: Any, *, active_blocks: int = 
     device = cupy.cuda.Device()
     optin = int(cupy.cuda.runtime.getDeviceProperties(device.id)["sharedMemPerBlockOptin"])
     dynamic = require_cluster(int(device.compute_capability), mb, optin, active_blocks)
-    from ..variants import get, kernels_of
+    from ..variants import compiled, get  # here: variants.py reads the models, which read this module's sizes
 
     variant = variant or get("topk", "cluster")  # a variants.Variant of the cluster's launch shape
-    kernel = load(variant.source, kernels_of(variant.source)).function(variant.kernels[0])
+    kernel = compiled(variant).function(variant.kernels[0])
     static = int(kernel.attributes["shared_size_bytes"])
     if static > STATIC_SMEM_BYTES:
         raise KernelError(f"{SOURCE}: {static} B of static shared memory, over the {STATIC_SMEM_BYTES} B the launcher sizes for")
