@@ -103,8 +103,9 @@ def runs_on(stage: str, compute_capability: int) -> tuple[str, ...]:
 
 
 def kernels_of(source: str) -> tuple[str, ...]:
-    """Every kernel of every variant in ``source``: what one compile of that file provides."""
-    return tuple(k for v in _REGISTRY.values() if v.source == source for k in v.kernels)
+    """Every kernel of every variant in ``source`` (each once: two variants may share one): what one
+    compile of that file provides."""
+    return tuple(dict.fromkeys(k for v in _REGISTRY.values() if v.source == source for k in v.kernels))
 
 
 def compiled(variant: Variant) -> Any:

@@ -68,6 +68,7 @@ def test_an_added_variant_is_run_checked_timed_and_reported(capsys, tmp_path: Pa
     against = {p["against"] for p in data["parity"] if p["subject"] == "wide-copy"}
     assert against == {"reference", "cpu-oracle", "guard zones", "inputs"}
     assert variants.window_pairs()[-1] == ("multi", "wide-copy")
+    assert variants.kernels_of("topk.cu").count("block_topk_wide_kernel") == 1  # one compile, each kernel once
 
 
 def test_a_sweep_may_name_an_added_variant(tmp_path: Path, wide_copy) -> None:
