@@ -21,6 +21,12 @@ READ_FLOOR = "read-floor"
 SCORER_INPUTS = ("pooled", "dead", "q", "steps")  # ScorerInputs' arrays, in its field order
 
 
+def place_scorer_inputs(buffers: GuardedBuffers, inputs: ScorerInputs) -> tuple[ScorerInputs, Integrity]:
+    """The scorer's inputs copied between guard zones, and the integrity checks that watch them."""
+    placed = ScorerInputs(*(buffers.asarray(name, getattr(inputs, name)) for name in SCORER_INPUTS))
+    return placed, Integrity(buffers, {name: (getattr(placed, name), getattr(inputs, name)) for name in SCORER_INPUTS})
+
+
 def describe_difference(steps: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
     where = first_difference(a, b, steps)
     if where is None:
@@ -49,11 +55,10 @@ def run_scores(
     on_gpu = measurer.timer is not None
     xp = array_module(on_gpu)
     buffers = GuardedBuffers(xp)
-    placed = ScorerInputs(*(buffers.asarray(name, getattr(inputs, name)) for name in SCORER_INPUTS))
+    placed, integrity = place_scorer_inputs(buffers, inputs)
     scores = buffers.empty("scores", (inputs.nq, inputs.max_blocks), np.float32)
     poison = xp.asarray(score_poison(scores.shape))
     repoison = lambda: xp.copyto(scores, poison)  # noqa: E731
-    integrity = Integrity(buffers, {name: (getattr(placed, name), getattr(inputs, name)) for name in SCORER_INPUTS})
     diff = lambda a, b: describe_difference(inputs.steps, a, b)  # noqa: E731
     for v in variants:
         if on_gpu:

@@ -15,8 +15,8 @@ from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
 from ..integrity import GuardedBuffers
 from ..model.scores import score_blocks
 from ..model.topk import topk_ids
-from .common import Integrity, Measurer, StageOutcome, bitwise_check, call_case, keys_case
-from .scores import SCORER_INPUTS
+from .common import Measurer, StageOutcome, bitwise_check, call_case, keys_case
+from .scores import place_scorer_inputs
 from .topk import describe_difference
 
 STAGE = "window"
@@ -45,11 +45,10 @@ def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[tuple[str,
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         buffers = GuardedBuffers(cupy)
-        placed = ScorerInputs(*(buffers.asarray(name, getattr(inputs, name)) for name in SCORER_INPUTS))
+        placed, integrity = place_scorer_inputs(buffers, inputs)
         scores = buffers.empty("scores", (inputs.nq, inputs.max_blocks), np.float32)
         ids = buffers.empty("ids", (inputs.nq, SELECT_CAP), np.int32)
         poisons = ((scores, cupy.asarray(score_poison(scores.shape))), (ids, cupy.asarray(id_poison(ids.shape))))
-        integrity = Integrity(buffers, {name: (getattr(placed, name), getattr(inputs, name)) for name in SCORER_INPUTS})
 
         def repoison() -> None:
             for array, poison in poisons:
