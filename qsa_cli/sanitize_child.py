@@ -24,11 +24,9 @@ def run_case(cupy: Any, case: dict[str, Any]) -> None:
 
     call = Call(case["ctx"], case["nq"], case["capacity"], prompt=case["kind"] == "prompt")
     if case["stage"] == "scores":
-        from .inputs import ScorerInputs
-        from .launch.scores import scorer_launcher
+        from .launch.scores import DeviceScorerInputs, scorer_launcher
 
-        host = synthetic_scorer_inputs(call, case["seed"], case["keys"])
-        dev = ScorerInputs(*(cupy.asarray(a) for a in (host.pooled, host.dead, host.q, host.steps)))
+        dev = DeviceScorerInputs.from_host(synthetic_scorer_inputs(call, case["seed"], case["keys"]))
         out = cupy.asarray(score_poison((call.nq, call.max_blocks)))
         launch = scorer_launcher(case["variant"], dev, out)
     else:
