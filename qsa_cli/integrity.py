@@ -98,13 +98,15 @@ class GuardedBuffers:
         return found
 
 
+def digest(array: Any) -> str:
+    """sha256 of an array's bytes (a device array is copied to the host first)."""
+    host = array.get() if hasattr(array, "get") else np.asarray(array)
+    return hashlib.sha256(np.ascontiguousarray(host).tobytes()).hexdigest()
+
+
 def fingerprint(arrays: dict[str, Any]) -> dict[str, str]:
-    """sha256 of each array's bytes (a device array is copied to the host first)."""
-    out = {}
-    for name, a in arrays.items():
-        host = a.get() if hasattr(a, "get") else np.asarray(a)
-        out[name] = hashlib.sha256(np.ascontiguousarray(host).tobytes()).hexdigest()
-    return out
+    """The digest of each array."""
+    return {name: digest(a) for name, a in arrays.items()}
 
 
 def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:

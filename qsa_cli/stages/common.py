@@ -11,7 +11,7 @@ import numpy as np
 
 from ..dispatch import DEFAULT_KEYS
 from ..geometry import STEP_NKV
-from ..integrity import GuardedBuffers, changed, fingerprint
+from ..integrity import GuardedBuffers, changed, digest, fingerprint
 from ..inputs import ScorerInputs
 from ..results import Measurement, ParityCheck
 from ..timing import DeviceTimer, Launch, measure_host
@@ -175,7 +175,7 @@ class Integrity:
             ParityCheck(stage, dict(case), variant, GUARD_ZONES, not breaches, "; ".join(breaches)),
             ParityCheck(stage, dict(case), variant, INPUTS, not moved,
                         f"{', '.join(moved)} changed by the run" if moved else "",
-                        hashes={INPUTS_HASH: self.inputs_hash, OUTPUT_HASH: fingerprint({"output": first})["output"]}),
+                        hashes={INPUTS_HASH: self.inputs_hash, OUTPUT_HASH: digest(first)}),
         ]
         if last is not None:
             outputs = {f"{variant} ({LAST_CALL})": last, variant: first}
