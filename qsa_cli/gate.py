@@ -89,22 +89,19 @@ def check_comparable(record: RunRecord, baseline: RunRecord, force: bool = False
     for name, r in (("the results", record), ("the baseline", baseline)):
         if r.incomplete:
             raise GateError(f"{name} record is incomplete (its run was interrupted): the gate compares whole runs")
-    out, notes = [], []
-    for what, get in (("backend", lambda r: r.backend),
-                      ("device", lambda r: r.device.get("name")),
-                      ("compute capability", lambda r: r.device.get("compute_capability")),
-                      ("kernel sources", lambda r: r.kernel_source_hash)):
-        ours, theirs = get(record), get(baseline)
-        if ours == theirs:
-            continue
-        if what == "kernel sources" and output_hashes(baseline):
-            notes.append(f"kernel sources {ours[:12]} here, {theirs[:12]} in the baseline: their outputs' bits are compared")
-        else:
-            out.append(f"{what} {ours!r} here, {theirs!r} in the baseline")
+    out = [f"{what} {get(record)!r} here, {get(baseline)!r} in the baseline"
+           for what, get in (("backend", lambda r: r.backend),
+                             ("device", lambda r: r.device.get("name")),
+                             ("compute capability", lambda r: r.device.get("compute_capability")))
+           if get(record) != get(baseline)]
+    notes, ours, theirs = [], record.kernel_source_hash, baseline.kernel_source_hash
+    if ours != theirs and output_hashes(baseline):
+        notes.append(f"kernel sources {ours[:12]} here, {theirs[:12]} in the baseline: their outputs' bits are compared")
+    elif ours != theirs:
+        out.append(f"kernel sources {ours!r} here, {theirs!r} in the baseline (the baseline holds no output hashes "
+                   "to compare the bits of other kernels by)")
     if out and not force:
-        more = " (the baseline holds no output hashes to compare the bits of other kernels by)" if any(
-            d.startswith("kernel sources") for d in out) else ""
-        raise GateError(f"the baseline is not comparable: {'; '.join(out)}{more} (pass --force to compare anyway)")
+        raise GateError(f"the baseline is not comparable: {'; '.join(out)} (pass --force to compare anyway)")
     return [f"forced: {d}" for d in out] + notes
 
 
