@@ -18,12 +18,13 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .config import SweepCase
 from .dispatch import DEFAULT_KEYS, SCORER_KEYS
 from .geometry import MAX_QUERIES
 from .kernels import ENV_LINEINFO
@@ -45,18 +46,11 @@ class SanitizerError(ValueError):
 
 
 @dataclass(frozen=True)
-class SanitizeCase:
-    """One call of one variant under the sanitizers."""
+class SanitizeCase(SweepCase):
+    """One call of one stage (a sweep's case), of one variant, on seeded synthetic inputs."""
 
-    stage: str  # "scores" or "topk"
-    variant: str
-    ctx: int
-    nq: int
-    capacity: int
-    kind: str = "decode"
-    score_set: str | None = None  # top-k only
-    seed: int = 0
-    keys: str = DEFAULT_KEYS  # the scorer's keys and queries
+    variant: str = field(kw_only=True)
+    seed: int = field(default=0, kw_only=True)
 
     def case(self) -> dict[str, Any]:
         """The case as the record keys it (results.case_key)."""
@@ -104,8 +98,10 @@ def matrix(variants: dict[str, tuple[str, ...]], score_sets: tuple[str, ...], se
     if not quick:
         scorer.append((LARGE_SCORER_CALL, DEFAULT_KEYS))
         topk += [(LARGE_TOPK_CALL, score_sets[0]), (PROMPT_TOPK_CALL, PROMPT_SCORE_SET)]
-    out = [SanitizeCase("scores", v, *call, None, seed, keys) for call, keys in scorer for v in variants.get("scores", ())]
-    out += [SanitizeCase("topk", v, *call, score_set, seed) for call, score_set in topk for v in variants.get("topk", ())]
+    out = [SanitizeCase("scores", *call, None, keys, variant=v, seed=seed)
+           for call, keys in scorer for v in variants.get("scores", ())]
+    out += [SanitizeCase("topk", *call, score_set, variant=v, seed=seed)
+            for call, score_set in topk for v in variants.get("topk", ())]
     return out
 
 

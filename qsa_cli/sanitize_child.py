@@ -18,11 +18,13 @@ CALLS = 2
 
 
 def run_case(cupy: Any, case: dict[str, Any]) -> None:
-    from .geometry import SELECT_CAP, Call
+    from .geometry import SELECT_CAP
     from .inputs import id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
     from .integrity import PlainAllocator
 
-    call = Call(case["ctx"], case["nq"], case["capacity"], prompt=case["kind"] == "prompt")
+    from .sanitize import SanitizeCase
+
+    call = SanitizeCase(**case).call
     if case["stage"] == "scores":
         from .launch.scores import DeviceScorerInputs, scorer_launcher
 

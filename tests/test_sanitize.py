@@ -19,8 +19,8 @@ DATA = Path(__file__).parent / "data"
 MEMCHECK = (DATA / "memcheck-split-freed-counts.txt").read_text()  # 51 errors, 3 printed, the child crashed
 RACECHECK = (DATA / "racecheck-cluster-chunk-flag.txt").read_text()  # 3 hazards, the child exited 0
 CLEAN = "========= COMPUTE-SANITIZER\ndone\n========= ERROR SUMMARY: 0 errors\n"
-SPLIT = sanitize.SanitizeCase("topk", "split", 131072, 3, 131072, "decode", "continuous")
-CLUSTER = sanitize.SanitizeCase("topk", "cluster", 9002, 3, 16384, "decode", "continuous")
+SPLIT = sanitize.SanitizeCase("topk", 131072, 3, 131072, "decode", "continuous", variant="split")
+CLUSTER = sanitize.SanitizeCase("topk", 9002, 3, 16384, "decode", "continuous", variant="cluster")
 
 
 def marked(*texts: str) -> str:
@@ -160,7 +160,7 @@ def test_memcheck_finds_a_planted_write_one_past_the_output(cupy, tmp_path: Path
     script.write_text(PLANTED % MARKER)
     output, code, seconds = sanitize.run_tool([str(tool), "--tool", "memcheck", sys.executable, str(script)],
                                               dict(os.environ))
-    case = sanitize.SanitizeCase("scores", "planted", 1000, 1, 1000)
+    case = sanitize.SanitizeCase("scores", 1000, 1, 1000, variant="planted")
     (row,) = sanitize.judge([case], "memcheck", output, code, [], seconds)
     assert row.errors >= 1 and not row.passed, output
     assert "Invalid __global__ write of size 4 bytes" in row.first_report and "write_one_past" in row.first_report
