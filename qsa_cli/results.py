@@ -97,6 +97,49 @@ class Dispatch(TypedDict):
     reasons: dict[str, str]
 
 
+class Roles(TypedDict, total=False):
+    """A stage's variants in their roles for this run (variants.py ROLES; ``--baseline`` / ``--candidate``)."""
+
+    reference: str
+    baseline: str
+    candidate: str
+
+
+class EngineProvenance(TypedDict, total=False):
+    """An engine checkout whose variants ran (``engine.build_engine``): what its library was built from."""
+
+    name: str
+    path: str  # the checkout, or the repository a PATH@REV worktree was made from
+    revision: str | None  # PATH@REV's revision
+    commit: str | None  # the checked-out commit (``-dirty`` when the files differ from it)
+    sources: dict[str, str]  # every file of the build, by its path in the checkout: sha256
+    shim_sha256: str
+    nvcc: str
+    arch: str
+    flags: list[str]
+    functions: list[str]
+    cache_key: str
+    library_sha256: str
+    variants: list[str]  # the variants it gave this run
+
+
+class ComparePair(TypedDict):
+    """``qsa compare``: a variant of the base side and the same variant of the candidate side."""
+
+    stage: str
+    base: str
+    candidate: str
+
+
+class CompareSettings(TypedDict):
+    """``qsa compare``'s two sides (their names prefix their variants) and the pairs it compares."""
+
+    base: str
+    candidate: str
+    tolerance: float
+    pairs: list[ComparePair]
+
+
 class RunSettings(TypedDict, total=False):
     """A run's settings; each command records those it has."""
 
@@ -112,6 +155,10 @@ class RunSettings(TypedDict, total=False):
     sanitizer: str  # qsa sanitize: the compute-sanitizer run, its tools, and whether the quick subset
     tools: list[str]
     quick: bool
+    roles: dict[str, Roles]  # stage -> its variants in their roles (the tables' "before" and "after")
+    engines: list[EngineProvenance]  # --engine: each checkout whose variants ran
+    sides: list[dict[str, Any]]  # qsa compare: each side as given (name, kind, path, revision)
+    compare: CompareSettings
 
 
 def case_key(stage: str, case: Case) -> str:

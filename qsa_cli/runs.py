@@ -97,7 +97,8 @@ def session(
     record = RunRecord(command=command, argv=argv, backend=settings.backend, kernel_source_hash=sources_hash())
     record.environment = environment()
     record.settings = {"l2": settings.l2, "warmup": settings.warmup, "seed": settings.seed,
-                       "check_model": settings.check_model}
+                       "check_model": settings.check_model,
+                       "roles": {stage: registry.roles(stage) for stage in registry.STAGES}}
     if os.environ.get(ENV_KERNELS):
         record.settings["kernels"] = str(kernel_dir())
     s = Session(settings, record)

@@ -97,6 +97,11 @@ def with_role(stage: str, role: str) -> str:
     return next(v.name for v in stage_variants(stage) if v.role == role)
 
 
+def roles(stage: str) -> dict[str, str]:
+    """``stage``'s variants by role (reference, baseline, candidate): what a run records as its roles."""
+    return {v.role: v.name for v in stage_variants(stage) if v.role != "variant"}
+
+
 def runs_on(stage: str, compute_capability: int) -> tuple[str, ...]:
     """The variants of ``stage`` a card of this compute capability runs."""
     return tuple(v.name for v in stage_variants(stage) if v.runs_on(compute_capability))
