@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import json
@@ -34,6 +35,7 @@ from .geometry import BLOCK_CELLS, IDX_DIM, IDX_HEADS, MAX_QUERIES, SELECT_CAP, 
 from .inputs import ScorerInputs
 from .integrity import Allocator
 from .kernels import KernelError, cache_dir
+from .variants import ENGINE_KINDS, ENGINE_SCORER, EngineEntry, engine_variant, registered
 
 SOURCE = "src/kernels/cuda/qsa_select.cu"
 HEADER = "include/strata/kernels/qsa_select.hpp"
@@ -43,18 +45,6 @@ SHIM = Path(__file__).with_name("engine_shim.cu")
 
 HOST_FUNCTIONS = ("qsa_block_scores", "qsa_block_topk", "qsa_block_topk_cluster", "qsa_topk_split_bytes",
                   "qsa_block_topk_split", "qsa_block_topk_ref")
-SCORER_VARIANTS = ("scores", "scores-ref")
-TOPK_VARIANTS = ("topk", "topk-ref", "topk-split", "topk-cluster")
-# The host functions a variant calls: a checkout without one of them does not have the variant.
-VARIANT_FUNCTIONS: dict[str, tuple[str, ...]] = {
-    "scores": ("qsa_block_scores",),
-    "scores-ref": ("qsa_block_scores",),
-    "topk": ("qsa_block_topk",),
-    "topk-ref": ("qsa_block_topk_ref",),
-    "topk-split": ("qsa_topk_split_bytes", "qsa_block_topk_split"),
-    "topk-cluster": ("qsa_block_topk_cluster",),
-}
-
 # The engine's build of this file (spec section 8): nvcc's defaults otherwise (fmad on, no ftz).
 BUILD_FLAGS = ("-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC")
 BUILD_TIMEOUT_S = 900
@@ -382,6 +372,11 @@ def load_engine(build: EngineBuild) -> EngineLibrary:
 # ---- variants -------------------------------------------------------------------------------------------
 
 
+def kinds(stage: str) -> tuple[str, ...]:
+    """The engine variants of ``stage`` (variants.ENGINE_KINDS)."""
+    return tuple(k for k, v in ENGINE_KINDS.items() if v.stage == stage)
+
+
 def answered_cc(compute_capability: int, env: Mapping[str, str]) -> int:
     """The compute capability the engine's host side answers: ``STRATA_EMULATE_CC`` where it is set."""
     value = env.get(ENV_EMULATE_CC, "")
@@ -399,9 +394,9 @@ def variant_refusal(lib: EngineLibrary, variant: str, compute_capability: int,
     From the functions the checkout has and the documented domains of its bool functions (spec section 8),
     under the switches of ``env`` (default: this process's environment, which the engine reads once).
     """
-    if variant not in VARIANT_FUNCTIONS:
-        raise ValueError(f"unknown engine variant {variant!r} (expected one of {', '.join(VARIANT_FUNCTIONS)})")
-    missing = [f for f in VARIANT_FUNCTIONS[variant] if f not in lib.functions]
+    if variant not in ENGINE_KINDS:
+        raise ValueError(f"unknown engine variant {variant!r} (expected one of {', '.join(ENGINE_KINDS)})")
+    missing = [f for f in ENGINE_KINDS[variant].functions if f not in lib.functions]
     if missing:
         return f"{lib.name}: its qsa_select.hpp declares no {' or '.join(missing)}"
     env = os.environ if env is None else env
@@ -423,8 +418,57 @@ def variant_refusal(lib: EngineLibrary, variant: str, compute_capability: int,
 def engine_variants(lib: EngineLibrary, compute_capability: int,
                     env: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """The variants of ``lib`` that run on an sm_``compute_capability`` card (the arch it was built for)."""
-    every = (*SCORER_VARIANTS, *TOPK_VARIANTS)
-    return tuple(v for v in every if variant_refusal(lib, v, compute_capability, env) is None)
+    return tuple(v for v in ENGINE_KINDS if variant_refusal(lib, v, compute_capability, env) is None)
+
+
+# ---- a run's checkouts: built, loaded, their variants registered ------------------------------------------
+
+_ATTACHED: dict[str, EngineLibrary] = {}
+
+
+def library(name: str) -> EngineLibrary:
+    """The loaded library of the attached checkout ``name``."""
+    try:
+        return _ATTACHED[name]
+    except KeyError:
+        raise EngineError(f"no engine checkout named {name!r} is attached to this run") from None
+
+
+@contextlib.contextmanager
+def attached(specs: tuple[str | EngineSpec, ...], compute_capability: int,
+             env: Mapping[str, str] | None = None) -> Iterator[list[dict[str, Any]]]:
+    """Each checkout of ``specs`` (``[NAME=]PATH[@REV]``) built for this card, loaded, and its variants that
+    the checkout and the card run registered, for the block's length. Yields each checkout's provenance
+    (the record's ``engines``: what its library was built from, and the variants it gave)."""
+    parsed = [parse_engine_spec(spec) if isinstance(spec, str) else spec for spec in specs]
+    names = [spec.name for spec in parsed]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise EngineError(f"two engine checkouts are named {twice!r}: name them (--engine NAME=PATH)")
+    with contextlib.ExitStack() as stack:
+        provenance = []
+        for spec in parsed:
+            checkout = stack.enter_context(open_engine(spec))
+            lib = checkout.load(compute_capability)
+            here = engine_variants(lib, compute_capability, env)
+            variants = [engine_variant(lib.name, kind) for kind in here]
+            if ENGINE_SCORER not in here:  # nothing to follow in a window
+                variants = [dataclasses.replace(v, window_scorer=None) for v in variants]
+            stack.enter_context(registered(variants))
+            _ATTACHED[lib.name] = lib
+            stack.callback(_ATTACHED.pop, lib.name, None)
+            provenance.append({**lib.provenance, "variants": [v.name for v in variants]})
+        yield provenance
+
+
+def require_switches(entry: EngineEntry, env: Mapping[str, str] | None = None) -> None:
+    """A variant with switches runs only in a process whose environment has them (the engine reads each
+    once per process): anywhere else its launcher would measure the switches' defaults."""
+    env = os.environ if env is None else env
+    wrong = [f"{k}={v}" for k, v in entry.switches if env.get(k) != v]
+    if wrong:
+        raise EngineError(f"{entry.checkout}.{entry.kind} under {', '.join(wrong)} runs in a child process with "
+                          "those switches set, not in this one")
 
 
 def _require_runs(lib: EngineLibrary, variant: str, nq: int) -> None:
@@ -472,8 +516,8 @@ def engine_scorer_launcher(lib: EngineLibrary, variant: str, dev: ScorerInputs, 
     "scores": no active count (-1), the engine's decode scorer, at most 8 queries; "scores-ref": an active
     count of max_blocks, its per-block reference kernel over every block.
     """
-    if variant not in SCORER_VARIANTS:
-        raise ValueError(f"unknown engine scorer variant {variant!r} (expected one of {', '.join(SCORER_VARIANTS)})")
+    if ENGINE_KINDS.get(variant, None) is None or ENGINE_KINDS[variant].stage != "scores":
+        raise ValueError(f"unknown engine scorer variant {variant!r} (expected one of {', '.join(kinds('scores'))})")
     nq, mb = dev.nq, dev.max_blocks
     if variant == "scores" and nq > MAX_QUERIES:
         raise GeometryError(f"the engine's decode scorer takes at most {MAX_QUERIES} queries (got {nq})")
@@ -500,8 +544,8 @@ def engine_topk_launcher(lib: EngineLibrary, variant: str, scores: Any, steps: A
     split's scratch, ``qsa_topk_split_bytes(nq)`` bytes, is taken zeroed from ``scratch`` (default: a plain
     CuPy array) once; every call leaves it zero. EngineRefused when the variant is outside its domain here.
     """
-    if variant not in TOPK_VARIANTS:
-        raise ValueError(f"unknown engine top-k variant {variant!r} (expected one of {', '.join(TOPK_VARIANTS)})")
+    if ENGINE_KINDS.get(variant, None) is None or ENGINE_KINDS[variant].stage != "topk":
+        raise ValueError(f"unknown engine top-k variant {variant!r} (expected one of {', '.join(kinds('topk'))})")
     from .launch.topk import TopkLaunch, _check
 
     nq, mb = _check(scores, steps, ids, active_blocks)

@@ -172,7 +172,7 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def _compile(source: str, names: tuple[str, ...], arch: str, appended: str) -> tuple[bytes, dict[str, str]]:
+def _compile(source: str, names: tuple[str, ...], arch: str, appended: str, folder: Path) -> tuple[bytes, dict[str, str]]:
     """NVRTC through CuPy's compiler helper, with exactly COMPILE_OPTIONS.
 
     Not ``cupy.RawModule(code=...)``: that appends ``-ftz=true`` to every compile, flushing subnormal
@@ -184,7 +184,7 @@ def _compile(source: str, names: tuple[str, ...], arch: str, appended: str) -> t
     import cupy
     from cupy.cuda import compiler
 
-    text = source_text(source) + appended
+    text = _source_text(folder, source) + appended
     options = compile_options()
     key = hashlib.sha256("\0".join([text, *options, *names, arch, cupy.__version__]).encode()).hexdigest()
     binary_path, names_path = cache_dir() / f"{key}.bin", cache_dir() / f"{key}.json"
@@ -205,15 +205,16 @@ def _compile(source: str, names: tuple[str, ...], arch: str, appended: str) -> t
     return binary, lowered
 
 
-def load(source: str, names: tuple[str, ...], appended: str = "") -> Module:
-    """``kernels/<source>`` compiled for the current device: once per process, cached on disk between runs.
+def load(source: str, names: tuple[str, ...], appended: str = "", folder: Path | None = None) -> Module:
+    """``kernels/<source>`` (of ``folder``, default the kernels in use) compiled for the current device:
+    once per process, cached on disk between runs.
 
     ``appended`` is code compiled after the source as part of it, so it can call the source's internal
     helpers (a test's probe of the kernels' own arithmetic); ``names`` may name its functions.
     """
     import cupy
 
-    return _load(source, names, cupy.cuda.Device().id, appended, kernel_dir())
+    return _load(source, names, cupy.cuda.Device().id, appended, folder or kernel_dir())
 
 
 @functools.cache
@@ -223,7 +224,7 @@ def _load(source: str, names: tuple[str, ...], device_id: int, appended: str, fo
 
     with cupy.cuda.Device(device_id) as device:
         try:
-            binary, lowered = _compile(source, names, device.compute_capability, appended)
+            binary, lowered = _compile(source, names, device.compute_capability, appended, folder)
         except KernelError:
             raise
         except Exception as exc:

@@ -46,6 +46,10 @@ class Settings:
     seed: int = 0
     check_model: bool = True
     device_id: int = 0
+    engines: tuple[str, ...] = ()  # --engine [NAME=]PATH[@REV]: checkouts whose variants run beside qsa's
+    variants: tuple[str, ...] | None = None  # --variants: only these (each stage runs those of its own)
+    baseline: str | None = None  # --baseline / --candidate: the "before" and "after" (default: the registry's)
+    candidate: str | None = None
 
 
 @dataclass
@@ -72,7 +76,16 @@ class Session:
     def take(self, outcome: StageOutcome) -> StageOutcome:
         self.record.measurements += outcome.measurements
         self.record.parity += outcome.parity
+        self.record.notes += [n for n in dict.fromkeys(outcome.notes) if n not in self.record.notes]
         return outcome
+
+    def roles(self, stage: str) -> dict[str, str]:
+        return self.record.settings["roles"][stage]
+
+    def chosen(self, stage: str, variants: tuple[str, ...]) -> tuple[str, ...]:
+        """``variants`` less those ``--variants`` leaves out."""
+        picked = self.settings.variants
+        return variants if picked is None else tuple(v for v in variants if v in picked)
 
     @property
     def compute_capability(self) -> int | None:
@@ -103,6 +116,11 @@ def session(
         record.settings["kernels"] = str(kernel_dir())
     s = Session(settings, record)
     if not s.on_gpu:
+        if settings.engines:
+            from .engine import EngineError
+
+            raise EngineError("--engine runs an engine checkout's kernels: it needs --backend gpu")
+        _assign_roles(s)
         yield s
         return
     from .clocks import ClockMonitor, lock_clocks
@@ -112,15 +130,37 @@ def session(
     import cupy
 
     record.device = found.info
-    monitor = ClockMonitor.for_pci_bus_id(found.info["pci_bus_id"])
-    record.device["nvml"] = monitor.device_info()
-    s.clocks = monitor if monitor.available else None
     with cupy.cuda.Device(settings.device_id), contextlib.ExitStack() as stack:
+        if settings.engines:
+            from .engine import attached
+
+            record.settings["engines"] = stack.enter_context(attached(settings.engines, s.compute_capability or 0))
+        _assign_roles(s)
+        monitor = ClockMonitor.for_pci_bus_id(found.info["pci_bus_id"])
         stack.callback(monitor.close)
+        record.device["nvml"] = monitor.device_info()
+        s.clocks = monitor if monitor.available else None
         if lock is not None:
             state = stack.enter_context(lock_clocks(monitor, lock[0], lock[1], optional=lock_optional, warn=warn))
             record.settings["clock_lock"] = state.to_dict()
         yield s
+
+
+def _assign_roles(s: Session) -> None:
+    """The run's roles (``--baseline`` / ``--candidate`` over the registry's) and its ``--variants``, each
+    name checked against the registry, engine variants included: a ValueError naming one it lacks."""
+    known = {name for stage in registry.STAGES for name in registry.names(stage)}
+    for option, value in (("--baseline", s.settings.baseline), ("--candidate", s.settings.candidate)):
+        if value is not None and value not in known:
+            raise ValueError(f"{option}: no variant {value!r} (expected one of {', '.join(sorted(known))})")
+    for name in s.settings.variants or ():
+        if name not in known:
+            raise ValueError(f"--variants: no variant {name!r} (expected one of {', '.join(sorted(known))})")
+    for stage, roles in s.record.settings["roles"].items():
+        stage_names = registry.names(stage)
+        for role, value in (("baseline", s.settings.baseline), ("candidate", s.settings.candidate)):
+            if value in stage_names:
+                roles[role] = value
 
 
 def cluster_refusal(s: Session, max_blocks: int, active_blocks: int = 0) -> str | None:
@@ -154,10 +194,26 @@ def scorer_inputs(call: Call, seed: int, keys: str = DEFAULT_KEYS) -> ScorerInpu
     return synthetic_scorer_inputs(call, seed, keys)
 
 
+def scorer_variants(s: Session) -> tuple[str, ...]:
+    """What a scorer case runs: the baseline and the candidate, and every variant from elsewhere (an engine
+    checkout's, a compare side's) with qsa's reference to check it against; ``--variants`` picks among all."""
+    if s.settings.variants is not None:
+        return s.chosen("scores", registry.names("scores"))
+    roles = s.roles("scores")
+    others = tuple(v.name for v in registry.stage_variants("scores") if not v.qsa_own)
+    return tuple(dict.fromkeys((*((roles["reference"],) if others else ()), roles["baseline"], roles["candidate"],
+                                *others)))
+
+
+def run_scorer_case(s: Session, inputs: ScorerInputs, iters: int, variants: tuple[str, ...] | None = None) -> StageOutcome:
+    return s.take(scores_stage.run_scores(inputs, s.measurer(iters), variants or scorer_variants(s),
+                                          s.settings.check_model, s.roles("scores")))
+
+
 def select_bench(s: Session, inputs: ScorerInputs, iters: int) -> StageOutcome:
-    """The seed's decode-call scorer benchmark: the baseline and the candidate (variants.py) on the same
-    inputs, hashes, times."""
-    return s.take(scores_stage.run_scores(inputs, s.measurer(iters), None, s.settings.check_model))
+    """The seed's decode-call scorer benchmark: the baseline and the candidate (and any engine checkout's
+    scorers) on the same inputs, hashes, times."""
+    return run_scorer_case(s, inputs, iters)
 
 
 # ---- the top-k ----------------------------------------------------------------------------------
@@ -167,8 +223,8 @@ def topk_variants(s: Session, max_blocks: int, active_blocks: int = 0) -> tuple[
     """The variants this card runs for a call of this size: the cluster kernel only where it fits
     (a note in the record says why it was left out)."""
     if not s.on_gpu:
-        return registry.names("topk")  # the CPU models: every variant
-    variants = registry.runs_on("topk", s.compute_capability or 0)
+        return s.chosen("topk", registry.names("topk"))  # the CPU models: every variant
+    variants = s.chosen("topk", registry.runs_on("topk", s.compute_capability or 0))
     refusal = cluster_refusal(s, max_blocks, active_blocks)
     if refusal is None:
         return variants
@@ -189,9 +245,15 @@ def topk_parity(s: Session, inputs: list[TopkInputs], iters: int, active_blocks:
     s.record.settings["dispatch"] = _dispatch_summary(s, kind, inputs[0].max_blocks)
     out = StageOutcome()
     for inp in inputs:  # each score set's rows recorded as it ends (an interrupted run keeps them)
-        out.extend(s.take(topk_stage.run_topk(inp, s.measurer(iters), variants, active_blocks, s.settings.check_model,
-                                              argpartition=s.on_gpu and iters > 0)), prefix=f"{inp.score_set}.")
+        out.extend(run_topk_case(s, inp, iters, variants, active_blocks), prefix=f"{inp.score_set}.")
     return out
+
+
+def run_topk_case(s: Session, inputs: TopkInputs, iters: int, variants: tuple[str, ...], active_blocks: int,
+                  check_model: bool | None = None) -> StageOutcome:
+    return s.take(topk_stage.run_topk(inputs, s.measurer(iters), variants, active_blocks,
+                                      s.settings.check_model if check_model is None else check_model,
+                                      argpartition=s.on_gpu and iters > 0, roles=s.roles("topk")))
 
 
 def _dispatch_summary(s: Session, kind: str, max_blocks: int = 0) -> dict[str, Any]:
@@ -223,7 +285,7 @@ def topk_selftest(s: Session, seed: int, progress: Callable[[str], None] = lambd
         rows.append(SelftestRow(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity), not failures,
                                 time.perf_counter() - t0, failures[0] if failures else ""))
     if s.on_gpu:
-        candidate = registry.with_role("topk", "candidate")  # the kernel with scratch a call must leave clean
+        candidate = s.roles("topk")["candidate"]  # the kernel with scratch a call must leave clean
         progress(f"top-k {candidate} in a CUDA graph")
         t0 = time.perf_counter()
         call = Call(524288, MAX_QUERIES, 524288)
@@ -256,7 +318,7 @@ def _scorer_check(s: Session, seed: int, variants: tuple[str, ...]) -> tuple[int
     checks, failures = 0, []
     for (ctx, nq, cap), keys in itertools.product(SELFTEST_SCORER_CASES, SCORER_KEYS):
         inputs = synthetic_scorer_inputs(Call(ctx, nq, cap), seed, keys)
-        out = s.take(scores_stage.run_scores(inputs, s.measurer(0), variants, check_model=True))
+        out = s.take(scores_stage.run_scores(inputs, s.measurer(0), variants, True, s.roles("scores")))
         checks += len(out.parity)
         failures += _parity_failures(out)
     return checks, failures
@@ -276,7 +338,7 @@ def _topk_call_check(s: Session, call: Call, seed: int, variants: tuple[str, ...
     """Parity only: ``variants`` on every score set of ``call``, against each other and the oracle."""
     out = StageOutcome()
     for inp in topk_score_sets(call, seed):
-        out.extend(s.take(topk_stage.run_topk(inp, s.measurer(0), variants, call.active_blocks, check_model=True)))
+        out.extend(run_topk_case(s, inp, 0, variants, call.active_blocks, check_model=True))
     return len(out.parity), _parity_failures(out)
 
 
@@ -347,7 +409,7 @@ def _dispatched_check(s: Session, seed: int, d: Any) -> tuple[int, list[str]]:
     out = StageOutcome()
     for keys in SCORER_KEYS:
         inputs = synthetic_scorer_inputs(call, seed, keys)
-        out.extend(s.take(scores_stage.run_scores(inputs, s.measurer(0), (d.scores,), True)))
+        out.extend(s.take(scores_stage.run_scores(inputs, s.measurer(0), (d.scores,), True, s.roles("scores"))))
     checks, failures = _topk_call_check(s, call, seed, (d.topk,))
     return checks + len(out.parity), _parity_failures(out) + failures
 
@@ -371,16 +433,14 @@ def sweep(s: Session, config: Any, stage: str | None = None,
         progress(i, len(cases), f"{case.stage} ctx={case.ctx} q={case.nq} cap={case.capacity} "
                  f"{case.kind}{' ' + shown if shown else ''}")
         call = case.call
-        measurer = s.measurer(config.iterations)
         if case.stage == "scores":
             inputs = scorer_inputs(call, config.seed, case.keys)
-            s.take(scores_stage.run_scores(inputs, measurer, config.variants_for("scores"), s.settings.check_model))
+            run_scorer_case(s, inputs, config.iterations, s.chosen("scores", config.variants_for("scores")))
         else:
             inputs_t = synthetic_scores(call, case.score_set or "continuous", config.seed)
             available = topk_variants(s, call.max_blocks, call.active_blocks)
             variants = tuple(v for v in config.variants_for("topk") if v in available)
-            s.take(topk_stage.run_topk(inputs_t, measurer, variants, call.active_blocks, s.settings.check_model,
-                                       argpartition=s.on_gpu and config.iterations > 0))
+            run_topk_case(s, inputs_t, config.iterations, variants, call.active_blocks)
     progress(len(cases), len(cases), "done")
     check_thresholds(s.record, config.thresholds)
 
@@ -389,8 +449,9 @@ def check_thresholds(record: RunRecord, thresholds: Any) -> None:
     """Add a ThresholdCheck per (case, threshold) the record has the medians for."""
     from .results import ThresholdCheck
 
-    olds = {stage: registry.with_role(stage, "baseline") for stage in registry.STAGES}
-    news = {stage: registry.with_role(stage, "candidate") for stage in registry.STAGES}
+    roles = record.settings.get("roles") or {stage: registry.roles(stage) for stage in registry.STAGES}
+    olds = {stage: r["baseline"] for stage, r in roles.items()}
+    news = {stage: r["candidate"] for stage, r in roles.items()}
     medians: dict[tuple[str, str], float] = {(m.key, m.variant): m.median_us for m in record.measurements}
     for m in record.measurements:
         limits = thresholds.get(m.stage)
@@ -442,7 +503,8 @@ def window_bench(s: Session, call: Call, iters: int, keys: str = DEFAULT_KEYS) -
     available = topk_variants(s, call.max_blocks)
     summary = _dispatch_summary(s, "decode", call.max_blocks)
     dispatched = (summary["scores"], summary["topk"])  # what the engine replays on this card
-    pairs = tuple(dict.fromkeys(p for p in (*registry.window_pairs(), dispatched) if p[1] in available))
+    pairs = tuple(dict.fromkeys(p for p in (*registry.window_pairs(), dispatched) if p[1] in available
+                                and (s.settings.variants is None or p[0] in s.settings.variants)))
     s.record.settings["dispatch"] = summary
     inputs = scorer_inputs(call, s.settings.seed, keys)
     return s.take(window_stage.run_window(inputs, s.measurer(iters), pairs))

@@ -6,11 +6,19 @@ follows in a decode window. The launchers compile and look up its kernels from h
 their "before" and "after" from the roles; config validation, the selftest, the window's pairs, the
 report's columns and ``qsa sanitize`` list the names from here. Adding a variant of qsa's own is one
 entry below plus its kernel (and a CPU model when its arithmetic order is new): docs/adding-a-variant.md.
+
+Variants whose code is not qsa's installed kernels are registered while a run uses them: an engine
+checkout's (``engine.attach``: ``NAME.scores`` ... ``NAME.topk-cluster``, from ENGINE_KINDS below) and a
+copy of qsa's kernels in another folder (``side``: ``NAME.halve`` ... , ``qsa compare``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .dispatch import CLUSTER_MIN_CC
@@ -29,6 +37,43 @@ TOPK_MODELS = tuple(a for a in ALGORITHMS if a != "oracle")  # model/topk.py: a 
 # query; the split's six launches; the cluster's 8 CTAs a query.
 SCORER_LAUNCHES = ("per-block", "striding", "halving")
 TOPK_LAUNCHES = ("one-cta", "split", "cluster")
+ENGINE_LAUNCH = "engine"  # a host function of an engine checkout's library (engine.py)
+
+
+@dataclass(frozen=True)
+class EngineKind:
+    """A variant every engine checkout may have (docs/spec.md section 8): its stage, the host functions it
+    calls (a checkout without one lacks the variant), the CPU model its bits must equal, and whether it
+    follows the checkout's decode scorer in a window."""
+
+    stage: str
+    functions: tuple[str, ...]
+    model: str
+    in_window: bool = False
+
+
+# NAME.KIND for an engine checkout named NAME. "scores": qsa_block_scores with no active count (the
+# decode scorer); "scores-ref": with an active count of max_blocks (its per-block reference kernel);
+# "topk": qsa_block_topk, what the engine dispatches; the others, one function each.
+ENGINE_KINDS: dict[str, EngineKind] = {
+    "scores": EngineKind("scores", ("qsa_block_scores",), "butterfly"),
+    "scores-ref": EngineKind("scores", ("qsa_block_scores",), "butterfly"),
+    "topk": EngineKind("topk", ("qsa_block_topk",), "reference", in_window=True),
+    "topk-ref": EngineKind("topk", ("qsa_block_topk_ref",), "reference"),
+    "topk-split": EngineKind("topk", ("qsa_topk_split_bytes", "qsa_block_topk_split"), "split", in_window=True),
+    "topk-cluster": EngineKind("topk", ("qsa_block_topk_cluster",), "cluster", in_window=True),
+}
+ENGINE_SCORER = "scores"  # the kind an engine's top-k kinds follow in a window
+
+
+@dataclass(frozen=True)
+class EngineEntry:
+    """Where an engine variant's code is: the checkout's name (engine.attach), the kind, and the
+    ``STRATA_*`` switches it runs under (read once per process by the engine: a child process runs it)."""
+
+    checkout: str
+    kind: str
+    switches: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -43,6 +88,13 @@ class Variant:
     threads: int = 0  # threads a CTA where the launch shape takes them from the variant (its __launch_bounds__)
     min_cc: int = 0  # the oldest card it runs on (major * 10 + minor)
     window_scorer: str | None = None  # a top-k variant: the scorer it follows in window-bench's graph
+    folder: Path | None = None  # a folder of qsa's kernel sources other than the one in use (qsa compare)
+    engine: EngineEntry | None = None  # an engine checkout's variant (launch "engine")
+
+    @property
+    def qsa_own(self) -> bool:
+        """One of qsa's own variants, compiled from the kernels in use."""
+        return self.folder is None and self.engine is None
 
     def runs_on(self, compute_capability: int) -> bool:
         return compute_capability >= self.min_cc
@@ -62,7 +114,9 @@ def register(variant: Variant) -> Variant:
     models, launches = (SCORER_MODELS, SCORER_LAUNCHES) if variant.stage == "scores" else (TOPK_MODELS, TOPK_LAUNCHES)
     if variant.model not in models:
         raise ValueError(f"variant {variant.name!r}: model must be one of {', '.join(models)} (got {variant.model!r})")
-    if variant.launch not in launches:
+    if (variant.launch == ENGINE_LAUNCH) != (variant.engine is not None):
+        raise ValueError(f"variant {variant.name!r}: an engine checkout's variants, and only they, launch {ENGINE_LAUNCH!r}")
+    if variant.launch not in launches and variant.engine is None:
         raise ValueError(f"variant {variant.name!r}: launch must be one of {', '.join(launches)} (got {variant.launch!r})")
     if (variant.stage, variant.name) in _REGISTRY:
         raise ValueError(f"a {variant.stage} variant {variant.name!r} is already registered")
@@ -107,10 +161,11 @@ def runs_on(stage: str, compute_capability: int) -> tuple[str, ...]:
     return tuple(v.name for v in stage_variants(stage) if v.runs_on(compute_capability))
 
 
-def kernels_of(source: str) -> tuple[str, ...]:
-    """Every kernel of every variant in ``source`` (each once: two variants may share one): what one
-    compile of that file provides."""
-    return tuple(dict.fromkeys(k for v in _REGISTRY.values() if v.source == source for k in v.kernels))
+def kernels_of(source: str, folder: Path | None = None) -> tuple[str, ...]:
+    """Every kernel of every variant in ``source`` of ``folder`` (each once: two variants may share one):
+    what one compile of that file provides."""
+    return tuple(dict.fromkeys(k for v in _REGISTRY.values() if v.engine is None and v.source == source
+                               and v.folder == folder for k in v.kernels))
 
 
 def compiled(variant: Variant) -> Any:
@@ -118,7 +173,40 @@ def compiled(variant: Variant) -> Any:
     every kernel of every variant in it."""
     from .kernels import load
 
-    return load(variant.source, kernels_of(variant.source))
+    if variant.engine is not None:
+        raise ValueError(f"variant {variant.name!r} is an engine checkout's: it has no qsa kernels")
+    return load(variant.source, kernels_of(variant.source, variant.folder), folder=variant.folder)
+
+
+@contextlib.contextmanager
+def registered(variants: list[Variant]) -> Iterator[tuple[Variant, ...]]:
+    """``variants`` registered for the block's length (a run's engine checkouts and compare sides)."""
+    done: list[Variant] = []
+    try:
+        for v in variants:
+            done.append(register(v))
+        yield tuple(done)
+    finally:
+        for v in done:
+            unregister(v.stage, v.name)
+
+
+def side(name: str, folder: Path) -> list[Variant]:
+    """qsa's own variants compiled from another folder of its kernel sources, named ``name.VARIANT`` (role
+    "variant"; a top-k follows its side's scorer in the window)."""
+    return [dataclasses.replace(v, name=f"{name}.{v.name}", role="variant", folder=folder,
+                                window_scorer=f"{name}.{v.window_scorer}" if v.window_scorer else None)
+            for v in _REGISTRY.values() if v.qsa_own]
+
+
+def engine_variant(checkout: str, kind: str, min_cc: int = 0, switches: tuple[tuple[str, str], ...] = ()) -> Variant:
+    """An engine checkout's variant of ``kind`` (ENGINE_KINDS), named ``checkout.kind`` (``[K=V,...]`` after
+    it when it runs under switches)."""
+    k = ENGINE_KINDS[kind]
+    suffix = f"[{','.join(f'{key}={value}' for key, value in switches)}]" if switches else ""
+    scorer = f"{checkout}.{ENGINE_SCORER}{suffix}" if k.in_window else None
+    return Variant(k.stage, f"{checkout}.{kind}{suffix}", "variant", "", k.functions, k.model, ENGINE_LAUNCH,
+                   min_cc=min_cc, window_scorer=scorer, engine=EngineEntry(checkout, kind, switches))
 
 
 def window_pairs() -> tuple[tuple[str, str], ...]:

@@ -13,12 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qsa_cli.engine import (
-    ENGINE_FILES,
-    HOST_FUNCTIONS,
-    SCORER_VARIANTS,
-    TOPK_VARIANTS,
-)
+from qsa_cli.engine import ENGINE_FILES, HOST_FUNCTIONS
 from qsa_cli.geometry import (
     BLOCK_CELLS,
     IDX_DIM,
@@ -29,6 +24,7 @@ from qsa_cli.geometry import (
     max_blocks,
 )
 from qsa_cli.kernels import kernel_dir
+from qsa_cli.variants import ENGINE_KINDS
 from qsa_cli.launch.scores import HALVE_WARPS_PER_CTA, MULTI_CTAS, WARPS_PER_CTA
 from qsa_cli.launch.topk_cluster import CHUNK_KEYS, CHUNK_WORDS, LANE_KEYS, MAX_CHUNKS, WORD_BYTES
 
@@ -349,7 +345,7 @@ def write_fake_engine(root: Path, *, slow: str = "", flip: str = "", without: tu
     ``without``: host functions left out of the header and the source.
     """
     for name, value in (("slow", slow), ("flip", flip)):
-        if value and value not in SCORER_VARIANTS + TOPK_VARIANTS:
+        if value and value not in tuple(ENGINE_KINDS):
             raise ValueError(f"{name}={value!r} is not an engine variant")
     unknown = set(without) - set(HOST_FUNCTIONS)
     if unknown:

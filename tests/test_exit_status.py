@@ -112,7 +112,7 @@ STATUS = [
      _small_topk_matrix(_interrupted("qsa_cli.stages.topk", "run_topk")), 130, "qsa: interrupted"),
     (("sweep", "sweep.yaml", "--backend", "cpu"), None, 0, "PASS"),
     (("sweep", "broken.yaml", "--backend", "cpu"), None, 1, "FAIL (2 of 2 thresholds broken)"),
-    (("sweep", "sweep.yaml", "--backend", "cpu"), _halve_differs, 1, "FAIL (4 checks differ)"),
+    (("sweep", "sweep.yaml", "--backend", "cpu"), _halve_differs, 1, "FAIL (6 checks differ)"),  # per case: vs multi, the reference, the model
     (("sweep", "missing.yaml", "--backend", "cpu"), None, 2, "qsa: error: missing.yaml: no such config file"),
     (("sweep", "sweep.yaml", "--backend", "cpu"), _interrupted("qsa_cli.stages.scores", "run_scores"), 130,
      "qsa: interrupted"),

@@ -77,6 +77,12 @@ def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blo
     validate (``geometry.validate_steps``): reading them here would need a host sync.
     """
     v = get(STAGE, variant)
+    if v.engine is not None:
+        from ..engine import engine_topk_launcher, library, require_switches
+
+        require_switches(v.engine)
+        return engine_topk_launcher(library(v.engine.checkout), v.engine.kind, scores, steps, ids, active_blocks,
+                                    scratch)
     if v.launch == "cluster":
         from .topk_cluster import cluster_launcher
 

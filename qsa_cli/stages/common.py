@@ -47,6 +47,14 @@ class StageOutcome:
     measurements: list[Measurement] = field(default_factory=list)
     parity: list[ParityCheck] = field(default_factory=list)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # e.g. an engine variant that refused this call
+
+    def ran(self, variants: tuple[str, ...]) -> tuple[str, ...]:
+        """Those of ``variants`` that gave an output (an engine variant may refuse a call)."""
+        return tuple(v for v in variants if v in self.outputs)
+
+    def refused(self, variant: str, why: Exception) -> None:
+        self.notes.append(f"{variant} not run: {why}")
 
     def add(self, measurement: Measurement | None) -> None:
         if measurement is not None:
@@ -55,6 +63,7 @@ class StageOutcome:
     def extend(self, other: StageOutcome, prefix: str = "") -> None:
         self.measurements += other.measurements
         self.parity += other.parity
+        self.notes += other.notes
         self.outputs.update({prefix + k: v for k, v in other.outputs.items()})
 
 

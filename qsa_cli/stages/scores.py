@@ -7,9 +7,12 @@ and multi, the recursive-halving order for halve), so the same command runs and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from .. import variants as registry
+from ..engine import EngineRefused
 from ..inputs import ScorerInputs, score_poison
 from ..integrity import GuardedBuffers
 from ..model.scores import first_difference, score_blocks, scores_hash
@@ -41,13 +44,17 @@ def run_scores(
     measurer: Measurer,
     variants: tuple[str, ...] | None = None,
     check_model: bool = True,
+    roles: Mapping[str, str] | None = None,
 ) -> StageOutcome:
     """Run ``variants`` on ``inputs``, time each, and check them bit for bit against each other and the model.
 
-    ``variants`` defaults to the baseline and the candidate (variants.py), which are also checked against
-    each other. The inputs and the scores sit between guard zones; each variant's integrity is checked
-    after its runs (stages/common.py, Integrity)."""
-    old, new = registry.with_role(STAGE, "baseline"), registry.with_role(STAGE, "candidate")
+    ``roles`` (default: the registry's) name the reference, the baseline and the candidate; ``variants``
+    defaults to the baseline and the candidate, which are also checked against each other, and every
+    other variant is checked against the reference when it runs. The inputs and the scores sit between
+    guard zones; each variant's integrity is checked after its runs (stages/common.py, Integrity). An
+    engine variant that refuses the call is noted, not run."""
+    roles = roles or registry.roles(STAGE)
+    old, new = roles["baseline"], roles["candidate"]
     variants = variants or (old, new)
     case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2, **keys_case(inputs))
     out = StageOutcome()
@@ -61,14 +68,18 @@ def run_scores(
     repoison = lambda: xp.copyto(scores, poison)  # noqa: E731
     diff = lambda a, b: describe_difference(inputs.steps, a, b)  # noqa: E731
     for v in variants:
-        if on_gpu:
-            from ..launch.scores import scorer_launcher
+        try:
+            if on_gpu:
+                from ..launch.scores import scorer_launcher
 
-            launch = scorer_launcher(v, placed, scores)
-        else:
-            launch = lambda v=v: np.copyto(scores, score_blocks(placed, registry.get(STAGE, v).model))  # noqa: E731
-        repoison()
-        launch()
+                launch = scorer_launcher(v, placed, scores)
+            else:
+                launch = lambda v=v: np.copyto(scores, score_blocks(placed, registry.get(STAGE, v).model))  # noqa: E731
+            repoison()
+            launch()
+        except EngineRefused as refused:
+            out.refused(v, refused)
+            continue
         out.outputs[v] = to_host(scores)
         timed = measurer.measure(STAGE, v, case, launch, bytes_read=key_bytes, before_last=repoison)
         out.add(timed)
@@ -77,13 +88,19 @@ def run_scores(
         floor = measurer.timer.read_launcher(placed.pooled, key_bytes)
         out.add(measurer.measure(STAGE, READ_FLOOR, case, floor, bytes_read=key_bytes))
 
-    hashes = {v: scores_hash(out.outputs[v], inputs.steps) for v in variants}
-    if old in variants and new in variants:
+    ran = out.ran(variants)
+    hashes = {v: scores_hash(out.outputs[v], inputs.steps) for v in ran}
+    reference = roles.get("reference")
+    if reference in ran:
+        for v in ran:
+            if v != reference:
+                out.parity.append(bitwise_check(STAGE, case, v, reference, out.outputs, diff, hashes))
+    if old in ran and new in ran:
         out.parity.append(bitwise_check(STAGE, case, new, old, out.outputs, diff, hashes))
     if check_model:
         out.outputs[CPU_MODEL] = score_blocks(inputs, "butterfly")
         model_hash = scores_hash(out.outputs[CPU_MODEL], inputs.steps)
-        for v in variants:
+        for v in ran:
             h = {v: hashes[v], CPU_MODEL: model_hash}
             out.parity.append(bitwise_check(STAGE, case, v, CPU_MODEL, out.outputs, diff, h))
     return out

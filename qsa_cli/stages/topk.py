@@ -8,11 +8,13 @@ it neither weighs cells nor breaks ties by index, so it takes no part in parity.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from .. import variants as registry
+from ..engine import EngineRefused
 from ..geometry import BLOCK_CELLS, SELECT_CAP, STEP_WIDTH, blocks_read
 from ..inputs import TopkInputs, id_poison
 from ..integrity import GuardedBuffers
@@ -39,11 +41,14 @@ def run_topk(
     active_blocks: int = 0,
     check_model: bool = True,
     argpartition: bool = False,
+    roles: Mapping[str, str] | None = None,
 ) -> StageOutcome:
     """Run ``variants`` on ``inputs`` (a decode call when ``active_blocks`` is 0, else a prompt call).
 
-    The inputs, the ids and every scratch array sit between guard zones; each variant's integrity is
-    checked after its runs (stages/common.py, Integrity)."""
+    ``roles`` (default: the registry's) name the reference every variant is checked against and the
+    baseline and candidate checked against each other. The inputs, the ids and every scratch array sit
+    between guard zones; each variant's integrity is checked after its runs (stages/common.py,
+    Integrity). An engine variant that refuses the call is noted, not run."""
     case = call_case(inputs.steps, inputs.capacity, "prompt" if active_blocks else "decode", measurer.l2,
                      score_set=inputs.score_set)
     out = StageOutcome()
@@ -58,14 +63,19 @@ def run_topk(
     integrity = Integrity(buffers, {"scores": (placed.scores, inputs.scores), "steps": (placed.steps, inputs.steps)})
     diff = lambda a, b: describe_difference(inputs.steps, a, b)  # noqa: E731
     for v in variants:
-        if on_gpu:
-            from ..launch.topk import topk_launcher
+        try:
+            if on_gpu:
+                from ..launch.topk import topk_launcher
 
-            launch = topk_launcher(v, placed.scores, placed.steps, ids, active_blocks=active_blocks, scratch=buffers)
-        else:
-            launch = lambda v=v: np.copyto(ids, topk_ids(placed, registry.get(STAGE, v).model, active_blocks))  # noqa: E731
-        repoison()
-        launch()
+                launch = topk_launcher(v, placed.scores, placed.steps, ids, active_blocks=active_blocks,
+                                       scratch=buffers)
+            else:
+                launch = lambda v=v: np.copyto(ids, topk_ids(placed, registry.get(STAGE, v).model, active_blocks))  # noqa: E731
+            repoison()
+            launch()
+        except EngineRefused as refused:
+            out.refused(v, refused)
+            continue
         out.outputs[v] = to_host(ids)
         timed = measurer.measure(STAGE, v, case, launch, before_last=repoison)
         out.add(timed)
@@ -73,16 +83,18 @@ def run_topk(
     if argpartition and on_gpu:
         out.add(measurer.measure(STAGE, ARGPARTITION, case, _argpartition_launcher(placed.scores, inputs)))
 
-    reference, old, new = (registry.with_role(STAGE, role) for role in ("reference", "baseline", "candidate"))
-    against = [reference] if reference in variants else []
+    roles = roles or registry.roles(STAGE)
+    reference, old, new = roles["reference"], roles["baseline"], roles["candidate"]
+    ran = out.ran(variants)
+    against = [reference] if reference in ran else []
     if check_model:
         out.outputs[CPU_ORACLE] = topk_ids(inputs, "oracle")
         against.append(CPU_ORACLE)
     for ref in against:
-        for v in variants:
+        for v in ran:
             if v != ref:
                 out.parity.append(bitwise_check(STAGE, case, v, ref, out.outputs, diff))
-    if old in variants and new in variants:
+    if old in ran and new in ran:
         out.parity.append(bitwise_check(STAGE, case, new, old, out.outputs, diff))
     return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine import EngineRefused
 from ..geometry import SELECT_CAP
 from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
 from ..integrity import GuardedBuffers
@@ -56,10 +57,14 @@ def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[tuple[str,
 
         for scorer, topk in pairs:
             name = pair_name(scorer, topk)
-            score = scorer_launcher(scorer, placed, scores)
-            select = topk_launcher(topk, scores, placed.steps, ids, active_blocks=0, scratch=buffers)
-            score()
-            select()  # first use (module load, attributes) stays out of the capture
+            try:
+                score = scorer_launcher(scorer, placed, scores)
+                select = topk_launcher(topk, scores, placed.steps, ids, active_blocks=0, scratch=buffers)
+                score()
+                select()  # first use (module load, attributes) stays out of the capture
+            except EngineRefused as refused:
+                out.refused(name, refused)
+                continue
             stream.begin_capture()
             score()
             select()
