@@ -111,6 +111,33 @@ def _use_kernels(ctx: click.Context, param: click.Parameter, value: str | None) 
         raise UsageProblem(str(bad)) from None
 
 
+def _engine_specs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """--engine [NAME=]PATH[@REV], each parsed now: a malformed one is exit 2 before anything runs."""
+    from .engine import EngineError, parse_engine_spec
+
+    for text in value:
+        try:
+            parse_engine_spec(text)
+        except EngineError as bad:
+            raise UsageProblem(f"--engine: {bad}") from None
+    return value
+
+
+def _names(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+    """V,V,...: the names, each once; an empty list is a usage error."""
+    if value is None:
+        return None
+    names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    if not names:
+        raise UsageProblem(f"{'/'.join(param.opts)}: no variant named (expected V,V,...)")
+    return names
+
+
+ENGINE_OPTION = click.option(
+    "--engine", "engines", multiple=True, metavar="[NAME=]PATH[@REV]", callback=_engine_specs,
+    help="An engine checkout (or PATH@REV, a git revision of one) whose variants NAME.scores, NAME.topk, ... "
+         "run beside qsa's; repeat for several (--engine base=../strata --engine pr=../strata@my-branch).")
+
 KERNELS_OPTION = click.option(
     "--kernels", type=click.Path(), metavar="DIR", callback=_use_kernels, expose_value=False, is_eager=True,
     help="Compile qsa's kernels from this copy of kernels/ instead of the installed ones (edit the copy).")
@@ -136,6 +163,13 @@ def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
                           "measured so far, marked incomplete."),
         click.option("--markdown", is_flag=True, help="Also print the tables as pull-request markdown."),
         KERNELS_OPTION,
+        ENGINE_OPTION,
+        click.option("--variants", "variants", metavar="V,V,...", callback=_names,
+                     help="Run only these variants (names as qsa info and the tables show them; an engine "
+                          "checkout's are NAME.scores, NAME.topk-split, ...)."),
+        click.option("--baseline", metavar="V", help="The \"before\" of the tables and thresholds (default: the "
+                     "registry's baseline of the stage)."),
+        click.option("--candidate", metavar="V", help="The \"after\" (default: the registry's candidate)."),
     ]
     return functools.reduce(lambda acc, opt: opt(acc), reversed(options), f)
 
@@ -209,9 +243,11 @@ def _open(opts: dict[str, Any], command: str, config: Any = None) -> AbstractCon
 
         lock = parse_lock_spec(opts["lock_spec"])
     settings = Settings(backend=opts["backend"], l2=opts["l2"], warmup=opts["warmup"], seed=opts["seed"],
-                        check_model=not opts["no_model"], device_id=opts["device_id"])
+                        check_model=not opts["no_model"], device_id=opts["device_id"], engines=opts["engines"],
+                        variants=opts["variants"], baseline=opts["baseline"], candidate=opts["candidate"])
     if config is not None:
         settings.l2, settings.warmup, settings.seed = config.l2, config.warmup, config.seed
+        settings.engines = (*config.engines, *settings.engines)
     warn = lambda msg: click.echo(f"qsa: warning: {msg}", err=True)  # noqa: E731
     return _kept_if_interrupted(session(settings, command, sys.argv[1:], lock, opts["lock_clocks_optional"], warn),
                                 opts["json_path"])
@@ -376,16 +412,18 @@ def _finish_selftest(record: Any, rows: list[Any], opts: dict[str, Any]) -> int:
 
 @cli.command("selftest")
 @KERNELS_OPTION
+@ENGINE_OPTION
 @click.option("--require-gpu", is_flag=True,
               help="A missing CUDA device is an error, exit 2 (default: skip the GPU checks).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--json", "json_path", type=OUTPUT)
-def selftest(require_gpu: bool, seed: int, device_id: int, json_path: str | None) -> int:
-    """Every check this machine can run: the CPU models always, the kernels when a device is found."""
+def selftest(require_gpu: bool, seed: int, device_id: int, json_path: str | None, engines: tuple[str, ...]) -> int:
+    """Every check this machine can run: the CPU models always, the kernels (an engine checkout's too) when
+    a device is found."""
     from .runs import Settings, selftest as run
 
-    record, rows = run(Settings(seed=seed, device_id=device_id), require_gpu, sys.argv[1:])
+    record, rows = run(Settings(seed=seed, device_id=device_id, engines=engines), require_gpu, sys.argv[1:])
     return _finish_selftest(record, rows, {"json_path": json_path})
 
 
@@ -466,6 +504,7 @@ def report_cmd(paths: tuple[str, ...], markdown: bool, merge: bool) -> int:
 
 @cli.command("gate")
 @KERNELS_OPTION
+@ENGINE_OPTION
 @click.option("--baseline", "baseline_path", required=True, type=click.Path(dir_okay=False), help="The baseline record.")
 @click.option("--results", "results_path", type=click.Path(dir_okay=False),
               help="Compare this saved record instead of running the config.")
@@ -484,7 +523,7 @@ def report_cmd(paths: tuple[str, ...], markdown: bool, merge: bool) -> int:
               help="Write the record of the run the gate makes (not with --results: that run is recorded).")
 def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tolerance: float, force: bool,
              allow_missing: bool, allow_bit_changes: bool, junit_path: str | None, device_id: int,
-             json_path: str | None) -> int:
+             json_path: str | None, engines: tuple[str, ...]) -> int:
     """CI regression gate: parity must hold, thresholds too, and every timing of the baseline must be in
     the run and not SLOW."""
     from collections import Counter
@@ -497,15 +536,17 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
     from .results import load_record
     from .runs import Settings, session, sweep
 
-    if results_path and json_path:
-        raise UsageProblem("--json records the run the gate makes; with --results it makes none")
+    if results_path and (json_path or engines):
+        raise UsageProblem(f"{'--json records' if json_path else '--engine adds variants to'} the run the gate makes; "
+                           "with --results it makes none")
     baseline = load_record(baseline_path)
     if results_path:
         record = load_record(results_path)
         gate.check_comparable(record, baseline, force)
     else:
         config = load_config(config_path(config_name))
-        settings = Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id)
+        settings = Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id,
+                            engines=(*config.engines, *engines))
         with _kept_if_interrupted(session(settings, "gate", sys.argv[1:]), json_path) as s:
             gate.check_comparable(s.record, baseline, force)  # refuse before measuring
             sweep(s, config)
@@ -542,6 +583,7 @@ def plot_cmd(path: str, out_path: str) -> int:
 
 @cli.command("sanitize")
 @KERNELS_OPTION
+@ENGINE_OPTION
 @click.option("--tools", default="memcheck,racecheck,synccheck,initcheck", show_default=True,
               help="compute-sanitizer tools, comma-separated.")
 @click.option("--variants", "variants_opt", metavar="V,V,...",
@@ -554,7 +596,7 @@ def plot_cmd(path: str, out_path: str) -> int:
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--json", "json_path", type=OUTPUT, help="Write the run's record (every row) to this file.")
 def sanitize_cmd(tools: str, variants_opt: str | None, quick: bool, known_path: str | None, jobs: int, seed: int,
-                 device_id: int, json_path: str | None) -> int:
+                 device_id: int, json_path: str | None, engines: tuple[str, ...]) -> int:
     """compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over one call of every variant on every
     case kind, each (variant, case, tool) in its own child process with CuPy's memory pool off."""
     from rich.console import Console
@@ -571,7 +613,7 @@ def sanitize_cmd(tools: str, variants_opt: str | None, quick: bool, known_path: 
     chosen = tuple(dict.fromkeys(v.strip() for v in variants_opt.split(","))) if variants_opt else None
     known = load_known(known_path) if known_path else []
     sanitizer = find_sanitizer()
-    with session(Settings(seed=seed, device_id=device_id), "sanitize", sys.argv[1:]) as s:
+    with session(Settings(seed=seed, device_id=device_id, engines=engines), "sanitize", sys.argv[1:]) as s:
         if chosen is not None:
             runs = {v for names in sanitize_variants(s).values() for v in names}
             missing = [v for v in chosen if v not in runs]
@@ -597,8 +639,9 @@ def sanitize_cmd(tools: str, variants_opt: str | None, quick: bool, known_path: 
 
 @cli.command("info")
 @KERNELS_OPTION
+@ENGINE_OPTION
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
-def info_cmd(device_id: int) -> int:
+def info_cmd(device_id: int, engines: tuple[str, ...]) -> int:
     """The device, its clocks and limits, every kernel as compiled for it, and what the engine dispatches here."""
     from rich.console import Console
 
@@ -606,6 +649,6 @@ def info_cmd(device_id: int) -> int:
     from .runs import device_report
 
     console = Console()
-    for table in report.info_tables(device_report(device_id)):
+    for table in report.info_tables(device_report(device_id, engines)):
         console.print(table)
     return 0

@@ -1,8 +1,9 @@
 """YAML sweeps: which stages, contexts, query counts and variants a run measures, and its thresholds.
 
 A sweep file is a mapping. Run settings: ``iterations`` (0 = parity only), ``warmup``, ``l2``
-(cold / warm), ``seed``, ``description``, ``variants`` (stage -> the variants to run; default: all
-of the stage's) and ``thresholds`` (stage -> ``min_speedup``, new vs old, and for the scorer
+(cold / warm), ``seed``, ``description``, ``engine`` (NAME -> an engine checkout, ``PATH[@REV]``, a
+relative PATH from the file's folder: its variants ``NAME.scores`` ... run beside qsa's), ``variants``
+(stage -> the variants to run, an engine checkout's among them; default: all of the stage's) and ``thresholds`` (stage -> ``min_speedup``, new vs old, and for the scorer
 ``max_floor_ratio``, new vs the read floor). Case keys: ``stages``, ``contexts``, ``queries``,
 ``capacity``, ``kind`` (decode / prompt), ``score_sets`` (top-k only) and ``keys`` (the scorer's
 synthetic inputs, scorer only: synthetic / adversarial). Written at the top level they describe one
@@ -39,7 +40,7 @@ SIZE_SUFFIXES = {"K": 1024, "M": 1024 * 1024}
 THRESHOLD_KEYS = {"scores": ("min_speedup", "max_floor_ratio"), "topk": ("min_speedup",)}
 
 CASE_KEYS = ("stages", "contexts", "queries", "capacity", "kind", "score_sets", "keys")
-SETTING_KEYS = ("description", "iterations", "warmup", "l2", "seed", "variants", "thresholds")
+SETTING_KEYS = ("description", "iterations", "warmup", "l2", "seed", "engine", "variants", "thresholds")
 TOP_KEYS = (*SETTING_KEYS, *CASE_KEYS, "matrix")
 # 50 iterations: the seed's
 DEFAULTS: dict[str, Any] = {"iterations": 50, "warmup": DEFAULT_WARMUP, "l2": "cold", "seed": 0, "kind": "decode",
@@ -107,6 +108,7 @@ class SweepConfig:
     blocks: tuple[SweepBlock, ...]
     variants: Mapping[str, tuple[str, ...]]  # only the stages the file names
     thresholds: Mapping[str, Thresholds]
+    engines: tuple[str, ...] = ()  # NAME=PATH[@REV] of each engine checkout the file names
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -132,13 +134,16 @@ class _Reader:
     def error(self, node: Any, message: str) -> ConfigError:
         return ConfigError(f"{self.source}:{node.start_mark.line + 1}: {message}")
 
-    def mapping(self, node: Any, allowed: tuple[str, ...], what: str) -> dict[str, Any]:
+    def mapping(self, node: Any, allowed: tuple[str, ...] | None, what: str) -> dict[str, Any]:
+        """A mapping's value nodes by key; ``allowed`` None: any string key."""
         if not isinstance(node, yaml.MappingNode):
             raise self.error(node, f"{what} must be a mapping of keys to values")
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             key = self.value(key_node)
-            if not isinstance(key, str) or key not in allowed:
+            if not isinstance(key, str):
+                raise self.error(key_node, f"{what}: a key must be a name (got {key!r})")
+            if allowed is not None and key not in allowed:
                 raise self.error(key_node, f"unknown key {key!r} (expected one of {', '.join(allowed)})")
             if key in out:
                 raise self.error(key_node, f"key {key!r} given twice")
@@ -231,8 +236,13 @@ def _parse(r: _Reader, root: Any) -> SweepConfig:
         return read(top[key]) if key in top else DEFAULTS[key]
 
     stages = {s for b in blocks for s in b.stages}
-    variants = _per_stage(r, top.get("variants"), "variants", registry.STAGES, stages,
-                          lambda stage, n: r.choices(n, f"a {stage} variant", registry.names(stage)))
+    engines = _engines(r, top["engine"]) if "engine" in top else {}
+
+    def variant_names(stage: str, node: Any) -> tuple[str, ...]:
+        names = (*registry.names(stage), *(f"{e}.{kind}" for e in engines for kind in registry.engine_kinds(stage)))
+        return r.choices(node, f"a {stage} variant", names)
+
+    variants = _per_stage(r, top.get("variants"), "variants", registry.STAGES, stages, variant_names)
     thresholds = _per_stage(r, top.get("thresholds"), "thresholds", tuple(THRESHOLD_KEYS), stages,
                             lambda stage, n: _thresholds(r, stage, n))
     return SweepConfig(
@@ -245,7 +255,28 @@ def _parse(r: _Reader, root: Any) -> SweepConfig:
         blocks=blocks,
         variants=variants,
         thresholds=thresholds,
+        engines=tuple(f"{name}={spec}" for name, spec in engines.items()),
     )
+
+
+_ENGINE_NAME = re.compile(r"[A-Za-z0-9_+-]+")
+
+
+def _engines(r: _Reader, node: Any) -> dict[str, str]:
+    """``engine:`` NAME -> PATH[@REV]; a relative PATH is the file's folder's (the file travels with its checkouts)."""
+    out = {}
+    for name, value in r.mapping(node, None, "engine").items():
+        if not _ENGINE_NAME.fullmatch(name):
+            raise r.error(value, f"engine name {name!r}: letters, digits, '_', '+' and '-' only (it prefixes "
+                                 "its variants' names, NAME.scores)")
+        spec = r.value(value)
+        if not isinstance(spec, str) or not spec.strip():
+            raise r.error(value, f"engine {name!r}: expected a checkout's path, PATH or PATH@REV (got {spec!r})")
+        path = Path(spec)
+        if not path.is_absolute() and r.source not in ("", "<string>"):
+            path = Path(r.source).resolve().parent / path
+        out[name] = str(path)
+    return out
 
 
 def _block(r: _Reader, keys: dict[str, Any], where: Any) -> SweepBlock:

@@ -35,7 +35,7 @@ from .geometry import BLOCK_CELLS, IDX_DIM, IDX_HEADS, MAX_QUERIES, SELECT_CAP, 
 from .inputs import ScorerInputs
 from .integrity import Allocator
 from .kernels import KernelError, cache_dir
-from .variants import ENGINE_KINDS, ENGINE_SCORER, EngineEntry, engine_variant, registered
+from .variants import ENGINE_KINDS, ENGINE_SCORER, EngineEntry, engine_kinds, engine_variant, registered
 
 SOURCE = "src/kernels/cuda/qsa_select.cu"
 HEADER = "include/strata/kernels/qsa_select.hpp"
@@ -372,11 +372,6 @@ def load_engine(build: EngineBuild) -> EngineLibrary:
 # ---- variants -------------------------------------------------------------------------------------------
 
 
-def kinds(stage: str) -> tuple[str, ...]:
-    """The engine variants of ``stage`` (variants.ENGINE_KINDS)."""
-    return tuple(k for k, v in ENGINE_KINDS.items() if v.stage == stage)
-
-
 def answered_cc(compute_capability: int, env: Mapping[str, str]) -> int:
     """The compute capability the engine's host side answers: ``STRATA_EMULATE_CC`` where it is set."""
     value = env.get(ENV_EMULATE_CC, "")
@@ -516,8 +511,8 @@ def engine_scorer_launcher(lib: EngineLibrary, variant: str, dev: ScorerInputs, 
     "scores": no active count (-1), the engine's decode scorer, at most 8 queries; "scores-ref": an active
     count of max_blocks, its per-block reference kernel over every block.
     """
-    if ENGINE_KINDS.get(variant, None) is None or ENGINE_KINDS[variant].stage != "scores":
-        raise ValueError(f"unknown engine scorer variant {variant!r} (expected one of {', '.join(kinds('scores'))})")
+    if variant not in engine_kinds("scores"):
+        raise ValueError(f"unknown engine scorer variant {variant!r} (expected one of {', '.join(engine_kinds('scores'))})")
     nq, mb = dev.nq, dev.max_blocks
     if variant == "scores" and nq > MAX_QUERIES:
         raise GeometryError(f"the engine's decode scorer takes at most {MAX_QUERIES} queries (got {nq})")
@@ -544,8 +539,8 @@ def engine_topk_launcher(lib: EngineLibrary, variant: str, scores: Any, steps: A
     split's scratch, ``qsa_topk_split_bytes(nq)`` bytes, is taken zeroed from ``scratch`` (default: a plain
     CuPy array) once; every call leaves it zero. EngineRefused when the variant is outside its domain here.
     """
-    if ENGINE_KINDS.get(variant, None) is None or ENGINE_KINDS[variant].stage != "topk":
-        raise ValueError(f"unknown engine top-k variant {variant!r} (expected one of {', '.join(kinds('topk'))})")
+    if variant not in engine_kinds("topk"):
+        raise ValueError(f"unknown engine top-k variant {variant!r} (expected one of {', '.join(engine_kinds('topk'))})")
     from .launch.topk import TopkLaunch, _check
 
     nq, mb = _check(scores, steps, ids, active_blocks)

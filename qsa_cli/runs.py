@@ -369,7 +369,8 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str]) -> tuple[Ru
     if not found.available:
         rows.append(SelftestRow("GPU checks", 0, None, 0.0, f"skipped: {found.reason}"))
         return record, rows
-    with session(Settings(backend="gpu", seed=settings.seed, device_id=settings.device_id), "selftest", argv) as g:
+    with session(Settings(backend="gpu", seed=settings.seed, device_id=settings.device_id, engines=settings.engines),
+                 "selftest", argv) as g:
         cc = g.compute_capability or 0
         scorers = registry.runs_on("scores", cc)
         rows.append(_timed(f"scorer kernels ({', '.join(scorers)}) == model",
@@ -423,6 +424,11 @@ def sweep(s: Session, config: Any, stage: str | None = None,
     from .config import SweepCase
 
     s.record.settings.update({"config": config.source, "iterations": config.iterations})
+    for named_stage, named in config.variants.items():
+        unknown = [v for v in named if v not in registry.names(named_stage)]
+        if unknown:
+            raise ValueError(f"{config.source}: {named_stage} variant {unknown[0]!r} does not run here (its engine "
+                             "checkout lacks it, or this card does not run it)")
     cases: list[SweepCase] = config.cases(stage)
     largest: dict[str, int] = {}  # per call kind, the largest call: what the dispatch summary is for
     for c in cases:
@@ -489,7 +495,8 @@ def sanitize_run(s: Session, tools: tuple[str, ...], chosen: tuple[str, ...] | N
         variants = {stage: tuple(v for v in names if v in chosen) for stage, names in variants.items()}
     cases = matrix(variants, SCORE_SETS, s.settings.seed, quick=quick)
     s.record.settings.update({"sanitizer": str(sanitizer), "tools": list(tools), "quick": quick})
-    s.record.sanitizer += sanitize(cases, tools, known, sanitizer, jobs, s.settings.device_id, progress)
+    s.record.sanitizer += sanitize(cases, tools, known, sanitizer, jobs, s.settings.device_id, progress,
+                                   s.settings.engines)
 
 
 # ---- the window and qsa info ----------------------------------------------------------------------------
@@ -519,15 +526,20 @@ class DeviceReport:
     notes: list[str]
 
 
-def device_report(device_id: int = 0) -> DeviceReport:
-    """What ``qsa info`` shows: the device and its clocks, every kernel's resources, the engine's choice."""
-    with session(Settings(device_id=device_id), "info", []) as s:
+def device_report(device_id: int = 0, engines: tuple[str, ...] = ()) -> DeviceReport:
+    """What ``qsa info`` shows: the device and its clocks, every kernel's resources, the engine's choice,
+    and each engine checkout's variants here."""
+    with session(Settings(device_id=device_id, engines=engines), "info", []) as s:
         cc = s.compute_capability or 0
         kernels, notes = [], []
         for stage in registry.STAGES:
             for name in registry.runs_on(stage, cc):
                 v = registry.get(stage, name)
-                kernels += [registry.compiled(v).info(k) for k in v.kernels]
+                if v.engine is None:
+                    kernels += [registry.compiled(v).info(k) for k in v.kernels]
+        for checkout in s.record.settings.get("engines", []):
+            notes.append(f"engine checkout {checkout['name']} ({checkout['path']}, commit {checkout['commit']}): "
+                         f"{', '.join(checkout['variants']) or 'no variant runs here'}")
         if any(registry.get("topk", v).launch == "cluster" for v in registry.runs_on("topk", cc)):
             from .launch import topk_cluster
 

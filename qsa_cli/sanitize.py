@@ -29,7 +29,7 @@ from .dispatch import DEFAULT_KEYS, SCORER_KEYS
 from .geometry import MAX_QUERIES
 from .kernels import ENV_LINEINFO
 from .results import SanitizerRun
-from .sanitize_child import MARKER
+from .sanitize_child import ENV_ENGINES, MARKER
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 ENV_CUDA_HOME = "CUDA_HOME"
@@ -231,11 +231,14 @@ def run_tool(command: list[str], env: dict[str, str], timeout: float = CHILD_TIM
 
 def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownHazard], sanitizer: Path,
              jobs: int = 2, device_id: int = 0,
-             progress: Callable[[int, int, str], None] = lambda done, total, msg: None) -> list[SanitizerRun]:
-    """Every (case, tool) in its own child, ``jobs`` at a time; rows in (case, tool) order."""
+             progress: Callable[[int, int, str], None] = lambda done, total, msg: None,
+             engines: tuple[str, ...] = ()) -> list[SanitizerRun]:
+    """Every (case, tool) in its own child, ``jobs`` at a time; rows in (case, tool) order. ``engines``: the
+    run's engine checkouts, which each child attaches (their libraries come from the cache)."""
     env = {**os.environ, ENV_LINEINFO: "1", "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", str(device_id)),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
-                                                        os.environ.get("PYTHONPATH")]))}
+                                                        os.environ.get("PYTHONPATH")])),
+           ENV_ENGINES: json.dumps(list(engines))}
     # one child per (case, tool), the likely longest first (racechecks, then large calls), so that they
     # spread over the jobs; the rows keep the cases' order
     work = [(tool, [case]) for case in cases for tool in tools]

@@ -10,11 +10,13 @@ must find the scratch the first left clean.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
 MARKER = "qsa-sanitize-case"
 CALLS = 2
+ENV_ENGINES = "QSA_SANITIZE_ENGINES"  # a JSON list of the run's --engine checkouts, attached by each child
 
 
 def run_case(cupy: Any, case: dict[str, Any]) -> None:
@@ -47,10 +49,14 @@ def run_case(cupy: Any, case: dict[str, Any]) -> None:
 def main(argv: list[str]) -> int:
     import cupy
 
+    from .engine import attached
+
     cupy.cuda.set_allocator(None)  # every array its own allocation: memcheck sees each one's bounds
-    for i, case in enumerate(json.loads(argv[0])):
-        print(f"{MARKER} {i}", flush=True)
-        run_case(cupy, case)
+    engines = tuple(json.loads(os.environ.get(ENV_ENGINES) or "[]"))
+    with attached(engines, int(cupy.cuda.Device().compute_capability)):
+        for i, case in enumerate(json.loads(argv[0])):
+            print(f"{MARKER} {i}", flush=True)
+            run_case(cupy, case)
     return 0
 
 

@@ -66,6 +66,11 @@ ENGINE_KINDS: dict[str, EngineKind] = {
 ENGINE_SCORER = "scores"  # the kind an engine's top-k kinds follow in a window
 
 
+def engine_kinds(stage: str) -> tuple[str, ...]:
+    """The engine variants of ``stage``."""
+    return tuple(k for k, v in ENGINE_KINDS.items() if v.stage == stage)
+
+
 @dataclass(frozen=True)
 class EngineEntry:
     """Where an engine variant's code is: the checkout's name (engine.attach), the kind, and the

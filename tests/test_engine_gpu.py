@@ -32,12 +32,12 @@ from qsa_cli.engine import (
     engine_topk_launcher,
     engine_variants,
     find_nvcc,
-    kinds,
 )
 from qsa_cli.geometry import MAX_QUERIES, PROMPT_QUERIES, SELECT_CAP, STEP_NBID, Call
 from qsa_cli.inputs import SCORE_SETS, id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
 from qsa_cli.launch.scores import DeviceScorerInputs, scorer_launcher
 from qsa_cli.launch.topk import topk_launcher
+from qsa_cli.variants import engine_kinds
 from qsa_cli.model.scores import first_difference as first_score_difference
 from qsa_cli.model.scores import score_blocks
 from qsa_cli.model.topk import first_difference as first_id_difference
@@ -130,7 +130,7 @@ def test_engine_scorers_match_qsa_and_the_model(cupy: Any, engines: Callable[...
         steps = inputs.steps[-nq:]
         out = cupy.empty((nq, inputs.max_blocks), np.float32)
         qsa = run_scorer(cupy, scorer_launcher("reference", dev, out), out)
-        for variant in kinds("scores"):
+        for variant in engine_kinds("scores"):
             got = run_scorer(cupy, engine_scorer_launcher(lib, variant, dev, out), out)
             what = f"engine {variant}, context {ctx} of {capacity}, {nq} queries"
             assert_same_scores(got, qsa, steps, f"{what} vs qsa's reference kernel")
@@ -165,7 +165,7 @@ def test_engine_topk_variants_match_qsa_and_the_oracle(cupy: Any, engines: Calla
         label = f"{call.kind} context {ctx} of {capacity}, {score_set}"
         qsa = run_topk(cupy, topk_launcher("reference", scores, steps, ids, active_blocks=call.active_blocks), ids)
         assert_same_ids(qsa, oracle, inputs.steps, f"qsa's reference, {label}")
-        for variant in kinds("topk"):
+        for variant in engine_kinds("topk"):
             make = functools.partial(engine_topk_launcher, lib, variant, scores, steps, ids, call.active_blocks)
             if variant not in runs or (variant == "topk-cluster" and call.nq > CLUSTER_MAX_QUERIES):
                 with pytest.raises(EngineRefused) as info:
@@ -199,12 +199,12 @@ def test_engine_variants_replay_from_cuda_graphs(cupy: Any, engines: Callable[..
         out = cupy.empty((call.nq, call.max_blocks), np.float32)
         scores, steps = cupy.asarray(topk_in.scores), cupy.asarray(topk_in.steps)
         ids = cupy.empty((call.nq, SELECT_CAP), np.int32)
-        for variant in (v for v in kinds("scores") if v in runs):
+        for variant in (v for v in engine_kinds("scores") if v in runs):
             graph = decode_graph(cupy, engine_scorer_launcher(lib, variant, dev, out), stream)
             for replay in range(5):
                 got = run_scorer(cupy, functools.partial(graph.launch, stream), out)
                 assert_same_scores(got, model, call.steps, f"engine {variant}, graph replay {replay}")
-        for variant in (v for v in kinds("topk") if v in runs):
+        for variant in (v for v in engine_kinds("topk") if v in runs):
             launch = engine_topk_launcher(lib, variant, scores, steps, ids)
             graph = decode_graph(cupy, launch, stream)
             for replay in range(5):
