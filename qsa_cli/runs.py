@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from . import variants as registry
@@ -60,6 +61,8 @@ class Session:
     record: RunRecord
     probe_info: dict[str, Any] = field(default_factory=dict)
     clocks: Any = None
+    # stage -> (subject, against) pairs whose outputs must be the same bits besides the roles' (qsa compare)
+    same_bits: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     _timer: Any = None
 
     @property
@@ -207,7 +210,7 @@ def scorer_variants(s: Session) -> tuple[str, ...]:
 
 def run_scorer_case(s: Session, inputs: ScorerInputs, iters: int, variants: tuple[str, ...] | None = None) -> StageOutcome:
     return s.take(scores_stage.run_scores(inputs, s.measurer(iters), variants or scorer_variants(s),
-                                          s.settings.check_model, s.roles("scores")))
+                                          s.settings.check_model, s.roles("scores"), s.same_bits.get("scores", ())))
 
 
 def select_bench(s: Session, inputs: ScorerInputs, iters: int) -> StageOutcome:
@@ -253,7 +256,8 @@ def run_topk_case(s: Session, inputs: TopkInputs, iters: int, variants: tuple[st
                   check_model: bool | None = None) -> StageOutcome:
     return s.take(topk_stage.run_topk(inputs, s.measurer(iters), variants, active_blocks,
                                       s.settings.check_model if check_model is None else check_model,
-                                      argpartition=s.on_gpu and iters > 0, roles=s.roles("topk")))
+                                      argpartition=s.on_gpu and iters > 0, roles=s.roles("topk"),
+                                      same_bits=s.same_bits.get("topk", ())))
 
 
 def _dispatch_summary(s: Session, kind: str, max_blocks: int = 0) -> dict[str, Any]:
@@ -514,7 +518,7 @@ def window_bench(s: Session, call: Call, iters: int, keys: str = DEFAULT_KEYS) -
                                 and (s.settings.variants is None or p[0] in s.settings.variants)))
     s.record.settings["dispatch"] = summary
     inputs = scorer_inputs(call, s.settings.seed, keys)
-    return s.take(window_stage.run_window(inputs, s.measurer(iters), pairs))
+    return s.take(window_stage.run_window(inputs, s.measurer(iters), pairs, s.same_bits.get("window", ())))
 
 
 @dataclass
@@ -557,3 +561,128 @@ def device_report(device_id: int = 0, engines: tuple[str, ...] = ()) -> DeviceRe
         clocks = s.clocks.read().to_dict() if s.clocks is not None else None
         choices = {kind: _dispatch_summary(s, kind) for kind in ("decode", "prompt")}
         return DeviceReport(s.record.device, clocks, kernels, choices, notes)
+
+
+# ---- qsa compare ---------------------------------------------------------------------------------------
+
+COMPARE_SIDE_NAMES = ("base", "candidate")
+
+
+@dataclass(frozen=True)
+class SideSpec:
+    """One side of ``qsa compare``: an engine checkout or a folder of qsa's kernel sources (or a checkout of
+    qsa, whose ``kernels/`` it is), at a git revision of it when given."""
+
+    name: str
+    path: str
+    revision: str | None
+
+    @classmethod
+    def parse(cls, text: str, default_name: str) -> SideSpec:
+        from .engine import parse_engine_spec
+
+        spec = parse_engine_spec(text)
+        named = "=" in text and text.partition("=")[0] == spec.name
+        return cls(spec.name if named else default_name, str(spec.path), spec.revision)
+
+    def describe(self, kind: str) -> dict[str, Any]:
+        return {"name": self.name, "kind": kind, "path": str(Path(self.path).resolve()), "revision": self.revision}
+
+
+def side_kind(path: Path) -> tuple[str, Path]:
+    """("engine", the checkout) or ("kernels", the folder of kernel sources) that ``path`` is; a ValueError
+    (one line) when it is neither."""
+    from .engine import SOURCE
+    from .kernels import REQUIRED_SOURCES, check_kernel_dir
+
+    if (path / SOURCE).is_file():
+        return "engine", path
+    for folder in (path, path / "kernels"):
+        if all((folder / name).is_file() for name in REQUIRED_SOURCES):
+            return "kernels", check_kernel_dir(folder)
+    if not path.is_dir():
+        raise ValueError(f"{path}: no such folder")
+    raise ValueError(f"{path}: neither an engine checkout (no {SOURCE}) nor a folder of qsa's kernel sources "
+                     f"(no {', '.join(REQUIRED_SOURCES)}, here or in kernels/)")
+
+
+@contextlib.contextmanager
+def compare_sides(s: Session, sides: tuple[SideSpec, SideSpec]) -> Iterator[dict[str, tuple[tuple[str, str], ...]]]:
+    """Both sides' variants registered (an engine checkout attached, a kernels folder compiled as qsa's own
+    variants), each ``PATH@REV`` checked out into a temporary worktree for the block's length. Yields, per
+    stage, the (base, candidate) pairs of the variants both sides run; the run's roles become the first pair
+    of each stage (the tables' "before" and "after")."""
+    from .engine import attached, revision_worktree
+    from .engine import _git as git
+
+    if sides[0].name == sides[1].name:
+        raise ValueError(f"both sides are named {sides[0].name!r}: name them BASE=PATH and CANDIDATE=PATH")
+    with contextlib.ExitStack() as stack:
+        described = []
+        for side in sides:
+            path = Path(side.path)
+            if side.revision is not None:
+                tree = stack.enter_context(revision_worktree(path, side.revision))
+                prefix = git(path, "rev-parse", "--show-prefix")
+                path = tree / (prefix.stdout.strip() if prefix is not None and prefix.returncode == 0 else "")
+            kind, where = side_kind(path)
+            described.append(side.describe(kind))
+            if kind == "engine":
+                engines = stack.enter_context(attached((f"{side.name}={where}",), s.compute_capability or 0))
+                engines[0].update({"path": described[-1]["path"], "revision": side.revision})
+                s.record.settings.setdefault("engines", []).extend(engines)
+            else:
+                stack.enter_context(registry.registered(registry.side(side.name, where)))
+        s.record.settings["sides"] = described
+        pairs = {stage: _side_pairs(stage, sides[0].name, sides[1].name) for stage in registry.STAGES}
+        if not any(pairs.values()):
+            raise ValueError(f"{sides[0].name} and {sides[1].name} have no variant in common that runs here")
+        for stage, matched in pairs.items():
+            if matched:
+                s.record.settings["roles"][stage].update({"baseline": matched[0][0], "candidate": matched[0][1]})
+        yield pairs
+
+
+def _side_pairs(stage: str, base: str, candidate: str) -> tuple[tuple[str, str], ...]:
+    """(base.X, candidate.X) for every X of ``stage`` both sides registered, in the registry's order."""
+    names = registry.names(stage)
+    return tuple((n, f"{candidate}.{n.removeprefix(base + '.')}") for n in names
+                 if n.startswith(base + ".") and f"{candidate}.{n.removeprefix(base + '.')}" in names)
+
+
+def compare_run(s: Session, sides: tuple[SideSpec, SideSpec], call: Call | None, iters: int, config: Any = None,
+                tolerance: float = 0.05) -> None:
+    """Both sides on the same inputs into the session's record: the scorer on the call, the top-k on its
+    four score sets (a decode call), and the window's pairs (or every case of ``config``); every pair's
+    candidate checked bit for bit against its base, both against qsa's reference and the CPU model."""
+    with compare_sides(s, sides) as pairs:
+        window = tuple((window_pair(b), window_pair(c)) for b, c in pairs["topk"]
+                       if registry.get("topk", b).window_scorer and registry.get("topk", c).window_scorer)
+        s.same_bits = {**pairs, "window": window}
+        s.record.settings["compare"] = {
+            "base": sides[0].name, "candidate": sides[1].name, "tolerance": tolerance,
+            "pairs": [{"stage": stage, "base": b, "candidate": c}
+                      for stage, matched in (*pairs.items(), ("window", window)) for b, c in matched]}
+        chosen = {name for matched in pairs.values() for pair in matched for name in pair}
+        s.settings.variants = tuple(chosen | {registry.roles(stage)["reference"] for stage in registry.STAGES})
+        if config is not None:
+            sweep(s, config)
+            if s.record.thresholds:  # a sweep's thresholds judge qsa's baseline and candidate, not two sides
+                s.record.thresholds = []
+                s.record.notes.append(f"{config.source}'s thresholds are not checked by qsa compare: its verdicts "
+                                      "are the pairs' bits and FAST / SLOW / SAME")
+            return
+        if pairs["scores"]:
+            run_scorer_case(s, scorer_inputs(call, s.settings.seed), iters)
+        if pairs["topk"]:
+            topk_parity(s, topk_score_sets(call, s.settings.seed), iters, 0)
+        if window:
+            s.settings.variants = tuple(chosen)
+            window_bench(s, call, iters)
+
+
+def window_pair(topk: str) -> str:
+    """The window pair a top-k variant makes with the scorer it follows."""
+    from .stages.window import pair_name
+
+    return pair_name(registry.get("topk", topk).window_scorer, topk)

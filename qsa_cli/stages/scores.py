@@ -45,6 +45,7 @@ def run_scores(
     variants: tuple[str, ...] | None = None,
     check_model: bool = True,
     roles: Mapping[str, str] | None = None,
+    same_bits: tuple[tuple[str, str], ...] = (),
 ) -> StageOutcome:
     """Run ``variants`` on ``inputs``, time each, and check them bit for bit against each other and the model.
 
@@ -52,7 +53,8 @@ def run_scores(
     defaults to the baseline and the candidate, which are also checked against each other, and every
     other variant is checked against the reference when it runs. The inputs and the scores sit between
     guard zones; each variant's integrity is checked after its runs (stages/common.py, Integrity). An
-    engine variant that refuses the call is noted, not run."""
+    engine variant that refuses the call is noted, not run. ``same_bits``: (subject, against) pairs
+    checked against each other too (qsa compare's candidate against its base)."""
     roles = roles or registry.roles(STAGE)
     old, new = roles["baseline"], roles["candidate"]
     variants = variants or (old, new)
@@ -95,8 +97,9 @@ def run_scores(
         for v in ran:
             if v != reference:
                 out.parity.append(bitwise_check(STAGE, case, v, reference, out.outputs, diff, hashes))
-    if old in ran and new in ran:
-        out.parity.append(bitwise_check(STAGE, case, new, old, out.outputs, diff, hashes))
+    for subject, against in dict.fromkeys(((new, old), *same_bits)):
+        if subject in ran and against in ran:
+            out.parity.append(bitwise_check(STAGE, case, subject, against, out.outputs, diff, hashes))
     if check_model:
         out.outputs[CPU_MODEL] = score_blocks(inputs, "butterfly")
         model_hash = scores_hash(out.outputs[CPU_MODEL], inputs.steps)

@@ -42,13 +42,15 @@ def run_topk(
     check_model: bool = True,
     argpartition: bool = False,
     roles: Mapping[str, str] | None = None,
+    same_bits: tuple[tuple[str, str], ...] = (),
 ) -> StageOutcome:
     """Run ``variants`` on ``inputs`` (a decode call when ``active_blocks`` is 0, else a prompt call).
 
     ``roles`` (default: the registry's) name the reference every variant is checked against and the
     baseline and candidate checked against each other. The inputs, the ids and every scratch array sit
     between guard zones; each variant's integrity is checked after its runs (stages/common.py,
-    Integrity). An engine variant that refuses the call is noted, not run."""
+    Integrity). An engine variant that refuses the call is noted, not run. ``same_bits``: (subject,
+    against) pairs checked against each other too (qsa compare's candidate against its base)."""
     case = call_case(inputs.steps, inputs.capacity, "prompt" if active_blocks else "decode", measurer.l2,
                      score_set=inputs.score_set)
     out = StageOutcome()
@@ -94,8 +96,9 @@ def run_topk(
         for v in ran:
             if v != ref:
                 out.parity.append(bitwise_check(STAGE, case, v, ref, out.outputs, diff))
-    if old in ran and new in ran:
-        out.parity.append(bitwise_check(STAGE, case, new, old, out.outputs, diff))
+    for subject, against in dict.fromkeys(((new, old), *same_bits)):
+        if subject in ran and against in ran:
+            out.parity.append(bitwise_check(STAGE, case, subject, against, out.outputs, diff))
     return out
 
 

@@ -28,11 +28,13 @@ def pair_name(scorer: str, topk: str) -> str:
     return f"{scorer}+{topk}"
 
 
-def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[tuple[str, str], ...]) -> StageOutcome:
+def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[tuple[str, str], ...],
+               same_bits: tuple[tuple[str, str], ...] = ()) -> StageOutcome:
     """Capture each pair as one graph on a non-blocking stream, time its replays, check its ids.
 
     The inputs, the scores, the ids and the split's scratch sit between guard zones; each pair's
-    integrity is checked after its replays (stages/common.py, Integrity)."""
+    integrity is checked after its replays (stages/common.py, Integrity). ``same_bits``: (subject,
+    against) pairs of pair names whose ids are checked against each other too (qsa compare)."""
     import cupy
 
     from ..launch.scores import scorer_launcher
@@ -78,4 +80,7 @@ def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[tuple[str,
             last = cupy.asnumpy(ids, stream=stream) if timed else None
             out.parity += integrity.checks(STAGE, case, name, out.outputs[name], last, diff)
             out.parity.append(bitwise_check(STAGE, case, name, CPU_ORACLE, out.outputs, diff))
+    for subject, against in same_bits:
+        if subject in out.outputs and against in out.outputs:
+            out.parity.append(bitwise_check(STAGE, case, subject, against, out.outputs, diff))
     return out
