@@ -25,6 +25,10 @@ def row_of(rendered: str, *needles: str) -> list[str]:
     return [c.strip() for c in line.strip("│ ").split("│")]
 
 
+def headers(table: object) -> list[str]:
+    return [c.header for c in table.columns]
+
+
 @pytest.mark.parametrize(
     ("ctx", "label", "cell"),
     [(999, "999", "999"), (2100, "2K", "2K (2100)"), (9000, "9K", "9K"), (32768, "32K", "32K (32768)"),
@@ -75,11 +79,13 @@ def test_a_saved_record_renders_the_same(tmp_path: Path) -> None:
 
 
 def test_scores_table() -> None:
-    rendered = text(report.scores_table(seed_record(throttle=(32768, 4))))
+    table = report.scores_table(seed_record(throttle=(32768, 4)))
+    rendered = text(table)
     assert row_of(rendered, "32K (32768)", " 4 ") == [
-        "32K (32768)", "524288", "4", "8193", "0000800000000004", "0000800000000004", "yes", "31.7", "15.0*",
+        "32K (32768)", "524288", "4", "8193", "0000800000000004", "0000800000000004", "yes", "31.7", "15.0*", "9.0",
         "2.11x", "280", "1.67"]
-    assert row_of(rendered, "420K", " 8 ")[7:] == ["773.9", "255.1", "3.03x", "211", "12.75"]
+    assert row_of(rendered, "420K", " 8 ")[7:] == ["773.9", "255.1", "20.0", "3.03x", "211", "12.75"]
+    assert headers(table)[7:10] == ["multi (old)", "halve (new)", "read floor"]
     assert "* throttled: a thermal, power or hardware slowdown" in rendered
 
 
@@ -94,7 +100,7 @@ def test_scores_table_and_markdown_name_the_keys_where_a_case_has_them() -> None
     assert "keys" not in text(report.scores_table(seed_record()))  # no column when every case is synthetic
     md = report.markdown(r)
     assert "capacity 524288, L2 cold\n" in md and "capacity 524288, L2 cold, adversarial keys" in md
-    assert "| context | queries | keys | multi | halve |" in md and "| 420K | 4 | adversarial | 120.0 | 24.0 |" in md
+    assert "| context | queries | keys | multi (old) | halve (new) |" in md and "| 420K | 4 | adversarial | 120.0 | 24.0 |" in md
     assert report.case_label(adversarial) == "420K, 4 queries, capacity 524288, adversarial keys"
 
 
@@ -103,9 +109,12 @@ def test_scores_table_flags_a_hash_mismatch_and_missing_variants() -> None:
     case = scores_case(9002, 5, capacity=16384)
     r = record([measurement("scores", "multi", case, 10.0, rng)],
                [parity("scores", case, "halve", "multi", equal=False, hashes={"multi": "aa", "halve": "bb"})])
-    cells = row_of(text(report.scores_table(r)), "9K (9002)")
-    assert cells[4:11] == ["aa", "bb", "NO", "10.0", "–", "–", "–"]
-    assert "throttled" not in text(report.scores_table(r))
+    table = report.scores_table(r)
+    rendered = text(table)
+    assert headers(table)[4:] == ["hash old", "hash new", "equal", "multi (old)", "read floor", "speedup",
+                                               "GB/s (new)", "new / read floor"]  # halve: checked, never measured
+    assert row_of(rendered, "9K (9002)")[4:] == ["aa", "bb", "NO", "10.0", "–", "–", "–", "–"]
+    assert "throttled" not in rendered
 
 
 def test_topk_table_counts_identical_ids_and_gives_the_verdict() -> None:
@@ -238,5 +247,6 @@ def test_markdown_has_every_variant_table_with_the_floor_ratio():
     for variant, t in (("multi", 120.0), ("halve", 24.0), ("read-floor", 16.0)):
         r.measurements.append(Measurement("scores", variant, case, [t, t, t]))
     md = report.markdown(r)
-    assert "| context | queries | multi | halve | read-floor | new / read floor |" in md
+    assert "| context | queries | multi (old) | halve (new) | read floor | new / read floor |" in md
     assert "| 420K | 4 | 120.0 | 24.0 | 16.0 | 1.50 |" in md
+
