@@ -6,10 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from record_factory import measurement, parity, record, scores_case, seed_record, topk_case
+from record_factory import measurement, parity, record, roles, scores_case, seed_record, topk_case
 from rich.console import Console
 
 from qsa_cli import report
+from qsa_cli import variants as registry
 from qsa_cli.results import load_record
 
 
@@ -250,3 +251,97 @@ def test_markdown_has_every_variant_table_with_the_floor_ratio():
     assert "| context | queries | multi (old) | halve (new) | read floor | new / read floor |" in md
     assert "| 420K | 4 | 120.0 | 24.0 | 16.0 | 1.50 |" in md
 
+
+def test_a_variant_the_registry_does_not_know_gets_its_column_with_its_median() -> None:
+    rng = np.random.default_rng(13)
+    case = scores_case(131072, 4)
+    r = record([measurement("scores", v, case, t, rng) for v, t in
+                (("multi", 113.6), ("base.scores", 98.5), ("halve", 67.1), ("read-floor", 13.0))], [])
+    table = report.scores_table(r)
+    assert headers(table)[7:11] == ["multi (old)", "base.scores", "halve (new)", "read floor"]
+    assert row_of(text(table), "131K")[7:12] == ["113.6", "98.5", "67.1", "13.0", "1.69x"]
+    md = report.markdown(r)
+    assert "| context | queries | multi (old) | base.scores | halve (new) | read floor | new / read floor |" in md
+    assert "| 131K | 4 | 113.6 | 98.5 | 67.1 | 13.0 | 5.16 |" in md
+
+
+def test_the_records_roles_are_the_tables_old_and_new() -> None:
+    rng = np.random.default_rng(17)
+    case = scores_case(420000, 4)
+    hashes = {"reference": "aa", "multi": "bb"}
+    r = record([measurement("scores", v, case, t, rng) for v, t in
+                (("reference", 40.0), ("multi", 120.0), ("halve", 24.0), ("read-floor", 16.0))],
+               [parity("scores", case, "multi", "reference", hashes=hashes),
+                parity("scores", case, "halve", "reference", equal=False, hashes={"halve": "cc", "reference": "aa"})])
+    r.settings["roles"] = roles(("reference", "reference", "multi"), ("reference", "wide", "split"))
+    table = report.scores_table(r)
+    assert table.title == "Scorer: a decode call, reference (old) vs multi (new), µs"
+    assert headers(table)[7:11] == ["reference (old)", "multi (new)", "halve", "read floor"]
+    # the hashes and the equal of reference vs multi; the speedup, GB/s and floor ratio of multi
+    assert row_of(text(table), "420K")[4:] == ["aa", "bb", "yes", "40.0", "120.0", "24.0", "16.0", "0.33x", "448",
+                                               "7.50"]
+    md = report.markdown(r)
+    assert "### Scorer: a decode call, before (reference) / after (multi), capacity 524288" in md
+    assert "| 420K | 4 | 40.0 µs | 120.0 |" in md
+    assert "| context | queries | reference (old) | multi (new) | halve | read floor | new / read floor |" in md
+    assert "| 420K | 4 | 40.0 | 120.0 | 24.0 | 16.0 | 7.50 |" in md
+
+
+def test_a_compare_sides_variants_in_their_roles() -> None:
+    rng = np.random.default_rng(19)
+    case = topk_case(524288, 6)
+    r = record([measurement("topk", v, case, t, rng) for v, t in
+                (("base.split", 66.0), ("cand.split", 33.0), ("cupy.argpartition", 700.0))],
+               [parity("topk", case, "cand.split", "base.split")])
+    r.settings["roles"] = roles(("base.reference", "base.multi", "cand.multi"), ("base.reference", "base.split", "cand.split"))
+    table = report.topk_table(r)
+    assert headers(table)[5:] == ["base.split (old)", "cand.split (new)", "dispatched", "cupy.argpartition",
+                                  "identical", "verdict"]
+    assert row_of(text(table), "524K")[5:] == ["66.0", "33.0", "–", "700.0", "6/6", "PASS"]  # the dispatched split: not measured
+    md = report.markdown(r)
+    assert "### Top-k: a decode call, continuous scores, base.split → cand.split, capacity 524288" in md
+    assert "| 524K | 0.066 → 0.033 ms |" in md
+
+
+def test_a_record_without_roles_renders_with_the_registrys() -> None:
+    old = seed_record(seed=2, noise=0.03)
+    assert "roles" not in old.settings
+    new = seed_record(seed=2, noise=0.03)
+    new.settings["roles"] = {stage: registry.roles(stage) for stage in registry.STAGES}
+    assert [text(t) for t in report.tables(old)] == [text(t) for t in report.tables(new)]
+    assert report.markdown(old) == report.markdown(new)
+    assert headers(report.topk_table(old))[5:8] == ["reference", "wide (old)", "split (new)"]
+
+
+def test_the_windows_before_and_after_are_the_pairs_of_the_roles() -> None:
+    rng = np.random.default_rng(23)
+    case = scores_case(524288, 8)
+    times = (("multi+wide", 480.0), ("halve+split", 120.0), ("halve+cluster", 96.0), ("multi+cluster", 160.0))
+    r = record([measurement("window", name, case, t, rng) for name, t in times], [])
+    r.settings["dispatch"] = {"kind": "decode", "scores": "multi", "topk": "cluster", "reasons": {}}
+    # the registry's roles: multi+wide before, halve+split after, whatever was dispatched
+    table = report.window_table(r)
+    assert headers(table)[3:8] == ["multi+wide (old)", "halve+split (new)", "halve+cluster", "multi+cluster",
+                                   "dispatched"]
+    assert row_of(text(table), "524K")[3:9] == ["480.0", "120.0", "96.0", "160.0", "160.0 multi+cluster", "4.00x"]
+    r.settings["roles"] = roles(("reference", "multi", "halve"), ("reference", "wide", "cluster"))
+    assert headers(report.window_table(r))[3:5] == ["multi+wide (old)", "halve+split"]
+    assert row_of(text(report.window_table(r)), "524K")[4:9] == ["120.0", "96.0", "160.0", "160.0 multi+cluster", "5.00x"]
+    assert "| multi+wide (old) | halve+split | halve+cluster (new) | multi+cluster |" in report.markdown(r)
+    # an after pair not measured: the speedup is over the dispatched pair
+    r.settings["roles"] = roles(("reference", "multi", "pr.scores"), ("reference", "wide", "pr.topk"))
+    assert row_of(text(report.window_table(r)), "524K")[8] == "3.00x"
+
+
+def test_many_variants_each_get_a_column() -> None:
+    rng = np.random.default_rng(29)
+    case = topk_case(131072, 3)
+    names = [f"engine.topk-{i}" for i in range(10)]
+    r = record([measurement("topk", v, case, 10.0 + i, rng) for i, v in enumerate(names)], [])
+    r.settings["roles"] = roles(("reference", "multi", "halve"), (names[0], names[3], names[7]))
+    table = report.topk_table(r)
+    assert headers(table)[5:15] == [*names[:3], f"{names[3]} (old)", *names[4:7], f"{names[7]} (new)", *names[8:]]
+    assert row_of(text(table), "131K")[5:15] == [f"{10.0 + i:.1f}" for i in range(10)]
+    console = Console(record=True, width=100, color_system=None)
+    console.print(table)  # too wide for the console: rich wraps the cells
+    assert max(len(line) for line in console.export_text().splitlines()) <= 100
