@@ -135,24 +135,61 @@ def _footnote(table: Table, measurements: Iterable[Measurement | None]) -> Table
 # ---- tables ---------------------------------------------------------------------------------------------
 
 
-def _before_after(stage: str) -> tuple[str, str]:
-    """A stage's "before" and "after": its baseline and candidate variants (variants.py)."""
-    return registry.with_role(stage, "baseline"), registry.with_role(stage, "candidate")
+REFERENCE_POINTS = {scores_stage.READ_FLOOR: "read floor", topk_stage.ARGPARTITION: topk_stage.ARGPARTITION}
+ROLE_MARKS = {"baseline": " (old)", "candidate": " (new)"}
+
+
+def roles_of(record: RunRecord, stage: str) -> dict[str, str]:
+    """A stage's variants by role (reference, baseline, candidate) as the run used them.
+
+    The roles are the record's (``settings["roles"]``): the variants it ran may be an engine checkout's or
+    a compare side's, unknown to this registry. A record from before roles were recorded ran the
+    registry's. A window pair is named by its scorer and top-k, so the window's roles are the pairs of
+    the scorer's and the top-k's variant in the same role.
+    """
+    if stage == window_stage.STAGE:
+        scorer, topk = roles_of(record, scores_stage.STAGE), roles_of(record, topk_stage.STAGE)
+        return {role: window_stage.pair_name(name, topk[role]) for role, name in scorer.items() if role in topk}
+    recorded = record.settings.get("roles") or {}
+    return dict(recorded[stage]) if stage in recorded else registry.roles(stage)
+
+
+def _measured(record: RunRecord, stage: str) -> list[str]:
+    """Every variant (and reference point) ``stage`` measured in the record, in the order first measured."""
+    return list(dict.fromkeys(m.variant for m in record.measurements if m.stage == stage))
+
+
+def variant_columns(record: RunRecord, stage: str) -> list[tuple[str, str]]:
+    """(variant, column label) of every variant ``stage`` measured, the baseline's label ending " (old)" and
+    the candidate's " (new)". A reference point (the read floor, cupy.argpartition) is no variant: each
+    table places its own."""
+    marks = {roles_of(record, stage).get(role): mark for role, mark in ROLE_MARKS.items()}
+    return [(v, v + marks.get(v, "")) for v in _measured(record, stage) if v not in REFERENCE_POINTS]
+
+
+def _before_after(record: RunRecord, stage: str) -> tuple[str, str]:
+    """A stage's "before" and "after": the run's baseline and candidate."""
+    roles = roles_of(record, stage)
+    return roles.get("baseline", MISSING), roles.get("candidate", MISSING)
 
 
 def scores_table(record: RunRecord) -> Table:
-    """A decode call's scorer per case: the baseline (old) vs the candidate (new), their hashes, and the read floor."""
-    (old, new), floor = _before_after(scores_stage.STAGE), scores_stage.READ_FLOOR
+    """A decode call's scorer per case: every variant's median, the baseline (old) vs the candidate (new),
+    their hashes, and the read floor."""
+    (old, new), floor = _before_after(record, scores_stage.STAGE), scores_stage.READ_FLOOR
+    columns = variant_columns(record, scores_stage.STAGE)
     index = measurement_index(record)
     cases = stage_cases(record, scores_stage.STAGE)
     with_keys = _with_keys(cases.values())
     table = _table(f"Scorer: a decode call, {old} (old) vs {new} (new), µs",
                    ["context", "capacity", "queries", *(["keys"] if with_keys else []), "blocks", "hash old",
-                    "hash new", "equal", "old µs", "new µs", "speedup", "GB/s (new)", "new / read floor"])
+                    "hash new", "equal", *(label for _, label in columns), REFERENCE_POINTS[floor], "speedup",
+                    "GB/s (new)", "new / read floor"])
     shown: list[Measurement | None] = []
     for key, case in cases.items():
+        row = [index.get((key, v)) for v, _ in columns]
         m_old, m_new, m_floor = (index.get((key, v)) for v in (old, new, floor))
-        shown += [m_old, m_new, m_floor]
+        shown += [*row, m_floor]
         checks = parity_of(record, key)
         hashes = {name: h for p in checks for name, h in p.hashes.items()}
         pair = next((p for p in checks if {p.subject, p.against} == {old, new}), None)
@@ -161,7 +198,7 @@ def scores_table(record: RunRecord) -> Table:
         table.add_row(
             context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]),
             *([case.get("keys", DEFAULT_KEYS)] if with_keys else []), str(case["ctx"] // BLOCK_CELLS + 1),
-            hashes.get(old, MISSING), hashes.get(new, MISSING), equal, _time(m_old), _time(m_new),
+            hashes.get(old, MISSING), hashes.get(new, MISSING), equal, *(_time(m) for m in row), _time(m_floor),
             _ratio(m_old, m_new, "{:.2f}x"), f"{gbps:.0f}" if gbps is not None else MISSING,
             _ratio(m_new, m_floor, "{:.2f}"),
         )
@@ -177,39 +214,43 @@ def dispatch_of(record: RunRecord, kind: str) -> dict[str, Any] | None:
 
 
 def topk_table(record: RunRecord) -> Table:
-    """A call's top-k per case: every variant's median, identical ids against the references, verdict."""
-    (old, new), ref, lib = _before_after(topk_stage.STAGE), registry.with_role("topk", "reference"), topk_stage.ARGPARTITION
+    """A call's top-k per case: every variant's median, the dispatched one's, cupy.argpartition's as a
+    reference point, identical ids against the references, verdict."""
+    columns, lib = variant_columns(record, topk_stage.STAGE), topk_stage.ARGPARTITION
     index = measurement_index(record)
-    table = _table("Top-k: median µs per call", ["context", "capacity", "queries", "kind", "score set", ref,
-                   f"{old} (old)", f"{new} (new)", "dispatched", lib, "identical", "verdict"])
+    table = _table("Top-k: median µs per call", ["context", "capacity", "queries", "kind", "score set",
+                   *(label for _, label in columns), "dispatched", REFERENCE_POINTS[lib], "identical", "verdict"])
     shown: list[Measurement | None] = []
     for key, case in stage_cases(record, topk_stage.STAGE).items():
-        row = [index.get((key, v)) for v in (ref, old, new, lib)]
+        row = [index.get((key, v)) for v, _ in columns]
         dispatched = (dispatch_of(record, case["kind"]) or {}).get("topk")
         m_disp = index.get((key, dispatched)) if dispatched else None
-        shown += [*row, m_disp]
+        m_lib = index.get((key, lib))
+        shown += [*row, m_disp, m_lib]
         checks = parity_of(record, key)
         table.add_row(
             context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]), case["kind"], case.get("score_set", ""),
-            *(_time(m) for m in row[:3]), f"{_time(m_disp)} {dispatched}" if m_disp else MISSING, _time(row[3]),
+            *(_time(m) for m in row), f"{_time(m_disp)} {dispatched}" if m_disp else MISSING, _time(m_lib),
             _identical(checks), _verdict(checks),
         )
     return _footnote(table, shown)
 
 
 def window_table(record: RunRecord) -> Table:
-    """A decode window's selection (scores then top-k, one CUDA graph) per kernel pair, and its ids."""
-    pairs = [window_stage.pair_name(*p) for p in registry.window_pairs()]
-    old = pairs[0]
+    """A decode window's selection (scores then top-k, one CUDA graph) per kernel pair, and its ids; the
+    speedup is the before pair's over the after pair's, or over the dispatched pair's where the after
+    pair was not measured."""
+    before, after = _before_after(record, window_stage.STAGE)
+    columns = variant_columns(record, window_stage.STAGE)
     index = measurement_index(record)
     cases = stage_cases(record, window_stage.STAGE)
     with_keys = _with_keys(cases.values())
     table = _table("Window: scores then top-k as one graph, median µs per replay",
-                   ["context", "capacity", "queries", *(["keys"] if with_keys else []), *pairs, "dispatched",
-                    "speedup", "identical", "verdict"])
+                   ["context", "capacity", "queries", *(["keys"] if with_keys else []), *(label for _, label in columns),
+                    "dispatched", "speedup", "identical", "verdict"])
     shown: list[Measurement | None] = []
     for key, case in cases.items():
-        row = [index.get((key, p)) for p in pairs]
+        row = [index.get((key, p)) for p, _ in columns]
         d = dispatch_of(record, case["kind"])
         dispatched = window_stage.pair_name(d["scores"], d["topk"]) if d else None
         m_disp = index.get((key, dispatched)) if dispatched else None
@@ -218,7 +259,8 @@ def window_table(record: RunRecord) -> Table:
         table.add_row(
             context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]),
             *([case.get("keys", DEFAULT_KEYS)] if with_keys else []), *(_time(m) for m in row),
-            f"{_time(m_disp)} {dispatched}" if m_disp else MISSING, _ratio(index.get((key, old)), m_disp, "{:.2f}x"),
+            f"{_time(m_disp)} {dispatched}" if m_disp else MISSING,
+            _ratio(index.get((key, before)), index.get((key, after)) or m_disp, "{:.2f}x"),
             _identical(checks), _verdict(checks),
         )
     return _footnote(table, shown)
@@ -388,7 +430,7 @@ def _parity_summary(checks: list[ParityCheck], ok: str) -> str:
 
 
 def _scores_markdown(record: RunRecord, index: Index) -> list[str]:
-    old, new = _before_after(scores_stage.STAGE)
+    old, new = _before_after(record, scores_stage.STAGE)
     cases = stage_cases(record, scores_stage.STAGE)
     out: list[str] = []
     for (capacity, l2, keys), group in _groups(cases, ("capacity", "l2", "keys")).items():
@@ -413,7 +455,7 @@ def _scores_markdown(record: RunRecord, index: Index) -> list[str]:
 
 
 def _topk_markdown(record: RunRecord, index: Index) -> list[str]:
-    old, new = _before_after(topk_stage.STAGE)
+    old, new = _before_after(record, topk_stage.STAGE)
     cases = stage_cases(record, topk_stage.STAGE)
     out: list[str] = []
     for (kind, score_set, capacity, l2), group in _groups(cases, ("kind", "score_set", "capacity", "l2")).items():
@@ -444,26 +486,28 @@ STAGE_TITLES = {
 
 
 def _variants_markdown(record: RunRecord, index: Index, stage: str) -> list[str]:
-    """One row per case, one column per variant measured (median µs), grouped like the seed's tables;
-    the scorer's rows add the new kernel's ratio to the read floor."""
+    """One row per case, one column per variant measured (median µs) as the stage's table labels it, then
+    the reference point where measured, grouped like the seed's tables; the scorer's rows add the
+    candidate's ratio to the read floor."""
     cases = stage_cases(record, stage)
-    variants = list(dict.fromkeys(m.variant for m in record.measurements if m.stage == stage))
-    if not variants:
+    measured = _measured(record, stage)
+    if not measured:
         return []
-    candidate = registry.with_role(scores_stage.STAGE, "candidate")
-    ratio = stage == scores_stage.STAGE and scores_stage.READ_FLOOR in variants and candidate in variants
+    columns = variant_columns(record, stage) + [(v, REFERENCE_POINTS[v]) for v in measured if v in REFERENCE_POINTS]
+    candidate = _before_after(record, stage)[1]
+    ratio = scores_stage.READ_FLOOR in measured and candidate in measured
     out: list[str] = []
     for (kind, capacity, l2), group in _groups(cases, ("kind", "capacity", "l2")).items():
         with_set = any(c.get("score_set") for c in group.values())
         with_keys = _with_keys(group.values())
         head = ["context", "queries", *(["score set"] if with_set else []), *(["keys"] if with_keys else []),
-                *variants, *(["new / read floor"] if ratio else [])]
+                *(label for _, label in columns), *(["new / read floor"] if ratio else [])]
         rows = []
         order = lambda kc: (kc[1]["ctx"], kc[1]["nq"], kc[1].get("score_set", ""), kc[1].get("keys", ""))  # noqa: E731
         for key, case in sorted(group.items(), key=order):
             row = [context_label(case["ctx"]), str(case["nq"]), *([case.get("score_set", "")] if with_set else []),
                    *([case.get("keys", DEFAULT_KEYS)] if with_keys else [])]
-            row += [_time(index.get((key, v))) for v in variants]
+            row += [_time(index.get((key, v))) for v, _ in columns]
             if ratio:
                 row.append(_ratio(index.get((key, candidate)), index.get((key, scores_stage.READ_FLOOR)), "{:.2f}"))
             rows.append(row)

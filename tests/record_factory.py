@@ -72,6 +72,12 @@ def record(measurements: list[Measurement], checks: list[ParityCheck], **kw: Any
     return RunRecord(measurements=measurements, parity=checks, **base)
 
 
+def roles(scores: tuple[str, str, str], topk: tuple[str, str, str]) -> dict[str, dict[str, str]]:
+    """A record's ``settings["roles"]`` (runs.session records them): (reference, baseline, candidate) of each stage."""
+    return {stage: dict(zip(("reference", "baseline", "candidate"), names)) for stage, names in
+            (("scores", scores), ("topk", topk))}
+
+
 def seed_record(seed: int = 0, noise: float = 0.0, scale: float = 1.0, throttle: tuple[int, int] | None = None) -> RunRecord:
     """The seed's figures as a record: scorer (multi, halve, read floor) and top-k (reference, wide, split).
 

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from record_factory import measurement, parity, record, scores_case, seed_record, topk_case
+from record_factory import measurement, parity, record, roles, scores_case, seed_record, topk_case
 from rich.console import Console
 
 from qsa_cli import report
+from qsa_cli import variants as registry
 from qsa_cli.results import load_record
 
 
@@ -23,6 +24,10 @@ def row_of(rendered: str, *needles: str) -> list[str]:
     """The cells of the first table row containing every needle."""
     line = next(line for line in rendered.splitlines() if all(n in line for n in needles))
     return [c.strip() for c in line.strip("│ ").split("│")]
+
+
+def headers(table: object) -> list[str]:
+    return [c.header for c in table.columns]
 
 
 @pytest.mark.parametrize(
@@ -75,11 +80,13 @@ def test_a_saved_record_renders_the_same(tmp_path: Path) -> None:
 
 
 def test_scores_table() -> None:
-    rendered = text(report.scores_table(seed_record(throttle=(32768, 4))))
+    table = report.scores_table(seed_record(throttle=(32768, 4)))
+    rendered = text(table)
     assert row_of(rendered, "32K (32768)", " 4 ") == [
-        "32K (32768)", "524288", "4", "8193", "0000800000000004", "0000800000000004", "yes", "31.7", "15.0*",
+        "32K (32768)", "524288", "4", "8193", "0000800000000004", "0000800000000004", "yes", "31.7", "15.0*", "9.0",
         "2.11x", "280", "1.67"]
-    assert row_of(rendered, "420K", " 8 ")[7:] == ["773.9", "255.1", "3.03x", "211", "12.75"]
+    assert row_of(rendered, "420K", " 8 ")[7:] == ["773.9", "255.1", "20.0", "3.03x", "211", "12.75"]
+    assert headers(table)[7:10] == ["multi (old)", "halve (new)", "read floor"]
     assert "* throttled: a thermal, power or hardware slowdown" in rendered
 
 
@@ -94,7 +101,7 @@ def test_scores_table_and_markdown_name_the_keys_where_a_case_has_them() -> None
     assert "keys" not in text(report.scores_table(seed_record()))  # no column when every case is synthetic
     md = report.markdown(r)
     assert "capacity 524288, L2 cold\n" in md and "capacity 524288, L2 cold, adversarial keys" in md
-    assert "| context | queries | keys | multi | halve |" in md and "| 420K | 4 | adversarial | 120.0 | 24.0 |" in md
+    assert "| context | queries | keys | multi (old) | halve (new) |" in md and "| 420K | 4 | adversarial | 120.0 | 24.0 |" in md
     assert report.case_label(adversarial) == "420K, 4 queries, capacity 524288, adversarial keys"
 
 
@@ -103,9 +110,12 @@ def test_scores_table_flags_a_hash_mismatch_and_missing_variants() -> None:
     case = scores_case(9002, 5, capacity=16384)
     r = record([measurement("scores", "multi", case, 10.0, rng)],
                [parity("scores", case, "halve", "multi", equal=False, hashes={"multi": "aa", "halve": "bb"})])
-    cells = row_of(text(report.scores_table(r)), "9K (9002)")
-    assert cells[4:11] == ["aa", "bb", "NO", "10.0", "–", "–", "–"]
-    assert "throttled" not in text(report.scores_table(r))
+    table = report.scores_table(r)
+    rendered = text(table)
+    assert headers(table)[4:] == ["hash old", "hash new", "equal", "multi (old)", "read floor", "speedup",
+                                               "GB/s (new)", "new / read floor"]  # halve: checked, never measured
+    assert row_of(rendered, "9K (9002)")[4:] == ["aa", "bb", "NO", "10.0", "–", "–", "–", "–"]
+    assert "throttled" not in rendered
 
 
 def test_topk_table_counts_identical_ids_and_gives_the_verdict() -> None:
@@ -238,5 +248,100 @@ def test_markdown_has_every_variant_table_with_the_floor_ratio():
     for variant, t in (("multi", 120.0), ("halve", 24.0), ("read-floor", 16.0)):
         r.measurements.append(Measurement("scores", variant, case, [t, t, t]))
     md = report.markdown(r)
-    assert "| context | queries | multi | halve | read-floor | new / read floor |" in md
+    assert "| context | queries | multi (old) | halve (new) | read floor | new / read floor |" in md
     assert "| 420K | 4 | 120.0 | 24.0 | 16.0 | 1.50 |" in md
+
+
+def test_a_variant_the_registry_does_not_know_gets_its_column_with_its_median() -> None:
+    rng = np.random.default_rng(13)
+    case = scores_case(131072, 4)
+    r = record([measurement("scores", v, case, t, rng) for v, t in
+                (("multi", 113.6), ("base.scores", 98.5), ("halve", 67.1), ("read-floor", 13.0))], [])
+    table = report.scores_table(r)
+    assert headers(table)[7:11] == ["multi (old)", "base.scores", "halve (new)", "read floor"]
+    assert row_of(text(table), "131K")[7:12] == ["113.6", "98.5", "67.1", "13.0", "1.69x"]
+    md = report.markdown(r)
+    assert "| context | queries | multi (old) | base.scores | halve (new) | read floor | new / read floor |" in md
+    assert "| 131K | 4 | 113.6 | 98.5 | 67.1 | 13.0 | 5.16 |" in md
+
+
+def test_the_records_roles_are_the_tables_old_and_new() -> None:
+    rng = np.random.default_rng(17)
+    case = scores_case(420000, 4)
+    hashes = {"reference": "aa", "multi": "bb"}
+    r = record([measurement("scores", v, case, t, rng) for v, t in
+                (("reference", 40.0), ("multi", 120.0), ("halve", 24.0), ("read-floor", 16.0))],
+               [parity("scores", case, "multi", "reference", hashes=hashes),
+                parity("scores", case, "halve", "reference", equal=False, hashes={"halve": "cc", "reference": "aa"})])
+    r.settings["roles"] = roles(("reference", "reference", "multi"), ("reference", "wide", "split"))
+    table = report.scores_table(r)
+    assert table.title == "Scorer: a decode call, reference (old) vs multi (new), µs"
+    assert headers(table)[7:11] == ["reference (old)", "multi (new)", "halve", "read floor"]
+    # the hashes and the equal of reference vs multi; the speedup, GB/s and floor ratio of multi
+    assert row_of(text(table), "420K")[4:] == ["aa", "bb", "yes", "40.0", "120.0", "24.0", "16.0", "0.33x", "448",
+                                               "7.50"]
+    md = report.markdown(r)
+    assert "### Scorer: a decode call, before (reference) / after (multi), capacity 524288" in md
+    assert "| 420K | 4 | 40.0 µs | 120.0 |" in md
+    assert "| context | queries | reference (old) | multi (new) | halve | read floor | new / read floor |" in md
+    assert "| 420K | 4 | 40.0 | 120.0 | 24.0 | 16.0 | 7.50 |" in md
+
+
+def test_a_compare_sides_variants_in_their_roles() -> None:
+    rng = np.random.default_rng(19)
+    case = topk_case(524288, 6)
+    r = record([measurement("topk", v, case, t, rng) for v, t in
+                (("base.split", 66.0), ("cand.split", 33.0), ("cupy.argpartition", 700.0))],
+               [parity("topk", case, "cand.split", "base.split")])
+    r.settings["roles"] = roles(("base.reference", "base.multi", "cand.multi"), ("base.reference", "base.split", "cand.split"))
+    table = report.topk_table(r)
+    assert headers(table)[5:] == ["base.split (old)", "cand.split (new)", "dispatched", "cupy.argpartition",
+                                  "identical", "verdict"]
+    assert row_of(text(table), "524K")[5:] == ["66.0", "33.0", "–", "700.0", "6/6", "PASS"]  # the dispatched split: not measured
+    md = report.markdown(r)
+    assert "### Top-k: a decode call, continuous scores, base.split → cand.split, capacity 524288" in md
+    assert "| 524K | 0.066 → 0.033 ms |" in md
+
+
+def test_a_record_without_roles_renders_with_the_registrys() -> None:
+    old = seed_record(seed=2, noise=0.03)
+    assert "roles" not in old.settings
+    new = seed_record(seed=2, noise=0.03)
+    new.settings["roles"] = {stage: registry.roles(stage) for stage in registry.STAGES}
+    assert [text(t) for t in report.tables(old)] == [text(t) for t in report.tables(new)]
+    assert report.markdown(old) == report.markdown(new)
+    assert headers(report.topk_table(old))[5:8] == ["reference", "wide (old)", "split (new)"]
+
+
+def test_the_windows_before_and_after_are_the_pairs_of_the_roles() -> None:
+    rng = np.random.default_rng(23)
+    case = scores_case(524288, 8)
+    times = (("multi+wide", 480.0), ("halve+split", 120.0), ("halve+cluster", 96.0), ("multi+cluster", 160.0))
+    r = record([measurement("window", name, case, t, rng) for name, t in times], [])
+    r.settings["dispatch"] = {"kind": "decode", "scores": "multi", "topk": "cluster", "reasons": {}}
+    # the registry's roles: multi+wide before, halve+split after, whatever was dispatched
+    table = report.window_table(r)
+    assert headers(table)[3:8] == ["multi+wide (old)", "halve+split (new)", "halve+cluster", "multi+cluster",
+                                   "dispatched"]
+    assert row_of(text(table), "524K")[3:9] == ["480.0", "120.0", "96.0", "160.0", "160.0 multi+cluster", "4.00x"]
+    r.settings["roles"] = roles(("reference", "multi", "halve"), ("reference", "wide", "cluster"))
+    assert headers(report.window_table(r))[3:5] == ["multi+wide (old)", "halve+split"]
+    assert row_of(text(report.window_table(r)), "524K")[4:9] == ["120.0", "96.0", "160.0", "160.0 multi+cluster", "5.00x"]
+    assert "| multi+wide (old) | halve+split | halve+cluster (new) | multi+cluster |" in report.markdown(r)
+    # an after pair not measured: the speedup is over the dispatched pair
+    r.settings["roles"] = roles(("reference", "multi", "pr.scores"), ("reference", "wide", "pr.topk"))
+    assert row_of(text(report.window_table(r)), "524K")[8] == "3.00x"
+
+
+def test_many_variants_each_get_a_column() -> None:
+    rng = np.random.default_rng(29)
+    case = topk_case(131072, 3)
+    names = [f"engine.topk-{i}" for i in range(10)]
+    r = record([measurement("topk", v, case, 10.0 + i, rng) for i, v in enumerate(names)], [])
+    r.settings["roles"] = roles(("reference", "multi", "halve"), (names[0], names[3], names[7]))
+    table = report.topk_table(r)
+    assert headers(table)[5:15] == [*names[:3], f"{names[3]} (old)", *names[4:7], f"{names[7]} (new)", *names[8:]]
+    assert row_of(text(table), "131K")[5:15] == [f"{10.0 + i:.1f}" for i in range(10)]
+    console = Console(record=True, width=100, color_system=None)
+    console.print(table)  # too wide for the console: rich wraps the cells
+    assert max(len(line) for line in console.export_text().splitlines()) <= 100
