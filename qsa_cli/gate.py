@@ -118,25 +118,30 @@ def _bits_rows(record: RunRecord, baseline: RunRecord, allow_bit_changes: bool) 
     return rows
 
 
-def _timing_row(key: str, variant: str, m: Measurement, b: Measurement, tolerance: float) -> GateRow:
+def timing_verdict(m: Measurement, b: Measurement, tolerance: float) -> tuple[str, str]:
+    """FAST, SLOW or SAME for ``m`` against the baseline ``b``, and why: the gate's rule, shared with ``qsa
+    compare`` (a candidate against its base). A ratio beyond the tolerance whose spreads overlap is SAME, so
+    noise alone never decides. Both must have usable samples (``bad_samples``)."""
     ratio = m.median_us / b.median_us
-    if variant in REFERENCE_POINTS:
-        return GateRow(key, variant, b.median_us, m.median_us, "REFERENCE",
-                       f"a library's reference point, not gated ({ratio:.2f}x the baseline)")
     (lo, hi), (b_lo, b_hi) = m.spread_us, b.spread_us
     apart = hi < b_lo or b_hi < lo
     if ratio > 1 + tolerance and apart:
-        verdict, detail = "SLOW", f"{ratio:.2f}x the baseline, outside both runs' spread"
-    elif ratio < 1 - tolerance and apart:
-        verdict, detail = "FAST", f"{ratio:.2f}x the baseline, outside both runs' spread"
-    else:
-        verdict = "SAME"
-        detail = "beyond the tolerance but within the runs' spread" if abs(ratio - 1) > tolerance else ""
-    return GateRow(key, variant, b.median_us, m.median_us, verdict, detail)
+        return "SLOW", f"{ratio:.2f}x the baseline, outside both runs' spread"
+    if ratio < 1 - tolerance and apart:
+        return "FAST", f"{ratio:.2f}x the baseline, outside both runs' spread"
+    return "SAME", "beyond the tolerance but within the runs' spread" if abs(ratio - 1) > tolerance else ""
 
 
-def _bad_samples(m: Measurement | None, whose: str) -> str | None:
-    """What makes a measurement's samples unusable (none, NaN or infinite ones, a median not above 0), or None."""
+def _timing_row(key: str, variant: str, m: Measurement, b: Measurement, tolerance: float) -> GateRow:
+    if variant in REFERENCE_POINTS:
+        return GateRow(key, variant, b.median_us, m.median_us, "REFERENCE",
+                       f"a library's reference point, not gated ({m.median_us / b.median_us:.2f}x the baseline)")
+    return GateRow(key, variant, b.median_us, m.median_us, *timing_verdict(m, b, tolerance))
+
+
+def bad_samples(m: Measurement | None, whose: str) -> str | None:
+    """What makes a measurement's samples unusable (none, NaN or infinite ones, a median not above 0), or None:
+    the gate's and ``qsa compare``'s BAD-SAMPLES."""
     if m is None:
         return None
     if not m.samples_us:
@@ -159,7 +164,7 @@ def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, for
     for key, variant in dict.fromkeys([*ours, *theirs]):
         m, b = ours.get((key, variant)), theirs.get((key, variant))
         median, base = (x.median_us if x is not None else None for x in (m, b))
-        bad = [why for why in (_bad_samples(m, "the run's"), _bad_samples(b, "the baseline's")) if why]
+        bad = [why for why in (bad_samples(m, "the run's"), bad_samples(b, "the baseline's")) if why]
         if bad:
             rows.append(GateRow(key, variant, base, median, "BAD-SAMPLES", "; ".join(bad)))
         elif m is None:

@@ -1,0 +1,268 @@
+"""Judging and rendering a ``qsa compare`` run: did the candidate side keep the base side's bits, and is it faster?
+
+A compare run times two sides (two engine checkouts, two revisions of one, or two kernel folders) on the
+same inputs in one record, each side's variants named ``SIDE.variant``, and checks each candidate variant
+against its base variant bit for bit (``settings["compare"]["pairs"]``). This module reads that record
+only. A row is one pair on one case; its time is judged by the gate's rule (``gate.timing_verdict``), so
+compare and gate call the same change FAST, SLOW or SAME. It fails closed like the gate: other bits,
+a SLOW row, a side's timing missing (MISSING) or unusable (BAD-SAMPLES), any failed check of the record
+(integrity, the reference, the CPU model) and a run that compared nothing all fail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from .gate import JUDGED, VERDICT_STYLE, bad_samples, timing_verdict
+from .inputs import InputError
+from .report import (MISSING, THROTTLED_NOTE, _header, _md_table, _time, case_label,
+                     measurement_index, stage_cases)
+from .results import Case, ComparePair, EngineProvenance, Measurement, ParityCheck, RunRecord
+from .stages import scores as scores_stage
+from .stages import topk as topk_stage
+from .stages import window as window_stage
+
+REFERENCE = "reference"  # qsa's reference variant: the "against" of each side's reference check
+MODELS = {scores_stage.STAGE: scores_stage.CPU_MODEL, topk_stage.STAGE: topk_stage.CPU_ORACLE,
+          window_stage.STAGE: window_stage.CPU_ORACLE}  # the CPU model a stage's outputs are checked against
+UNTIMED = "UNTIMED"  # neither side timed the case (a parity-only run): its bits alone are compared
+FAILING = ("SLOW", "MISSING", "BAD-SAMPLES")
+VERDICTS = ("FAST", "SLOW", "SAME", "MISSING", "BAD-SAMPLES", UNTIMED)  # the summary's order
+STYLE = {**VERDICT_STYLE, UNTIMED: "dim"}
+
+
+def _check_cell(p: ParityCheck | None) -> str:
+    if p is None:
+        return MISSING
+    return "yes" if p.equal else f"NO: {p.detail}" if p.detail else "NO"
+
+
+def _check_failure(p: ParityCheck) -> str:
+    return f"{p.stage} {case_label(p.case)}: {p.subject} vs {p.against}: {p.detail or 'differs'}"
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """One pair (a base variant and its candidate) on one case: their times, and their checks."""
+
+    stage: str
+    case: Case
+    pair: str  # the variant without its side's prefix, e.g. "topk-split"
+    base: Measurement | None
+    candidate: Measurement | None
+    verdict: str  # FAST, SLOW, SAME (gate.timing_verdict), MISSING, BAD-SAMPLES or UNTIMED
+    detail: str  # why the verdict
+    bits_check: ParityCheck | None  # the candidate against the base: the change's promise, the same bits
+    reference_checks: tuple[ParityCheck | None, ParityCheck | None]  # (base, candidate) against qsa's reference
+    model_checks: tuple[ParityCheck | None, ParityCheck | None]  # (base, candidate) against the CPU model
+
+    @property
+    def base_us(self) -> float | None:
+        return self.base.median_us if self.base is not None else None
+
+    @property
+    def candidate_us(self) -> float | None:
+        return self.candidate.median_us if self.candidate is not None else None
+
+    @property
+    def ratio(self) -> float | None:
+        """The candidate's median over the base's (below 1 is faster), where both were timed and usable."""
+        if self.verdict not in JUDGED:
+            return None
+        return self.candidate.median_us / self.base.median_us
+
+    @property
+    def bits(self) -> str:
+        """"same", "DIFFER: <the first difference>", or "–" when the run compared none."""
+        p = self.bits_check
+        return MISSING if p is None else "same" if p.equal else f"DIFFER: {p.detail}"
+
+    @property
+    def reference(self) -> tuple[str, str]:
+        """Whether (base, candidate) equal qsa's reference: "yes", "NO: <detail>" or "–"."""
+        return _check_cell(self.reference_checks[0]), _check_cell(self.reference_checks[1])
+
+    @property
+    def model(self) -> tuple[str, str]:
+        """Whether (base, candidate) equal the stage's CPU model: "yes", "NO: <detail>" or "–"."""
+        return _check_cell(self.model_checks[0]), _check_cell(self.model_checks[1])
+
+    @property
+    def compared(self) -> bool:
+        """Whether anything of the pair was compared here: its timings judged or its bits checked."""
+        return self.verdict in JUDGED or self.bits_check is not None
+
+    def failures(self) -> list[str]:
+        where = f"{self.stage} {case_label(self.case)}, {self.pair}"
+        out = [f"{where}: {self.verdict}: {self.detail}"] if self.verdict in FAILING else []
+        checks = (self.bits_check, *self.reference_checks, *self.model_checks)
+        return out + [_check_failure(p) for p in checks if p is not None and not p.equal]
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    rows: tuple[CompareRow, ...]
+    tolerance: float
+    base: str  # the sides' names
+    candidate: str
+    other_failures: tuple[str, ...] = ()  # what fails outside the rows: other failed checks, nothing compared
+
+    def failures(self) -> list[str]:
+        """One line per reason the comparison fails; none when it passes."""
+        return [f for r in self.rows for f in r.failures()] + list(self.other_failures)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures()
+
+    def count(self, verdict: str) -> int:
+        return sum(r.verdict == verdict for r in self.rows)
+
+
+def judge(record: RunRecord) -> CompareResult:
+    """Every pair of the record's compare settings on every case it ran, and what else of the record fails."""
+    settings = record.settings.get("compare")
+    if settings is None:
+        raise InputError("not a qsa compare record: its settings have no \"compare\"")
+    base, candidate, tolerance = settings["base"], settings["candidate"], settings["tolerance"]
+    index = measurement_index(record)
+    checks = {(p.key, p.subject, p.against): p for p in record.parity}
+    shown: set[tuple[str, str, str]] = set()  # the checks a row shows
+
+    def check(key: str, subject: str, against: str) -> ParityCheck | None:
+        found = checks.get((key, subject, against))
+        if found is not None:
+            shown.add((key, subject, against))
+        return found
+
+    def row(key: str, stage: str, case: Case, pair: ComparePair) -> CompareRow | None:
+        sides = (pair["base"], pair["candidate"])
+        m_base, m_cand = (index.get((key, v)) for v in sides)
+        bits = check(key, pair["candidate"], pair["base"])
+        references = (check(key, sides[0], REFERENCE), check(key, sides[1], REFERENCE))
+        models = (check(key, sides[0], MODELS[stage]), check(key, sides[1], MODELS[stage]))
+        if m_base is None and m_cand is None and not any((bits, *references, *models)):
+            return None  # the pair did not run this case
+        bad = [why for why in (bad_samples(m_base, f"{base}'s"), bad_samples(m_cand, f"{candidate}'s")) if why]
+        if bad:
+            verdict, detail = "BAD-SAMPLES", "; ".join(bad)
+        elif m_base is None and m_cand is None:
+            verdict, detail = UNTIMED, "neither side timed this case"
+        elif m_base is None or m_cand is None:
+            timed, untimed = (candidate, base) if m_base is None else (base, candidate)
+            verdict, detail = "MISSING", f"timed on {timed}, not on {untimed}"
+        else:
+            verdict, detail = timing_verdict(m_cand, m_base, tolerance)
+        return CompareRow(stage, case, pair["base"].removeprefix(f"{base}."), m_base, m_cand, verdict, detail,
+                          bits, references, models)
+
+    by_stage: dict[str, list[ComparePair]] = {}
+    for pair in settings["pairs"]:
+        by_stage.setdefault(pair["stage"], []).append(pair)
+    rows = [r for stage, pairs in by_stage.items() for key, case in stage_cases(record, stage).items()
+            for pair in pairs if (r := row(key, stage, case, pair)) is not None]
+
+    other = [_check_failure(p) for p in record.parity if not p.equal and (p.key, p.subject, p.against) not in shown]
+    if record.incomplete:
+        other.append("INCOMPLETE: the run was interrupted, so only what it measured before is compared")
+    if not any(r.compared for r in rows):
+        other.append("NOTHING-COMPARED: no pair's timings or bits were compared on any case")
+    return CompareResult(tuple(rows), tolerance, base, candidate, tuple(other))
+
+
+# ---- rendering --------------------------------------------------------------------------------------------
+
+COLUMNS = ("stage", "case", "variant", "base µs", "candidate µs", "change", "verdict", "bits", "= reference", "= model")
+
+
+def _sides(result: CompareResult, cells: tuple[str, str]) -> str:
+    """One cell for both sides' checks: the one answer when they agree, else each side's."""
+    b, c = cells
+    return b if b == c else f"{result.base} {b}, {result.candidate} {c}"
+
+
+def _cells(result: CompareResult, r: CompareRow) -> list[str]:
+    """A row's cells, unstyled (markdown's)."""
+    return [r.stage, case_label(r.case), r.pair, _time(r.base), _time(r.candidate),
+            MISSING if r.ratio is None else f"{r.ratio:.2f}x", r.verdict, r.bits,
+            _sides(result, r.reference), _sides(result, r.model)]
+
+
+def _styled(cell: str, style: str) -> str:
+    return f"[{style}]{escape(cell)}[/{style}]" if style else escape(cell)
+
+
+def _check_style(*checks: ParityCheck | None) -> str:
+    """Red when a check failed, green when every one was made and holds."""
+    if any(p is not None and not p.equal for p in checks):
+        return "red"
+    return "green" if all(p is not None for p in checks) else ""
+
+
+def _throttled(result: CompareResult) -> bool:
+    return any(m is not None and m.throttled for r in result.rows for m in (r.base, r.candidate))
+
+
+def compare_table(result: CompareResult) -> Table:
+    """The rows as a rich table, the record's other failures in its caption."""
+    table = Table(title=f"Compare: {'PASS' if result.passed else 'FAIL'}, {result.candidate} against {result.base}")
+    for col in COLUMNS:
+        table.add_column(col, justify="right" if col.endswith(("µs", "change")) else "left",
+                         min_width=max(map(len, STYLE)) if col == "verdict" else None)  # never cut
+    for r in result.rows:
+        *label, verdict, bits, reference, model = _cells(result, r)
+        table.add_row(*map(escape, label), _styled(verdict, STYLE[verdict]), _styled(bits, _check_style(r.bits_check)),
+                      _styled(reference, _check_style(*r.reference_checks)), _styled(model, _check_style(*r.model_checks)))
+    table.caption = "; ".join([f"tolerance {result.tolerance:.0%}, and outside both sides' 10th-90th percentile spread",
+                               *([THROTTLED_NOTE] if _throttled(result) else []), *map(escape, result.other_failures)])
+    return table
+
+
+def _side_line(side: dict[str, Any], engines: list[EngineProvenance]) -> str:
+    """A side as a list item: its name, kind, path and revision, and its engine's commit and library."""
+    engine = next((e for e in engines if e.get("name") == side["name"]), {})
+    parts = [f"- **{side['name']}**: {side['kind']} `{side['path']}`"
+             + (f" at `{side['revision']}`" if side.get("revision") else "")]
+    parts += [f"commit `{engine['commit']}`"] if engine.get("commit") else []
+    parts += [f"library sha256 `{engine['library_sha256'][:12]}`"] if engine.get("library_sha256") else []
+    return ", ".join(parts)
+
+
+def summary(result: CompareResult) -> str:
+    """``**PASS**: 12 pairs, bits identical, 3 FAST, 9 SAME``; a failure adds how many reasons, and the first."""
+    bits = {"identical": 0, "differ": 0, "unchecked": 0}
+    for r in result.rows:
+        bits["unchecked" if r.bits_check is None else "identical" if r.bits_check.equal else "differ"] += 1
+    bit_parts = ["bits identical"] if bits["identical"] == len(result.rows) else [
+        f"bits {what} in {n}" for what, n in bits.items() if n]
+    counts = [f"{result.count(v)} {v}" for v in VERDICTS if result.count(v)]
+    line = ", ".join([f"{len(result.rows)} pair{'' if len(result.rows) == 1 else 's'}", *bit_parts, *counts])
+    failures = result.failures()
+    if not failures:
+        return f"**PASS**: {line}"
+    return f"**FAIL**: {line}; {len(failures)} failure{'' if len(failures) == 1 else 's'}, the first: {failures[0]}"
+
+
+def compare_markdown(result: CompareResult, record: RunRecord) -> str:
+    """Pull-request markdown: the sides and where they came from, the run, the summary, the rows, every failure."""
+    lines = [f"### qsa compare: {result.candidate} against {result.base}", ""]
+    sides = record.settings.get("sides") or []
+    if sides:
+        lines += [_side_line(s, record.settings.get("engines") or []) for s in sides] + [""]
+    lines += [_header(record), "", summary(result), ""]
+    if result.rows:
+        rows = [[c.replace("|", "\\|") for c in _cells(result, r)] for r in result.rows]
+        lines += _md_table(list(COLUMNS), rows) + [""]
+    failures = result.failures()
+    if len(failures) > 1:
+        lines += [f"- {f}" for f in failures] + [""]
+    lines += [(f"Times are medians; a change is judged beyond a {result.tolerance:.0%} tolerance and outside "
+               "both sides' 10th-90th percentile spread."), ""]
+    if _throttled(result):
+        lines += [f"{THROTTLED_NOTE}.", ""]
+    lines += [f"{note}." for note in record.notes]
+    return "\n".join(lines).rstrip() + "\n"
