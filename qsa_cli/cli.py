@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -127,7 +128,8 @@ def _names(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     """V,V,...: the names, each once; an empty list is a usage error."""
     if value is None:
         return None
-    names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    # a comma inside brackets separates an engine variant's switches (NAME.scores[K=V,K=V]), not variants
+    names = tuple(dict.fromkeys(v.strip() for v in re.split(r",(?![^\[]*\])", value) if v.strip()))
     if not names:
         raise UsageProblem(f"{'/'.join(param.opts)}: no variant named (expected V,V,...)")
     return names

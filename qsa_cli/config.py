@@ -259,7 +259,7 @@ def _parse(r: _Reader, root: Any) -> SweepConfig:
     )
 
 
-_ENGINE_NAME = re.compile(r"[A-Za-z0-9_+-]+")
+_ENGINE_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def _engines(r: _Reader, node: Any) -> dict[str, str]:
@@ -267,7 +267,7 @@ def _engines(r: _Reader, node: Any) -> dict[str, str]:
     out = {}
     for name, value in r.mapping(node, None, "engine").items():
         if not _ENGINE_NAME.fullmatch(name):
-            raise r.error(value, f"engine name {name!r}: letters, digits, '_', '+' and '-' only (it prefixes "
+            raise r.error(value, f"engine name {name!r}: letters, digits, '_' and '-' only (it prefixes "
                                  "its variants' names, NAME.scores)")
         spec = r.value(value)
         if not isinstance(spec, str) or not spec.strip():

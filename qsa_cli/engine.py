@@ -35,7 +35,7 @@ from .geometry import BLOCK_CELLS, IDX_DIM, IDX_HEADS, MAX_QUERIES, SELECT_CAP, 
 from .inputs import ScorerInputs
 from .integrity import Allocator
 from .kernels import KernelError, cache_dir
-from .variants import ENGINE_KINDS, ENGINE_SCORER, EngineEntry, engine_kinds, engine_variant, registered
+from .variants import ENGINE_KINDS, ENGINE_SCORER, EngineEntry, Variant, engine_kinds, engine_variant, registered
 
 SOURCE = "src/kernels/cuda/qsa_select.cu"
 HEADER = "include/strata/kernels/qsa_select.hpp"
@@ -444,16 +444,76 @@ def attached(specs: tuple[str | EngineSpec, ...], compute_capability: int,
         provenance = []
         for spec in parsed:
             checkout = stack.enter_context(open_engine(spec))
-            lib = checkout.load(compute_capability)
-            here = engine_variants(lib, compute_capability, env)
-            variants = [engine_variant(lib.name, kind) for kind in here]
-            if ENGINE_SCORER not in here:  # nothing to follow in a window
-                variants = [dataclasses.replace(v, window_scorer=None) for v in variants]
-            stack.enter_context(registered(variants))
-            _ATTACHED[lib.name] = lib
-            stack.callback(_ATTACHED.pop, lib.name, None)
-            provenance.append({**lib.provenance, "variants": [v.name for v in variants]})
+            provenance.append(_attach(stack, checkout.load(compute_capability), compute_capability, env))
         yield provenance
+
+
+def _attach(stack: contextlib.ExitStack, lib: EngineLibrary, compute_capability: int,
+            env: Mapping[str, str] | None) -> dict[str, Any]:
+    """``lib``'s variants that run here registered, and ``lib`` findable by name, until ``stack`` closes;
+    its provenance, with the variants it gave."""
+    here = engine_variants(lib, compute_capability, env)
+    variants = [engine_variant(lib.name, kind) for kind in here]
+    if ENGINE_SCORER not in here:  # nothing to follow in a window
+        variants = [dataclasses.replace(v, window_scorer=None) for v in variants]
+    stack.enter_context(registered(variants))
+    _ATTACHED[lib.name] = lib
+    stack.callback(_ATTACHED.pop, lib.name, None)
+    return {**lib.provenance, "variants": [v.name for v in variants]}
+
+
+def engine_builds() -> list[dict[str, Any]]:
+    """The attached checkouts' libraries, as a child process attaches them again (``attach_builds``)."""
+    return [{"name": lib.name, "library": str(lib.build.library), "arch": lib.arch, "provenance": lib.provenance}
+            for lib in _ATTACHED.values()]
+
+
+@contextlib.contextmanager
+def attach_builds(builds: list[dict[str, Any]]) -> Iterator[None]:
+    """The libraries ``engine_builds`` listed in another process, attached here (a switched variants' child)."""
+    with contextlib.ExitStack() as stack:
+        for b in builds:
+            lib = load_engine(EngineBuild(b["name"], Path(b["library"]), int(b["arch"]), b["provenance"], False))
+            _attach(stack, lib, lib.arch, None)
+        yield
+
+
+# The engine's switches (docs/spec.md section 8), each read once per process.
+ENGINE_SWITCHES = ("STRATA_SCORES_MULTI", "STRATA_SCORES_RS", "STRATA_TOPK_SPLIT", "STRATA_QSA_CLUSTER",
+                   "STRATA_TOPK_OLD", "STRATA_TOPK_WIDE", "STRATA_TOPK_ACTIVE_ANY", ENV_EMULATE_CC)
+_SWITCHED = re.compile(r"^(?P<base>[^\[\]]+)\[(?P<switches>[^\[\]]*)\]$")
+
+
+def parse_switched(name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """``NAME.KIND[K=V,...]`` -> (``NAME.KIND``, ((K, V), ...)); a name without switches -> (name, ())."""
+    m = _SWITCHED.match(name)
+    if m is None:
+        return name, ()
+    switches = []
+    for item in m["switches"].split(","):
+        key, eq, value = item.strip().partition("=")
+        if not eq or key not in ENGINE_SWITCHES:
+            raise EngineError(f"variant {name!r}: {item.strip()!r} is not a switch K=V of the engine's "
+                              f"({', '.join(ENGINE_SWITCHES)})")
+        switches.append((key, value.strip()))
+    return m["base"], tuple(sorted(switches))
+
+
+def switched_variant(name: str, compute_capability: int) -> Variant | None:
+    """The attached checkout's variant ``NAME.KIND[K=V,...]`` runs under those switches (None when ``name``
+    has none): an EngineError when no checkout has it, or it does not run on this card under them."""
+    base, switches = parse_switched(name)
+    if not switches:
+        return None
+    found = next(((lib, base[len(lib.name) + 1:]) for lib in _ATTACHED.values()
+                  if base.startswith(lib.name + ".") and base[len(lib.name) + 1:] in ENGINE_KINDS), None)
+    if found is None:
+        raise EngineError(f"variant {name!r}: no attached engine checkout has a variant {base!r}")
+    lib, kind = found
+    refusal = variant_refusal(lib, kind, compute_capability, dict(switches))
+    if refusal is not None:
+        raise EngineError(f"variant {name!r} does not run here: {refusal}")
+    return engine_variant(lib.name, kind, switches=switches)
 
 
 def require_switches(entry: EngineEntry, env: Mapping[str, str] | None = None) -> None:
@@ -573,7 +633,7 @@ class EngineSpec:
     revision: str | None = None
 
 
-_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # no "+": it joins a window pair's names
 
 
 def parse_engine_spec(text: str) -> EngineSpec:

@@ -138,6 +138,7 @@ def session(
             from .engine import attached
 
             record.settings["engines"] = stack.enter_context(attached(settings.engines, s.compute_capability or 0))
+            stack.enter_context(registry.registered(_switched_variants(s)))
         _assign_roles(s)
         monitor = ClockMonitor.for_pci_bus_id(found.info["pci_bus_id"])
         stack.callback(monitor.close)
@@ -147,6 +148,24 @@ def session(
             state = stack.enter_context(lock_clocks(monitor, lock[0], lock[1], optional=lock_optional, warn=warn))
             record.settings["clock_lock"] = state.to_dict()
         yield s
+
+
+def _switched_variants(s: Session) -> list[registry.Variant]:
+    """The engine variants under switches that ``--variants``, ``--baseline`` or ``--candidate`` name
+    (``NAME.KIND[K=V,...]``), whose names become the registry's spelling of them."""
+    from .engine import switched_variant
+
+    found: dict[str, registry.Variant] = {}
+    named = [*(s.settings.variants or ()), s.settings.baseline, s.settings.candidate]
+    for name in filter(None, named):
+        v = switched_variant(name, s.compute_capability or 0)
+        if v is not None:
+            found[name] = v
+    if s.settings.variants is not None:
+        s.settings.variants = tuple(found[n].name if n in found else n for n in s.settings.variants)
+    s.settings.baseline, s.settings.candidate = (found[n].name if n in found else n for n in
+                                                 (s.settings.baseline, s.settings.candidate))
+    return list({v.name: v for v in found.values()}.values())
 
 
 def _assign_roles(s: Session) -> None:
@@ -208,9 +227,32 @@ def scorer_variants(s: Session) -> tuple[str, ...]:
                                 *others)))
 
 
+def _with_switched(s: Session, stage: str, variants: tuple[str, ...], inputs: Any, iters: int,
+                   run_here: Callable[[tuple[str, ...]], StageOutcome], active_blocks: int = 0) -> StageOutcome:
+    """``run_here`` on the variants that run in this process; each switch setting's variants (an engine's
+    ``NAME.KIND[K=V]``) in a child of its own on the same inputs (qsa_cli/variant_child.py)."""
+    from .variant_child import run_switched, switches_of
+
+    groups: dict[tuple[tuple[str, str], ...], tuple[str, ...]] = {}
+    for name in variants:
+        key = switches_of(stage, name)
+        groups[key] = (*groups.get(key, ()), name)
+    here = groups.pop((), ())
+    out = s.take(run_here(here)) if here or not groups else StageOutcome()
+    for switches, names in groups.items():
+        job = {"roles": s.roles("scores" if stage == "window" else stage), "check_model": s.settings.check_model,
+               "active_blocks": active_blocks, "device_id": s.settings.device_id,
+               "pci_bus_id": s.record.device["pci_bus_id"]}
+        out.extend(s.take(run_switched(stage, switches, names, inputs, s.measurer(iters), job)))
+    return out
+
+
 def run_scorer_case(s: Session, inputs: ScorerInputs, iters: int, variants: tuple[str, ...] | None = None) -> StageOutcome:
-    return s.take(scores_stage.run_scores(inputs, s.measurer(iters), variants or scorer_variants(s),
-                                          s.settings.check_model, s.roles("scores"), s.same_bits.get("scores", ())))
+    def here(names: tuple[str, ...]) -> StageOutcome:
+        return scores_stage.run_scores(inputs, s.measurer(iters), names, s.settings.check_model, s.roles("scores"),
+                                       s.same_bits.get("scores", ()))
+
+    return _with_switched(s, "scores", variants or scorer_variants(s), inputs, iters, here)
 
 
 def select_bench(s: Session, inputs: ScorerInputs, iters: int) -> StageOutcome:
@@ -254,10 +296,13 @@ def topk_parity(s: Session, inputs: list[TopkInputs], iters: int, active_blocks:
 
 def run_topk_case(s: Session, inputs: TopkInputs, iters: int, variants: tuple[str, ...], active_blocks: int,
                   check_model: bool | None = None) -> StageOutcome:
-    return s.take(topk_stage.run_topk(inputs, s.measurer(iters), variants, active_blocks,
-                                      s.settings.check_model if check_model is None else check_model,
-                                      argpartition=s.on_gpu and iters > 0, roles=s.roles("topk"),
-                                      same_bits=s.same_bits.get("topk", ())))
+    def here(names: tuple[str, ...]) -> StageOutcome:
+        return topk_stage.run_topk(inputs, s.measurer(iters), names, active_blocks,
+                                   s.settings.check_model if check_model is None else check_model,
+                                   argpartition=s.on_gpu and iters > 0, roles=s.roles("topk"),
+                                   same_bits=s.same_bits.get("topk", ()))
+
+    return _with_switched(s, "topk", variants, inputs, iters, here, active_blocks)
 
 
 def _dispatch_summary(s: Session, kind: str, max_blocks: int = 0) -> dict[str, Any]:
@@ -518,7 +563,13 @@ def window_bench(s: Session, call: Call, iters: int, keys: str = DEFAULT_KEYS) -
                                 and (s.settings.variants is None or p[0] in s.settings.variants)))
     s.record.settings["dispatch"] = summary
     inputs = scorer_inputs(call, s.settings.seed, keys)
-    return s.take(window_stage.run_window(inputs, s.measurer(iters), pairs, s.same_bits.get("window", ())))
+    named = {window_stage.pair_name(*p): p for p in pairs}
+
+    def here(names: tuple[str, ...]) -> StageOutcome:
+        return window_stage.run_window(inputs, s.measurer(iters), tuple(named[n] for n in names),
+                                       s.same_bits.get("window", ()))
+
+    return _with_switched(s, "window", tuple(named), inputs, iters, here)
 
 
 @dataclass

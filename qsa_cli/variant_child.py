@@ -1,0 +1,123 @@
+"""Engine variants under switches: each switch setting's variants run in a child process of their own.
+
+The engine reads its ``STRATA_*`` switches once per process, so ``NAME.scores[STRATA_SCORES_RS=0]``
+cannot run in the process that ran ``NAME.scores``. ``run_switched`` writes the case's inputs to a
+folder, starts ``python -m qsa_cli.variant_child JOB`` with the switches in its environment, and reads
+back what the stage runner measured and checked there: the same runner (guard zones, integrity, the
+timer and the clock reads around each measurement) on the same bits, qsa's reference beside the switched
+variants so that each is checked against it and the CPU model. The child loads the checkouts' libraries
+the parent built; it measures nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import variants as registry
+from .inputs import ScorerInputs, TopkInputs
+from .results import RunRecord, load_record
+from .stages.common import Measurer, StageOutcome
+
+CHILD_TIMEOUT_S = 1800
+JOB_FILE, INPUTS_FILE, RECORD_FILE = "job.json", "inputs.npz", "record.json"
+
+
+class SwitchedRunError(RuntimeError):
+    """A child of switched variants that did not finish: its output, for the user."""
+
+
+def switches_of(stage: str, name: str) -> tuple[tuple[str, str], ...]:
+    """The switches ``name`` runs under (a window pair: its top-k's, which its scorer shares)."""
+    v = registry.get("topk", name.split("+", 1)[1]) if stage == "window" else registry.get(stage, name)
+    return v.engine.switches if v.engine is not None else ()
+
+
+def run_switched(stage: str, switches: tuple[tuple[str, str], ...], variants: tuple[str, ...],
+                 inputs: ScorerInputs | TopkInputs, measurer: Measurer, job: dict[str, Any]) -> StageOutcome:
+    """``variants`` of ``stage`` (window pairs ``scorer+topk`` for the window), all under ``switches``, run by a
+    child on ``inputs`` with qsa's reference beside them (not in the window); the rows it wrote, less the
+    reference's own (this process has them). ``job``: what the child runs them with (``job_settings``)."""
+    from .engine import engine_builds
+
+    reference = job["roles"]["reference"]
+    names = [reference, *variants] if stage != "window" else list(variants)
+    switched = sorted({part for name in variants for part in name.split("+") if "[" in part})
+    with tempfile.TemporaryDirectory(prefix="qsa-switched-") as folder:
+        work = Path(folder)
+        arrays = ({"scores": inputs.scores, "steps": inputs.steps} if isinstance(inputs, TopkInputs) else
+                  {"pooled": inputs.pooled, "dead": inputs.dead, "q": inputs.q, "steps": inputs.steps})
+        np.savez(work / INPUTS_FILE, **arrays)
+        label = inputs.score_set if isinstance(inputs, TopkInputs) else inputs.keys
+        (work / JOB_FILE).write_text(json.dumps({
+            **job, "stage": stage, "variants": names, "register": switched, "label": label,
+            "iters": measurer.iters, "l2": measurer.timer.l2, "warmup": measurer.timer.warmup,
+            "engines": engine_builds()}))
+        env = {**os.environ, **dict(switches),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
+                                                            os.environ.get("PYTHONPATH")]))}
+        try:
+            done = subprocess.run([sys.executable, "-m", "qsa_cli.variant_child", str(work)], env=env,
+                                  capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise SwitchedRunError(f"the child running {', '.join(variants)} did not finish in {CHILD_TIMEOUT_S} s")
+        if done.returncode != 0 or not (work / RECORD_FILE).is_file():
+            tail = (done.stdout + done.stderr).strip().splitlines()[-12:]
+            raise SwitchedRunError(f"the child running {', '.join(variants)} failed (exit {done.returncode}):\n"
+                                   + "\n".join(tail))
+        record = load_record(work / RECORD_FILE)
+    out = StageOutcome(notes=record.notes)
+    out.measurements = [m for m in record.measurements if m.variant != reference]
+    out.parity = [p for p in record.parity if p.subject != reference]
+    return out
+
+
+def main(argv: list[str]) -> int:
+    import cupy
+
+    from .clocks import ClockMonitor
+    from .engine import attach_builds, switched_variant
+    from .stages import scores as scores_stage
+    from .stages import topk as topk_stage
+    from .stages import window as window_stage
+    from .timing import DeviceTimer
+
+    work = Path(argv[0])
+    job = json.loads((work / JOB_FILE).read_text())
+    stage, variants = job["stage"], tuple(job["variants"])
+    record = RunRecord(command="variant-child", argv=argv, backend="gpu")
+    with cupy.cuda.Device(job["device_id"]), attach_builds(job["engines"]), contextlib.ExitStack() as stack:
+        cc = int(cupy.cuda.Device().compute_capability)
+        stack.enter_context(registry.registered([switched_variant(name, cc) for name in job["register"]]))
+        monitor = ClockMonitor.for_pci_bus_id(job["pci_bus_id"])
+        measurer = Measurer(job["iters"], DeviceTimer(l2=job["l2"], warmup=job["warmup"]),
+                            monitor if monitor.available else None)
+        with np.load(work / INPUTS_FILE) as a:
+            arrays = {k: a[k] for k in a.files}
+        if stage == "topk":
+            inputs_t = TopkInputs(arrays["scores"], arrays["steps"], job["label"])
+            out = topk_stage.run_topk(inputs_t, measurer, variants, job["active_blocks"], job["check_model"],
+                                      roles=job["roles"])
+        else:
+            inputs = ScorerInputs(arrays["pooled"], arrays["dead"], arrays["q"], arrays["steps"], job["label"])
+            if stage == "scores":
+                out = scores_stage.run_scores(inputs, measurer, variants, job["check_model"], job["roles"])
+            else:
+                pairs = tuple(tuple(p.split("+", 1)) for p in variants)
+                out = window_stage.run_window(inputs, measurer, pairs)  # type: ignore[arg-type]
+        monitor.close()
+    record.measurements, record.parity, record.notes = out.measurements, out.parity, out.notes
+    record.write(work / RECORD_FILE)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
