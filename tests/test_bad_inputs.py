@@ -136,6 +136,11 @@ FILES: dict[str, Callable[[Path], None]] = {
     "matrix-number.yaml": _sweep("matrix: 5\n"),
     "binary.yaml": lambda path: path.write_bytes(b"stages: \xff\xfe\n"),
     "topk-only.yaml": _sweep("stages: [topk]\n"),
+    "engine-list.yaml": _sweep("engine: [../strata]\n"),
+    "engine-name.yaml": _sweep("engine:\n  base.pr: ../strata\n"),
+    "engine-number.yaml": _sweep("engine:\n  base: 7\n"),
+    "engine-variant.yaml": _sweep("engine:\n  base: ../strata\nvariants:\n  scores: [pr.scores]\n"),
+    "engine-kind.yaml": _sweep("engine:\n  base: ../strata\nvariants:\n  scores: [base.topk]\n"),
     # input files
     "scorer.npz": _npz(_scorer_arrays),
     "topk.npz": _npz(_topk_arrays),
@@ -299,6 +304,29 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     # --kernels: a folder of qsa's kernel sources
     (("select-bench", *SMALL, *CPU, "--kernels", "%none"), "--kernels none: no such folder"),
     (("selftest", "--kernels", "@dir"), "--kernels dir: no qsa_common.cuh"),
+    # engine checkouts, variants and roles, before any device is looked for
+    (("select-bench", *SMALL, *CPU, "--engine", "x@"), "--engine: engine 'x@': no revision after '@'"),
+    (("select-bench", *SMALL, *CPU, "--engine", "%strata"), "--engine runs an engine checkout's kernels: it needs --backend gpu"),
+    (("topk-parity", *SMALL, *CPU, "--variants", "wide,fast"), "--variants: no variant 'fast'"),
+    (("topk-parity", *SMALL, *CPU, "--variants", ","), "--variants: no variant named"),
+    (("select-bench", *SMALL, *CPU, "--variants", "halve,x.scores[STRATA_SCORES_RS=0,STRATA_TOPK_OLD=1]"),
+     "--variants: no variant 'x.scores[STRATA_SCORES_RS=0,STRATA_TOPK_OLD=1]'"),
+    (("select-bench", *SMALL, *CPU, "--baseline", "slowest"), "--baseline: no variant 'slowest'"),
+    (("select-bench", *SMALL, *CPU, "--candidate", "cluster2"), "--candidate: no variant 'cluster2'"),
+    (("sweep", "@engine-list.yaml", *CPU), "engine must be a mapping"),
+    (("sweep", "@engine-name.yaml", *CPU), "engine name 'base.pr': letters, digits"),
+    (("sweep", "@engine-number.yaml", *CPU), "engine 'base': expected a checkout's path"),
+    (("sweep", "@engine-variant.yaml", *CPU), "a scores variant must be one of"),
+    (("sweep", "@engine-kind.yaml", *CPU), "(got 'base.topk')"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--engine", "%strata"),
+     "--engine adds variants to the run the gate makes"),
+    (("compare", "%a", "%b", *SMALL, *CPU), "compare runs the sides' kernels: it needs --backend gpu"),
+    (("compare", "%a", "%b", *SMALL, "--engine", "%c"), "compare takes its variants from BASE and CANDIDATE, not --engine"),
+    (("compare", "%a", "%b", *SMALL, "--variants", "halve"), "not --variant"),
+    (("compare", "%a", "%b", "100", "2", "1"), "compare takes CTX Q ITERS CAP (got 3"),
+    (("compare", "%a", "%b", "100", "2", "1", "100", "--config", "ci"), "--config takes no CTX Q ITERS CAP"),
+    (("compare", "%a", "%b", "100", "2", "1", "100", "--tolerance", "1.5"), "Invalid value for '--tolerance'"),
+    (("compare", "%a@", "%b", *SMALL), "no revision after '@'"),
     # qsa sanitize: its arguments and its known-hazards file, before compute-sanitizer is looked for
     (("sanitize", "--tools", "memcheck,leakcheck"), "--tools: unknown tool 'leakcheck'"),
     (("sanitize", "--jobs", "0"), "--jobs"),
@@ -333,7 +361,7 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, bytes | None]]:
 def test_the_table_is_long_enough() -> None:
     assert len(BAD) >= 60 and len({args for args, _ in BAD}) == len(BAD)
     assert {args[0] for args, _ in BAD} >= {"select-bench", "topk-parity", "selftest", "sweep", "window-bench", "gate",
-                                            "report", "plot", "info", "sanitize"}
+                                            "report", "plot", "info", "sanitize", "compare"}
 
 
 @pytest.mark.parametrize(("args", "message"), BAD, ids=[" ".join(a) for a, _ in BAD])

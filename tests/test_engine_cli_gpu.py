@@ -1,0 +1,212 @@
+"""The commands with an engine checkout's variants (--engine, qsa compare), end to end on the GPU, over the
+fake engine tree (tests/fake_engine.py): its variants must give qsa's bits, the flipped one must fail
+naming the first differing position, and compare must call the slowed one SLOW."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import fresh_seed
+from fake_engine import FLIPPED_ENTRY, write_fake_engine
+
+from qsa_cli.cli import main
+from qsa_cli.engine import EngineError, find_nvcc
+from qsa_cli.kernels import kernel_dir
+
+pytestmark = pytest.mark.gpu
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+@pytest.fixture(scope="module")
+def trees(cupy: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Fake checkouts: plain, its decode scorer slowed, its dispatched top-k's and scorer's bits flipped."""
+    try:
+        find_nvcc()
+    except EngineError as exc:
+        pytest.skip(str(exc))
+    root = tmp_path_factory.mktemp("trees")
+    return {"plain": write_fake_engine(root / "plain"), "slow": write_fake_engine(root / "slow", slow="scores"),
+            "flip-topk": write_fake_engine(root / "flip-topk", flip="topk"),
+            "flip-scores": write_fake_engine(root / "flip-scores", flip="scores")}
+
+
+def record(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def variants_of(rec: dict[str, Any]) -> set[str]:
+    return {m["variant"] for m in rec["measurements"]}
+
+
+def test_select_bench_runs_the_checkouts_scorers_beside_qsas(capsys: Any, trees: dict[str, Path],
+                                                            tmp_path: Path) -> None:
+    js = tmp_path / "r.json"
+    seed = str(fresh_seed() % 1000)
+    code, out, err = run(capsys, "select-bench", "420000", "4", "5", "524288", "--seed", seed,
+                         "--engine", f"fake={trees['plain']}", "--json", str(js))
+    assert code == 0, out + err
+    rec = record(js)
+    assert {"fake.scores", "fake.scores-ref", "multi", "halve", "reference"} <= variants_of(rec)
+    checked = {(p["subject"], p["against"]) for p in rec["parity"]}
+    for v in ("fake.scores", "fake.scores-ref"):
+        assert {(v, "reference"), (v, "cpu-model"), (v, "guard zones"), (v, "inputs")} <= checked
+    assert all(p["equal"] for p in rec["parity"])
+    engine = rec["settings"]["engines"][0]
+    assert engine["name"] == "fake" and engine["path"] == str(trees["plain"].resolve())
+    assert "src/kernels/cuda/qsa_select.cu" in engine["sources"] and engine["arch"].startswith("sm_")
+    assert "fake.scores" in engine["variants"] and "fake.scores" in out
+
+
+def test_a_flipped_bit_fails_at_its_position(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "select-bench", "131072", "3", "2", "262144", "--engine",
+                         f"flip={trees['flip-scores']}", "--json", str(js))
+    assert code == 1, out + err
+    failed = [p for p in record(js)["parity"] if not p["equal"]]
+    assert failed and {p["subject"] for p in failed} == {"flip.scores"}
+    assert all(p["detail"].startswith(f"query 0 block {FLIPPED_ENTRY}:") for p in failed)
+    assert f"query 0 block {FLIPPED_ENTRY}" in out
+
+
+def test_topk_parity_runs_the_checkouts_top_k(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "topk-parity", "524288", "8", "5", "524288", "0", "--engine",
+                         f"fake={trees['plain']}", "--json", str(js))
+    assert code == 0, out + err
+    rec = record(js)
+    ran = variants_of(rec)
+    assert {"fake.topk", "fake.topk-ref"} <= ran
+    assert set(rec["settings"]["engines"][0]["variants"]) >= {"fake.topk", "fake.topk-ref"}
+    for v in ran & {"fake.topk", "fake.topk-ref", "fake.topk-cluster", "fake.topk-split"}:
+        against = {p["against"] for p in rec["parity"] if p["subject"] == v}
+        assert {"reference", "cpu-oracle", "guard zones", "inputs"} <= against
+    assert all(p["equal"] for p in rec["parity"])
+
+
+def test_a_flipped_top_k_fails_in_topk_parity(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "topk-parity", "131072", "3", "2", "262144", "0", "--engine",
+                         f"flip={trees['flip-topk']}", "--variants", "reference,flip.topk", "--json", str(js))
+    assert code == 1, out + err
+    failed = [p for p in record(js)["parity"] if not p["equal"]]
+    assert failed and {p["subject"] for p in failed} == {"flip.topk"}
+    assert all(f"query 0 position {FLIPPED_ENTRY}:" in p["detail"] for p in failed)
+
+
+def test_window_bench_captures_the_checkouts_pair(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "window-bench", "420000", "4", "5", "524288", "--engine",
+                         f"fake={trees['plain']}", "--json", str(js))
+    assert code == 0, out + err
+    rec = record(js)
+    assert "fake.scores+fake.topk" in variants_of(rec)
+    rows = [p for p in rec["parity"] if p["subject"] == "fake.scores+fake.topk"]
+    assert {p["against"] for p in rows} >= {"cpu-oracle", "guard zones", "inputs"} and all(p["equal"] for p in rows)
+
+
+def test_a_switched_variant_runs_in_a_child(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
+    """STRATA_EMULATE_CC=86 gives the split on any card (sm_90 refuses it); STRATA_SCORES_RS=0 another scorer."""
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "topk-parity", "131072", "3", "3", "262144", "0", "--engine",
+                         f"fake={trees['plain']}", "--variants", "reference,fake.topk-split[STRATA_EMULATE_CC=86]",
+                         "--json", str(js))
+    assert code == 0, out + err
+    rec = record(js)
+    assert variants_of(rec) >= {"reference", "fake.topk-split[STRATA_EMULATE_CC=86]"}
+    against = {p["against"] for p in rec["parity"] if p["subject"] == "fake.topk-split[STRATA_EMULATE_CC=86]"}
+    assert {"reference", "cpu-oracle", "guard zones", "inputs"} <= against and all(p["equal"] for p in rec["parity"])
+    code, out, err = run(capsys, "select-bench", "9002", "3", "3", "16384", "--engine", f"fake={trees['plain']}",
+                         "--variants", "reference,fake.scores,fake.scores[STRATA_SCORES_RS=0]", "--json", str(js))
+    assert code == 0, out + err
+    assert variants_of(record(js)) >= {"fake.scores", "fake.scores[STRATA_SCORES_RS=0]"}
+
+
+def test_compare_same_bits_passes_and_names_both_sides(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "compare", f"base={trees['plain']}", f"pr={trees['plain']}", "131072", "4", "10",
+                         "262144", "--tolerance", "0.5", "--json", str(js), "--markdown")
+    assert code == 0, out + err
+    rec = record(js)
+    pairs = {(p["base"], p["candidate"]) for p in rec["settings"]["compare"]["pairs"]}
+    assert {("base.scores", "pr.scores"), ("base.topk", "pr.topk")} <= pairs
+    assert ("base.scores+base.topk", "pr.scores+pr.topk") in pairs
+    same = [p for p in rec["parity"] if (p["against"], p["subject"]) in pairs]
+    assert same and all(p["equal"] for p in same)
+    assert [s["name"] for s in rec["settings"]["sides"]] == ["base", "pr"] and "PASS" in out
+
+
+def test_compare_a_flipped_candidate_fails_on_its_bits(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "compare", str(trees["plain"]), str(trees["flip-topk"]), "131072", "4", "3",
+                         "262144", "--json", str(js))
+    assert code == 1, out + err
+    differ = [p for p in record(js)["parity"] if p["subject"] == "candidate.topk" and p["against"] == "base.topk"]
+    assert differ and not any(p["equal"] for p in differ)
+    assert f"position {FLIPPED_ENTRY}" in out
+
+
+def test_compare_a_slowed_candidate_is_slow(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "compare", str(trees["plain"]), str(trees["slow"]), "32768", "1", "30", "65536",
+                         "--json", str(js))
+    assert code == 1, out + err
+    assert "SLOW" in out
+    assert all(p["equal"] for p in record(js)["parity"])  # slower, the same bits
+
+
+def test_compare_two_revisions_of_one_repository(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
+    """PATH@REV: each revision checked out into a temporary worktree; a commit that flips a bit fails."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "strata"
+    shutil.copytree(trees["plain"], repo)
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "main", "--allow-empty")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    flipped = trees["flip-topk"] / "src/kernels/cuda/qsa_select.cu"
+    shutil.copy(flipped, repo / "src/kernels/cuda/qsa_select.cu")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "flip")
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "compare", f"{repo}@HEAD~1", f"{repo}@HEAD", "9002", "3", "2", "16384",
+                         "--json", str(js))
+    assert code == 1, out + err
+    rec = record(js)
+    assert [(s["path"], s["revision"]) for s in rec["settings"]["sides"]] == [(str(repo), "HEAD~1"), (str(repo), "HEAD")]
+    assert all(e["commit"] and not e["commit"].endswith("-dirty") for e in rec["settings"]["engines"])
+    assert not any(p["equal"] for p in rec["parity"] if p["subject"] == "candidate.topk" and p["against"] == "base.topk")
+    listed = subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True).stdout
+    assert len(listed.strip().splitlines()) == 1  # the temporary worktrees are gone
+
+
+def test_compare_two_kernel_folders(capsys: Any, tmp_path: Path) -> None:
+    """Two copies of qsa's kernels: every variant of qsa's is a pair, and the same sources give the same bits."""
+    for side in ("a", "b"):
+        shutil.copytree(kernel_dir(), tmp_path / side)
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "compare", f"old={tmp_path / 'a'}", f"new={tmp_path / 'b'}", "131072", "4", "10",
+                         "262144", "--tolerance", "0.5", "--json", str(js))
+    assert code == 0, out + err
+    pairs = {(p["base"], p["candidate"]) for p in record(js)["settings"]["compare"]["pairs"]}
+    assert {("old.halve", "new.halve"), ("old.split", "new.split"), ("old.halve+old.split", "new.halve+new.split")} <= pairs
+
+
+def test_sanitize_runs_the_checkouts_variants(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "sanitize", "--engine", f"fake={trees['plain']}", "--variants", "fake.scores,fake.topk",
+                         "--quick", "--json", str(js))
+    assert code == 0, out + err
+    rows = record(js)["sanitizer"]
+    assert {r["variant"] for r in rows} == {"fake.scores", "fake.topk"} and all(r["errors"] == 0 for r in rows)

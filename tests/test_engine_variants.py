@@ -1,0 +1,126 @@
+"""Variants from elsewhere in the registry (an engine checkout's, a compare side's, under switches), the
+sweep file's engine: block, roles from --baseline / --candidate, and qsa compare's sides: all without a GPU."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from fake_engine import write_fake_engine
+
+from qsa_cli import variants
+from qsa_cli.cli import main
+from qsa_cli.config import ConfigError, load_config
+from qsa_cli.engine import EngineError, parse_switched
+from qsa_cli.kernels import kernel_dir
+from qsa_cli.runs import SideSpec, side_kind
+from qsa_cli.variant_child import switches_of
+
+
+def test_an_engine_variant_is_named_by_its_checkout_kind_and_switches() -> None:
+    v = variants.engine_variant("base", "topk-split", switches=(("STRATA_EMULATE_CC", "86"),))
+    assert v.name == "base.topk-split[STRATA_EMULATE_CC=86]" and v.stage == "topk" and v.launch == "engine"
+    assert v.window_scorer == "base.scores[STRATA_EMULATE_CC=86]" and not v.qsa_own
+    assert variants.engine_variant("base", "topk-ref").window_scorer is None  # the reference is no decode path
+    assert variants.engine_variant("base", "scores-ref").stage == "scores"
+
+
+def test_registered_variants_are_gone_after_the_block() -> None:
+    added = [variants.engine_variant("pr", kind) for kind in variants.ENGINE_KINDS]
+    with variants.registered(added):
+        assert "pr.scores" in variants.names("scores") and "pr.topk-cluster" in variants.names("topk")
+        assert ("pr.scores", "pr.topk") in variants.window_pairs()
+        assert switches_of("window", "pr.scores+pr.topk") == ()
+    assert not any(n.startswith("pr.") for stage in variants.STAGES for n in variants.names(stage))
+
+
+def test_registration_that_contradicts_the_registry_is_refused_and_undone() -> None:
+    clash = [variants.engine_variant("pr", "scores"), variants.engine_variant("pr", "scores")]
+    with pytest.raises(ValueError, match="already registered"):
+        with variants.registered(clash):
+            pass
+    assert "pr.scores" not in variants.names("scores")
+    wrong = variants.Variant("scores", "odd", "variant", "scores.cu", ("k",), "butterfly", variants.ENGINE_LAUNCH)
+    with pytest.raises(ValueError, match="only they, launch 'engine'"):
+        variants.register(wrong)
+
+
+def test_a_side_is_every_variant_of_qsas_from_another_folder(tmp_path: Path) -> None:
+    side = variants.side("new", tmp_path)
+    own = [v for v in (*variants.stage_variants("scores"), *variants.stage_variants("topk")) if v.qsa_own]
+    assert [v.name for v in side] == [f"new.{v.name}" for v in own]
+    assert all(v.role == "variant" and v.folder == tmp_path and not v.qsa_own for v in side)
+    split = next(v for v in side if v.name == "new.split")
+    assert split.window_scorer == "new.halve"
+    with variants.registered(side):
+        # the folder's kernels are one compile per file of that folder, apart from the installed ones
+        assert variants.kernels_of("topk.cu", tmp_path) == variants.kernels_of("topk.cu")
+
+
+def test_switches_are_parsed_sorted_and_checked() -> None:
+    assert parse_switched("b.topk[STRATA_TOPK_OLD=1, STRATA_EMULATE_CC=86]") == (
+        "b.topk", (("STRATA_EMULATE_CC", "86"), ("STRATA_TOPK_OLD", "1")))
+    assert parse_switched("b.topk") == ("b.topk", ())
+    with pytest.raises(EngineError, match="'STRATA_FAST=1' is not a switch"):
+        parse_switched("b.topk[STRATA_FAST=1]")
+    with pytest.raises(EngineError, match="'STRATA_TOPK_OLD' is not a switch K=V"):
+        parse_switched("b.topk[STRATA_TOPK_OLD]")
+
+
+def test_a_sweep_names_its_checkouts_relative_to_its_folder(tmp_path: Path) -> None:
+    sweep = tmp_path / "configs" / "pr.yaml"
+    sweep.parent.mkdir()
+    sweep.write_text("stages: [scores, topk]\ncontexts: [9000]\nqueries: [2]\ncapacity: 16384\n"
+                     "engine:\n  base: ../strata\n  pr: /abs/strata@my-branch\n"
+                     "variants:\n  scores: [reference, base.scores, pr.scores]\n  topk: [pr.topk-split]\n")
+    config = load_config(sweep)
+    assert config.engines == (f"base={(tmp_path / 'configs').resolve() / '../strata'}", "pr=/abs/strata@my-branch")
+    assert config.variants == {"scores": ("reference", "base.scores", "pr.scores"), "topk": ("pr.topk-split",)}
+
+
+def test_a_sweep_may_not_name_an_engine_it_lacks(tmp_path: Path) -> None:
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("stages: [scores]\ncontexts: [9000]\nqueries: [2]\ncapacity: 16384\n"
+                     "variants:\n  scores: [base.scores]\n")
+    with pytest.raises(ConfigError, match=r"s.yaml:6: a scores variant must be one of .*\(got 'base.scores'\)"):
+        load_config(sweep)
+
+
+def test_baseline_and_candidate_set_the_runs_roles(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    js = tmp_path / "r.json"
+    with pytest.raises(SystemExit) as ended:
+        main(["select-bench", "9003", "3", "1", "16384", "--backend", "cpu", "--variants", "reference,halve",
+              "--baseline", "reference", "--candidate", "halve", "--json", str(js)])
+    out = capsys.readouterr().out
+    assert ended.value.code == 0, out
+    record = json.loads(js.read_text())
+    assert record["settings"]["roles"]["scores"] == {"reference": "reference", "baseline": "reference",
+                                                     "candidate": "halve"}
+    # a name applies to every stage that has it: "reference" to both, "halve" to the scorer only
+    assert record["settings"]["roles"]["topk"] == {"reference": "reference", "baseline": "reference", "candidate": "split"}
+    assert {m["variant"] for m in record["measurements"]} == {"reference", "halve"}
+    assert any(p["subject"] == "halve" and p["against"] == "reference" for p in record["parity"])
+    assert "reference (old)" in out and "halve (new)" in out
+
+
+def test_a_side_is_an_engine_checkout_a_kernels_folder_or_a_qsa_checkout(tmp_path: Path) -> None:
+    engine = write_fake_engine(tmp_path / "strata")
+    assert side_kind(engine) == ("engine", engine)
+    kernels = tmp_path / "copy"
+    shutil.copytree(kernel_dir(), kernels)
+    assert side_kind(kernels) == ("kernels", kernels.resolve())
+    qsa = tmp_path / "qsa"
+    shutil.copytree(kernel_dir(), qsa / "kernels")
+    assert side_kind(qsa) == ("kernels", (qsa / "kernels").resolve())
+    with pytest.raises(ValueError, match="neither an engine checkout"):
+        side_kind(tmp_path)
+    with pytest.raises(ValueError, match="no such folder"):
+        side_kind(tmp_path / "none")
+
+
+def test_a_sides_name_is_given_or_its_role() -> None:
+    assert SideSpec.parse("pr=../strata@feature", "candidate") == SideSpec("pr", "../strata", "feature")
+    assert SideSpec.parse("../strata", "base") == SideSpec("base", "../strata", None)
+    assert SideSpec.parse("../strata@HEAD~1", "base").revision == "HEAD~1"
