@@ -709,7 +709,8 @@ def compare_run(s: Session, sides: tuple[SideSpec, SideSpec], call: Call | None,
     with compare_sides(s, sides) as pairs:
         window = tuple((window_pair(b), window_pair(c)) for b, c in pairs["topk"]
                        if registry.get("topk", b).window_scorer and registry.get("topk", c).window_scorer)
-        s.same_bits = {**pairs, "window": window}
+        # each candidate checked against its base: (subject, against)
+        s.same_bits = {stage: tuple((c, b) for b, c in matched) for stage, matched in (*pairs.items(), ("window", window))}
         s.record.settings["compare"] = {
             "base": sides[0].name, "candidate": sides[1].name, "tolerance": tolerance,
             "pairs": [{"stage": stage, "base": b, "candidate": c}

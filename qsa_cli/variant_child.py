@@ -45,7 +45,7 @@ def run_switched(stage: str, switches: tuple[tuple[str, str], ...], variants: tu
                  inputs: ScorerInputs | TopkInputs, measurer: Measurer, job: dict[str, Any]) -> StageOutcome:
     """``variants`` of ``stage`` (window pairs ``scorer+topk`` for the window), all under ``switches``, run by a
     child on ``inputs`` with qsa's reference beside them (not in the window); the rows it wrote, less the
-    reference's own (this process has them). ``job``: what the child runs them with (``job_settings``)."""
+    reference's and the read floor's (this process has them). ``job``: what the child runs them with (``job_settings``)."""
     from .engine import engine_builds
 
     reference = job["roles"]["reference"]
@@ -74,10 +74,10 @@ def run_switched(stage: str, switches: tuple[tuple[str, str], ...], variants: tu
             raise SwitchedRunError(f"the child running {', '.join(variants)} failed (exit {done.returncode}):\n"
                                    + "\n".join(tail))
         record = load_record(work / RECORD_FILE)
-    out = StageOutcome(notes=record.notes)
-    out.measurements = [m for m in record.measurements if m.variant != reference]
-    out.parity = [p for p in record.parity if p.subject != reference]
-    return out
+    # the switched variants' rows only: the reference, the read floor and the rest are this process's
+    ours = lambda subject: any(subject == v or subject.startswith(f"{v} (") for v in variants)  # noqa: E731
+    return StageOutcome([m for m in record.measurements if m.variant in variants],
+                        [p for p in record.parity if ours(p.subject)], notes=record.notes)
 
 
 def main(argv: list[str]) -> int:
