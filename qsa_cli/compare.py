@@ -123,6 +123,12 @@ class CompareResult:
         return sum(r.verdict == verdict for r in self.rows)
 
 
+def unprefixed(name: str, side: str) -> str:
+    """A side's variant without the side's name: ``base.topk`` -> ``topk``, a window pair's each part
+    (``base.scores+base.topk`` -> ``scores+topk``)."""
+    return "+".join(part.removeprefix(f"{side}.") for part in name.split("+"))
+
+
 def judge(record: RunRecord) -> CompareResult:
     """Every pair of the record's compare settings on every case it ran, and what else of the record fails."""
     settings = record.settings.get("compare")
@@ -157,7 +163,7 @@ def judge(record: RunRecord) -> CompareResult:
             verdict, detail = "MISSING", f"timed on {timed}, not on {untimed}"
         else:
             verdict, detail = timing_verdict(m_cand, m_base, tolerance)
-        return CompareRow(stage, case, pair["base"].removeprefix(f"{base}."), m_base, m_cand, verdict, detail,
+        return CompareRow(stage, case, unprefixed(pair["base"], base), m_base, m_cand, verdict, detail,
                           bits, references, models)
 
     by_stage: dict[str, list[ComparePair]] = {}

@@ -122,7 +122,8 @@ def _verdict(checks: list[ParityCheck]) -> str:
 def _table(title: str, columns: Iterable[str]) -> Table:
     table = Table(title=title)
     for col in columns:
-        table.add_column(col, justify="left" if col in LABEL_COLUMNS else "right")
+        # a variant's name is folded over lines, never cut: an engine's names are long
+        table.add_column(col, justify="left" if col in LABEL_COLUMNS else "right", overflow="fold")
     return table
 
 

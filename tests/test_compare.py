@@ -232,3 +232,10 @@ def test_a_saved_compare_record_judges_the_same(tmp_path: Path) -> None:
     again = load_record(tmp_path / "compare.json")
     assert judge(again) == judge(r)
     assert compare_markdown(judge(again), again) == compare_markdown(judge(r), r)
+
+
+def test_a_window_pairs_name_loses_the_side_on_each_part() -> None:
+    from qsa_cli.compare import unprefixed
+
+    assert unprefixed("main.scores+main.topk-cluster", "main") == "scores+topk-cluster"
+    assert unprefixed("main.topk", "main") == "topk" and unprefixed("reference", "main") == "reference"
