@@ -51,33 +51,44 @@ def _check_cc(cc: int) -> None:
         raise ValueError(f"compute capability must be an int major*10+minor such as 75 or 120 (got {cc!r})")
 
 
+def _named(stage: str) -> tuple[str, str, str]:
+    """The registry's names of ``stage``'s baseline (old) and candidate (new) variants, and of the top-k
+    variant with the cluster launch (the engine's sm_90 kernel): the variants this policy chooses between."""
+    from .variants import with_launch, with_role  # here: the registry reads this module's constants
+
+    cluster = with_launch(stage, "cluster") if stage == "topk" else ""
+    return with_role(stage, "baseline"), with_role(stage, "candidate"), cluster
+
+
 def _decode_scorer(cc: int, halve: bool | None) -> tuple[str, str]:
     sm = f"sm_{cc}"
+    old, new, _ = _named("scores")
     if cc != NEW_KERNELS_CC:
         note = f"; {ENV_SCORES_HALVE}={int(halve)} has no effect off sm_{NEW_KERNELS_CC}" if halve is not None else ""
-        return "multi", f"{sm} decode: old multi scorer (the halving scorer defaults on sm_{NEW_KERNELS_CC} only{note})"
+        return old, f"{sm} decode: old multi scorer (the halving scorer defaults on sm_{NEW_KERNELS_CC} only{note})"
     if halve is False:
-        return "multi", f"{ENV_SCORES_HALVE}=0 keeps the old multi scorer on {sm}"
-    return "halve", f"{sm} decode: new halving scorer (default on {sm}; {ENV_SCORES_HALVE}=0 keeps multi)"
+        return old, f"{ENV_SCORES_HALVE}=0 keeps the old multi scorer on {sm}"
+    return new, f"{sm} decode: new halving scorer (default on {sm}; {ENV_SCORES_HALVE}=0 keeps multi)"
 
 
 def _decode_topk(cc: int, split: bool | None, cluster_refusal: str | None) -> tuple[str, str]:
     sm = f"sm_{cc}"
+    old, new, cluster = _named("topk")
     if cc >= CLUSTER_MIN_CC:
         if cluster_refusal is None:
             note = f"; {ENV_TOPK_SPLIT}={int(split)} does not apply" if split is not None else ""
-            return "cluster", f"{sm} decode: cluster top-k (sm_{CLUSTER_MIN_CC}+{note})"
+            return cluster, f"{sm} decode: cluster top-k (sm_{CLUSTER_MIN_CC}+{note})"
         # The call does not fit the cluster kernel: the rule of a card without clusters (not sm_75).
         if split is True:
-            return "split", f"{sm} decode: {cluster_refusal}; {ENV_TOPK_SPLIT}=1 turns the split top-k on"
-        return "wide", f"{sm} decode: {cluster_refusal}; the old wide top-k (the split defaults on sm_75 only)"
+            return new, f"{sm} decode: {cluster_refusal}; {ENV_TOPK_SPLIT}=1 turns the split top-k on"
+        return old, f"{sm} decode: {cluster_refusal}; the old wide top-k (the split defaults on sm_75 only)"
     if split is True:
-        return "split", f"{ENV_TOPK_SPLIT}=1 turns the split top-k on for {sm}"
+        return new, f"{ENV_TOPK_SPLIT}=1 turns the split top-k on for {sm}"
     if split is False:
-        return "wide", f"{ENV_TOPK_SPLIT}=0 keeps the old wide top-k on {sm}"
+        return old, f"{ENV_TOPK_SPLIT}=0 keeps the old wide top-k on {sm}"
     if cc == NEW_KERNELS_CC:
-        return "split", f"{sm} decode: new split top-k (default on {sm}; {ENV_TOPK_SPLIT}=0 keeps wide)"
-    return "wide", f"{sm} decode: old wide top-k (the split defaults on sm_{NEW_KERNELS_CC} only)"
+        return new, f"{sm} decode: new split top-k (default on {sm}; {ENV_TOPK_SPLIT}=0 keeps wide)"
+    return old, f"{sm} decode: old wide top-k (the split defaults on sm_{NEW_KERNELS_CC} only)"
 
 
 def dispatch(cc: int, kind: str, env: Mapping[str, str], cluster_refusal: str | None = None) -> Dispatch:
@@ -95,7 +106,9 @@ def dispatch(cc: int, kind: str, env: Mapping[str, str], cluster_refusal: str | 
     split = _switch(env, ENV_TOPK_SPLIT)
     if kind == "prompt":
         why = "prompt call: the reference kernel (the seed's new kernels are decode-path only)"
-        return Dispatch("reference", "reference", {"scores": why, "topk": why})
+        from .variants import with_role
+
+        return Dispatch(with_role("scores", "reference"), with_role("topk", "reference"), {"scores": why, "topk": why})
     scores, scores_why = _decode_scorer(cc, halve)
     topk, topk_why = _decode_topk(cc, split, cluster_refusal)
     return Dispatch(scores, topk, {"scores": scores_why, "topk": topk_why})

@@ -3,8 +3,9 @@
 A variant is a (stage, name): its role in a comparison, the CUDA source and kernels its code comes from,
 the CPU model whose bits it must give, the oldest card it runs on, and (a top-k variant) the scorer it
 follows in a decode window. The launchers compile and look up its kernels from here; the stages take
-their "before" and "after" from the roles; config validation, the selftest, the window's pairs, the
-report's columns and ``qsa sanitize`` list the names from here. Adding a variant of qsa's own is one
+their "before" and "after" from the roles (a run records them, and the report's columns and
+"before -> after" come from the record); config validation, the selftest, the dispatch policy, the
+window's pairs and ``qsa sanitize`` list the names from here. Adding a variant of qsa's own is one
 entry below plus its kernel (and a CPU model when its arithmetic order is new): docs/adding-a-variant.md.
 
 Variants whose code is not qsa's installed kernels are registered while a run uses them: an engine
@@ -159,6 +160,11 @@ def with_role(stage: str, role: str) -> str:
 def roles(stage: str) -> dict[str, str]:
     """``stage``'s variants by role (reference, baseline, candidate): what a run records as its roles."""
     return {v.role: v.name for v in stage_variants(stage) if v.role != "variant"}
+
+
+def with_launch(stage: str, launch: str) -> str:
+    """The name of qsa's own ``stage`` variant of launch shape ``launch``."""
+    return next(v.name for v in stage_variants(stage) if v.qsa_own and v.launch == launch)
 
 
 def runs_on(stage: str, compute_capability: int) -> tuple[str, ...]:

@@ -107,9 +107,9 @@ def cluster_launcher(scores: Any, steps: Any, ids: Any, *, active_blocks: int = 
     device = cupy.cuda.Device()
     optin = int(cupy.cuda.runtime.getDeviceProperties(device.id)["sharedMemPerBlockOptin"])
     dynamic = require_cluster(int(device.compute_capability), mb, optin, active_blocks)
-    from ..variants import compiled, get  # here: variants.py reads the models, which read this module's sizes
+    from ..variants import compiled, get, with_launch  # here: variants.py reads the models, which read this module's sizes
 
-    variant = variant or get("topk", "cluster")  # a variants.Variant of the cluster's launch shape
+    variant = variant or get("topk", with_launch("topk", "cluster"))  # a variants.Variant of the cluster's launch
     kernel = compiled(variant).function(variant.kernels[0])
     static = int(kernel.attributes["shared_size_bytes"])
     if static > STATIC_SMEM_BYTES:
