@@ -540,22 +540,24 @@ def compare_cmd(base_side: str, candidate_side: str, args: tuple[str, ...], conf
 @click.option("--markdown", is_flag=True, help="Print pull-request markdown instead of tables.")
 @click.option("--merge", is_flag=True, help="Render the runs as one (same device): one table across them.")
 def report_cmd(paths: tuple[str, ...], markdown: bool, merge: bool) -> int:
-    """Re-render saved result records."""
+    """Re-render saved result records (a qsa compare run's with its before / after table first)."""
     from rich.console import Console
 
-    from . import report
+    from . import compare, report
     from .results import load_record, merge_records
 
     records = [load_record(path) for path in paths]
     named = [("merged", merge_records(records))] if merge else list(zip(paths, records))
     console = Console()
     for name, record in named:
+        judged = compare.judge(record) if "compare" in record.settings else None  # a qsa compare run
         if markdown:
-            click.echo(report.markdown(record))  # plain: a console would wrap the lines
+            # plain: a console would wrap the lines
+            click.echo(compare.compare_markdown(judged, record) if judged else report.markdown(record))
             continue
         incomplete = " [red]incomplete[/red] (interrupted)" if record.incomplete else ""
         console.print(f"[bold]{name}[/bold]: {record.command} ({record.created}){incomplete}", highlight=False)
-        for table in report.tables(record):
+        for table in ([compare.compare_table(judged)] if judged else []) + report.tables(record):
             console.print(table)
         console.print(report.clocks_line(record))
     return 0
