@@ -24,6 +24,7 @@ import numpy as np
 
 from . import variants as registry
 from .inputs import ScorerInputs, TopkInputs
+from .kernels import KernelError
 from .results import RunRecord, load_record
 from .stages.common import Measurer, StageOutcome
 
@@ -31,8 +32,9 @@ CHILD_TIMEOUT_S = 1800
 JOB_FILE, INPUTS_FILE, RECORD_FILE = "job.json", "inputs.npz", "record.json"
 
 
-class SwitchedRunError(RuntimeError):
-    """A child of switched variants that did not finish: its output, for the user."""
+class SwitchedRunError(KernelError):
+    """A child of switched variants that did not finish: the tail of its output, printed whole as a
+    compiler's log is (exit status 2)."""
 
 
 def switches_of(stage: str, name: str) -> tuple[tuple[str, str], ...]:
