@@ -165,9 +165,14 @@ class EngineCheckout:
         return dict(sorted(found.items()))
 
     def commit(self) -> str | None:
-        """The checked-out commit, with ``-dirty`` when the checkout's files differ from it; None outside git."""
+        """The checked-out commit, with ``-dirty`` when the checkout's files differ from it; None outside git,
+        and None where the repository around the folder does not track its ``qsa_select.cu`` (a copy in an
+        ignored folder of another repository: that repository's commit says nothing of it)."""
         head = _git(self.path, "rev-parse", "HEAD")
         if head is None or head.returncode != 0:
+            return None
+        tracked = _git(self.path, "ls-files", "--error-unmatch", "--", SOURCE)
+        if tracked is None or tracked.returncode != 0:
             return None
         status = _git(self.path, "status", "--porcelain", "--", ".")
         dirty = status is None or status.returncode != 0 or status.stdout.strip() != ""

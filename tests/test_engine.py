@@ -290,3 +290,20 @@ def test_shim_is_package_data() -> None:
     root = Path(__file__).resolve().parent.parent
     config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "engine_shim.cu" in config["qsa_cli"]
+
+
+def test_a_copy_inside_another_repository_has_no_commit(tmp_path: Path) -> None:
+    """Only a repository that tracks the checkout's qsa_select.cu names its commit: a copy in an ignored
+    or untracked folder of another repository has none (that repository's commit says nothing of it)."""
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    git(outer, "init", "-q")
+    (outer / ".gitignore").write_text("copies/\n")
+    git(outer, "add", ".gitignore")
+    git(outer, "commit", "-q", "-m", "outer")
+    assert EngineCheckout(write_fake_engine(outer / "copies" / "strata")).commit() is None
+    assert EngineCheckout(write_fake_engine(outer / "untracked")).commit() is None
+    tracked = write_fake_engine(outer / "engine")  # a monorepo's engine folder: the repository's commit is its commit
+    git(outer, "add", "engine")
+    git(outer, "commit", "-q", "-m", "engine")
+    assert EngineCheckout(tracked).commit() == git(outer, "rev-parse", "HEAD")
