@@ -160,28 +160,6 @@ def to_host(a: Any) -> np.ndarray:
     return a.get() if hasattr(a, "get") else np.array(a)
 
 
-def run_variant(out: StageOutcome, stage: str, case: dict[str, Any], variant: str, start: Callable[[], Launch],
-                output: Any, repoison: Callable[[], object], measurer: Measurer, integrity: Integrity,
-                describe_difference: Callable[[np.ndarray, np.ndarray], str], bytes_read: int | None = None) -> None:
-    """One variant's runs into ``out``: its first call from a poisoned ``output`` (its output for parity),
-    its timed calls, its integrity rows. ``start`` makes its launch; an engine variant that refuses the
-    call is noted instead of run."""
-    from ..engine import EngineRefused
-
-    try:
-        launch = start()
-        repoison()
-        launch()
-    except EngineRefused as refused:
-        out.refused(variant, refused)
-        return
-    out.outputs[variant] = to_host(output)
-    timed = measurer.measure(stage, variant, case, launch, bytes_read=bytes_read, before_last=repoison)
-    out.add(timed)
-    last = to_host(output) if timed else None
-    out.parity += integrity.checks(stage, case, variant, out.outputs[variant], last, describe_difference)
-
-
 class Integrity:
     """The integrity checks of one stage's run (qsa_cli/integrity.py): the stage's buffers, its inputs
     (each placed array with the host array it was copied from), and the rows each variant's run gets.

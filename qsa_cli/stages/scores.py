@@ -12,20 +12,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from .. import variants as registry
+from ..engine import EngineRefused
 from ..inputs import ScorerInputs, score_poison
 from ..integrity import GuardedBuffers
 from ..model.scores import first_difference, score_blocks, scores_hash
-from ..timing import Launch
-from .common import (
-    Integrity,
-    Measurer,
-    StageOutcome,
-    array_module,
-    bitwise_check,
-    call_case,
-    keys_case,
-    run_variant,
-)
+from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, call_case, keys_case, to_host
 
 STAGE = "scores"
 CPU_MODEL = "cpu-model"
@@ -78,15 +69,23 @@ def run_scores(
     poison = xp.asarray(score_poison(scores.shape))
     repoison = lambda: xp.copyto(scores, poison)  # noqa: E731
     diff = lambda a, b: describe_difference(inputs.steps, a, b)  # noqa: E731
-    def start(v: str) -> Launch:
-        if on_gpu:
-            from ..launch.scores import scorer_launcher
-
-            return scorer_launcher(v, placed, scores)
-        return lambda: np.copyto(scores, score_blocks(placed, registry.get(STAGE, v).model))
-
     for v in variants:
-        run_variant(out, STAGE, case, v, lambda v=v: start(v), scores, repoison, measurer, integrity, diff, key_bytes)
+        try:
+            if on_gpu:
+                from ..launch.scores import scorer_launcher
+
+                launch = scorer_launcher(v, placed, scores)
+            else:
+                launch = lambda v=v: np.copyto(scores, score_blocks(placed, registry.get(STAGE, v).model))  # noqa: E731
+            repoison()
+            launch()
+        except EngineRefused as refused:
+            out.refused(v, refused)
+            continue
+        out.outputs[v] = to_host(scores)
+        timed = measurer.measure(STAGE, v, case, launch, bytes_read=key_bytes, before_last=repoison)
+        out.add(timed)
+        out.parity += integrity.checks(STAGE, case, v, out.outputs[v], to_host(scores) if timed else None, diff)
     if on_gpu:
         floor = measurer.timer.read_launcher(placed.pooled, key_bytes)
         out.add(measurer.measure(STAGE, READ_FLOOR, case, floor, bytes_read=key_bytes))

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 
 from .. import variants as registry
+from ..engine import EngineRefused
 from ..geometry import BLOCK_CELLS, SELECT_CAP, STEP_WIDTH, blocks_read
 from ..inputs import TopkInputs, id_poison
 from ..integrity import GuardedBuffers
 from ..model.topk import first_difference, topk_ids
-from ..timing import Launch
-from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, call_case, run_variant
+from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, call_case, to_host
 
 STAGE = "topk"
 CPU_ORACLE = "cpu-oracle"
@@ -64,15 +64,24 @@ def run_topk(
     repoison = lambda: xp.copyto(ids, poison)  # noqa: E731
     integrity = Integrity(buffers, {"scores": (placed.scores, inputs.scores), "steps": (placed.steps, inputs.steps)})
     diff = lambda a, b: describe_difference(inputs.steps, a, b)  # noqa: E731
-    def start(v: str) -> Launch:
-        if on_gpu:
-            from ..launch.topk import topk_launcher
-
-            return topk_launcher(v, placed.scores, placed.steps, ids, active_blocks=active_blocks, scratch=buffers)
-        return lambda: np.copyto(ids, topk_ids(placed, registry.get(STAGE, v).model, active_blocks))
-
     for v in variants:
-        run_variant(out, STAGE, case, v, lambda v=v: start(v), ids, repoison, measurer, integrity, diff)
+        try:
+            if on_gpu:
+                from ..launch.topk import topk_launcher
+
+                launch = topk_launcher(v, placed.scores, placed.steps, ids, active_blocks=active_blocks,
+                                       scratch=buffers)
+            else:
+                launch = lambda v=v: np.copyto(ids, topk_ids(placed, registry.get(STAGE, v).model, active_blocks))  # noqa: E731
+            repoison()
+            launch()
+        except EngineRefused as refused:
+            out.refused(v, refused)
+            continue
+        out.outputs[v] = to_host(ids)
+        timed = measurer.measure(STAGE, v, case, launch, before_last=repoison)
+        out.add(timed)
+        out.parity += integrity.checks(STAGE, case, v, out.outputs[v], to_host(ids) if timed else None, diff)
     if argpartition and on_gpu:
         out.add(measurer.measure(STAGE, ARGPARTITION, case, _argpartition_launcher(placed.scores, inputs)))
 
