@@ -39,7 +39,7 @@ class OutputPath(click.ParamType):
     name = "file"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from .files import check_writable
+        from .core.files import check_writable
 
         check_writable(value, "/".join(param.opts) if param else "output")
         return str(value)
@@ -57,9 +57,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .clocks import ClockLockError
     from .config import ConfigError
     from .device import NoDeviceError
-    from .files import OutputError
-    from .gate import GateError
-    from .geometry import GeometryError
+    from .core.files import OutputError
+    from .output.gate import GateError
+    from .core.geometry import GeometryError
     from .inputs import InputError
     from .kernels import KernelError
     from .sanitize import SanitizerError
@@ -198,7 +198,7 @@ def _ints(args: tuple[str, ...], names: list[str]) -> list[int]:
 
 def _decode_call(args: tuple[str, ...], command: str) -> tuple[Any, int]:
     """CTX Q ITERS CAP of a decode call (1-8 queries): the call and ITERS, or a one-line usage error."""
-    from .geometry import Call, check_queries
+    from .core.geometry import Call, check_queries
 
     ints = _ints(args, ["CTX", "Q", "ITERS", "CAP"])
     if len(args) != 4:
@@ -259,7 +259,7 @@ def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from . import report
+    from .output import report
 
     console = Console()
     for table in tables:
@@ -295,7 +295,7 @@ def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
 def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int, dump_path: str | None,
                  config_name: str | None, keys: str, **opts: Any) -> int:
     """A decode call's scorer, old (multi) and new (halve), on the same inputs: hashes and times."""
-    from .geometry import check_queries
+    from .core.geometry import check_queries
     from .inputs import load_scorer_inputs, save_npz_atomic
     from .runs import scorer_inputs, select_bench as run
 
@@ -322,7 +322,7 @@ def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int,
         outcome = run(s, inputs, iters)
         if dump_path:
             save_npz_atomic(dump_path, steps=inputs.steps, **{k.replace("-", "_"): v for k, v in outcome.outputs.items()})
-        from . import report
+        from .output import report
 
         return _finish(s.record, opts, [report.scores_table(s.record)])
 
@@ -345,7 +345,7 @@ def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, 
 
     COUNT 0 is a decode call (no active block count); 1, the default, the prompt path's call.
     """
-    from .geometry import Call, blocks_read, check_queries
+    from .core.geometry import Call, blocks_read, check_queries
     from .inputs import load_topk_inputs, save_npz_atomic
     from .runs import topk_parity as run, topk_score_sets, topk_selftest
 
@@ -385,7 +385,7 @@ def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, 
         outcome = run(s, sets, iters, active)
         if dump_path:
             save_npz_atomic(dump_path, **{k.replace("-", "_").replace(".", "__"): v for k, v in outcome.outputs.items()})
-        from . import report
+        from .output import report
 
         return _finish(s.record, opts, [report.topk_table(s.record)])
 
@@ -432,7 +432,7 @@ def selftest(require_gpu: bool, seed: int, device_id: int, json_path: str | None
 def _sweep(config_name: str, stage: str | None, opts: dict[str, Any], command: str) -> int:
     from rich.progress import Progress
 
-    from . import report
+    from .output import report
     from .config import config_path, load_config
     from .runs import sweep
 
@@ -473,7 +473,7 @@ def window_bench(args: tuple[str, ...], keys: str, **opts: Any) -> int:
         raise UsageProblem("window-bench replays CUDA graphs: it needs --backend gpu")
     with _open(opts, "window-bench") as s:
         run(s, call, iters, keys)
-        from . import report
+        from .output import report
 
         return _finish(s.record, opts, [report.window_table(s.record)])
 
@@ -499,7 +499,7 @@ def compare_cmd(base_side: str, candidate_side: str, args: tuple[str, ...], conf
     from rich.console import Console
     from rich.markup import escape
 
-    from . import compare, report
+    from .output import compare, report
     from .config import config_path, load_config
     from .runs import COMPARE_SIDE_NAMES, SideSpec, compare_run
 
@@ -543,8 +543,8 @@ def report_cmd(paths: tuple[str, ...], markdown: bool, merge: bool) -> int:
     """Re-render saved result records (a qsa compare run's with its before / after table first)."""
     from rich.console import Console
 
-    from . import compare, report
-    from .results import load_record, merge_records
+    from .output import compare, report
+    from .record.schema import load_record, merge_records
 
     records = [load_record(path) for path in paths]
     named = [("merged", merge_records(records))] if merge else list(zip(paths, records))
@@ -591,10 +591,10 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
 
     from rich.console import Console
 
-    from . import gate
+    from .output import gate
     from .config import config_path, load_config
-    from .files import atomic_write
-    from .results import load_record
+    from .core.files import atomic_write
+    from .record.schema import load_record
     from .runs import Settings, session, sweep
 
     if results_path and (json_path or engines):
@@ -634,8 +634,8 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
 @click.option("-o", "--output", "out_path", required=True, type=OUTPUT)
 def plot_cmd(path: str, out_path: str) -> int:
     """Time against context per variant and query count (log scales, the read floor as a line)."""
-    from .plot import plot_record
-    from .results import load_record
+    from .output.plot import plot_record
+    from .record.schema import load_record
 
     plot_record(load_record(path), out_path)
     click.echo(out_path)
@@ -663,7 +663,7 @@ def sanitize_cmd(tools: str, variants_opt: str | None, quick: bool, known_path: 
     from rich.console import Console
     from rich.progress import Progress
 
-    from . import report
+    from .output import report
     from .runs import Settings, sanitize_run, sanitize_variants, session
     from .sanitize import TOOLS, find_sanitizer, load_known
 
@@ -706,7 +706,7 @@ def info_cmd(device_id: int, engines: tuple[str, ...]) -> int:
     """The device, its clocks and limits, every kernel as compiled for it, and what the engine dispatches here."""
     from rich.console import Console
 
-    from . import report
+    from .output import report
     from .runs import device_report
 
     console = Console()

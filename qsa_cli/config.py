@@ -32,7 +32,7 @@ import yaml
 
 from . import variants as registry
 from .dispatch import CALL_KINDS, DEFAULT_KEYS, SCORER_KEYS
-from .geometry import BLOCK_CELLS, Call, GeometryError, check_call, check_queries
+from .core.geometry import BLOCK_CELLS, Call, GeometryError, check_call, check_queries
 from .inputs import SCORE_SETS
 from .timing import DEFAULT_WARMUP, L2_MODES
 

@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 
 from .dispatch import CLUSTER_MIN_CC
-from .files import atomic_write
-from .geometry import BLOCK_CELLS, IDX_DIM, IDX_HEADS, MAX_QUERIES, SELECT_CAP, TOP_K, GeometryError
+from .core.files import atomic_write
+from .core.geometry import BLOCK_CELLS, IDX_DIM, IDX_HEADS, MAX_QUERIES, SELECT_CAP, TOP_K, GeometryError
 from .inputs import ScorerInputs
-from .integrity import Allocator
+from .core.integrity import Allocator
 from .kernels import KernelError, cache_dir
 from .variants import ENGINE_KINDS, ENGINE_SCORER, EngineEntry, Variant, engine_kinds, engine_variant, registered
 
@@ -620,7 +620,7 @@ def engine_topk_launcher(lib: EngineLibrary, variant: str, scores: Any, steps: A
     if scratch is None:
         import cupy
 
-        from .integrity import PlainAllocator
+        from .core.integrity import PlainAllocator
 
         scratch = PlainAllocator(cupy)
     buffer = scratch.zeros(f"{lib.name} split scratch", (lib.split_bytes(nq),), np.uint8)

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from .dispatch import DEFAULT_KEYS, SCORER_KEYS
-from .files import atomic_write
-from .geometry import (
+from .core.files import atomic_write
+from .core.geometry import (
     BLOCK_CELLS,
     IDX_DIM,
     IDX_HEADS,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .files import atomic_write
+from .core.files import atomic_write
 
 # Fixed NVRTC options: no fast math, no contraction of separate multiplies and adds; the kernels
 # use explicit round-to-nearest intrinsics where the spec fixes the arithmetic.

@@ -25,10 +25,10 @@ from .dispatch import (
     dispatch,
     programmatic_launches,
 )
-from .geometry import MAX_QUERIES, PROMPT_QUERIES, Call, check_queries
+from .core.geometry import MAX_QUERIES, PROMPT_QUERIES, Call, check_queries
 from .inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from .kernels import ENV_KERNELS, kernel_dir, sources_hash
-from .results import RunRecord
+from .record.schema import RunRecord
 from .stages import scores as scores_stage
 from .stages import topk as topk_stage
 from .stages.common import Measurer, StageOutcome
@@ -392,7 +392,7 @@ def _topk_call_check(s: Session, call: Call, seed: int, variants: tuple[str, ...
 
 
 def _constants_check() -> tuple[int, list[str]]:
-    from .geometry import header_mismatches
+    from .core.geometry import header_mismatches
     from .kernels import header_defines
 
     defines = header_defines()
@@ -502,7 +502,7 @@ def sweep(s: Session, config: Any, stage: str | None = None,
 
 def check_thresholds(record: RunRecord, thresholds: Any) -> None:
     """Add a ThresholdCheck per (case, threshold) the record has the medians for."""
-    from .results import ThresholdCheck
+    from .record.schema import ThresholdCheck
 
     roles = record.settings.get("roles") or {stage: registry.roles(stage) for stage in registry.STAGES}
     olds = {stage: r["baseline"] for stage, r in roles.items()}

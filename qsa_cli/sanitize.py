@@ -26,9 +26,9 @@ import yaml
 
 from .config import SweepCase
 from .dispatch import DEFAULT_KEYS, SCORER_KEYS
-from .geometry import MAX_QUERIES
+from .core.geometry import MAX_QUERIES
 from .kernels import ENV_LINEINFO
-from .results import SanitizerRun
+from .record.schema import SanitizerRun
 from .sanitize_child import ENV_ENGINES, MARKER
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")

@@ -20,9 +20,9 @@ ENV_ENGINES = "QSA_SANITIZE_ENGINES"  # a JSON list of the run's --engine checko
 
 
 def run_case(cupy: Any, case: dict[str, Any]) -> None:
-    from .geometry import SELECT_CAP
+    from .core.geometry import SELECT_CAP
     from .inputs import id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
-    from .integrity import PlainAllocator
+    from .core.integrity import PlainAllocator
 
     from .sanitize import SanitizeCase
 

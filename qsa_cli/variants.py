@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .dispatch import CLUSTER_MIN_CC
-from .geometry import HALVE_MAX_QUERIES, RADIX_PASSES, TOPK_CLUSTER_THREADS, TOPK_REF_THREADS, TOPK_SPLIT_THREADS, TOPK_WIDE_THREADS
+from .core.geometry import HALVE_MAX_QUERIES, RADIX_PASSES, TOPK_CLUSTER_THREADS, TOPK_REF_THREADS, TOPK_SPLIT_THREADS, TOPK_WIDE_THREADS
 from .model.scores import ORDERS
 from .model.topk import ALGORITHMS
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from qsa_cli.engine import ENGINE_FILES, HOST_FUNCTIONS
-from qsa_cli.geometry import (
+from qsa_cli.core.geometry import (
     BLOCK_CELLS,
     IDX_DIM,
     IDX_HEADS,

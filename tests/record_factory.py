@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from qsa_cli.results import Measurement, ParityCheck, RunRecord
+from qsa_cli.record.schema import Measurement, ParityCheck, RunRecord
 
 CAPACITY = 524288
 KEY_BYTES_PER_BLOCK = 128 * 4

@@ -17,7 +17,7 @@ import pytest
 from record_factory import seed_record
 
 from qsa_cli.cli import main
-from qsa_cli.geometry import Call
+from qsa_cli.core.geometry import Call
 from qsa_cli.inputs import synthetic_scorer_inputs, synthetic_scores
 
 SMALL = ("100", "2", "1", "100")  # CTX Q ITERS CAP of a tiny decode call

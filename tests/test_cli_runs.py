@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from qsa_cli.cli import main
-from qsa_cli.geometry import Call
+from qsa_cli.core.geometry import Call
 from qsa_cli.inputs import SCORE_SETS, save_npz_atomic, synthetic_scorer_inputs, synthetic_scores
 
 

@@ -3,8 +3,8 @@
 import pytest
 
 from qsa_cli.dispatch import dispatch
-from qsa_cli.geometry import max_blocks
-from qsa_cli.results import RunRecord
+from qsa_cli.core.geometry import max_blocks
+from qsa_cli.record.schema import RunRecord
 from qsa_cli.runs import Session, Settings, dispatch_for, topk_variants
 
 H200_OPTIN = 232448  # sharedMemPerBlockOptin of the H200 (read by qsa info on the lent card)

@@ -9,9 +9,9 @@ import pytest
 from record_factory import measurement, parity, record, scores_case, topk_case
 from rich.console import Console
 
-from qsa_cli.compare import MODELS, compare_markdown, compare_table, judge
+from qsa_cli.output.compare import MODELS, compare_markdown, compare_table, judge
 from qsa_cli.inputs import InputError
-from qsa_cli.results import ParityCheck, RunRecord, case_key, load_record
+from qsa_cli.record.schema import ParityCheck, RunRecord, case_key, load_record
 from qsa_cli.stages.common import GUARD_ZONES, INPUTS, LAST_CALL
 
 BASE, PR = "base", "pr"
@@ -235,7 +235,7 @@ def test_a_saved_compare_record_judges_the_same(tmp_path: Path) -> None:
 
 
 def test_a_window_pairs_name_loses_the_side_on_each_part() -> None:
-    from qsa_cli.compare import unprefixed
+    from qsa_cli.output.compare import unprefixed
 
     assert unprefixed("main.scores+main.topk-cluster", "main") == "scores+topk-cluster"
     assert unprefixed("main.topk", "main") == "topk" and unprefixed("reference", "main") == "reference"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from qsa_cli.config import ConfigError, SweepCase, Thresholds, config_path, load_config, shipped_configs
-from qsa_cli.geometry import MAX_QUERIES, PROMPT_QUERIES
+from qsa_cli.core.geometry import MAX_QUERIES, PROMPT_QUERIES
 from qsa_cli.inputs import SCORE_SETS
 
 

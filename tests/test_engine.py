@@ -36,7 +36,7 @@ from qsa_cli.engine import (
     shim_symbol,
     variant_refusal,
 )
-from qsa_cli.geometry import SELECT_CAP, Call
+from qsa_cli.core.geometry import SELECT_CAP, Call
 from qsa_cli.inputs import synthetic_scorer_inputs
 from qsa_cli.kernels import KernelError, kernel_dir
 

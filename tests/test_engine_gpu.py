@@ -33,7 +33,7 @@ from qsa_cli.engine import (
     engine_variants,
     find_nvcc,
 )
-from qsa_cli.geometry import MAX_QUERIES, PROMPT_QUERIES, SELECT_CAP, STEP_NBID, Call
+from qsa_cli.core.geometry import MAX_QUERIES, PROMPT_QUERIES, SELECT_CAP, STEP_NBID, Call
 from qsa_cli.inputs import SCORE_SETS, id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
 from qsa_cli.launch.scores import DeviceScorerInputs, scorer_launcher
 from qsa_cli.launch.topk import topk_launcher

@@ -125,7 +125,7 @@ STATUS = [
     (("gate", "--baseline", "good.json", "--results", "slower.json"), None, 1, "GATE FAIL (25 SLOW)"),
     (("gate", "--baseline", "good.json", "--results", "good.json", "--tolerance", "2"), None, 2,
      "qsa: error: tolerance must be a fraction in [0, 1) such as 0.05 (got 2.0)"),
-    (("gate", "--baseline", "good.json", "--results", "good.json"), _interrupted("qsa_cli.gate", "compare"), 130,
+    (("gate", "--baseline", "good.json", "--results", "good.json"), _interrupted("qsa_cli.output.gate", "compare"), 130,
      "qsa: interrupted"),
     (("report", "good.json"), None, 0, "throttled in 0 of 75 measurements"),  # the clocks line's end
     (("report", "missing.json"), None, 2, "qsa: error: missing.json: no such file"),

@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from qsa_cli.files import OutputError, atomic_write, check_writable
+from qsa_cli.core.files import OutputError, atomic_write, check_writable
 
 
 def mode(path) -> int:

@@ -12,8 +12,8 @@ import pytest
 from record_factory import seed_record
 from rich.console import Console
 
-from qsa_cli.gate import GateError, check_comparable, compare, gate_table, junit_xml
-from qsa_cli.results import RunRecord
+from qsa_cli.output.gate import GateError, check_comparable, compare, gate_table, junit_xml
+from qsa_cli.record.schema import RunRecord
 from qsa_cli.stages.topk import ARGPARTITION
 
 
@@ -203,7 +203,7 @@ def test_fresh_noise_is_seeded() -> None:
 
 
 def test_a_broken_threshold_of_the_sweep_fails() -> None:
-    from qsa_cli.results import ThresholdCheck
+    from qsa_cli.record.schema import ThresholdCheck
 
     base = seed_record(0)
     run = copy.deepcopy(base)

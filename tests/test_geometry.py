@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from qsa_cli import geometry as g
+from qsa_cli.core import geometry as g
 from qsa_cli.kernels import header_defines
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import fresh_seed
 
-from qsa_cli.geometry import (
+from qsa_cli.core.geometry import (
     HALVE_MAX_QUERIES,
     IDX_DIM,
     IDX_HEADS,

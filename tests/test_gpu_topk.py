@@ -15,7 +15,7 @@ from conftest import fresh_seed
 
 from qsa_cli import variants
 from qsa_cli.dispatch import ENV_PDL, programmatic_launches
-from qsa_cli.geometry import (
+from qsa_cli.core.geometry import (
     MAX_QUERIES,
     PROMPT_QUERIES,
     SELECT_CAP,
@@ -272,7 +272,7 @@ def test_programmatic_split_stays_inside_its_buffers(cupy: Any, monkeypatch: pyt
     if not programmatic_launches(cc, {}):
         pytest.skip(f"programmatic launches need sm_90 or newer (this device is sm_{cc})")
     monkeypatch.delenv(ENV_PDL, raising=False)
-    from qsa_cli.integrity import GuardedBuffers
+    from qsa_cli.core.integrity import GuardedBuffers
 
     seed = fresh_seed()
     call = Call(ctx, nq, capacity, prompt)

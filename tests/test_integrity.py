@@ -1,4 +1,4 @@
-"""Integrity checks in every run (qsa_cli/integrity.py, stages/common.py), on the CPU backend: a variant
+"""Integrity checks in every run (qsa_cli/core/integrity.py, stages/common.py), on the CPU backend: a variant
 that writes into a guard zone, changes an input, or gives another output on a later call fails, and
 the failure names the variant and the buffer."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from qsa_cli.cli import main
-from qsa_cli.integrity import GUARD_BYTES, GuardedBuffers, fingerprint
+from qsa_cli.core.integrity import GUARD_BYTES, GuardedBuffers, fingerprint
 from qsa_cli.stages import scores as scores_stage
 from qsa_cli.stages import topk as topk_stage
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qsa_cli.geometry import IDX_DIM, IDX_HEADS, TAIL_BONUS, WARP, Call, GeometryError, max_blocks, window_steps
+from qsa_cli.core.geometry import IDX_DIM, IDX_HEADS, TAIL_BONUS, WARP, Call, GeometryError, max_blocks, window_steps
 from qsa_cli.inputs import ADVERSARIAL_NANS, SCORE_POISON_BITS, ScorerInputs, rng_for, synthetic_scorer_inputs
 from qsa_cli.model import scores as scores_model
 from qsa_cli.model.scores import (

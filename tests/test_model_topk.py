@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from topk_rows import EARLY_ENDS, NEAR, early_end_inputs
 
-from qsa_cli.geometry import SELECT_CAP, SPLIT_CHUNK_BLOCKS, Call, GeometryError, max_blocks, window_steps
+from qsa_cli.core.geometry import SELECT_CAP, SPLIT_CHUNK_BLOCKS, Call, GeometryError, max_blocks, window_steps
 from qsa_cli.inputs import ID_POISON, SCORE_SETS, TopkInputs, rng_for, synthetic_scores
 from qsa_cli.model.topk import (
     ALGORITHMS,

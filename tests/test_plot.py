@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from record_factory import measurement, record, seed_record, topk_case
 
-from qsa_cli.plot import PlotError, plot_record
+from qsa_cli.output.plot import PlotError, plot_record
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -61,7 +61,7 @@ def test_without_matplotlib_the_error_is_one_line(tmp_path: Path, monkeypatch: p
 
 
 def test_optional_modules_are_imported_lazily() -> None:
-    code = ("import sys; import qsa_cli.plot, qsa_cli.report, qsa_cli.gate, qsa_cli.config, qsa_cli.clocks; "
+    code = ("import sys; import qsa_cli.output.plot, qsa_cli.output.report, qsa_cli.output.gate, qsa_cli.config, qsa_cli.clocks; "
             "print(sorted(m for m in ('matplotlib', 'pynvml', 'cupy') if m in sys.modules))")
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)

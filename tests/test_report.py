@@ -9,9 +9,9 @@ import pytest
 from record_factory import measurement, parity, record, roles, scores_case, seed_record, topk_case
 from rich.console import Console
 
-from qsa_cli import report
+from qsa_cli.output import report
 from qsa_cli import variants as registry
-from qsa_cli.results import load_record
+from qsa_cli.record.schema import load_record
 
 
 def text(renderable: object) -> str:
@@ -198,7 +198,7 @@ def test_window_table() -> None:
 
 
 def test_thresholds_table_and_markdown() -> None:
-    from qsa_cli.results import ThresholdCheck
+    from qsa_cli.record.schema import ThresholdCheck
 
     r = seed_record()
     r.thresholds = [ThresholdCheck("scores", scores_case(131072, 1), "min_speedup", 1.2018, 1.0, True),
@@ -240,7 +240,7 @@ def test_info_tables() -> None:
 
 
 def test_markdown_has_every_variant_table_with_the_floor_ratio():
-    from qsa_cli.results import Measurement, RunRecord
+    from qsa_cli.record.schema import Measurement, RunRecord
 
     r = RunRecord(command="select-bench", argv=["select-bench", "420000", "4", "5", "524288"], backend="gpu",
                   device={"name": "NVIDIA H200", "compute_capability": "9.0"})

@@ -8,7 +8,7 @@ from record_factory import seed_record
 
 from qsa_cli.clocks import ClockLock, ClockReading
 from qsa_cli.inputs import InputError
-from qsa_cli.results import (SCHEMA_VERSION, Measurement, ParityCheck, RunRecord, ThresholdCheck, case_key, load_record,
+from qsa_cli.record.schema import (SCHEMA_VERSION, Measurement, ParityCheck, RunRecord, ThresholdCheck, case_key, load_record,
                              merge_records)
 
 
@@ -191,7 +191,7 @@ def test_every_record_a_command_writes_loads(capsys, tmp_path, argv):
 
 
 def test_a_sanitize_record_round_trips(tmp_path):
-    from qsa_cli.results import SanitizerRun
+    from qsa_cli.record.schema import SanitizerRun
 
     record = RunRecord(command="sanitize", argv=[], backend="gpu", kernel_source_hash="0" * 64)
     record.settings.update({"seed": 0, "sanitizer": "/usr/local/cuda/bin/compute-sanitizer", "tools": ["memcheck"],

@@ -177,7 +177,7 @@ def test_qsa_sanitize_reports_nothing_over_every_variant(cupy, tmp_path: Path) -
     done = subprocess.run([sys.executable, "-m", "qsa_cli", "sanitize", "--json", str(record)],
                           capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    from qsa_cli.results import load_record
+    from qsa_cli.record.schema import load_record
 
     rows = load_record(record).sanitizer
     assert rows and all(r.errors == 0 for r in rows)

@@ -7,7 +7,7 @@ import pytest
 
 from qsa_cli import variants
 from qsa_cli.dispatch import CLUSTER_MIN_CC
-from qsa_cli.geometry import (
+from qsa_cli.core.geometry import (
     CLUSTER_CTAS,
     MAX_CAPACITY,
     SELECT_CAP,

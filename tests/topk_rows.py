@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qsa_cli.geometry import CLUSTER_CTAS, cluster_slice_blocks, max_blocks, window_steps
+from qsa_cli.core.geometry import CLUSTER_CTAS, cluster_slice_blocks, max_blocks, window_steps
 from qsa_cli.inputs import TopkInputs
 
 # kind: (context, the passes the select runs). The widths are all 2051 = 512 blocks and 3 cells.

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..geometry import HALVE_MAX_QUERIES, MAX_QUERIES, WARP
+from ..core.geometry import HALVE_MAX_QUERIES, MAX_QUERIES, WARP
 from ..inputs import ScorerInputs
 from ..variants import compiled, get
 

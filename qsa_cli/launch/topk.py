@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..dispatch import programmatic_launches
-from ..geometry import (
+from ..core.geometry import (
     RADIX_BINS,
     RADIX_PASSES,
     SELECT_CAP,
@@ -25,7 +25,7 @@ from ..geometry import (
     STEP_INTS,
     GeometryError,
 )
-from ..integrity import Allocator, PlainAllocator
+from ..core.integrity import Allocator, PlainAllocator
 from ..variants import compiled, get
 from .driver import ProgrammaticLaunch
 

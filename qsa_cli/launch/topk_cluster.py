@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..dispatch import CLUSTER_MIN_CC
-from ..geometry import (
+from ..core.geometry import (
     BLOCK_CELLS,
     CLUSTER_CTAS,
     RADIX_BINS,

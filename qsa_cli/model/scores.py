@@ -21,7 +21,7 @@ import hashlib
 import numpy as np
 import numpy.typing as npt
 
-from ..geometry import (
+from ..core.geometry import (
     BLOCK_CELLS,
     HALVE_MAX_QUERIES,
     IDX_DIM,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import (
+from ..core.geometry import (
     BLOCK_CELLS,
     CLUSTER_CTAS,
     RADIX_BINS,

@@ -10,10 +10,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..dispatch import DEFAULT_KEYS
-from ..geometry import STEP_NKV
-from ..integrity import GuardedBuffers, changed, digest, fingerprint
+from ..core.geometry import STEP_NKV
+from ..core.integrity import GuardedBuffers, changed, digest, fingerprint
 from ..inputs import ScorerInputs
-from ..results import Measurement, ParityCheck
+from ..record.schema import Measurement, ParityCheck
 from ..timing import DeviceTimer, Launch, measure_host
 
 GUARD_ZONES = "guard zones"  # the integrity checks' "against": what a variant's run must leave as it was
@@ -161,7 +161,7 @@ def to_host(a: Any) -> np.ndarray:
 
 
 class Integrity:
-    """The integrity checks of one stage's run (qsa_cli/integrity.py): the stage's buffers, its inputs
+    """The integrity checks of one stage's run (qsa_cli/core/integrity.py): the stage's buffers, its inputs
     (each placed array with the host array it was copied from), and the rows each variant's run gets.
     Whatever a variant breaks is restored after its check, so the next one is judged on its own."""
 

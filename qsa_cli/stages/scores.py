@@ -14,7 +14,7 @@ import numpy as np
 from .. import variants as registry
 from ..engine import EngineRefused
 from ..inputs import ScorerInputs, score_poison
-from ..integrity import GuardedBuffers
+from ..core.integrity import GuardedBuffers
 from ..model.scores import first_difference, score_blocks, scores_hash
 from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, call_case, keys_case, to_host
 

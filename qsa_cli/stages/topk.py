@@ -15,9 +15,9 @@ import numpy as np
 
 from .. import variants as registry
 from ..engine import EngineRefused
-from ..geometry import BLOCK_CELLS, SELECT_CAP, STEP_WIDTH, blocks_read
+from ..core.geometry import BLOCK_CELLS, SELECT_CAP, STEP_WIDTH, blocks_read
 from ..inputs import TopkInputs, id_poison
-from ..integrity import GuardedBuffers
+from ..core.integrity import GuardedBuffers
 from ..model.topk import first_difference, topk_ids
 from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, call_case, to_host
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine import EngineRefused
-from ..geometry import SELECT_CAP
+from ..core.geometry import SELECT_CAP
 from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
-from ..integrity import GuardedBuffers
+from ..core.integrity import GuardedBuffers
 from ..model.scores import score_blocks
 from ..model.topk import topk_ids
 from .common import Measurer, StageOutcome, bitwise_check, call_case, keys_case

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from .report import measurement_index
-from .results import Measurement, RunRecord
-from .stages.common import INPUTS, INPUTS_HASH, OUTPUT_HASH
-from .stages.topk import ARGPARTITION
+from ..record.schema import Measurement, RunRecord
+from ..stages.common import INPUTS, INPUTS_HASH, OUTPUT_HASH
+from ..stages.topk import ARGPARTITION
 
 FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD", "MISSING", "BAD-SAMPLES", "NOTHING-COMPARED", "BITS-CHANGED")
 JUDGED = ("SAME", "FAST", "SLOW")  # a timing compared with the baseline's and judged

@@ -13,13 +13,13 @@ from typing import Any
 
 from rich.table import Table
 
-from . import variants as registry
-from .dispatch import DEFAULT_KEYS
-from .geometry import BLOCK_CELLS
-from .results import Measurement, ParityCheck, RunRecord
-from .stages import scores as scores_stage
-from .stages import topk as topk_stage
-from .stages import window as window_stage
+from .. import variants as registry
+from ..dispatch import DEFAULT_KEYS
+from ..core.geometry import BLOCK_CELLS
+from ..record.schema import Measurement, ParityCheck, RunRecord
+from ..stages import scores as scores_stage
+from ..stages import topk as topk_stage
+from ..stages import window as window_stage
 
 THROTTLED_MARK = "*"
 THROTTLED_NOTE = f"{THROTTLED_MARK} throttled: a thermal, power or hardware slowdown was reported around these samples"
