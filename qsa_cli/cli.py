@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 # neither dispatch nor timing imports numpy or CuPy at import
-from .dispatch import DEFAULT_KEYS, SCORER_KEYS
+from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from .timing import DEFAULT_WARMUP
 
 EXIT_PARITY = 1
@@ -56,12 +56,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """The library's one-line error types (imported late: numpy comes with them)."""
     from .clocks import ClockLockError
     from .config import ConfigError
-    from .device import NoDeviceError
+    from .core.errors import InputError
     from .core.files import OutputError
-    from .output.gate import GateError
     from .core.geometry import GeometryError
-    from .inputs import InputError
+    from .device import NoDeviceError
     from .kernels import KernelError
+    from .output.gate import GateError
     from .sanitize import SanitizerError
 
     return (GeometryError, InputError, ConfigError, NoDeviceError, ClockLockError, GateError, KernelError, OutputError,
@@ -297,7 +297,8 @@ def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int,
     """A decode call's scorer, old (multi) and new (halve), on the same inputs: hashes and times."""
     from .core.geometry import check_queries
     from .inputs import load_scorer_inputs, save_npz_atomic
-    from .runs import scorer_inputs, select_bench as run
+    from .runs import scorer_inputs
+    from .runs import select_bench as run
 
     if keys != DEFAULT_KEYS and (config_name or inputs_path):
         raise UsageProblem("--keys applies to synthetic inputs, not to --inputs or --config (a sweep's cases name "
@@ -347,7 +348,8 @@ def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, 
     """
     from .core.geometry import Call, blocks_read, check_queries
     from .inputs import load_topk_inputs, save_npz_atomic
-    from .runs import topk_parity as run, topk_score_sets, topk_selftest
+    from .runs import topk_parity as run
+    from .runs import topk_score_sets, topk_selftest
 
     if config_name:
         if args or inputs_path or dump_path or selftest:
@@ -423,7 +425,8 @@ def _finish_selftest(record: Any, rows: list[Any], opts: dict[str, Any]) -> int:
 def selftest(require_gpu: bool, seed: int, device_id: int, json_path: str | None, engines: tuple[str, ...]) -> int:
     """Every check this machine can run: the CPU models always, the kernels (an engine checkout's too) when
     a device is found."""
-    from .runs import Settings, selftest as run
+    from .runs import Settings
+    from .runs import selftest as run
 
     record, rows = run(Settings(seed=seed, device_id=device_id, engines=engines), require_gpu, sys.argv[1:])
     return _finish_selftest(record, rows, {"json_path": json_path})
@@ -432,8 +435,8 @@ def selftest(require_gpu: bool, seed: int, device_id: int, json_path: str | None
 def _sweep(config_name: str, stage: str | None, opts: dict[str, Any], command: str) -> int:
     from rich.progress import Progress
 
-    from .output import report
     from .config import config_path, load_config
+    from .output import report
     from .runs import sweep
 
     config = load_config(config_path(config_name))
@@ -499,8 +502,8 @@ def compare_cmd(base_side: str, candidate_side: str, args: tuple[str, ...], conf
     from rich.console import Console
     from rich.markup import escape
 
-    from .output import compare, report
     from .config import config_path, load_config
+    from .output import compare, report
     from .runs import COMPARE_SIDE_NAMES, SideSpec, compare_run
 
     if opts["backend"] != "gpu":
@@ -591,9 +594,9 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
 
     from rich.console import Console
 
-    from .output import gate
     from .config import config_path, load_config
     from .core.files import atomic_write
+    from .output import gate
     from .record.schema import load_record
     from .runs import Settings, session, sweep
 

@@ -31,9 +31,10 @@ from typing import Any
 import yaml
 
 from . import variants as registry
-from .dispatch import CALL_KINDS, DEFAULT_KEYS, SCORER_KEYS
 from .core.geometry import BLOCK_CELLS, Call, GeometryError, check_call, check_queries
+from .dispatch import CALL_KINDS
 from .inputs import SCORE_SETS
+from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from .timing import DEFAULT_WARMUP, L2_MODES
 
 SIZE_SUFFIXES = {"K": 1024, "M": 1024 * 1024}

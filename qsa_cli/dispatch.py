@@ -14,10 +14,6 @@ from dataclasses import dataclass
 
 STAGES = ("scores", "topk")
 CALL_KINDS = ("decode", "prompt")
-# The scorer's synthetic keys and queries (inputs.synthetic_scorer_inputs): spec section 5's, or adversarial.
-# Named here, with the other choice sets, so that the command line reads them without numpy.
-SCORER_KEYS = ("synthetic", "adversarial")
-DEFAULT_KEYS = SCORER_KEYS[0]
 
 ENV_SCORES_HALVE = "STRATA_SCORES_HALVE"
 ENV_TOPK_SPLIT = "STRATA_TOPK_SPLIT"

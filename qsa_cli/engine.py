@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from .dispatch import CLUSTER_MIN_CC
 from .core.files import atomic_write
 from .core.geometry import BLOCK_CELLS, IDX_DIM, IDX_HEADS, MAX_QUERIES, SELECT_CAP, TOP_K, GeometryError
-from .inputs import ScorerInputs
 from .core.integrity import Allocator
+from .dispatch import CLUSTER_MIN_CC
+from .inputs import ScorerInputs
 from .kernels import KernelError, cache_dir
 from .variants import ENGINE_KINDS, ENGINE_SCORER, EngineEntry, Variant, engine_kinds, engine_variant, registered
 

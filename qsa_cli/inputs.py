@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .dispatch import DEFAULT_KEYS, SCORER_KEYS
+from .core.errors import InputError
 from .core.files import atomic_write
 from .core.geometry import (
     BLOCK_CELLS,
@@ -35,6 +35,7 @@ from .core.geometry import (
     validate_steps,
 )
 from .launch.topk_cluster import CHUNK_KEYS as CLUSTER_CHUNK_BLOCKS
+from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 
 SCORE_POISON_BITS = 0x7FBADBAD  # a NaN no arithmetic produces (payload kept by copies, not by math)
 ID_POISON = -0x2BADBAD  # an id no selection produces
@@ -42,10 +43,6 @@ ID_POISON = -0x2BADBAD  # an id no selection produces
 ADVERSARIAL_NANS = np.array([0x7FC00000, 0xFFC00000, 0x7FC01234, 0x7F800001, 0xFFFFFFFF], np.uint32).view(np.float32)
 
 SCORE_SETS = ("continuous", "levels64", "equal", "adversarial")
-
-
-class InputError(ValueError):
-    """An input file or array that does not match the spec; the message is one line."""
 
 
 def score_poison(shape: tuple[int, ...]) -> np.ndarray:

@@ -16,19 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from . import variants as registry
+from .core.geometry import MAX_QUERIES, PROMPT_QUERIES, Call, check_queries
 from .dispatch import (
     CLUSTER_MIN_CC,
-    DEFAULT_KEYS,
     ENV_PDL,
     NEW_KERNELS_CC,
-    SCORER_KEYS,
     dispatch,
     programmatic_launches,
 )
-from .core.geometry import MAX_QUERIES, PROMPT_QUERIES, Call, check_queries
 from .inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from .kernels import ENV_KERNELS, kernel_dir, sources_hash
 from .record.schema import RunRecord
+from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from .stages import scores as scores_stage
 from .stages import topk as topk_stage
 from .stages.common import Measurer, StageOutcome
@@ -663,8 +662,8 @@ def compare_sides(s: Session, sides: tuple[SideSpec, SideSpec]) -> Iterator[dict
     variants), each ``PATH@REV`` checked out into a temporary worktree for the block's length. Yields, per
     stage, the (base, candidate) pairs of the variants both sides run; the run's roles become the first pair
     of each stage (the tables' "before" and "after")."""
-    from .engine import attached, revision_worktree
     from .engine import _git as git
+    from .engine import attached, revision_worktree
 
     if sides[0].name == sides[1].name:
         raise ValueError(f"both sides are named {sides[0].name!r}: name them BASE=PATH and CANDIDATE=PATH")
@@ -735,6 +734,6 @@ def compare_run(s: Session, sides: tuple[SideSpec, SideSpec], call: Call | None,
 
 def window_pair(topk: str) -> str:
     """The window pair a top-k variant makes with the scorer it follows."""
-    from .stages.window import pair_name
+    from .record.vocabulary import pair_name
 
     return pair_name(registry.get("topk", topk).window_scorer, topk)

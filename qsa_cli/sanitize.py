@@ -25,10 +25,10 @@ from typing import Any
 import yaml
 
 from .config import SweepCase
-from .dispatch import DEFAULT_KEYS, SCORER_KEYS
 from .core.geometry import MAX_QUERIES
 from .kernels import ENV_LINEINFO
 from .record.schema import SanitizerRun
+from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from .sanitize_child import ENV_ENGINES, MARKER
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")

@@ -21,9 +21,8 @@ ENV_ENGINES = "QSA_SANITIZE_ENGINES"  # a JSON list of the run's --engine checko
 
 def run_case(cupy: Any, case: dict[str, Any]) -> None:
     from .core.geometry import SELECT_CAP
-    from .inputs import id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
     from .core.integrity import PlainAllocator
-
+    from .inputs import id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
     from .sanitize import SanitizeCase
 
     call = SanitizeCase(**case).call

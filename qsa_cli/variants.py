@@ -22,15 +22,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .core.geometry import (
+    HALVE_MAX_QUERIES,
+    RADIX_PASSES,
+    TOPK_CLUSTER_THREADS,
+    TOPK_REF_THREADS,
+    TOPK_SPLIT_THREADS,
+    TOPK_WIDE_THREADS,
+)
 from .dispatch import CLUSTER_MIN_CC
-from .core.geometry import HALVE_MAX_QUERIES, RADIX_PASSES, TOPK_CLUSTER_THREADS, TOPK_REF_THREADS, TOPK_SPLIT_THREADS, TOPK_WIDE_THREADS
 from .model.scores import ORDERS
 from .model.topk import ALGORITHMS
+from .record.vocabulary import ROLES
 
 STAGES = ("scores", "topk")
-# reference: the arithmetic or selection of record; baseline / candidate: the "before" and "after" of the
-# change under review; variant: any other implementation, checked and timed beside them.
-ROLES = ("reference", "baseline", "candidate", "variant")
 SCORER_MODELS = ORDERS  # model/scores.py: the two orders of the scorer's additions
 TOPK_MODELS = tuple(a for a in ALGORITHMS if a != "oracle")  # model/topk.py: a radix select step by step
 # The launchers' shapes (launch/scores.py, launch/topk.py): a warp per (query, block) on a (blocks / 8, nq)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qsa_cli.engine import ENGINE_FILES, HOST_FUNCTIONS
 from qsa_cli.core.geometry import (
     BLOCK_CELLS,
     IDX_DIM,
@@ -23,10 +22,11 @@ from qsa_cli.core.geometry import (
     TOP_K,
     max_blocks,
 )
+from qsa_cli.engine import ENGINE_FILES, HOST_FUNCTIONS
 from qsa_cli.kernels import kernel_dir
-from qsa_cli.variants import ENGINE_KINDS
 from qsa_cli.launch.scores import HALVE_WARPS_PER_CTA, MULTI_CTAS, WARPS_PER_CTA
 from qsa_cli.launch.topk_cluster import CHUNK_KEYS, CHUNK_WORDS, LANE_KEYS, MAX_CHUNKS, WORD_BYTES
+from qsa_cli.variants import ENGINE_KINDS
 
 SELECT_CU, SELECT_HPP, QSA_HPP, EMULATE_HPP = ENGINE_FILES
 SLOW_NS = 20_000  # the slowed variant's busy wait before its kernels

@@ -2,8 +2,8 @@
 
 import pytest
 
-from qsa_cli.dispatch import dispatch
 from qsa_cli.core.geometry import max_blocks
+from qsa_cli.dispatch import dispatch
 from qsa_cli.record.schema import RunRecord
 from qsa_cli.runs import Session, Settings, dispatch_for, topk_variants
 

@@ -9,10 +9,10 @@ import pytest
 from record_factory import measurement, parity, record, scores_case, topk_case
 from rich.console import Console
 
+from qsa_cli.core.errors import InputError
 from qsa_cli.output.compare import MODELS, compare_markdown, compare_table, judge
-from qsa_cli.inputs import InputError
 from qsa_cli.record.schema import ParityCheck, RunRecord, case_key, load_record
-from qsa_cli.stages.common import GUARD_ZONES, INPUTS, LAST_CALL
+from qsa_cli.record.vocabulary import GUARD_ZONES, INPUTS, LAST_CALL
 
 BASE, PR = "base", "pr"
 CASES = {"scores": [scores_case(32768, 1), scores_case(131072, 4), scores_case(420000, 8)],

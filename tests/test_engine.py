@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from fake_engine import write_fake_engine
 
+from qsa_cli.core.geometry import SELECT_CAP, Call
 from qsa_cli.engine import (
     ENGINE_FILES,
     HOST_FUNCTIONS,
@@ -36,7 +37,6 @@ from qsa_cli.engine import (
     shim_symbol,
     variant_refusal,
 )
-from qsa_cli.core.geometry import SELECT_CAP, Call
 from qsa_cli.inputs import synthetic_scorer_inputs
 from qsa_cli.kernels import KernelError, kernel_dir
 

@@ -22,6 +22,7 @@ import pytest
 from conftest import fresh_seed
 from fake_engine import FLIPPED_ENTRY, SLOW_NS, write_fake_engine
 
+from qsa_cli.core.geometry import MAX_QUERIES, PROMPT_QUERIES, SELECT_CAP, STEP_NBID, Call
 from qsa_cli.engine import (
     CLUSTER_MAX_QUERIES,
     EngineCheckout,
@@ -33,16 +34,15 @@ from qsa_cli.engine import (
     engine_variants,
     find_nvcc,
 )
-from qsa_cli.core.geometry import MAX_QUERIES, PROMPT_QUERIES, SELECT_CAP, STEP_NBID, Call
 from qsa_cli.inputs import SCORE_SETS, id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
 from qsa_cli.launch.scores import DeviceScorerInputs, scorer_launcher
 from qsa_cli.launch.topk import topk_launcher
-from qsa_cli.variants import engine_kinds
 from qsa_cli.model.scores import first_difference as first_score_difference
 from qsa_cli.model.scores import score_blocks
 from qsa_cli.model.topk import first_difference as first_id_difference
 from qsa_cli.model.topk import topk_ids
 from qsa_cli.timing import DeviceTimer
+from qsa_cli.variants import engine_kinds
 
 WINDOWS = [(2050, 9000), (32771, 262144), (300001, 524288)]  # the last query's tail: 2, 3 and 1 cells
 TOPK_CASES = [(2048, 2048), (2052, 4096), (9000, 9000), (135176, 135176), (300001, 524288)]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import copy
 import dataclasses
+import json
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -14,7 +14,7 @@ from rich.console import Console
 
 from qsa_cli.output.gate import GateError, check_comparable, compare, gate_table, junit_xml
 from qsa_cli.record.schema import RunRecord
-from qsa_cli.stages.topk import ARGPARTITION
+from qsa_cli.record.vocabulary import ARGPARTITION
 
 
 def verdicts(result: object) -> dict[str, int]:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import fresh_seed
 
+from qsa_cli import variants
 from qsa_cli.core.geometry import (
     HALVE_MAX_QUERIES,
     IDX_DIM,
@@ -26,7 +27,6 @@ from qsa_cli.core.geometry import (
 )
 from qsa_cli.inputs import ADVERSARIAL_NANS, SCORE_POISON_BITS, ScorerInputs, score_poison, synthetic_scorer_inputs
 from qsa_cli.kernels import load
-from qsa_cli import variants
 from qsa_cli.launch.scores import SOURCE, DeviceScorerInputs, scorer_launcher
 from qsa_cli.model.scores import butterfly_sum, first_difference, lane_partials, score_blocks
 

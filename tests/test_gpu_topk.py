@@ -14,7 +14,6 @@ import pytest
 from conftest import fresh_seed
 
 from qsa_cli import variants
-from qsa_cli.dispatch import ENV_PDL, programmatic_launches
 from qsa_cli.core.geometry import (
     MAX_QUERIES,
     PROMPT_QUERIES,
@@ -24,6 +23,7 @@ from qsa_cli.core.geometry import (
     Call,
     window_steps,
 )
+from qsa_cli.dispatch import ENV_PDL, programmatic_launches
 from qsa_cli.inputs import (
     ID_POISON,
     SCORE_SETS,

@@ -1,7 +1,14 @@
 import numpy as np
 import pytest
 
-from qsa_cli.core.geometry import SPLIT_CHUNK_BLOCKS, Call, block_weights, cluster_slice_blocks, max_blocks, window_steps
+from qsa_cli.core.geometry import (
+    SPLIT_CHUNK_BLOCKS,
+    Call,
+    block_weights,
+    cluster_slice_blocks,
+    max_blocks,
+    window_steps,
+)
 from qsa_cli.inputs import (
     ADVERSARIAL_NANS,
     ID_POISON,

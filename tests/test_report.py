@@ -9,8 +9,8 @@ import pytest
 from record_factory import measurement, parity, record, roles, scores_case, seed_record, topk_case
 from rich.console import Console
 
-from qsa_cli.output import report
 from qsa_cli import variants as registry
+from qsa_cli.output import report
 from qsa_cli.record.schema import load_record
 
 

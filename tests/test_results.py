@@ -7,9 +7,17 @@ import pytest
 from record_factory import seed_record
 
 from qsa_cli.clocks import ClockLock, ClockReading
-from qsa_cli.inputs import InputError
-from qsa_cli.record.schema import (SCHEMA_VERSION, Measurement, ParityCheck, RunRecord, ThresholdCheck, case_key, load_record,
-                             merge_records)
+from qsa_cli.core.errors import InputError
+from qsa_cli.record.schema import (
+    SCHEMA_VERSION,
+    Measurement,
+    ParityCheck,
+    RunRecord,
+    ThresholdCheck,
+    case_key,
+    load_record,
+    merge_records,
+)
 
 
 def _record(rng) -> RunRecord:

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from qsa_cli import variants
-from qsa_cli.dispatch import CLUSTER_MIN_CC
 from qsa_cli.core.geometry import (
     CLUSTER_CTAS,
     MAX_CAPACITY,
@@ -16,6 +15,7 @@ from qsa_cli.core.geometry import (
     max_blocks,
     window_steps,
 )
+from qsa_cli.dispatch import CLUSTER_MIN_CC
 from qsa_cli.launch.topk_cluster import (
     CHUNK_KEYS,
     MAX_CHUNKS,

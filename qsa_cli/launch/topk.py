@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from ..dispatch import programmatic_launches
 from ..core.geometry import (
     RADIX_BINS,
     RADIX_PASSES,
@@ -26,6 +25,7 @@ from ..core.geometry import (
     GeometryError,
 )
 from ..core.integrity import Allocator, PlainAllocator
+from ..dispatch import programmatic_launches
 from ..variants import compiled, get
 from .driver import ProgrammaticLaunch
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from ..dispatch import CLUSTER_MIN_CC
 from ..core.geometry import (
     BLOCK_CELLS,
     CLUSTER_CTAS,
@@ -25,6 +24,7 @@ from ..core.geometry import (
     capacity_of,
     cluster_slice_blocks,
 )
+from ..dispatch import CLUSTER_MIN_CC
 from ..kernels import KernelError
 
 SOURCE = "topk_cluster.cu"
@@ -107,7 +107,11 @@ def cluster_launcher(scores: Any, steps: Any, ids: Any, *, active_blocks: int = 
     device = cupy.cuda.Device()
     optin = int(cupy.cuda.runtime.getDeviceProperties(device.id)["sharedMemPerBlockOptin"])
     dynamic = require_cluster(int(device.compute_capability), mb, optin, active_blocks)
-    from ..variants import compiled, get, with_launch  # here: variants.py reads the models, which read this module's sizes
+    from ..variants import (  # here: variants.py reads the models, which read this module's sizes
+        compiled,
+        get,
+        with_launch,
+    )
 
     variant = variant or get("topk", with_launch("topk", "cluster"))  # a variants.Variant of the cluster's launch
     kernel = compiled(variant).function(variant.kernels[0])

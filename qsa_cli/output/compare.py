@@ -17,14 +17,13 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from .gate import JUDGED, VERDICT_STYLE, bad_samples, timing_verdict
-from ..inputs import InputError
-from .report import (MISSING, THROTTLED_NOTE, _header, _md_table, _time, case_label,
-                     measurement_index, stage_cases)
+from ..core.errors import InputError
 from ..record.schema import Case, ComparePair, EngineProvenance, Measurement, ParityCheck, RunRecord
 from ..stages import scores as scores_stage
 from ..stages import topk as topk_stage
 from ..stages import window as window_stage
+from .gate import JUDGED, VERDICT_STYLE, bad_samples, timing_verdict
+from .report import MISSING, THROTTLED_NOTE, _header, _md_table, _time, case_label, measurement_index, stage_cases
 
 REFERENCE = "reference"  # qsa's reference variant: the "against" of each side's reference check
 MODELS = {scores_stage.STAGE: scores_stage.CPU_MODEL, topk_stage.STAGE: topk_stage.CPU_ORACLE,

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from .report import measurement_index
 from ..record.schema import Measurement, RunRecord
-from ..stages.common import INPUTS, INPUTS_HASH, OUTPUT_HASH
-from ..stages.topk import ARGPARTITION
+from ..record.vocabulary import ARGPARTITION, INPUTS, INPUTS_HASH, OUTPUT_HASH
+from .report import measurement_index
 
 FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD", "MISSING", "BAD-SAMPLES", "NOTHING-COMPARED", "BITS-CHANGED")
 JUDGED = ("SAME", "FAST", "SLOW")  # a timing compared with the baseline's and judged

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.files import atomic_write
-from .report import clocks_text, context_label
 from ..record.schema import Measurement, RunRecord
-from ..stages.scores import READ_FLOOR
+from ..record.vocabulary import READ_FLOOR
+from .report import clocks_text, context_label
 
 STAGE_TITLES = {"scores": "Scorer: a decode call", "topk": "Top-k", "window": "Verify window"}
 SERIES_FIELDS = ("kind", "score_set", "keys", "capacity", "l2")  # named in a label only where a panel has several

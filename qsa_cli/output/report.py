@@ -14,9 +14,9 @@ from typing import Any
 from rich.table import Table
 
 from .. import variants as registry
-from ..dispatch import DEFAULT_KEYS
 from ..core.geometry import BLOCK_CELLS
 from ..record.schema import Measurement, ParityCheck, RunRecord
+from ..record.vocabulary import DEFAULT_KEYS
 from ..stages import scores as scores_stage
 from ..stages import topk as topk_stage
 from ..stages import window as window_stage

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from .. import __version__
+from ..core.errors import InputError
 from ..core.files import atomic_write
-from ..inputs import InputError
 
 SCHEMA = "qsa.run"
 SCHEMA_VERSION = 2

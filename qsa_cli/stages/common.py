@@ -9,19 +9,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..dispatch import DEFAULT_KEYS
 from ..core.geometry import STEP_NKV
 from ..core.integrity import GuardedBuffers, changed, digest, fingerprint
 from ..inputs import ScorerInputs
 from ..record.schema import Measurement, ParityCheck
+from ..record.vocabulary import DEFAULT_KEYS, GUARD_ZONES, INPUTS, INPUTS_HASH, OUTPUT_HASH, last_call
 from ..timing import DeviceTimer, Launch, measure_host
-
-GUARD_ZONES = "guard zones"  # the integrity checks' "against": what a variant's run must leave as it was
-INPUTS = "inputs"
-LAST_CALL = "last timed call"
-# The inputs row's hashes: the case's inputs and the variant's output on them (sha256 of every byte), so
-# that the gate can tell changed bits of the same inputs between a baseline and a run.
-INPUTS_HASH, OUTPUT_HASH = "inputs", "output"
 
 
 def call_case(steps: np.ndarray, capacity: int, kind: str, l2: str, **extra: Any) -> dict[str, Any]:
@@ -187,6 +180,6 @@ class Integrity:
                         hashes={INPUTS_HASH: self.inputs_hash, OUTPUT_HASH: digest(first)}),
         ]
         if last is not None:
-            outputs = {f"{variant} ({LAST_CALL})": last, variant: first}
-            rows.append(bitwise_check(stage, case, f"{variant} ({LAST_CALL})", variant, outputs, describe_difference))
+            outputs = {last_call(variant): last, variant: first}
+            rows.append(bitwise_check(stage, case, last_call(variant), variant, outputs, describe_difference))
         return rows

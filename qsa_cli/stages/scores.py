@@ -12,15 +12,14 @@ from collections.abc import Mapping
 import numpy as np
 
 from .. import variants as registry
+from ..core.integrity import GuardedBuffers
 from ..engine import EngineRefused
 from ..inputs import ScorerInputs, score_poison
-from ..core.integrity import GuardedBuffers
 from ..model.scores import first_difference, score_blocks, scores_hash
+from ..record.vocabulary import CPU_MODEL, READ_FLOOR
+from ..record.vocabulary import SCORES as STAGE
 from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, call_case, keys_case, to_host
 
-STAGE = "scores"
-CPU_MODEL = "cpu-model"
-READ_FLOOR = "read-floor"
 SCORER_INPUTS = ("pooled", "dead", "q", "steps")  # ScorerInputs' arrays, in its field order
 
 

@@ -14,16 +14,14 @@ from typing import Any
 import numpy as np
 
 from .. import variants as registry
-from ..engine import EngineRefused
 from ..core.geometry import BLOCK_CELLS, SELECT_CAP, STEP_WIDTH, blocks_read
-from ..inputs import TopkInputs, id_poison
 from ..core.integrity import GuardedBuffers
+from ..engine import EngineRefused
+from ..inputs import TopkInputs, id_poison
 from ..model.topk import first_difference, topk_ids
+from ..record.vocabulary import ARGPARTITION, CPU_ORACLE
+from ..record.vocabulary import TOPK as STAGE
 from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, call_case, to_host
-
-STAGE = "topk"
-CPU_ORACLE = "cpu-oracle"
-ARGPARTITION = "cupy.argpartition"
 
 
 def describe_difference(steps: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:

@@ -10,22 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import EngineRefused
 from ..core.geometry import SELECT_CAP
-from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
 from ..core.integrity import GuardedBuffers
+from ..engine import EngineRefused
+from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
 from ..model.scores import score_blocks
 from ..model.topk import topk_ids
+from ..record.vocabulary import CPU_ORACLE, pair_name
+from ..record.vocabulary import WINDOW as STAGE
 from .common import Measurer, StageOutcome, bitwise_check, call_case, keys_case
 from .scores import place_scorer_inputs
 from .topk import describe_difference
-
-STAGE = "window"
-CPU_ORACLE = "cpu-oracle"
-
-
-def pair_name(scorer: str, topk: str) -> str:
-    return f"{scorer}+{topk}"
 
 
 def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[tuple[str, str], ...],
