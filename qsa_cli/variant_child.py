@@ -25,7 +25,8 @@ import numpy as np
 from . import variants as registry
 from .inputs import ScorerInputs, TopkInputs
 from .kernels import KernelError
-from .record.schema import RunRecord, load_record
+from .record.load import load_record
+from .record.schema import RunRecord
 from .stages.common import Measurer, StageOutcome
 
 CHILD_TIMEOUT_S = 1800
