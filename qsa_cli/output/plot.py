@@ -14,7 +14,8 @@ from typing import Any
 from ..core.files import atomic_write
 from ..record.schema import Measurement, RunRecord
 from ..record.vocabulary import READ_FLOOR
-from .report import clocks_text, context_label
+from .report import clocks_text
+from .rows import context_label
 
 STAGE_TITLES = {"scores": "Scorer: a decode call", "topk": "Top-k", "window": "Verify window"}
 SERIES_FIELDS = ("kind", "score_set", "keys", "capacity", "l2")  # named in a label only where a panel has several

@@ -287,22 +287,23 @@ def numbered(prefix: str, failures: Sequence[str]) -> list[str]:
 
 
 def _failures(record: RunRecord) -> tuple[list[str], list[str]]:
-    """(the counts, one line per failure) of everything in the record that fails."""
+    """(the counts, one line per failure) of everything in the record that fails. A selftest's verdict is
+    its checks' (each names the first of its parity rows that differs)."""
+    if record.checks:
+        failed = [c for c in record.checks if c.passed is False]
+        return ([f"{len(failed)} of {len(record.checks)} checks"] if failed else []), [f"{c.check}: {c.detail}" for c in failed]
     differ = [p for p in record.parity if not p.equal]
     broken = [t for t in record.thresholds if not t.passed]
     unexplained = [r for r in record.sanitizer if not r.passed]
-    failed = [c for c in record.checks if c.passed is False]
     counts = ([f"{len(differ)} checks differ"] if differ else []) + (
         [f"{len(broken)} of {len(record.thresholds)} thresholds broken"] if broken else []) + (
-        [f"{len(unexplained)} of {len(record.sanitizer)} runs with unexplained errors"] if unexplained else []) + (
-        [f"{len(failed)} checks"] if failed else [])
+        [f"{len(unexplained)} of {len(record.sanitizer)} runs with unexplained errors"] if unexplained else [])
     lines = [f"{p.key}: {failure_detail(p)}" for p in differ]
     for t in broken:
         form, sense = THRESHOLD_FORMS[t.name]
         lines.append(f"{t.key}: {t.name} {form.format(t.value)}, not {sense} {form.format(t.limit)}")
     lines += [f"{r.key} {r.variant} {r.tool}: {r.errors} errors, {r.explained} explained: {r.first_report}"
               for r in unexplained]
-    lines += [f"{c.check}: {c.detail}" for c in failed]
     return counts, lines
 
 
