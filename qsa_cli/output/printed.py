@@ -57,8 +57,13 @@ def of_gate(result: GateResult, record: RunRecord, baseline: RunRecord) -> Print
                    tuple(gate_verdict(result)), result.passed)
 
 
+def _compared(result: CompareResult, record: RunRecord) -> list[Block]:
+    """A compare run: its judgement of the pairs, then every row of the record (qsa's reference among them)."""
+    return [*compare_blocks(result, record), *blocks(record, with_header=False)]
+
+
 def of_compare(result: CompareResult, record: RunRecord) -> Printed:
-    return Printed(lambda: compare_blocks(result, record), lambda: compare_csv(result), record.to_dict(),
+    return Printed(lambda: _compared(result, record), lambda: compare_csv(result), record.to_dict(),
                    tuple(compare_verdict(result)), result.passed)
 
 
@@ -74,8 +79,7 @@ def of_saved(named: Sequence[tuple[str, RunRecord, CompareResult | None]]) -> Pr
         out: list[Block] = []
         for name, record, judged in named:
             out.append(Prose(f"{name}: {record.command}, {record.created}", f"## {name}: `{record.command}`, {record.created}"))
-            out += compare_blocks(judged, record) if judged is not None else []
-            out += blocks(record, with_header=judged is None)
+            out += _compared(judged, record) if judged is not None else blocks(record)
         return out
 
     data = [r.to_dict() for _, r, _ in named]
