@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from record_factory import measurement, parity, record, scores_case, topk_case
+
 from qsa_cli.core.errors import InputError
 from qsa_cli.output.compare import MODELS, compare_blocks, compare_sheet, compare_verdict, judge
 from qsa_cli.output.layout import markdown, text_of

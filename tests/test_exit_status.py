@@ -7,10 +7,9 @@ pass (window-bench, info) is checked here for its exit status without one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
-
-import re
 
 import numpy as np
 import pytest

@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 from record_factory import seed_record
+
 from qsa_cli.output.gate import GateError, check_comparable, compare, gate_sheet, gate_verdict, junit_xml
 from qsa_cli.output.layout import text_of
 from qsa_cli.record.schema import RunRecord

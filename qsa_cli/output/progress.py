@@ -26,9 +26,9 @@ class PlainProgress:
     """Progress as lines on a stream that is not a terminal (a CI log), one per step after the first
     ``QUIET_FOR_S`` seconds, with the time taken and an estimate of the time left."""
 
-    def __init__(self, stream: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
-        self.stream, self.clock = stream, clock
-        self.started = clock()
+    def __init__(self, stream: TextIO, clock: Callable[[], float] | None = None) -> None:
+        self.stream, self.clock = stream, clock or time.monotonic
+        self.started = self.clock()
 
     def __call__(self, done: int, total: int, message: str) -> None:
         elapsed = self.clock() - self.started
