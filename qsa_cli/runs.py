@@ -662,9 +662,8 @@ def compare_sides(s: Session, sides: tuple[SideSpec, SideSpec]) -> Iterator[dict
     variants), each ``PATH@REV`` checked out into a temporary worktree for the block's length. Yields, per
     stage, the (base, candidate) pairs of the variants both sides run; the run's roles become the first pair
     of each stage (the tables' "before" and "after")."""
+    from .core.git import folder_at_revision
     from .engine.attach import attached
-    from .engine.checkout import _git as git
-    from .engine.checkout import revision_worktree
 
     if sides[0].name == sides[1].name:
         raise ValueError(f"both sides are named {sides[0].name!r}: name them BASE=PATH and CANDIDATE=PATH")
@@ -673,9 +672,7 @@ def compare_sides(s: Session, sides: tuple[SideSpec, SideSpec]) -> Iterator[dict
         for side in sides:
             path = Path(side.path)
             if side.revision is not None:
-                tree = stack.enter_context(revision_worktree(path, side.revision))
-                prefix = git(path, "rev-parse", "--show-prefix")
-                path = tree / (prefix.stdout.strip() if prefix is not None and prefix.returncode == 0 else "")
+                path = stack.enter_context(folder_at_revision(path, side.revision))
             kind, where = side_kind(path)
             described.append(side.describe(kind))
             if kind == "engine":

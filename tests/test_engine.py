@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from fake_engine import write_fake_engine
 
-from qsa_cli.core.errors import EngineBuildError, EngineError
+from qsa_cli.core.errors import EngineBuildError, EngineError, RevisionError
 from qsa_cli.core.geometry import SELECT_CAP, Call
+from qsa_cli.core.git import folder_at_revision
 from qsa_cli.engine.build import build_engine, engine_cache_dir, find_nvcc
 from qsa_cli.engine.checkout import (
     ENGINE_FILES,
@@ -24,7 +25,6 @@ from qsa_cli.engine.checkout import (
     EngineSpec,
     open_engine,
     parse_engine_spec,
-    revision_worktree,
 )
 from qsa_cli.engine.domains import answered_cc, engine_variants, variant_refusal
 from qsa_cli.engine.launch import engine_scorer_launcher, engine_topk_launcher
@@ -232,11 +232,11 @@ def test_revision_worktree_checks_out_a_revision(tmp_path: Path) -> None:
     assert not tree.exists(), "the worktree is removed afterwards"
     assert git(repo, "worktree", "list").count("\n") == 0, "and unregistered"
 
-    with pytest.raises(EngineError, match="unknown revision 'no-such-tag'") as info, revision_worktree(repo, "no-such-tag"):
+    with pytest.raises(RevisionError, match="unknown revision 'no-such-tag'") as info, folder_at_revision(repo, "no-such-tag"):
         pass
     assert "\n" not in str(info.value)
     plain = write_fake_engine(tmp_path / "plain")
-    with pytest.raises(EngineError, match="not a git repository"), open_engine(f"{plain}@HEAD"):
+    with pytest.raises(RevisionError, match="not a git repository"), open_engine(f"{plain}@HEAD"):
         pass
 
 

@@ -30,3 +30,8 @@ class EngineRefused(QsaError, ValueError):
     """An engine variant that does not run this call on this card: one line saying which function and why.
 
     Not a failure: the variant is reported as not run and nothing is compared for it."""
+
+
+class RevisionError(QsaError, ValueError):
+    """A revision of a folder that cannot be checked out: not a repository, an unknown revision, a worktree
+    git refused; one line."""

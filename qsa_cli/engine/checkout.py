@@ -1,19 +1,17 @@
 """An engine checkout: named ``[NAME=]PATH[@REV]``, its files checked, the files its build reads, its
-commit, and a revision checked out into a temporary worktree for a run's length."""
+commit; a ``PATH@REV`` one is a temporary worktree for a run's length (core/git.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import EngineError
+from ..core.git import folder_at_revision, tracked_commit
 
 SOURCE = "src/kernels/cuda/qsa_select.cu"
 HEADER = "include/strata/kernels/qsa_select.hpp"
@@ -25,13 +23,6 @@ HOST_FUNCTIONS = ("qsa_block_scores", "qsa_block_topk", "qsa_block_topk_cluster"
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
-
-
-def _git(path: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
-    try:
-        return subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
 
 
 class EngineCheckout:
@@ -88,15 +79,7 @@ class EngineCheckout:
         """The checked-out commit, with ``-dirty`` when the checkout's files differ from it; None outside git,
         and None where the repository around the folder does not track its ``qsa_select.cu`` (a copy in an
         ignored folder of another repository: that repository's commit says nothing of it)."""
-        head = _git(self.path, "rev-parse", "HEAD")
-        if head is None or head.returncode != 0:
-            return None
-        tracked = _git(self.path, "ls-files", "--error-unmatch", "--", SOURCE)
-        if tracked is None or tracked.returncode != 0:
-            return None
-        status = _git(self.path, "status", "--porcelain", "--", ".")
-        dirty = status is None or status.returncode != 0 or status.stdout.strip() != ""
-        return head.stdout.strip() + ("-dirty" if dirty else "")
+        return tracked_commit(self.path, SOURCE)
 
 
 # ---- naming a checkout: [NAME=]PATH[@REV] -----------------------------------------------------------------
@@ -131,32 +114,6 @@ def parse_engine_spec(text: str) -> EngineSpec:
 
 
 @contextlib.contextmanager
-def revision_worktree(repo: str | os.PathLike[str], revision: str) -> Iterator[Path]:
-    """A temporary ``git worktree`` of ``repo`` at ``revision`` (detached), removed on the way out."""
-    repo = Path(repo)
-    if revision.startswith("-"):
-        raise EngineError(f"{repo}: {revision!r} is not a revision")
-    top = _git(repo, "rev-parse", "--show-toplevel")
-    if top is None or top.returncode != 0:
-        raise EngineError(f"{repo}: not a git repository, so it has no revision {revision!r}")
-    commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
-    if commit is None or commit.returncode != 0:
-        raise EngineError(f"{repo}: unknown revision {revision!r}")
-    parent = Path(tempfile.mkdtemp(prefix="qsa-engine-"))
-    tree = parent / "checkout"
-    try:
-        added = _git(repo, "worktree", "add", "--detach", "--quiet", str(tree), commit.stdout.strip())
-        if added is None or added.returncode != 0:
-            detail = " ".join(added.stderr.split()) if added is not None else "git did not run"
-            raise EngineError(f"{repo}: cannot check out {revision!r} into a worktree ({detail})")
-        yield tree
-    finally:
-        _git(repo, "worktree", "remove", "--force", str(tree))
-        shutil.rmtree(parent, ignore_errors=True)
-        _git(repo, "worktree", "prune")
-
-
-@contextlib.contextmanager
 def open_engine(spec: str | EngineSpec) -> Iterator[EngineCheckout]:
     """The checkout ``spec`` names; a ``PATH@REV`` one lives in a temporary worktree for the block's length
     (build it inside the block: the library stays in the cache)."""
@@ -164,9 +121,5 @@ def open_engine(spec: str | EngineSpec) -> Iterator[EngineCheckout]:
     if spec.revision is None:
         yield EngineCheckout(spec.path, spec.name)
         return
-    with revision_worktree(spec.path, spec.revision) as tree:
-        relative = Path(".")
-        top = _git(spec.path, "rev-parse", "--show-prefix")
-        if top is not None and top.returncode == 0:
-            relative = Path(top.stdout.strip() or ".")  # PATH may be a folder inside its repository
-        yield EngineCheckout(tree / relative, spec.name, origin=spec.path, revision=spec.revision)
+    with folder_at_revision(spec.path, spec.revision) as folder:  # PATH may be a folder inside its repository
+        yield EngineCheckout(folder, spec.name, origin=spec.path, revision=spec.revision)
