@@ -31,7 +31,8 @@ from typing import Any
 import yaml
 
 from . import variants as registry
-from .core.geometry import BLOCK_CELLS, Call, GeometryError, check_call, check_queries
+from .core.errors import ConfigError, GeometryError
+from .core.geometry import BLOCK_CELLS, Call, check_call, check_queries
 from .dispatch import CALL_KINDS
 from .engine.kinds import engine_kinds
 from .inputs import SCORE_SETS
@@ -49,10 +50,6 @@ DEFAULTS: dict[str, Any] = {"iterations": 50, "warmup": DEFAULT_WARMUP, "l2": "c
                             "score_sets": ("continuous",), "keys": (DEFAULT_KEYS,)}
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)\s*$")
-
-
-class ConfigError(ValueError):
-    """A sweep file that cannot be used; the message is one line, ``file:line: what``."""
 
 
 @dataclass(frozen=True)

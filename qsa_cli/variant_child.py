@@ -23,18 +23,13 @@ from typing import Any
 import numpy as np
 
 from . import variants as registry
+from .core.errors import SwitchedRunError
 from .inputs import ScorerInputs, TopkInputs
-from .kernels import KernelError
 from .record.schema import RunRecord, load_record
 from .stages.common import Measurer, StageOutcome
 
 CHILD_TIMEOUT_S = 1800
 JOB_FILE, INPUTS_FILE, RECORD_FILE = "job.json", "inputs.npz", "record.json"
-
-
-class SwitchedRunError(KernelError):
-    """A child of switched variants that did not finish: the tail of its output, printed whole as a
-    compiler's log is (exit status 2)."""
 
 
 def switches_of(stage: str, name: str) -> tuple[tuple[str, str], ...]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .core.errors import VariantError
 from .core.geometry import (
     HALVE_MAX_QUERIES,
     RADIX_PASSES,
@@ -114,7 +115,7 @@ def get(stage: str, name: str) -> Variant:
     try:
         return _REGISTRY[(stage, name)]
     except KeyError:
-        raise ValueError(f"unknown {stage} variant {name!r} (expected one of {', '.join(names(stage))})") from None
+        raise VariantError(f"unknown {stage} variant {name!r} (expected one of {', '.join(names(stage))})") from None
 
 
 def with_role(stage: str, role: str) -> str:

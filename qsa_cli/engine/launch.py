@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import EngineError, EngineRefused
-from ..core.geometry import IDX_DIM, IDX_HEADS, MAX_QUERIES, SELECT_CAP, GeometryError
+from ..core.errors import EngineError, EngineRefused, GeometryError
+from ..core.geometry import IDX_DIM, IDX_HEADS, MAX_QUERIES, SELECT_CAP
 from ..core.integrity import Allocator, PlainAllocator
 from ..inputs import ScorerInputs
 from .domains import variant_refusal

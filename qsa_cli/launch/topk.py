@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from ..core.errors import GeometryError
 from ..core.geometry import (
     RADIX_BINS,
     RADIX_PASSES,
     SELECT_CAP,
     SPLIT_CHUNK_BLOCKS,
     STEP_INTS,
-    GeometryError,
 )
 from ..core.integrity import Allocator, PlainAllocator
 from ..dispatch import programmatic_launches
