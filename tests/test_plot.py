@@ -77,7 +77,8 @@ def test_ci_record_is_a_panel_per_stage_score_set_and_query_count() -> None:
     r = load_record(CI)
     fig = build_figure([r], ["ci.json"])
     time_panels = panels(fig)
-    assert len(time_panels) == len(expected_panels(r)) == 10  # scorer 1, 4, 8 queries; top-k 3 score sets x 1, 6 + prompt
+    # the scorer at 1, 4 and 8 queries; the top-k's 3 score sets at 1 and 6, and its prompt call
+    assert len(time_panels) == len(expected_panels(r)) == 10
     assert panels(fig, "ratio") == []
     assert sum(ax.get_gid() == "panel:scores" for ax in time_panels) == 3
     for ax in time_panels:  # log-log: the contexts span 13x and more, the times more than a decade
@@ -233,6 +234,19 @@ def test_a_compare_of_qsa_kernels_marks_each_sides_dispatched_copy() -> None:
     assert "reference" in texts and "main.reference → pr.reference" in texts
 
 
+def test_a_stage_only_one_side_measured_has_an_empty_ratio_panel_that_says_so() -> None:
+    after = seed_record(scale=0.8)
+    after.measurements = [m for m in after.measurements if m.stage == "scores"]
+    fig = build_figure([seed_record(), after])
+    for ax in panels(fig, "ratio"):
+        if ax.get_gid() == "ratio:topk":
+            assert list(drawn(ax, "ratio:")) == [] and [t.get_text() for t in ax.texts] == [
+                "no case measured on both sides"]
+        else:
+            assert all(y == pytest.approx(0.8) for line in drawn(ax, "ratio:halve") for y in line.get_ydata())
+            assert [line.get_gid() for line in drawn(ax, "ratio:")] == ["ratio:multi", "ratio:halve"]
+
+
 def test_before_after_with_nothing_in_common_is_refused() -> None:
     scores_only = seed_record()
     scores_only.measurements = [m for m in scores_only.measurements if m.stage == "scores"]
@@ -255,9 +269,10 @@ def test_at_one_context_the_inputs_are_the_x_axis() -> None:
 def test_many_variants_keep_distinct_styles() -> None:
     rng = np.random.default_rng(3)
     names = [f"v{i}" for i in range(36)]
-    ms = [measurement("topk", v, topk_case(ctx, 8), 20.0 + i, rng) for i, v in enumerate(names) for ctx in (9000, 524288)]
-    points = build_figure([record(ms, [])])
-    lines = [line for ax in panels(points) for line in series_lines(ax).values()]
+    ms = [measurement("topk", v, topk_case(ctx, 8), 20.0 + i, rng)
+          for i, v in enumerate(names) for ctx in (9000, 524288)]
+    fig = build_figure([record(ms, [])])
+    lines = [line for ax in panels(fig) for line in series_lines(ax).values()]
     assert len(lines) == 36 and len({(line.get_marker(), line.get_linestyle()) for line in lines}) == 36
     assert len(MARKERS) == 9
 
@@ -353,7 +368,7 @@ def test_the_legend_names_variants_in_first_seen_order_reference_points_last() -
 
 
 def test_optional_modules_are_imported_lazily() -> None:
-    code = ("import sys; import qsa_cli.output.plot, qsa_cli.output.report, qsa_cli.output.gate, qsa_cli.config, qsa_cli.clocks; "
-            "print(sorted(m for m in ('matplotlib', 'pynvml', 'cupy') if m in sys.modules))")
+    code = ("import sys; import qsa_cli.output.plot, qsa_cli.output.report, qsa_cli.output.gate, qsa_cli.config, "
+            "qsa_cli.clocks; print(sorted(m for m in ('matplotlib', 'pynvml', 'cupy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 STAGE_TITLES = {SCORES: "Scorer", TOPK: "Top-k", WINDOW: "Window: scores then top-k"}
 # Case fields besides the context and the call that tell a stage's panels (or, at one context, its x
 # positions) apart, with how a value is written.
-INPUT_FIELDS = {"score_set": str, "keys": lambda v: f"{v} keys", "capacity": lambda v: f"capacity {v:,}",
-                "l2": lambda v: f"{v} L2"}
+INPUT_FIELDS: dict[str, Callable[[Any], str]] = {
+    "score_set": str, "keys": lambda v: f"{v} keys", "capacity": lambda v: f"capacity {v:,}", "l2": lambda v: f"{v} L2"}
 BEFORE, AFTER = "before", "after"
 OUTPUT_OPTIONS = ("--json", "--dump", "--junit")  # a title's command line leaves out the files a run wrote
 # A variant's marker and line style: 9 markers by 4 line styles, coprime, so the first 36 variants each
@@ -165,13 +165,20 @@ def _layouts(points: Sequence[Point]) -> dict[str, StageLayout]:
         stage_cases = list(by_key.values())
         by_context = len({c["ctx"] for c in stage_cases}) > 1
         fields = [f for f in INPUT_FIELDS if len({_field(c, f) for c in stage_cases}) > 1]
-        if by_context and "capacity" in fields and all(
-                len({c["capacity"] for c in stage_cases if c["ctx"] == ctx}) == 1 for ctx in {c["ctx"] for c in stage_cases}):
-            fields.remove("capacity")  # one capacity per context: it goes with the x axis, not a panel of its own
+        if by_context and "capacity" in fields and _capacity_per_context(stage_cases):
+            fields.remove("capacity")  # it goes with the x axis, not a panel of its own
         categories = () if by_context else tuple(dict.fromkeys(tuple(_field(c, f) for f in fields)
                                                               for c in stage_cases))
         out[stage] = StageLayout(by_context, tuple(fields), categories)
     return out
+
+
+def _capacity_per_context(cases: list[Case]) -> bool:
+    """Whether each context has one capacity (a sweep's ``capacity`` list paired with its contexts)."""
+    capacities: dict[int, set[int]] = {}
+    for c in cases:
+        capacities.setdefault(c["ctx"], set()).add(c["capacity"])
+    return all(len(caps) == 1 for caps in capacities.values())
 
 
 def _panel(p: Point, layout: StageLayout) -> Panel:
@@ -213,7 +220,7 @@ def _dispatch(record: RunRecord, kind: str) -> dict[str, Any] | None:
     return one if one and one.get("kind", kind) == kind else None
 
 
-def dispatched_variant(record: RunRecord, stage: str, kind: str) -> str | None:
+def _dispatched_variant(record: RunRecord, stage: str, kind: str) -> str | None:
     """The variant (a window's pair) the engine dispatches for a stage's ``kind`` calls, as the record says."""
     d = _dispatch(record, kind)
     if d is None:
@@ -223,7 +230,7 @@ def dispatched_variant(record: RunRecord, stage: str, kind: str) -> str | None:
 
 def _dispatched_name(p: Point) -> str | None:
     """The series name the engine's choice has among these points: a compare side's own copy of it."""
-    choice = dispatched_variant(p.record, p.m.stage, p.m.case["kind"])
+    choice = _dispatched_variant(p.record, p.m.stage, p.m.case["kind"])
     if choice is None:
         return None
     compare = p.record.settings.get("compare")
@@ -241,7 +248,9 @@ def _dispatch_words(records: Sequence[RunRecord]) -> str:
         said.append(", ".join(f"{d['kind']}: {d[SCORES]} + {d[TOPK]}" for d in each))
     if not any(said):
         return ""
-    return said[0] if len(set(said)) == 1 else "; ".join(f"{side} {s or 'none'}" for side, s in zip((BEFORE, AFTER), said))
+    if len(set(said)) == 1:
+        return said[0]
+    return "; ".join(f"{side} {words or 'none recorded'}" for side, words in zip((BEFORE, AFTER), said))
 
 
 def _span(values: list[float], unit: str) -> str | None:
@@ -251,7 +260,7 @@ def _span(values: list[float], unit: str) -> str | None:
     return f"{lo:.0f} {unit}" if lo == hi else f"{lo:.0f}-{hi:.0f} {unit}"
 
 
-def clocks_line(record: RunRecord) -> str:
+def _clocks_line(record: RunRecord) -> str:
     """A title's line on the clocks: locked or not, the SM and memory clocks read around the samples, throttling."""
     readings = [r for m in record.measurements for r in (m.clocks_before, m.clocks_after) if r]
     if not readings:
@@ -291,11 +300,12 @@ def _command(record: RunRecord) -> str:
 def _title(records: Sequence[RunRecord], names: Sequence[str], width: int) -> str:
     """The figure's title: each record's name, command, card, date and clocks, wrapped at ``width`` characters."""
     def about(record: RunRecord, head: str) -> list[str]:
-        return [f"{head}{_command(record)}", f"{_card(record)}, {_when(record)}; {clocks_line(record)}"]
+        return [f"{head}{_command(record)}", f"{_card(record)}, {_when(record)}; {_clocks_line(record)}"]
 
     compare = records[0].settings.get("compare") if len(records) == 1 else None
     if len(records) == 2:
-        lines = [line for side, name, r in zip((BEFORE, AFTER), names, records) for line in about(r, f"{side}: {name}: ")]
+        lines = [line for side, name, r in zip((BEFORE, AFTER), names, records)
+                 for line in about(r, f"{side}: {name}: ")]
     elif compare:
         lines = about(records[0], f"{names[0]}: {compare['base']} (before) against {compare['candidate']} (after): ")
     else:
@@ -369,7 +379,8 @@ class _Drawer:
             colour, marker, linestyle = self.styles[series]
             xs = [self.x(p, slots) for p in group]
             ys = [p.m.median_us for p in group]
-            spread = [[p.m.median_us - p.m.spread_us[0] for p in group], [p.m.spread_us[1] - p.m.median_us for p in group]]
+            spread = [[p.m.median_us - p.m.spread_us[0] for p in group],
+                      [p.m.spread_us[1] - p.m.median_us for p in group]]
             hollow = side == BEFORE
             ax.errorbar(xs, ys, yerr=spread, fmt="none", ecolor=colour, elinewidth=0.8, capsize=2,
                         alpha=0.5 if hollow else 0.8)
@@ -398,8 +409,8 @@ class _Drawer:
             at = [layout.categories.index(layout.inputs(p.m.case)) for p in group]
             ax.hlines([p.m.median_us for p in group], [c - 0.45 for c in at], [c + 0.45 for c in at], **style)
 
-    def ratios(self, ax: Axes, panel: Panel, pairs: list[tuple[Point, Point]], slots: list[str],
-               tolerance: float | None, first_column: bool) -> None:
+    def ratios(self, ax: Axes, panel: Panel, points: list[Point], pairs: list[tuple[Point, Point]],
+               slots: list[str], tolerance: float | None, first_column: bool) -> None:
         by_series: dict[str, list[tuple[float, float]]] = {}
         for before, after in pairs:
             x = self.x(after, slots, sided=False)
@@ -412,8 +423,11 @@ class _Drawer:
             xy.sort()
             ax.plot(*zip(*xy), color=colour, marker=marker, linestyle=linestyle, linewidth=1.2, markersize=5,
                     label=series, gid=f"ratio:{series}", zorder=3)
+        if not pairs:
+            ax.text(0.5, 0.5, "no case measured on both sides", transform=ax.transAxes, ha="center", va="center",
+                    fontsize="small", color="0.4")
         values = [r for xy in by_series.values() for _, r in xy] + [1.0]
-        self._x_axis(ax, panel, [a for _, a in pairs])
+        self._x_axis(ax, panel, points)
         _scale(ax, "y", min(values), max(values))
         ax.set_ylabel("after / before" if first_column else "", fontsize="small")
         ax.grid(True, axis="y", which="major", alpha=0.3)
@@ -431,7 +445,8 @@ class _Drawer:
     def _x_axis(self, ax: Axes, panel: Panel, points: list[Point]) -> None:
         layout = self.layouts[panel.stage]
         if not layout.by_context:
-            labels = [", ".join(INPUT_FIELDS[f](v) for f, v in zip(layout.fields, c)) or f"{points[0].m.case['ctx']:,} cells"
+            context = f"{points[0].m.case['ctx']:,} cells"  # the one input there is, where none varies
+            labels = [", ".join(INPUT_FIELDS[f](v) for f, v in zip(layout.fields, c)) or context
                       for c in layout.categories]
             ax.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 3 else 0,
                           ha="right" if len(labels) > 3 else "center")
@@ -439,8 +454,12 @@ class _Drawer:
             return
         contexts = sorted({p.m.case["ctx"] for p in points})
         _scale(ax, "x", contexts[0], contexts[-1])
-        ax.set_xticks(contexts, [f"{c:,}" for c in contexts], rotation=30 if len(contexts) > 3 else 0,
-                      ha="right" if len(contexts) > 3 else "center")
+        # contexts close on the axis (or many) have their labels turned, so that neighbours do not overlap
+        spacing = [b / a if ax.get_xscale() == "log" else (b - a) / (contexts[-1] - contexts[0])
+                   for a, b in zip(contexts, contexts[1:])]
+        crowded = len(contexts) > 5 or any(s < (1.6 if ax.get_xscale() == "log" else 0.12) for s in spacing)
+        ax.set_xticks(contexts, [f"{c:,}" for c in contexts], rotation=60 if crowded else 0,
+                      ha="right" if crowded else "center", rotation_mode="anchor" if crowded else "default")
         ax.set_xticks([], minor=True)
         ax.set_xlabel("context (cells)", fontsize="small")
         if len(contexts) == 1:
@@ -521,7 +540,7 @@ def build_figure(records: Sequence[RunRecord], names: Sequence[str] | None = Non
             if before_after:
                 ratio_ax = panels_fig.add_subplot(grid[r * 2 + 1, c], sharex=ax, gid=f"ratio:{panel.stage}")
                 mine = [pair for pair in pairs.values() if _panel(pair[1], layout) == panel]
-                drawer.ratios(ratio_ax, panel, mine, slots, tolerance, first_column=c == 0)
+                drawer.ratios(ratio_ax, panel, shown, mine, slots, tolerance, first_column=c == 0)
                 ax.tick_params(labelbottom=False)
                 ax.set_xlabel("")
     _legend(legend_fig, drawer, names, records, tolerance)
