@@ -114,7 +114,8 @@ def _use_kernels(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 def _engine_specs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
     """--engine [NAME=]PATH[@REV], each parsed now: a malformed one is exit 2 before anything runs."""
-    from .engine import EngineError, parse_engine_spec
+    from .core.errors import EngineError
+    from .engine.checkout import parse_engine_spec
 
     for text in value:
         try:

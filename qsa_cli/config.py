@@ -33,6 +33,7 @@ import yaml
 from . import variants as registry
 from .core.geometry import BLOCK_CELLS, Call, GeometryError, check_call, check_queries
 from .dispatch import CALL_KINDS
+from .engine.kinds import engine_kinds
 from .inputs import SCORE_SETS
 from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from .timing import DEFAULT_WARMUP, L2_MODES
@@ -240,7 +241,7 @@ def _parse(r: _Reader, root: Any) -> SweepConfig:
     engines = _engines(r, top["engine"]) if "engine" in top else {}
 
     def variant_names(stage: str, node: Any) -> tuple[str, ...]:
-        names = (*registry.names(stage), *(f"{e}.{kind}" for e in engines for kind in registry.engine_kinds(stage)))
+        names = (*registry.names(stage), *(f"{e}.{kind}" for e in engines for kind in engine_kinds(stage)))
         return r.choices(node, f"a {stage} variant", names)
 
     variants = _per_stage(r, top.get("variants"), "variants", registry.STAGES, stages, variant_names)

@@ -119,7 +119,7 @@ def session(
     s = Session(settings, record)
     if not s.on_gpu:
         if settings.engines:
-            from .engine import EngineError
+            from .core.errors import EngineError
 
             raise EngineError("--engine runs an engine checkout's kernels: it needs --backend gpu")
         _assign_roles(s)
@@ -134,7 +134,7 @@ def session(
     record.device = found.info
     with cupy.cuda.Device(settings.device_id), contextlib.ExitStack() as stack:
         if settings.engines:
-            from .engine import attached
+            from .engine.attach import attached
 
             record.settings["engines"] = stack.enter_context(attached(settings.engines, s.compute_capability or 0))
             stack.enter_context(registry.registered(_switched_variants(s)))
@@ -152,7 +152,7 @@ def session(
 def _switched_variants(s: Session) -> list[registry.Variant]:
     """The engine variants under switches that ``--variants``, ``--baseline`` or ``--candidate`` name
     (``NAME.KIND[K=V,...]``), whose names become the registry's spelling of them."""
-    from .engine import switched_variant
+    from .engine.switches import switched_variant
 
     found: dict[str, registry.Variant] = {}
     named = [*(s.settings.variants or ()), s.settings.baseline, s.settings.candidate]
@@ -629,7 +629,7 @@ class SideSpec:
 
     @classmethod
     def parse(cls, text: str, default_name: str) -> SideSpec:
-        from .engine import parse_engine_spec
+        from .engine.checkout import parse_engine_spec
 
         spec = parse_engine_spec(text)
         named = "=" in text and text.partition("=")[0] == spec.name
@@ -642,7 +642,7 @@ class SideSpec:
 def side_kind(path: Path) -> tuple[str, Path]:
     """("engine", the checkout) or ("kernels", the folder of kernel sources) that ``path`` is; a ValueError
     (one line) when it is neither."""
-    from .engine import SOURCE
+    from .engine.checkout import SOURCE
     from .kernels import REQUIRED_SOURCES, check_kernel_dir
 
     if (path / SOURCE).is_file():
@@ -662,8 +662,8 @@ def compare_sides(s: Session, sides: tuple[SideSpec, SideSpec]) -> Iterator[dict
     variants), each ``PATH@REV`` checked out into a temporary worktree for the block's length. Yields, per
     stage, the (base, candidate) pairs of the variants both sides run; the run's roles become the first pair
     of each stage (the tables' "before" and "after")."""
-    from .engine import _git as git
-    from .engine import attached, revision_worktree
+    from .core.git import folder_at_revision
+    from .engine.attach import attached
 
     if sides[0].name == sides[1].name:
         raise ValueError(f"both sides are named {sides[0].name!r}: name them BASE=PATH and CANDIDATE=PATH")
@@ -672,9 +672,7 @@ def compare_sides(s: Session, sides: tuple[SideSpec, SideSpec]) -> Iterator[dict
         for side in sides:
             path = Path(side.path)
             if side.revision is not None:
-                tree = stack.enter_context(revision_worktree(path, side.revision))
-                prefix = git(path, "rev-parse", "--show-prefix")
-                path = tree / (prefix.stdout.strip() if prefix is not None and prefix.returncode == 0 else "")
+                path = stack.enter_context(folder_at_revision(path, side.revision))
             kind, where = side_kind(path)
             described.append(side.describe(kind))
             if kind == "engine":

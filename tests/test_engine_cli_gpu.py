@@ -15,7 +15,8 @@ from conftest import fresh_seed
 from fake_engine import FLIPPED_ENTRY, write_fake_engine
 
 from qsa_cli.cli import main
-from qsa_cli.engine import EngineError, find_nvcc
+from qsa_cli.core.errors import EngineError
+from qsa_cli.engine.build import find_nvcc
 from qsa_cli.kernels import kernel_dir
 
 pytestmark = pytest.mark.gpu

@@ -78,7 +78,9 @@ def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blo
     """
     v = get(STAGE, variant)
     if v.engine is not None:
-        from ..engine import engine_topk_launcher, library, require_switches
+        from ..engine.attach import library
+        from ..engine.launch import engine_topk_launcher
+        from ..engine.switches import require_switches
 
         require_switches(v.engine)
         return engine_topk_launcher(library(v.engine.checkout), v.engine.kind, scores, steps, ids, active_blocks,
