@@ -291,11 +291,16 @@ def test_series_that_differ_by_score_set_and_kind(tmp_path: Path) -> None:
     assert "CPU backend" in build_figure([r]).subfigs[0].get_suptitle()
 
 
-def test_throttled_points_are_ringed() -> None:
-    fig = build_figure([seed_record(seed=1, noise=0.04, throttle=(131072, 4))])
+def test_throttled_points_are_ringed_and_an_interrupted_run_says_so() -> None:
+    r = seed_record(seed=1, noise=0.04, throttle=(131072, 4))
+    fig = build_figure([r])
     rings = [a for ax in panels(fig) for a in drawn(ax, "throttled")]
     assert len(rings) == 1 and len(rings[0].get_offsets()) == 1
-    assert "throttled in 1 of" in fig.subfigs[0].get_suptitle()
+    title = fig.subfigs[0].get_suptitle()
+    assert "throttled in 1 of" in title and "incomplete" not in title
+    r.incomplete = True
+    assert "(incomplete: interrupted, only what was measured before)" in " ".join(
+        build_figure([r]).subfigs[0].get_suptitle().split())
 
 
 def bad_samples(samples: list[float]) -> RunRecord:

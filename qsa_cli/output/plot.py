@@ -300,7 +300,8 @@ def _command(record: RunRecord) -> str:
 def _title(records: Sequence[RunRecord], names: Sequence[str], width: int) -> str:
     """The figure's title: each record's name, command, card, date and clocks, wrapped at ``width`` characters."""
     def about(record: RunRecord, head: str) -> list[str]:
-        return [f"{head}{_command(record)}", f"{_card(record)}, {_when(record)}; {_clocks_line(record)}"]
+        cut = " (incomplete: interrupted, only what was measured before)" if record.incomplete else ""
+        return [f"{head}{_command(record)}{cut}", f"{_card(record)}, {_when(record)}; {_clocks_line(record)}"]
 
     compare = records[0].settings.get("compare") if len(records) == 1 else None
     if len(records) == 2:
