@@ -614,14 +614,17 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
 
 
 @cli.command("plot")
-@click.argument("path", metavar="FILE.json")
+@click.argument("paths", metavar="FILE.json [AFTER.json]", nargs=-1, required=True)
 @click.option("-o", "--output", "out_path", required=True, type=OUTPUT)
-def plot_cmd(path: str, out_path: str) -> int:
-    """Time against context per variant and query count (log scales, the read floor as a line)."""
-    from .output.plot import plot_record
-    from .record.schema import load_record
+def plot_cmd(paths: tuple[str, ...], out_path: str) -> int:
+    """Median time per call in small multiples (a panel per stage, inputs and query count), the read floor
+    and the engine's dispatch marked; two records, or one `qsa compare` record, draw a before / after
+    with the ratio after / before under each panel."""
+    from .output.plot import plot_files
 
-    plot_record(load_record(path), out_path)
+    if len(paths) > 2:
+        raise UsageProblem(f"plot takes one record, or two (before, after); got {len(paths)}")
+    plot_files(paths, out_path)
     click.echo(out_path)
     return 0
 
