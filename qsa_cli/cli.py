@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 # none of these imports numpy, CuPy or rich at import
+from .core.errors import EngineError, KernelError, QsaError
 from .output import FORMATS
 from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from .timing import DEFAULT_WARMUP
@@ -64,22 +65,6 @@ def _err(message: str) -> None:
     click.echo(f"qsa: error: {message}", err=True)
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """The library's one-line error types (imported late: numpy comes with them)."""
-    from .clocks import ClockLockError
-    from .config import ConfigError
-    from .core.errors import InputError
-    from .core.files import OutputError
-    from .core.geometry import GeometryError
-    from .device import NoDeviceError
-    from .kernels import KernelError
-    from .output.gate import GateError
-    from .sanitize import SanitizerError
-
-    return (GeometryError, InputError, ConfigError, NoDeviceError, ClockLockError, GateError, KernelError, OutputError,
-            SanitizerError, ValueError)
-
-
 def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, prog_name="qsa", standalone_mode=False)
@@ -91,11 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     except (click.Abort, KeyboardInterrupt):
         click.echo("qsa: interrupted", err=True)
         code = EXIT_INTERRUPTED
-    except Exception as exc:
-        if not isinstance(exc, _user_errors()):
-            raise
-        from .kernels import KernelError
-
+    except QsaError as exc:
         message = str(exc)
         # A compiler log is many lines by nature; every other error is one line.
         _err(message if isinstance(exc, KernelError) else " ".join(message.split()))
@@ -116,7 +97,7 @@ def _use_kernels(ctx: click.Context, param: click.Parameter, value: str | None) 
     import os
     from pathlib import Path
 
-    from .kernels import ENV_KERNELS, KernelError, check_kernel_dir
+    from .kernels import ENV_KERNELS, check_kernel_dir
 
     try:
         os.environ[ENV_KERNELS] = str(check_kernel_dir(Path(value)))
@@ -126,7 +107,7 @@ def _use_kernels(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 def _engine_specs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
     """--engine [NAME=]PATH[@REV], each parsed now: a malformed one is exit 2 before anything runs."""
-    from .engine import EngineError, parse_engine_spec
+    from .engine.checkout import parse_engine_spec
 
     for text in value:
         try:
@@ -300,17 +281,15 @@ def _chosen_format(opts: dict[str, Any]) -> str:
 
 def _write_record(data: dict[str, Any], json_path: str) -> None:
     """The record to its file (whole or not at all), or to stdout for ``-``."""
-    import json
-
     if json_path == STDOUT:
+        import json
+
         sys.stdout.write(json.dumps(data, indent=1) + "\n")
         sys.stdout.flush()
         return
-    from .core.files import atomic_write
+    from .record.schema import write_json
 
-    with atomic_write(json_path) as fh:
-        json.dump(data, fh, indent=1)
-        fh.write("\n")
+    write_json(json_path, data)
 
 
 def _finish(printed: Any, fmt: str, json_path: str | None = None) -> int:
@@ -648,14 +627,17 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
 
 
 @cli.command("plot")
-@click.argument("path", metavar="FILE.json")
+@click.argument("paths", metavar="FILE.json [AFTER.json]", nargs=-1, required=True)
 @click.option("-o", "--output", "out_path", required=True, type=OUTPUT)
-def plot_cmd(path: str, out_path: str) -> int:
-    """Time against context per variant and query count (log scales, the read floor as a line)."""
-    from .output.plot import plot_record
-    from .record.load import load_record
+def plot_cmd(paths: tuple[str, ...], out_path: str) -> int:
+    """Median time per call in small multiples (a panel per stage, inputs and query count), the read floor
+    and the engine's dispatch marked; two records, or one `qsa compare` record, draw a before / after
+    with the ratio after / before under each panel."""
+    from .output.plot import plot_files
 
-    plot_record(load_record(path), out_path)
+    if len(paths) > 2:
+        raise UsageProblem(f"plot takes one record, or two (before, after); got {len(paths)}")
+    plot_files(paths, out_path)
     click.echo(out_path)
     return 0
 

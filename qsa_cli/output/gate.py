@@ -17,6 +17,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
+from ..core.errors import GateError
 from ..record.schema import Measurement, RunRecord
 from ..record.vocabulary import ARGPARTITION, INPUTS, INPUTS_HASH, OUTPUT_HASH
 from .layout import MISSING, Block, Column, Prose, Sheet, csv_text
@@ -27,10 +28,6 @@ FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD", "MISSING", "BAD-SAMPLES", "NOTHIN
 JUDGED = ("SAME", "FAST", "SLOW")  # a timing compared with the baseline's and judged
 VERDICTS = (*FAILING, "MISSING-ALLOWED", "BITS-CHANGED-ALLOWED", *JUDGED[:2], "NEW", "REFERENCE")  # a summary's order
 REFERENCE_POINTS = (ARGPARTITION,)  # variants the gate shows but does not judge
-
-
-class GateError(ValueError):
-    """A baseline that cannot be compared with the run (another card or other kernels) or a bad tolerance."""
 
 
 @dataclass(frozen=True)

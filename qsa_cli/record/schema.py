@@ -15,16 +15,15 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import types
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Literal, TypedDict, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from .. import __version__
 from ..core.errors import InputError
 from ..core.files import atomic_write
+from ..core.git import git_commit
 
 SCHEMA = "qsa.run"
 SCHEMA_VERSION = 3  # 2 added "incomplete" and "sanitizer"; 3 added "checks" (record/load.py migrates older ones)
@@ -105,7 +104,7 @@ class Roles(TypedDict, total=False):
 
 
 class EngineProvenance(TypedDict, total=False):
-    """An engine checkout whose variants ran (``engine.build_engine``): what its library was built from."""
+    """An engine checkout whose variants ran (``engine.build.build_engine``): what its library was built from."""
 
     name: str
     path: str  # the checkout, or the repository a PATH@REV worktree was made from
@@ -303,9 +302,14 @@ class RunRecord:
         return _conform(data, cls, "")
 
     def write(self, path: str | os.PathLike[str]) -> None:
-        with atomic_write(path) as fh:
-            json.dump(self.to_dict(), fh, indent=1)
-            fh.write("\n")
+        write_json(path, self.to_dict())
+
+
+def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
+    """A record's JSON form to ``path``, whole or not at all."""
+    with atomic_write(path) as fh:
+        json.dump(data, fh, indent=1)
+        fh.write("\n")
 
 
 class KernelResources(TypedDict):
@@ -333,17 +337,6 @@ class InfoReport:
         return {"schema": INFO_SCHEMA, "schema_version": 1, **asdict(self)}
 
 
-def git_commit() -> str | None:
-    """The checkout's commit (with ``-dirty`` when it has changes), or None outside a checkout."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "describe", "--always", "--dirty", "--abbrev=12", "--match=NONE"],
-            capture_output=True, text=True, timeout=5, check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 # ---- the schema: a record's JSON form against the dataclasses' type hints ----------------------------

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from .. import variants as registry
+from ..core.errors import EngineRefused
 from ..core.integrity import GuardedBuffers
-from ..engine import EngineRefused
 from ..inputs import ScorerInputs, score_poison
 from ..model.scores import first_difference, score_blocks, scores_hash
 from ..record.vocabulary import CPU_MODEL, READ_FLOOR

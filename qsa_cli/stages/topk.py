@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from .. import variants as registry
+from ..core.errors import EngineRefused
 from ..core.geometry import BLOCK_CELLS, SELECT_CAP, STEP_WIDTH, blocks_read
 from ..core.integrity import GuardedBuffers
-from ..engine import EngineRefused
 from ..inputs import TopkInputs, id_poison
 from ..model.topk import first_difference, topk_ids
 from ..record.vocabulary import ARGPARTITION, CPU_ORACLE

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.errors import EngineRefused
 from ..core.geometry import SELECT_CAP
 from ..core.integrity import GuardedBuffers
-from ..engine import EngineRefused
 from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
 from ..model.scores import score_blocks
 from ..model.topk import topk_ids
