@@ -292,32 +292,35 @@ def _write_record(data: dict[str, Any], json_path: str) -> None:
     write_json(json_path, data)
 
 
-def _finish(printed: Any, fmt: str, json_path: str | None = None) -> int:
-    """Every command ends here. The record is written first (--json), so that nothing the printing
-    meets can lose it; then the results in ``fmt``, then the verdict lines, then the exit status. With
-    ``--json -`` stdout is the record and everything else goes to stderr; a csv or json stdout gets no
-    verdict lines (they go to stderr). A reader that closes its end early (``| head -1``) ends the
-    printing quietly, and the exit status is still the run's verdict."""
-    import os
-
-    if json_path:
-        try:
-            _write_record(printed.data, json_path)
-        except BrokenPipeError:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0 if printed.passed else EXIT_PARITY
+def _finish(printed: Any, fmt: str, json_path: str | None = None, then_write: Callable[[], None] | None = None) -> int:
+    """Every command ends here. The record is written first (--json), so that nothing the printing meets
+    can lose it, then the command's other files (``then_write``: the gate's JUnit); then the results in
+    ``fmt``, then the verdict lines, then the exit status. With ``--json -`` stdout is the record and
+    everything else goes to stderr; a csv or json stdout gets no verdict lines (they go to stderr). A
+    reader that closes its end early (``| head -1``) ends the printing quietly, and the exit status is
+    still the run's verdict."""
     results = sys.stderr if json_path == STDOUT else sys.stdout
     verdicts = results if fmt in ("table", "markdown") else sys.stderr
+    files_written = False
     try:
+        if json_path:
+            _write_record(printed.data, json_path)
+        if then_write is not None:
+            then_write()
+        files_written = True
         if not (json_path == STDOUT and fmt == "json"):  # the record is on stdout already
             printed.write(fmt, results)
         for line in printed.verdict:
             verdicts.write(line + "\n")
         verdicts.flush()
     except BrokenPipeError:
+        import os
+
         # whatever is still buffered for the closed pipe goes nowhere, so exiting flushes without an error
-        for stream in {results, verdicts}:
+        for stream in {sys.stdout, results, verdicts}:
             os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        if not files_written and then_write is not None:
+            then_write()  # the record's reader (--json -) went away before the other files were written
     return 0 if printed.passed else EXIT_PARITY
 
 
@@ -620,10 +623,12 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
             record = s.record
     result = gate.compare(record, baseline, tolerance=tolerance, force=force, allow_missing=allow_missing,
                           allow_bit_changes=allow_bit_changes)
-    if junit_path:
-        with atomic_write(junit_path) as fh:
-            fh.write(gate.junit_xml(result))
-    return _finish(of_gate(result, record, baseline), fmt, json_path)
+    def junit() -> None:
+        if junit_path:
+            with atomic_write(junit_path) as fh:
+                fh.write(gate.junit_xml(result))
+
+    return _finish(of_gate(result, record, baseline), fmt, json_path, junit)
 
 
 @cli.command("plot")
