@@ -30,7 +30,6 @@ from ..record.vocabulary import (
 MODELS = (CPU_MODEL, CPU_ORACLE)  # what a stage's outputs are checked against besides variants
 INTEGRITY = (GUARD_ZONES, INPUTS)  # a variant's own integrity rows (its last timed call is the third)
 REFERENCE_POINT = "reference point"  # the role of the read floor and of a library's top-k
-BEFORE_AFTER = ("baseline", "candidate")
 
 
 # ---- looking things up in a record ----------------------------------------------------------------------
