@@ -21,7 +21,7 @@ import click
 from .core.errors import EngineError, KernelError, QsaError
 from .output import FORMATS
 from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
-from .timing import DEFAULT_WARMUP
+from .timing import DEFAULT_WARMUP, MAX_ITERATIONS, MAX_WARMUP
 
 EXIT_PARITY = 1
 EXIT_USAGE = 2
@@ -150,6 +150,9 @@ def output_options() -> list[Callable[..., Any]]:
 
 
 QUIET_OPTION = click.option("--quiet", is_flag=True, help="No progress on stderr.")
+# numpy seeds its generators with non-negative integers only, as a sweep's ``seed`` is
+SEED_OPTION = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                           help="Seed of the synthetic inputs.")
 
 
 def with_options(options: list[Callable[..., Any]]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -163,9 +166,9 @@ def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="gpu: the CUDA kernels; cpu: the exact CPU models of the same arithmetic."),
         click.option("--l2", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
                      help="cold: flush the L2 before every sample; warm: repeat on the same data."),
-        click.option("--warmup", type=click.IntRange(min=0), default=DEFAULT_WARMUP, show_default=True,
+        click.option("--warmup", type=click.IntRange(0, MAX_WARMUP), default=DEFAULT_WARMUP, show_default=True,
                      help="Untimed runs first."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs."),
+        SEED_OPTION,
         click.option("--no-model", is_flag=True, help="Skip the check against the exact CPU model."),
         click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True),
         click.option("--lock-clocks", "lock_spec", metavar="SM_MHZ[,MEM_MHZ]",
@@ -210,13 +213,14 @@ def _ints(args: tuple[str, ...], names: list[str]) -> list[int]:
 
 def _decode_call(args: tuple[str, ...], command: str) -> tuple[Any, int]:
     """CTX Q ITERS CAP of a decode call (1-8 queries): the call and ITERS, or a one-line usage error."""
-    from .core.geometry import Call, check_queries
+    from .core.geometry import Call, check_capacity, check_queries
 
     ints = _ints(args, ["CTX", "Q", "ITERS", "CAP"])
     if len(args) != 4:
         raise UsageProblem(f"{command} takes CTX Q ITERS CAP (got {len(args)} argument(s))")
     ctx, nq, iters, cap = ints
     call = Call(ctx, nq, cap)
+    check_capacity(cap)
     check_queries(nq, prompt=False)
     _check_iters(iters)
     return call, iters
@@ -225,6 +229,8 @@ def _decode_call(args: tuple[str, ...], command: str) -> tuple[Any, int]:
 def _check_iters(iters: int) -> None:
     if iters <= 0:
         raise UsageProblem(f"ITERS must be > 0 (got {iters})")
+    if iters > MAX_ITERATIONS:
+        raise UsageProblem(f"ITERS must be <= {MAX_ITERATIONS} (got {iters})")
 
 
 @contextlib.contextmanager
@@ -393,7 +399,7 @@ def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, 
 
     COUNT 0 is a decode call (no active block count); 1, the default, the prompt path's call.
     """
-    from .core.geometry import Call, blocks_read, check_queries
+    from .core.geometry import Call, blocks_read, check_capacity, check_queries
     from .inputs import load_topk_inputs, save_npz_atomic
     from .runs import topk_parity as run
     from .runs import topk_score_sets, topk_selftest
@@ -428,6 +434,7 @@ def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, 
         if count not in (0, 1):
             raise UsageProblem(f"COUNT must be 0 (decode call) or 1 (prompt call with the count) (got {count})")
         call = Call(ctx, nq, cap, prompt=bool(count))
+        check_capacity(cap)
         check_queries(nq, prompt=bool(count))
         active = call.active_blocks
         sets = None
@@ -454,7 +461,7 @@ def _finish_selftest(record: Any, rows: list[Any], fmt: str, json_path: str | No
 @ENGINE_OPTION
 @click.option("--require-gpu", is_flag=True,
               help="A missing CUDA device is an error, exit 2 (default: skip the GPU checks).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@SEED_OPTION
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--json", "json_path", type=RECORD, help="Write the run's record (every check) to this file (- for stdout).")
 @with_options(output_options())
@@ -564,7 +571,7 @@ def report_cmd(paths: tuple[str, ...], merge: bool, **opts: Any) -> int:
 
     fmt = _chosen_format(opts)
     records = [load_record(path) for path in paths]
-    named = [("merged", merge_records(records))] if merge else list(zip(paths, records))
+    named = [("merged", merge_records(list(zip(paths, records))))] if merge else list(zip(paths, records))
     judged = [(name, r, compare.judge(r) if "compare" in r.settings else None) for name, r in named]
     return _finish(of_saved(judged), fmt)
 
@@ -658,7 +665,7 @@ def plot_cmd(paths: tuple[str, ...], out_path: str) -> int:
 @click.option("--known", "known_path", type=click.Path(dir_okay=False),
               help="A YAML list of known hazards (variant, tool, match, reason): listed, not failed.")
 @click.option("--jobs", type=click.IntRange(1, 64), default=4, show_default=True, help="Children at a time.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs.")
+@SEED_OPTION
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--json", "json_path", type=RECORD, help="Write the run's record (every row) to this file (- for stdout).")
 @with_options(output_options())

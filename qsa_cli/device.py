@@ -63,13 +63,14 @@ def require(device_id: int = 0) -> DeviceProbe:
 
 
 def environment() -> dict[str, Any]:
-    """Versions, the host, and the switches set for this run (they change what runs, never the bits)."""
+    """Versions, the host, and the switches set for this run (they change what runs, never the bits); a
+    switch set to a value it does not take is a SwitchError, before anything runs."""
     import numpy
 
     from . import __version__
-    from .dispatch import SWITCHES
+    from .dispatch import checked_switches
 
-    switches = {k: os.environ[k] for k in SWITCHES if k in os.environ}
+    switches = checked_switches(os.environ)
     return {"python": platform.python_version(), "numpy": numpy.__version__, "qsa": __version__,
             "host": platform.node(), "switches": switches}
 

@@ -44,6 +44,14 @@ def _switch(env: Mapping[str, str], name: str) -> bool | None:
     return value == "1"
 
 
+def checked_switches(env: Mapping[str, str]) -> dict[str, str]:
+    """The switches ``env`` sets, each checked against its domain (0 or 1, spec section 4) whether or not it
+    decides anything in this run, so that a record never lists a value the harness did not understand."""
+    for name in SWITCHES:
+        _switch(env, name)
+    return {name: env[name] for name in SWITCHES if name in env}
+
+
 def _check_cc(cc: int) -> None:
     if isinstance(cc, bool) or not isinstance(cc, int) or not 10 <= cc <= 999:
         raise ValueError(f"compute capability must be an int major*10+minor such as 75 or 120 (got {cc!r})")
@@ -115,4 +123,4 @@ def dispatch(cc: int, kind: str, env: Mapping[str, str], cluster_refusal: str | 
 def programmatic_launches(compute_capability: int, env: Mapping[str, str]) -> bool:
     """Whether the split's launches 2-6 are programmatic dependent launches: on sm_90 and newer, unless
     ``QSA_PDL=0``. Their bits cannot differ (the kernels wait before touching their call's scratch)."""
-    return compute_capability >= PDL_MIN_CC and env.get(ENV_PDL, "1") != "0"
+    return compute_capability >= PDL_MIN_CC and _switch(env, ENV_PDL) is not False

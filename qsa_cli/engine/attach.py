@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from ..core.errors import EngineError
 from ..variants import engine_variant, registered
 from .build import EngineBuild, build_engine
 from .checkout import EngineSpec, open_engine, parse_engine_spec
-from .domains import engine_variants
+from .domains import check_engine_environment, engine_variants
 from .kinds import ENGINE_SCORER
 from .library import EngineLibrary, load_engine
 
@@ -40,6 +41,7 @@ def attached(specs: tuple[str | EngineSpec, ...], compute_capability: int,
     """Each checkout of ``specs`` (``[NAME=]PATH[@REV]``) built for this card, loaded, and its variants that
     the checkout and the card run registered, for the block's length. Yields each checkout's provenance
     (the record's ``engines``: what its library was built from, and the variants it gave)."""
+    check_engine_environment(os.environ if env is None else env)
     parsed = [parse_engine_spec(spec) if isinstance(spec, str) else spec for spec in specs]
     names = [spec.name for spec in parsed]
     twice = next((n for n in names if names.count(n) > 1), None)
