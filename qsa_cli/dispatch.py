@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .core.geometry import CLUSTER_MIN_CC, NEW_KERNELS_CC, PDL_MIN_CC
+
 STAGES = ("scores", "topk")
 CALL_KINDS = ("decode", "prompt")
 
@@ -19,10 +21,6 @@ ENV_SCORES_HALVE = "STRATA_SCORES_HALVE"
 ENV_TOPK_SPLIT = "STRATA_TOPK_SPLIT"
 ENV_PDL = "QSA_PDL"  # "0": the split's launches run one after another even where PDL exists
 SWITCHES = (ENV_SCORES_HALVE, ENV_TOPK_SPLIT, ENV_PDL)
-
-NEW_KERNELS_CC = 75  # the seed measured (and defaults) its kernels on sm_75 only
-CLUSTER_MIN_CC = 90  # thread-block clusters: sm_90 and newer
-PDL_MIN_CC = 90  # programmatic dependent launch (griddepcontrol): sm_90 and newer
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from .core.errors import InputError
 from .core.files import atomic_write
 from .core.geometry import (
     BLOCK_CELLS,
+    CLUSTER_CHUNK_KEYS,
     IDX_DIM,
     IDX_HEADS,
     SPLIT_CHUNK_BLOCKS,
@@ -34,7 +35,6 @@ from .core.geometry import (
     cluster_slice_blocks,
     validate_steps,
 )
-from .launch.topk_cluster import CHUNK_KEYS as CLUSTER_CHUNK_BLOCKS
 from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 
 SCORE_POISON_BITS = 0x7FBADBAD  # a NaN no arithmetic produces (payload kept by copies, not by math)
@@ -315,7 +315,7 @@ def _borders(rng: np.random.Generator, blocks: int) -> np.ndarray:
     cluster's CTA slices, and a sample of those of the cluster's 128-key chunks and the wide kernel's tiles."""
     per = cluster_slice_blocks(blocks)
     slices = np.arange(0, blocks, per)
-    chunks = (slices[:, None] + np.arange(CLUSTER_CHUNK_BLOCKS, per, CLUSTER_CHUNK_BLOCKS)).ravel()
+    chunks = (slices[:, None] + np.arange(CLUSTER_CHUNK_KEYS, per, CLUSTER_CHUNK_KEYS)).ravel()
     tiles = np.arange(TOPK_WIDE_THREADS, blocks, TOPK_WIDE_THREADS)
     sampled = rng.permutation(np.union1d(chunks[chunks < blocks], tiles))[:_SAMPLED_BORDERS]
     return np.union1d(np.union1d(np.arange(SPLIT_CHUNK_BLOCKS, blocks, SPLIT_CHUNK_BLOCKS), slices[1:]), sampled)

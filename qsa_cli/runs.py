@@ -16,14 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from . import variants as registry
-from .core.geometry import MAX_QUERIES, PROMPT_QUERIES, Call, check_queries
-from .dispatch import (
-    CLUSTER_MIN_CC,
-    ENV_PDL,
-    NEW_KERNELS_CC,
-    dispatch,
-    programmatic_launches,
-)
+from .core.geometry import CLUSTER_MIN_CC, MAX_QUERIES, NEW_KERNELS_CC, PROMPT_QUERIES, Call, check_queries
+from .dispatch import ENV_PDL, dispatch, programmatic_launches
 from .inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from .kernels import ENV_KERNELS, kernel_dir, sources_hash
 from .record.schema import RunRecord

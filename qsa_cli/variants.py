@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.geometry import (
+    CLUSTER_MIN_CC,
     HALVE_MAX_QUERIES,
     RADIX_PASSES,
     TOPK_CLUSTER_THREADS,
@@ -30,7 +31,6 @@ from .core.geometry import (
     TOPK_SPLIT_THREADS,
     TOPK_WIDE_THREADS,
 )
-from .dispatch import CLUSTER_MIN_CC
 from .model.scores import ORDERS
 from .model.topk import ALGORITHMS
 from .record.vocabulary import ROLES

@@ -15,8 +15,16 @@ import pytest
 from topk_rows import EARLY_ENDS, early_end_inputs
 
 from qsa_cli import variants
-from qsa_cli.core.geometry import MAX_QUERIES, PROMPT_QUERIES, SELECT_CAP, STEP_NBID, Call, max_blocks, window_steps
-from qsa_cli.dispatch import CLUSTER_MIN_CC
+from qsa_cli.core.geometry import (
+    CLUSTER_MIN_CC,
+    MAX_QUERIES,
+    PROMPT_QUERIES,
+    SELECT_CAP,
+    STEP_NBID,
+    Call,
+    max_blocks,
+    window_steps,
+)
 from qsa_cli.inputs import SCORE_SETS, TopkInputs, id_poison, synthetic_scores
 from qsa_cli.launch.topk_cluster import (
     STATIC_SMEM_BYTES,

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from qsa_cli import kernels, variants
-from qsa_cli.dispatch import ENV_PDL, PDL_MIN_CC, programmatic_launches
+from qsa_cli.core.geometry import PDL_MIN_CC
+from qsa_cli.dispatch import ENV_PDL, programmatic_launches
 from qsa_cli.launch import driver, topk
 
 

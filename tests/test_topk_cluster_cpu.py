@@ -7,7 +7,9 @@ import pytest
 
 from qsa_cli import variants
 from qsa_cli.core.geometry import (
+    CLUSTER_CHUNK_KEYS,
     CLUSTER_CTAS,
+    CLUSTER_MIN_CC,
     MAX_CAPACITY,
     SELECT_CAP,
     GeometryError,
@@ -15,9 +17,7 @@ from qsa_cli.core.geometry import (
     max_blocks,
     window_steps,
 )
-from qsa_cli.dispatch import CLUSTER_MIN_CC
 from qsa_cli.launch.topk_cluster import (
-    CHUNK_KEYS,
     MAX_CHUNKS,
     STATIC_SMEM_BYTES,
     ClusterUnavailable,
@@ -45,7 +45,7 @@ def test_the_emit_scans_at_most_one_chunk_a_thread() -> None:
     huge = 1 << 30  # shared memory no card has: the chunk count bounds the slice
     cap = cluster_max_capacity(huge)
     assert cluster_fits(max_blocks(cap), huge) and not cluster_fits(max_blocks(cap + 1), huge)
-    assert cluster_slice_blocks(max_blocks(cap)) == MAX_CHUNKS * CHUNK_KEYS
+    assert cluster_slice_blocks(max_blocks(cap)) == MAX_CHUNKS * CLUSTER_CHUNK_KEYS
 
 
 @pytest.mark.parametrize("optin", [H200_OPTIN, 101376, 166912, 49152])  # sm_90, sm_86/89, sm_80, a 48 KB card

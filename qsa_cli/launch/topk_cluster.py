@@ -2,7 +2,7 @@
 
 A cluster of ``CLUSTER_CTAS`` CTAs per query, grid ``(CLUSTER_CTAS, nq)``; each CTA keeps its slice of
 the query's order keys in dynamic shared memory, one uint32 a block (padded to 16 bytes: a lane reads
-4 keys at once), then two uint32 a chunk of ``CHUNK_KEYS`` keys and two more (the emit's counts and
+4 keys at once), then two uint32 a chunk of ``CLUSTER_CHUNK_KEYS`` keys and two more (the emit's counts and
 their scan), sized by the capacity (a decode call: ``max_blocks``) or by a prompt call's active block
 count. A capacity whose slice does not fit the device's opt-in shared memory per CTA is refused with
 ``ClusterUnavailable``, as is a card older than sm_90.
@@ -17,21 +17,21 @@ import numpy as np
 
 from ..core.geometry import (
     BLOCK_CELLS,
+    CLUSTER_CHUNK_KEYS,
     CLUSTER_CTAS,
+    CLUSTER_LANE_KEYS,
+    CLUSTER_MIN_CC,
     RADIX_BINS,
     TOPK_CLUSTER_THREADS,
     WARP,
     capacity_of,
     cluster_slice_blocks,
 )
-from ..dispatch import CLUSTER_MIN_CC
 from ..kernels import KernelError
 
 SOURCE = "topk_cluster.cu"
 THREADS = TOPK_CLUSTER_THREADS
 WORD_BYTES = 4  # a uint32: one block's order key, one histogram bin
-LANE_KEYS = 4  # keys a lane reads at once (16 bytes): the slice is padded to a multiple
-CHUNK_KEYS = WARP * LANE_KEYS  # keys a warp reads at once; the emit scans one count pair a chunk
 CHUNK_WORDS = 2  # a chunk's cells above and at the threshold
 MAX_CHUNKS = THREADS  # the emit's scan over the chunks: one thread a chunk
 HIST_BUFFERS = 2  # the CTA's histogram of pass p is in buffer p % 2 (the cluster reads it remotely)
@@ -51,23 +51,24 @@ def cluster_smem_bytes(max_blocks: int) -> int:
     """Dynamic shared memory per CTA for a call of ``max_blocks`` blocks: ceil(max_blocks / 8) keys,
     rounded up to a multiple of 4, then two words for each chunk of 128 of them and two more."""
     keys = cluster_slice_blocks(max_blocks)
-    return (-(-keys // LANE_KEYS) * LANE_KEYS + CHUNK_WORDS * (-(-keys // CHUNK_KEYS) + 1)) * WORD_BYTES
+    padded = -(-keys // CLUSTER_LANE_KEYS) * CLUSTER_LANE_KEYS
+    return (padded + CHUNK_WORDS * (-(-keys // CLUSTER_CHUNK_KEYS) + 1)) * WORD_BYTES
 
 
 def cluster_fits(max_blocks: int, device_max_smem_optin: int) -> bool:
     """Whether a CTA's slice and the kernel's static shared memory fit the device's opt-in limit
     (and the slice the emit's one-thread-a-chunk scan)."""
     return (cluster_smem_bytes(max_blocks) + STATIC_SMEM_BYTES <= device_max_smem_optin
-            and cluster_slice_blocks(max_blocks) <= MAX_CHUNKS * CHUNK_KEYS)
+            and cluster_slice_blocks(max_blocks) <= MAX_CHUNKS * CLUSTER_CHUNK_KEYS)
 
 
 def cluster_max_capacity(device_max_smem_optin: int) -> int:
     """The largest capacity in cells whose ``max_blocks = capacity // 4 + 2`` fits (0 when none does)."""
     room = (device_max_smem_optin - STATIC_SMEM_BYTES) // WORD_BYTES - CHUNK_WORDS  # keys and chunk counts
-    # whole chunks first (CHUNK_KEYS + CHUNK_WORDS words each), then the keys of a last, partial one
-    chunks, rest = divmod(max(0, room), CHUNK_KEYS + CHUNK_WORDS)
-    keys = chunks * CHUNK_KEYS + max(0, rest - CHUNK_WORDS) // LANE_KEYS * LANE_KEYS
-    keys = min(keys, MAX_CHUNKS * CHUNK_KEYS)
+    # whole chunks first (CLUSTER_CHUNK_KEYS + CHUNK_WORDS words each), then the keys of a last, partial one
+    chunks, rest = divmod(max(0, room), CLUSTER_CHUNK_KEYS + CHUNK_WORDS)
+    keys = chunks * CLUSTER_CHUNK_KEYS + max(0, rest - CHUNK_WORDS) // CLUSTER_LANE_KEYS * CLUSTER_LANE_KEYS
+    keys = min(keys, MAX_CHUNKS * CLUSTER_CHUNK_KEYS)
     return max(0, capacity_of(keys * CLUSTER_CTAS) + BLOCK_CELLS - 1)
 
 
