@@ -209,6 +209,10 @@ def scorer_inputs(call: Call, seed: int, keys: str = DEFAULT_KEYS) -> ScorerInpu
     return synthetic_scorer_inputs(call, seed, keys)
 
 
+def _variants(stage: str, names: tuple[str, ...]) -> tuple[registry.Variant, ...]:
+    return tuple(registry.get(stage, n) for n in names)
+
+
 def scorer_variants(s: Session) -> tuple[str, ...]:
     """What a scorer case runs: the baseline and the candidate, and every variant from elsewhere (an engine
     checkout's, a compare side's) with qsa's reference to check it against; ``--variants`` picks among all."""
@@ -242,8 +246,8 @@ def _with_switched(s: Session, stage: str, variants: tuple[str, ...], inputs: An
 
 def run_scorer_case(s: Session, inputs: ScorerInputs, iters: int, variants: tuple[str, ...] | None = None) -> StageOutcome:
     def here(names: tuple[str, ...]) -> StageOutcome:
-        return scores_stage.run_scores(inputs, s.measurer(iters), names, s.settings.check_model, s.roles("scores"),
-                                       s.same_bits.get("scores", ()))
+        return scores_stage.run_scores(inputs, s.measurer(iters), _variants("scores", names), s.roles("scores"),
+                                       s.settings.check_model, s.same_bits.get("scores", ()))
 
     return _with_switched(s, "scores", variants or scorer_variants(s), inputs, iters, here)
 
@@ -290,10 +294,9 @@ def topk_parity(s: Session, inputs: list[TopkInputs], iters: int, active_blocks:
 def run_topk_case(s: Session, inputs: TopkInputs, iters: int, variants: tuple[str, ...], active_blocks: int,
                   check_model: bool | None = None) -> StageOutcome:
     def here(names: tuple[str, ...]) -> StageOutcome:
-        return topk_stage.run_topk(inputs, s.measurer(iters), names, active_blocks,
+        return topk_stage.run_topk(inputs, s.measurer(iters), _variants("topk", names), s.roles("topk"), active_blocks,
                                    s.settings.check_model if check_model is None else check_model,
-                                   argpartition=s.on_gpu and iters > 0, roles=s.roles("topk"),
-                                   same_bits=s.same_bits.get("topk", ()))
+                                   argpartition=s.on_gpu and iters > 0, same_bits=s.same_bits.get("topk", ()))
 
     return _with_switched(s, "topk", variants, inputs, iters, here, active_blocks)
 
@@ -360,7 +363,7 @@ def _scorer_check(s: Session, seed: int, variants: tuple[str, ...]) -> tuple[int
     checks, failures = 0, []
     for (ctx, nq, cap), keys in itertools.product(SELFTEST_SCORER_CASES, SCORER_KEYS):
         inputs = synthetic_scorer_inputs(Call(ctx, nq, cap), seed, keys)
-        out = s.take(scores_stage.run_scores(inputs, s.measurer(0), variants, True, s.roles("scores")))
+        out = s.take(scores_stage.run_scores(inputs, s.measurer(0), _variants("scores", variants), s.roles("scores")))
         checks += len(out.parity)
         failures += _parity_failures(out)
     return checks, failures
@@ -452,7 +455,8 @@ def _dispatched_check(s: Session, seed: int, d: Any) -> tuple[int, list[str]]:
     out = StageOutcome()
     for keys in SCORER_KEYS:
         inputs = synthetic_scorer_inputs(call, seed, keys)
-        out.extend(s.take(scores_stage.run_scores(inputs, s.measurer(0), (d.scores,), True, s.roles("scores"))))
+        out.extend(s.take(scores_stage.run_scores(inputs, s.measurer(0), _variants("scores", (d.scores,)),
+                                                  s.roles("scores"))))
     checks, failures = _topk_call_check(s, call, seed, (d.topk,))
     return checks + len(out.parity), _parity_failures(out) + failures
 
@@ -556,7 +560,8 @@ def window_bench(s: Session, call: Call, iters: int, keys: str = DEFAULT_KEYS) -
                                 and (s.settings.variants is None or p[0] in s.settings.variants)))
     s.record.settings["dispatch"] = summary
     inputs = scorer_inputs(call, s.settings.seed, keys)
-    named = {window_stage.pair_name(*p): p for p in pairs}
+    named = {p.name: p for p in (window_stage.WindowPair(registry.get("scores", scorer), registry.get("topk", topk))
+                                 for scorer, topk in pairs)}
 
     def here(names: tuple[str, ...]) -> StageOutcome:
         return window_stage.run_window(inputs, s.measurer(iters), tuple(named[n] for n in names),

@@ -106,15 +106,17 @@ def main(argv: list[str]) -> int:
             arrays = {k: a[k] for k in a.files}
         if stage == "topk":
             inputs_t = TopkInputs(arrays["scores"], arrays["steps"], job["label"])
-            out = topk_stage.run_topk(inputs_t, measurer, variants, job["active_blocks"], job["check_model"],
-                                      roles=job["roles"])
+            out = topk_stage.run_topk(inputs_t, measurer, tuple(registry.get(stage, n) for n in variants),
+                                      job["roles"], job["active_blocks"], job["check_model"])
         else:
             inputs = ScorerInputs(arrays["pooled"], arrays["dead"], arrays["q"], arrays["steps"], job["label"])
             if stage == "scores":
-                out = scores_stage.run_scores(inputs, measurer, variants, job["check_model"], job["roles"])
+                out = scores_stage.run_scores(inputs, measurer, tuple(registry.get(stage, n) for n in variants),
+                                              job["roles"], job["check_model"])
             else:
-                pairs = tuple(tuple(p.split("+", 1)) for p in variants)
-                out = window_stage.run_window(inputs, measurer, pairs)  # type: ignore[arg-type]
+                pairs = tuple(window_stage.WindowPair(registry.get("scores", scorer), registry.get("topk", topk))
+                              for scorer, topk in (p.split("+", 1) for p in variants))
+                out = window_stage.run_window(inputs, measurer, pairs)
         monitor.close()
     record.measurements, record.parity, record.notes = out.measurements, out.parity, out.notes
     record.write(work / RECORD_FILE)
