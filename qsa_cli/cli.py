@@ -17,7 +17,8 @@ from typing import Any
 
 import click
 
-# neither dispatch nor timing imports numpy or CuPy at import
+# none of these imports numpy or CuPy at import
+from .core.errors import EngineError, KernelError, QsaError
 from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from .timing import DEFAULT_WARMUP
 
@@ -52,22 +53,6 @@ def _err(message: str) -> None:
     click.echo(f"qsa: error: {message}", err=True)
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """The library's one-line error types (imported late: numpy comes with them)."""
-    from .clocks import ClockLockError
-    from .config import ConfigError
-    from .core.errors import InputError
-    from .core.files import OutputError
-    from .core.geometry import GeometryError
-    from .device import NoDeviceError
-    from .kernels import KernelError
-    from .output.gate import GateError
-    from .sanitize import SanitizerError
-
-    return (GeometryError, InputError, ConfigError, NoDeviceError, ClockLockError, GateError, KernelError, OutputError,
-            SanitizerError, ValueError)
-
-
 def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, prog_name="qsa", standalone_mode=False)
@@ -79,11 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     except (click.Abort, KeyboardInterrupt):
         click.echo("qsa: interrupted", err=True)
         code = EXIT_INTERRUPTED
-    except Exception as exc:
-        if not isinstance(exc, _user_errors()):
-            raise
-        from .kernels import KernelError
-
+    except QsaError as exc:
         message = str(exc)
         # A compiler log is many lines by nature; every other error is one line.
         _err(message if isinstance(exc, KernelError) else " ".join(message.split()))
@@ -104,7 +85,7 @@ def _use_kernels(ctx: click.Context, param: click.Parameter, value: str | None) 
     import os
     from pathlib import Path
 
-    from .kernels import ENV_KERNELS, KernelError, check_kernel_dir
+    from .kernels import ENV_KERNELS, check_kernel_dir
 
     try:
         os.environ[ENV_KERNELS] = str(check_kernel_dir(Path(value)))
@@ -114,7 +95,7 @@ def _use_kernels(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 def _engine_specs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
     """--engine [NAME=]PATH[@REV], each parsed now: a malformed one is exit 2 before anything runs."""
-    from .engine import EngineError, parse_engine_spec
+    from .engine.checkout import parse_engine_spec
 
     for text in value:
         try:

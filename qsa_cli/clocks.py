@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .core.errors import ClockLockError
+
 # NVML's clocks-event reason bits (nvml.h; the older "throttle reasons" use the same bits and add
 # board_limit and reliability).
 EVENT_REASONS: tuple[tuple[int, str], ...] = (
@@ -37,10 +39,6 @@ EVENT_REASONS: tuple[tuple[int, str], ...] = (
 SLOWDOWN_REASONS = frozenset(
     {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
 )
-
-
-class ClockLockError(ValueError):
-    """Clocks that cannot be locked (no permission, not supported, NVML unavailable) or a bad lock spec."""
 
 
 def decode_reasons(mask: int) -> list[str]:

@@ -31,8 +31,10 @@ from typing import Any
 import yaml
 
 from . import variants as registry
-from .core.geometry import BLOCK_CELLS, Call, GeometryError, check_call, check_queries
+from .core.errors import ConfigError, GeometryError
+from .core.geometry import BLOCK_CELLS, Call, check_call, check_queries
 from .dispatch import CALL_KINDS
+from .engine.kinds import engine_kinds
 from .inputs import SCORE_SETS
 from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from .timing import DEFAULT_WARMUP, L2_MODES
@@ -48,10 +50,6 @@ DEFAULTS: dict[str, Any] = {"iterations": 50, "warmup": DEFAULT_WARMUP, "l2": "c
                             "score_sets": ("continuous",), "keys": (DEFAULT_KEYS,)}
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)\s*$")
-
-
-class ConfigError(ValueError):
-    """A sweep file that cannot be used; the message is one line, ``file:line: what``."""
 
 
 @dataclass(frozen=True)
@@ -240,7 +238,7 @@ def _parse(r: _Reader, root: Any) -> SweepConfig:
     engines = _engines(r, top["engine"]) if "engine" in top else {}
 
     def variant_names(stage: str, node: Any) -> tuple[str, ...]:
-        names = (*registry.names(stage), *(f"{e}.{kind}" for e in engines for kind in registry.engine_kinds(stage)))
+        names = (*registry.names(stage), *(f"{e}.{kind}" for e in engines for kind in engine_kinds(stage)))
         return r.choices(node, f"a {stage} variant", names)
 
     variants = _per_stage(r, top.get("variants"), "variants", registry.STAGES, stages, variant_names)

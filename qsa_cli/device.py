@@ -7,9 +7,7 @@ import platform
 from dataclasses import dataclass, field
 from typing import Any
 
-
-class NoDeviceError(RuntimeError):
-    """No usable CUDA device (or no CuPy): the message says why in one line."""
+from .core.errors import NoDeviceError
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .core.errors import SwitchError
 from .core.geometry import CLUSTER_MIN_CC, NEW_KERNELS_CC, PDL_MIN_CC
 
 STAGES = ("scores", "topk")
@@ -36,7 +37,7 @@ def _switch(env: Mapping[str, str], name: str) -> bool | None:
     if value == "":
         return None
     if value not in ("0", "1"):
-        raise ValueError(f"{name} must be 0 or 1 (got {value!r})")
+        raise SwitchError(f"{name} must be 0 or 1 (got {value!r})")
     return value == "1"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .core.errors import InputError
+from .core.errors import GeometryError, InputError
 from .core.files import atomic_write
 from .core.geometry import (
     BLOCK_CELLS,
@@ -28,7 +28,6 @@ from .core.geometry import (
     TOPK_WIDE_THREADS,
     WARP,
     Call,
-    GeometryError,
     block_weights,
     blocks_read,
     capacity_of,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .core.errors import KernelError
 from .core.files import atomic_write
 
 # Fixed NVRTC options: no fast math, no contraction of separate multiplies and adds; the kernels
@@ -33,10 +34,6 @@ def compile_options() -> tuple[str, ...]:
     return COMPILE_OPTIONS + ((LINEINFO_OPTION,) if os.environ.get(ENV_LINEINFO) == "1" else ())
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.MULTILINE)  # one line, its newline kept
-
-
-class KernelError(RuntimeError):
-    """A kernel source that is missing or does not compile; the message carries the compiler's log."""
 
 
 ENV_KERNELS = "QSA_KERNELS"  # a folder of qsa's kernel sources to use instead of the installed ones (--kernels)

@@ -16,6 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from . import variants as registry
+from .core.errors import (
+    ClusterUnavailable,
+    EngineError,
+    NoDeviceError,
+    SanitizerError,
+    SideError,
+    VariantError,
+)
 from .core.geometry import CLUSTER_MIN_CC, MAX_QUERIES, NEW_KERNELS_CC, PROMPT_QUERIES, Call, check_queries
 from .dispatch import ENV_PDL, dispatch, programmatic_launches
 from .inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
@@ -113,8 +121,6 @@ def session(
     s = Session(settings, record)
     if not s.on_gpu:
         if settings.engines:
-            from .engine import EngineError
-
             raise EngineError("--engine runs an engine checkout's kernels: it needs --backend gpu")
         _assign_roles(s)
         yield s
@@ -128,7 +134,7 @@ def session(
     record.device = found.info
     with cupy.cuda.Device(settings.device_id), contextlib.ExitStack() as stack:
         if settings.engines:
-            from .engine import attached
+            from .engine.attach import attached
 
             record.settings["engines"] = stack.enter_context(attached(settings.engines, s.compute_capability or 0))
             stack.enter_context(registry.registered(_switched_variants(s)))
@@ -146,7 +152,7 @@ def session(
 def _switched_variants(s: Session) -> list[registry.Variant]:
     """The engine variants under switches that ``--variants``, ``--baseline`` or ``--candidate`` name
     (``NAME.KIND[K=V,...]``), whose names become the registry's spelling of them."""
-    from .engine import switched_variant
+    from .engine.switches import switched_variant
 
     found: dict[str, registry.Variant] = {}
     named = [*(s.settings.variants or ()), s.settings.baseline, s.settings.candidate]
@@ -163,14 +169,14 @@ def _switched_variants(s: Session) -> list[registry.Variant]:
 
 def _assign_roles(s: Session) -> None:
     """The run's roles (``--baseline`` / ``--candidate`` over the registry's) and its ``--variants``, each
-    name checked against the registry, engine variants included: a ValueError naming one it lacks."""
+    name checked against the registry, engine variants included: a VariantError naming one it lacks."""
     known = {name for stage in registry.STAGES for name in registry.names(stage)}
     for option, value in (("--baseline", s.settings.baseline), ("--candidate", s.settings.candidate)):
         if value is not None and value not in known:
-            raise ValueError(f"{option}: no variant {value!r} (expected one of {', '.join(sorted(known))})")
+            raise VariantError(f"{option}: no variant {value!r} (expected one of {', '.join(sorted(known))})")
     for name in s.settings.variants or ():
         if name not in known:
-            raise ValueError(f"--variants: no variant {name!r} (expected one of {', '.join(sorted(known))})")
+            raise VariantError(f"--variants: no variant {name!r} (expected one of {', '.join(sorted(known))})")
     for stage, roles in s.record.settings["roles"].items():
         stage_names = registry.names(stage)
         for role, value in (("baseline", s.settings.baseline), ("candidate", s.settings.candidate)):
@@ -184,7 +190,7 @@ def cluster_refusal(s: Session, max_blocks: int, active_blocks: int = 0) -> str 
     cc = s.compute_capability or 0
     if not s.on_gpu or cc < CLUSTER_MIN_CC:
         return None
-    from .launch.topk_cluster import ClusterUnavailable, require_cluster
+    from .launch.topk_cluster import require_cluster
 
     try:
         require_cluster(cc, max_blocks, s.record.device["shared_optin_bytes"], active_blocks)
@@ -398,7 +404,7 @@ def _constants_check() -> tuple[int, list[str]]:
 def selftest(settings: Settings, require_gpu: bool, argv: list[str]) -> tuple[RunRecord, list[SelftestRow]]:
     """Every check this machine can run: the CPU models always, the kernels when a device is found
     (``require_gpu``: a missing device is a NoDeviceError before anything runs)."""
-    from .device import NoDeviceError, probe
+    from .device import probe
 
     found = probe(settings.device_id)
     if require_gpu and not found.available:
@@ -435,7 +441,7 @@ SELFTEST_SANITIZERS = ("memcheck", "racecheck")  # the fast subset: one small ca
 
 
 def _sanitizer_check(s: Session) -> SelftestRow:
-    from .sanitize import SanitizerError, find_sanitizer
+    from .sanitize import find_sanitizer
 
     name = f"compute-sanitizer ({', '.join(SELFTEST_SANITIZERS)}), every variant"
     try:
@@ -473,7 +479,7 @@ def sweep(s: Session, config: Any, stage: str | None = None,
     for named_stage, named in config.variants.items():
         unknown = [v for v in named if v not in registry.names(named_stage)]
         if unknown:
-            raise ValueError(f"{config.source}: {named_stage} variant {unknown[0]!r} does not run here (its engine "
+            raise VariantError(f"{config.source}: {named_stage} variant {unknown[0]!r} does not run here (its engine "
                              "checkout lacks it, or this card does not run it)")
     cases: list[SweepCase] = config.cases(stage)
     largest: dict[str, int] = {}  # per call kind, the largest call: what the dispatch summary is for
@@ -628,7 +634,7 @@ class SideSpec:
 
     @classmethod
     def parse(cls, text: str, default_name: str) -> SideSpec:
-        from .engine import parse_engine_spec
+        from .engine.checkout import parse_engine_spec
 
         spec = parse_engine_spec(text)
         named = "=" in text and text.partition("=")[0] == spec.name
@@ -639,9 +645,9 @@ class SideSpec:
 
 
 def side_kind(path: Path) -> tuple[str, Path]:
-    """("engine", the checkout) or ("kernels", the folder of kernel sources) that ``path`` is; a ValueError
+    """("engine", the checkout) or ("kernels", the folder of kernel sources) that ``path`` is; a SideError
     (one line) when it is neither."""
-    from .engine import SOURCE
+    from .engine.checkout import SOURCE
     from .kernels import REQUIRED_SOURCES, check_kernel_dir
 
     if (path / SOURCE).is_file():
@@ -650,8 +656,8 @@ def side_kind(path: Path) -> tuple[str, Path]:
         if all((folder / name).is_file() for name in REQUIRED_SOURCES):
             return "kernels", check_kernel_dir(folder)
     if not path.is_dir():
-        raise ValueError(f"{path}: no such folder")
-    raise ValueError(f"{path}: neither an engine checkout (no {SOURCE}) nor a folder of qsa's kernel sources "
+        raise SideError(f"{path}: no such folder")
+    raise SideError(f"{path}: neither an engine checkout (no {SOURCE}) nor a folder of qsa's kernel sources "
                      f"(no {', '.join(REQUIRED_SOURCES)}, here or in kernels/)")
 
 
@@ -661,19 +667,17 @@ def compare_sides(s: Session, sides: tuple[SideSpec, SideSpec]) -> Iterator[dict
     variants), each ``PATH@REV`` checked out into a temporary worktree for the block's length. Yields, per
     stage, the (base, candidate) pairs of the variants both sides run; the run's roles become the first pair
     of each stage (the tables' "before" and "after")."""
-    from .engine import _git as git
-    from .engine import attached, revision_worktree
+    from .core.git import folder_at_revision
+    from .engine.attach import attached
 
     if sides[0].name == sides[1].name:
-        raise ValueError(f"both sides are named {sides[0].name!r}: name them BASE=PATH and CANDIDATE=PATH")
+        raise SideError(f"both sides are named {sides[0].name!r}: name them BASE=PATH and CANDIDATE=PATH")
     with contextlib.ExitStack() as stack:
         described = []
         for side in sides:
             path = Path(side.path)
             if side.revision is not None:
-                tree = stack.enter_context(revision_worktree(path, side.revision))
-                prefix = git(path, "rev-parse", "--show-prefix")
-                path = tree / (prefix.stdout.strip() if prefix is not None and prefix.returncode == 0 else "")
+                path = stack.enter_context(folder_at_revision(path, side.revision))
             kind, where = side_kind(path)
             described.append(side.describe(kind))
             if kind == "engine":
@@ -685,7 +689,7 @@ def compare_sides(s: Session, sides: tuple[SideSpec, SideSpec]) -> Iterator[dict
         s.record.settings["sides"] = described
         pairs = {stage: _side_pairs(stage, sides[0].name, sides[1].name) for stage in registry.STAGES}
         if not any(pairs.values()):
-            raise ValueError(f"{sides[0].name} and {sides[1].name} have no variant in common that runs here")
+            raise SideError(f"{sides[0].name} and {sides[1].name} have no variant in common that runs here")
         for stage, matched in pairs.items():
             if matched:
                 s.record.settings["roles"][stage].update({"baseline": matched[0][0], "candidate": matched[0][1]})

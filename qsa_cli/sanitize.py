@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from .config import SweepCase
+from .core.errors import SanitizerError
 from .core.geometry import MAX_QUERIES
 from .kernels import ENV_LINEINFO
 from .record.schema import SanitizerRun
@@ -39,10 +40,6 @@ _SUMMARY = re.compile(r"^=+ (?:ERROR SUMMARY: (\d+) errors?\s*$|RACECHECK SUMMAR
 _PREFIX = re.compile(r"^=+ ?")
 _REPORT_START = re.compile(r"^(Invalid |Race reported|Warning: |Error: |Barrier error|Uninitialized |"
                            r"Program hit |Malloc|Free |Cuda API error|Leaked )")
-
-
-class SanitizerError(ValueError):
-    """compute-sanitizer cannot be found or run, or a known-hazards file is malformed (one line)."""
 
 
 @dataclass(frozen=True)

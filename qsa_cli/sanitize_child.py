@@ -48,7 +48,7 @@ def run_case(cupy: Any, case: dict[str, Any]) -> None:
 def main(argv: list[str]) -> int:
     import cupy
 
-    from .engine import attached
+    from .engine.attach import attached
 
     cupy.cuda.set_allocator(None)  # every array its own allocation: memcheck sees each one's bounds
     engines = tuple(json.loads(os.environ.get(ENV_ENGINES) or "[]"))

@@ -23,18 +23,13 @@ from typing import Any
 import numpy as np
 
 from . import variants as registry
+from .core.errors import SwitchedRunError
 from .inputs import ScorerInputs, TopkInputs
-from .kernels import KernelError
 from .record.schema import RunRecord, load_record
 from .stages.common import Measurer, StageOutcome
 
 CHILD_TIMEOUT_S = 1800
 JOB_FILE, INPUTS_FILE, RECORD_FILE = "job.json", "inputs.npz", "record.json"
-
-
-class SwitchedRunError(KernelError):
-    """A child of switched variants that did not finish: the tail of its output, printed whole as a
-    compiler's log is (exit status 2)."""
 
 
 def switches_of(stage: str, name: str) -> tuple[tuple[str, str], ...]:
@@ -48,7 +43,7 @@ def run_switched(stage: str, switches: tuple[tuple[str, str], ...], variants: tu
     """``variants`` of ``stage`` (window pairs ``scorer+topk`` for the window), all under ``switches``, run by a
     child on ``inputs`` with qsa's reference beside them (not in the window); the rows it wrote, less the
     reference's and the read floor's (this process has them). ``job``: what the child runs them with (``job_settings``)."""
-    from .engine import engine_builds
+    from .engine.attach import engine_builds
 
     reference = job["roles"]["reference"]
     names = [reference, *variants] if stage != "window" else list(variants)
@@ -86,7 +81,8 @@ def main(argv: list[str]) -> int:
     import cupy
 
     from .clocks import ClockMonitor
-    from .engine import attach_builds, switched_variant
+    from .engine.attach import attach_builds
+    from .engine.switches import switched_variant
     from .stages import scores as scores_stage
     from .stages import topk as topk_stage
     from .stages import window as window_stage

@@ -9,7 +9,7 @@ window's pairs and ``qsa sanitize`` list the names from here. Adding a variant o
 entry below plus its kernel (and a CPU model when its arithmetic order is new): docs/adding-a-variant.md.
 
 Variants whose code is not qsa's installed kernels are registered while a run uses them: an engine
-checkout's (``engine.attach``: ``NAME.scores`` ... ``NAME.topk-cluster``, from ENGINE_KINDS below) and a
+checkout's (``engine.attach``: ``NAME.scores`` ... ``NAME.topk-cluster``, from engine/kinds.py) and a
 copy of qsa's kernels in another folder (``side``: ``NAME.halve`` ... , ``qsa compare``).
 """
 
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .core.errors import VariantError
 from .core.geometry import (
     CLUSTER_MIN_CC,
     HALVE_MAX_QUERIES,
@@ -31,6 +32,7 @@ from .core.geometry import (
     TOPK_SPLIT_THREADS,
     TOPK_WIDE_THREADS,
 )
+from .engine.kinds import ENGINE_KINDS, ENGINE_SCORER, EngineEntry
 from .model.scores import ORDERS
 from .model.topk import ALGORITHMS
 from .record.vocabulary import ROLES
@@ -43,48 +45,7 @@ TOPK_MODELS = tuple(a for a in ALGORITHMS if a != "oracle")  # model/topk.py: a 
 # query; the split's six launches; the cluster's 8 CTAs a query.
 SCORER_LAUNCHES = ("per-block", "striding", "halving")
 TOPK_LAUNCHES = ("one-cta", "split", "cluster")
-ENGINE_LAUNCH = "engine"  # a host function of an engine checkout's library (engine.py)
-
-
-@dataclass(frozen=True)
-class EngineKind:
-    """A variant every engine checkout may have (docs/spec.md section 8): its stage, the host functions it
-    calls (a checkout without one lacks the variant), the CPU model its bits must equal, and whether it
-    follows the checkout's decode scorer in a window."""
-
-    stage: str
-    functions: tuple[str, ...]
-    model: str
-    in_window: bool = False
-
-
-# NAME.KIND for an engine checkout named NAME. "scores": qsa_block_scores with no active count (the
-# decode scorer); "scores-ref": with an active count of max_blocks (its per-block reference kernel);
-# "topk": qsa_block_topk, what the engine dispatches; the others, one function each.
-ENGINE_KINDS: dict[str, EngineKind] = {
-    "scores": EngineKind("scores", ("qsa_block_scores",), "butterfly"),
-    "scores-ref": EngineKind("scores", ("qsa_block_scores",), "butterfly"),
-    "topk": EngineKind("topk", ("qsa_block_topk",), "reference", in_window=True),
-    "topk-ref": EngineKind("topk", ("qsa_block_topk_ref",), "reference"),
-    "topk-split": EngineKind("topk", ("qsa_topk_split_bytes", "qsa_block_topk_split"), "split", in_window=True),
-    "topk-cluster": EngineKind("topk", ("qsa_block_topk_cluster",), "cluster", in_window=True),
-}
-ENGINE_SCORER = "scores"  # the kind an engine's top-k kinds follow in a window
-
-
-def engine_kinds(stage: str) -> tuple[str, ...]:
-    """The engine variants of ``stage``."""
-    return tuple(k for k, v in ENGINE_KINDS.items() if v.stage == stage)
-
-
-@dataclass(frozen=True)
-class EngineEntry:
-    """Where an engine variant's code is: the checkout's name (engine.attach), the kind, and the
-    ``STRATA_*`` switches it runs under (read once per process by the engine: a child process runs it)."""
-
-    checkout: str
-    kind: str
-    switches: tuple[tuple[str, str], ...] = ()
+ENGINE_LAUNCH = "engine"  # a host function of an engine checkout's library (engine/launch.py)
 
 
 @dataclass(frozen=True)
@@ -154,7 +115,7 @@ def get(stage: str, name: str) -> Variant:
     try:
         return _REGISTRY[(stage, name)]
     except KeyError:
-        raise ValueError(f"unknown {stage} variant {name!r} (expected one of {', '.join(names(stage))})") from None
+        raise VariantError(f"unknown {stage} variant {name!r} (expected one of {', '.join(names(stage))})") from None
 
 
 def with_role(stage: str, role: str) -> str:

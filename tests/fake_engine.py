@@ -24,11 +24,11 @@ from qsa_cli.core.geometry import (
     TOP_K,
     max_blocks,
 )
-from qsa_cli.engine import ENGINE_FILES, HOST_FUNCTIONS
+from qsa_cli.engine.checkout import ENGINE_FILES, HOST_FUNCTIONS
+from qsa_cli.engine.kinds import ENGINE_KINDS
 from qsa_cli.kernels import kernel_dir
 from qsa_cli.launch.scores import HALVE_WARPS_PER_CTA, MULTI_CTAS, WARPS_PER_CTA
 from qsa_cli.launch.topk_cluster import CHUNK_WORDS, MAX_CHUNKS, WORD_BYTES
-from qsa_cli.variants import ENGINE_KINDS
 
 SELECT_CU, SELECT_HPP, QSA_HPP, EMULATE_HPP = ENGINE_FILES
 SLOW_NS = 20_000  # the slowed variant's busy wait before its kernels
@@ -342,7 +342,7 @@ namespace strata::kernels {{
 def write_fake_engine(root: Path, *, slow: str = "", flip: str = "", without: tuple[str, ...] = ()) -> Path:
     """Write a fake checkout into ``root`` and return ``root``.
 
-    ``slow``: the variant (engine.py's names) that busy-waits SLOW_NS before its kernels. ``flip``: the
+    ``slow``: the variant (engine/kinds.py's names) that busy-waits SLOW_NS before its kernels. ``flip``: the
     variant that XORs 1 into query 0's entry FLIPPED_ENTRY after them (a score's bits, or an id).
     ``without``: host functions left out of the header and the source.
     """

@@ -1,4 +1,4 @@
-"""The engine adapter without a GPU: a fake checkout (tests/fake_engine.py) built through qsa_cli/engine.py
+"""The engine adapter without a GPU: a fake checkout (tests/fake_engine.py) built through qsa_cli/engine/
 with nvcc (compile only; skipped without nvcc), its library's symbols, the cache, the errors a checkout
 can cause, PATH@REV checkouts and the variants a card runs."""
 
@@ -13,30 +13,22 @@ import numpy as np
 import pytest
 from fake_engine import write_fake_engine
 
+from qsa_cli.core.errors import EngineBuildError, EngineError, RevisionError
 from qsa_cli.core.geometry import SELECT_CAP, Call
-from qsa_cli.engine import (
+from qsa_cli.core.git import folder_at_revision
+from qsa_cli.engine.build import build_engine, engine_cache_dir, find_nvcc
+from qsa_cli.engine.checkout import (
     ENGINE_FILES,
     HOST_FUNCTIONS,
-    INDEX_SHAPES,
     SOURCE,
-    EngineBuildError,
     EngineCheckout,
-    EngineError,
     EngineSpec,
-    answered_cc,
-    build_engine,
-    engine_cache_dir,
-    engine_scorer_launcher,
-    engine_topk_launcher,
-    engine_variants,
-    find_nvcc,
-    load_engine,
     open_engine,
     parse_engine_spec,
-    revision_worktree,
-    shim_symbol,
-    variant_refusal,
 )
+from qsa_cli.engine.domains import answered_cc, engine_variants, variant_refusal
+from qsa_cli.engine.launch import engine_scorer_launcher, engine_topk_launcher
+from qsa_cli.engine.library import INDEX_SHAPES, load_engine, shim_symbol
 from qsa_cli.inputs import synthetic_scorer_inputs
 from qsa_cli.kernels import KernelError, kernel_dir
 
@@ -240,11 +232,11 @@ def test_revision_worktree_checks_out_a_revision(tmp_path: Path) -> None:
     assert not tree.exists(), "the worktree is removed afterwards"
     assert git(repo, "worktree", "list").count("\n") == 0, "and unregistered"
 
-    with pytest.raises(EngineError, match="unknown revision 'no-such-tag'") as info, revision_worktree(repo, "no-such-tag"):
+    with pytest.raises(RevisionError, match="unknown revision 'no-such-tag'") as info, folder_at_revision(repo, "no-such-tag"):
         pass
     assert "\n" not in str(info.value)
     plain = write_fake_engine(tmp_path / "plain")
-    with pytest.raises(EngineError, match="not a git repository"), open_engine(f"{plain}@HEAD"):
+    with pytest.raises(RevisionError, match="not a git repository"), open_engine(f"{plain}@HEAD"):
         pass
 
 

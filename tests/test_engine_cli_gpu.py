@@ -15,7 +15,8 @@ from conftest import fresh_seed
 from fake_engine import FLIPPED_ENTRY, write_fake_engine
 
 from qsa_cli.cli import main
-from qsa_cli.engine import EngineError, find_nvcc
+from qsa_cli.core.errors import EngineError
+from qsa_cli.engine.build import find_nvcc
 from qsa_cli.kernels import kernel_dir
 
 pytestmark = pytest.mark.gpu
@@ -191,8 +192,9 @@ def test_compare_two_revisions_of_one_repository(capsys: Any, trees: dict[str, P
     assert len(listed.strip().splitlines()) == 1  # the temporary worktrees are gone
 
 
-def test_compare_two_kernel_folders(capsys: Any, tmp_path: Path) -> None:
-    """Two copies of qsa's kernels: every variant of qsa's is a pair, and the same sources give the same bits."""
+def test_compare_two_kernel_folders(capsys: Any, cupy: Any, tmp_path: Path) -> None:
+    """Two copies of qsa's kernels: every variant of qsa's is a pair, and the same sources give the same bits
+    (no engine checkout, so no ``trees``: the ``cupy`` fixture skips it without a device)."""
     for side in ("a", "b"):
         shutil.copytree(kernel_dir(), tmp_path / side)
     js = tmp_path / "r.json"

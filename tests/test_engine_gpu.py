@@ -1,4 +1,4 @@
-"""A fake engine checkout's variants on the GPU, through qsa_cli/engine.py: the same bytes as qsa's kernels
+"""A fake engine checkout's variants on the GPU, through qsa_cli/engine/: the same bytes as qsa's kernels
 and CPU models, a flipped variant caught where it flips, a slowed one measured slower, a CUDA error named.
 
 GPU tests (``-m gpu``) skip cleanly without cupy or a device; each draws a fresh seed, printed
@@ -22,18 +22,14 @@ import pytest
 from conftest import fresh_seed
 from fake_engine import FLIPPED_ENTRY, SLOW_NS, write_fake_engine
 
+from qsa_cli.core.errors import EngineError, EngineRefused
 from qsa_cli.core.geometry import MAX_QUERIES, PROMPT_QUERIES, SELECT_CAP, STEP_NBID, Call
-from qsa_cli.engine import (
-    CLUSTER_MAX_QUERIES,
-    EngineCheckout,
-    EngineError,
-    EngineLibrary,
-    EngineRefused,
-    engine_scorer_launcher,
-    engine_topk_launcher,
-    engine_variants,
-    find_nvcc,
-)
+from qsa_cli.engine.build import build_engine, find_nvcc
+from qsa_cli.engine.checkout import EngineCheckout
+from qsa_cli.engine.domains import CLUSTER_MAX_QUERIES, engine_variants
+from qsa_cli.engine.kinds import engine_kinds
+from qsa_cli.engine.launch import engine_scorer_launcher, engine_topk_launcher
+from qsa_cli.engine.library import EngineLibrary, load_engine
 from qsa_cli.inputs import SCORE_SETS, id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
 from qsa_cli.launch.scores import DeviceScorerInputs, scorer_launcher
 from qsa_cli.launch.topk import topk_launcher
@@ -42,7 +38,6 @@ from qsa_cli.model.scores import score_blocks
 from qsa_cli.model.topk import first_difference as first_id_difference
 from qsa_cli.model.topk import topk_ids
 from qsa_cli.timing import DeviceTimer
-from qsa_cli.variants import engine_kinds
 
 WINDOWS = [(2050, 9000), (32771, 262144), (300001, 524288)]  # the last query's tail: 2, 3 and 1 cells
 TOPK_CASES = [(2048, 2048), (2052, 4096), (9000, 9000), (135176, 135176), (300001, 524288)]
@@ -75,7 +70,7 @@ def engines(cupy: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable[...
         key = tuple(sorted(options.items()))
         if key not in loaded:
             tree = write_fake_engine(root / f"fake-{len(loaded)}", **options)
-            loaded[key] = EngineCheckout(tree, "fake").load(device_cc(cupy))
+            loaded[key] = load_engine(build_engine(EngineCheckout(tree, "fake"), device_cc(cupy)))
         return loaded[key]
 
     return engine

@@ -13,7 +13,9 @@ from fake_engine import write_fake_engine
 from qsa_cli import variants
 from qsa_cli.cli import main
 from qsa_cli.config import ConfigError, load_config
-from qsa_cli.engine import EngineError, parse_switched
+from qsa_cli.core.errors import EngineError
+from qsa_cli.engine.kinds import ENGINE_KINDS
+from qsa_cli.engine.switches import parse_switched
 from qsa_cli.kernels import kernel_dir
 from qsa_cli.runs import SideSpec, side_kind
 from qsa_cli.variant_child import switches_of
@@ -28,7 +30,7 @@ def test_an_engine_variant_is_named_by_its_checkout_kind_and_switches() -> None:
 
 
 def test_registered_variants_are_gone_after_the_block() -> None:
-    added = [variants.engine_variant("pr", kind) for kind in variants.ENGINE_KINDS]
+    added = [variants.engine_variant("pr", kind) for kind in ENGINE_KINDS]
     with variants.registered(added):
         assert "pr.scores" in variants.names("scores") and "pr.topk-cluster" in variants.names("topk")
         assert ("pr.scores", "pr.topk") in variants.window_pairs()

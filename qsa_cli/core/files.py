@@ -13,9 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-
-class OutputError(OSError):
-    """An output path that cannot be written (one line); an OSError, so a cache writer may ignore it."""
+from .errors import OutputError
 
 
 def _write_protected(path: Path) -> bool:

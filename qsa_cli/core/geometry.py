@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import GeometryError
+
 IDX_DIM = 128
 IDX_HEADS = 4
 BLOCK_CELLS = 4  # R
@@ -42,10 +44,6 @@ STEP_INTS = 4
 PROMPT_QUERIES = 64  # the selftest's prompt call
 MAX_PROMPT_QUERIES = 1024  # queries of a prompt top-k call the harness accepts (one row of ids each)
 MAX_CAPACITY = 1 << 24  # cells: 2 GB of keys; ids and block indices stay far inside int32
-
-
-class GeometryError(ValueError):
-    """A context, capacity, query count or step record that the spec does not allow."""
 
 
 def selection_width(n_kv: int) -> int:

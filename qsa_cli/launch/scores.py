@@ -51,13 +51,15 @@ def scorer_launcher(variant: str, dev: ScorerInputs, out: Any) -> Callable[[], N
     """A closure launching ``variant`` on ``dev`` into ``out`` (float32 [nq, max_blocks], poisoned by the caller).
 
     Blocks 0..n_bid of each query's row are written, no others. An engine checkout's variant calls its host
-    function (engine.py); for qsa's, the variant's launch shape (variants.py)
+    function (engine/launch.py); for qsa's, the variant's launch shape (variants.py)
     decides the grid: "halving" runs 5-8 queries as two launches (queries 0..3, then 4..nq-1) on pointer
     offsets into q, steps and out, its kernels indexed by the launch's queries.
     """
     v = get(STAGE, variant)
     if v.engine is not None:
-        from ..engine import engine_scorer_launcher, library, require_switches
+        from ..engine.attach import library
+        from ..engine.launch import engine_scorer_launcher
+        from ..engine.switches import require_switches
 
         require_switches(v.engine)
         return engine_scorer_launcher(library(v.engine.checkout), v.engine.kind, dev, out)

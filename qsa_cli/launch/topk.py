@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from ..core.errors import GeometryError
 from ..core.geometry import (
     RADIX_BINS,
     RADIX_PASSES,
     SELECT_CAP,
     SPLIT_CHUNK_BLOCKS,
     STEP_INTS,
-    GeometryError,
 )
 from ..core.integrity import Allocator, PlainAllocator
 from ..dispatch import programmatic_launches
@@ -78,7 +78,9 @@ def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blo
     """
     v = get(STAGE, variant)
     if v.engine is not None:
-        from ..engine import engine_topk_launcher, library, require_switches
+        from ..engine.attach import library
+        from ..engine.launch import engine_topk_launcher
+        from ..engine.switches import require_switches
 
         require_switches(v.engine)
         return engine_topk_launcher(library(v.engine.checkout), v.engine.kind, scores, steps, ids, active_blocks,

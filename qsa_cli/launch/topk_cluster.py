@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.errors import ClusterUnavailable, KernelError
 from ..core.geometry import (
     BLOCK_CELLS,
     CLUSTER_CHUNK_KEYS,
@@ -27,7 +28,6 @@ from ..core.geometry import (
     capacity_of,
     cluster_slice_blocks,
 )
-from ..kernels import KernelError
 
 SOURCE = "topk_cluster.cu"
 THREADS = TOPK_CLUSTER_THREADS
@@ -41,10 +41,6 @@ SCRATCH_BYTES = 1024  # room for the kernel's per-warp totals and pass results
 # the histogram with a column per lane, the CTA's histogram buffers, the digits' keys and the scratch
 # (the launcher checks the compiled kernel against it).
 STATIC_SMEM_BYTES = (WARP + HIST_BUFFERS + DIGIT_KEY_WORDS) * RADIX_BINS * WORD_BYTES + SCRATCH_BYTES
-
-
-class ClusterUnavailable(ValueError):
-    """The cluster top-k cannot run this call on this device (too old a card, or too large a capacity)."""
 
 
 def cluster_smem_bytes(max_blocks: int) -> int:

@@ -21,6 +21,7 @@ import hashlib
 import numpy as np
 import numpy.typing as npt
 
+from ..core.errors import GeometryError
 from ..core.geometry import (
     BLOCK_CELLS,
     HALVE_MAX_QUERIES,
@@ -31,7 +32,6 @@ from ..core.geometry import (
     STEP_NKV,
     TAIL_BONUS,
     WARP,
-    GeometryError,
     validate_steps,
 )
 from ..inputs import ScorerInputs, score_poison

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.errors import GeometryError
 from ..core.geometry import (
     BLOCK_CELLS,
     CLUSTER_CTAS,
@@ -25,7 +26,6 @@ from ..core.geometry import (
     STEP_WIDTH,
     TOPK_WIDE_THREADS,
     WARP,
-    GeometryError,
     block_weights,
     blocks_read,
     cluster_slice_blocks,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
+from ..core.errors import GateError
 from ..record.schema import Measurement, RunRecord
 from ..record.vocabulary import ARGPARTITION, INPUTS, INPUTS_HASH, OUTPUT_HASH
 from .report import measurement_index
@@ -31,10 +32,6 @@ VERDICT_STYLE = {"FAST": "green", "SLOW": "red", "SAME": "", "PARITY-FAIL": "bol
                  "BAD-SAMPLES": "bold red", "NOTHING-COMPARED": "bold red", "BITS-CHANGED": "bold red",
                  "BITS-CHANGED-ALLOWED": "yellow"}
 REFERENCE_POINTS = (ARGPARTITION,)  # variants the gate shows but does not judge
-
-
-class GateError(ValueError):
-    """A baseline that cannot be compared with the run (another card or other kernels) or a bad tolerance."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import PlotError
 from ..core.files import atomic_write
 from ..record.schema import Measurement, RunRecord
 from ..record.vocabulary import READ_FLOOR
@@ -19,10 +20,6 @@ from .report import clocks_text, context_label
 STAGE_TITLES = {"scores": "Scorer: a decode call", "topk": "Top-k", "window": "Verify window"}
 SERIES_FIELDS = ("kind", "score_set", "keys", "capacity", "l2")  # named in a label only where a panel has several
 MARKERS = "os^vDP*Xhp"
-
-
-class PlotError(ValueError):
-    """A plot that cannot be drawn (no matplotlib, nothing timed, an unknown file type); one line."""
 
 
 def _figure_class() -> Any:

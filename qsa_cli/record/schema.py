@@ -14,7 +14,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import types
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -24,6 +23,7 @@ from typing import Any, Literal, TypedDict, Union, get_args, get_origin, get_typ
 from .. import __version__
 from ..core.errors import InputError
 from ..core.files import atomic_write
+from ..core.git import git_commit
 
 SCHEMA = "qsa.run"
 SCHEMA_VERSION = 2
@@ -106,7 +106,7 @@ class Roles(TypedDict, total=False):
 
 
 class EngineProvenance(TypedDict, total=False):
-    """An engine checkout whose variants ran (``engine.build_engine``): what its library was built from."""
+    """An engine checkout whose variants ran (``engine.build.build_engine``): what its library was built from."""
 
     name: str
     path: str  # the checkout, or the repository a PATH@REV worktree was made from
@@ -318,19 +318,6 @@ def load_record(path: str | os.PathLike[str]) -> RunRecord:
         return RunRecord.from_dict(data)
     except InputError as exc:
         raise InputError(f"{path}: {exc}") from None
-
-
-def git_commit() -> str | None:
-    """The checkout's commit (with ``-dirty`` when it has changes), or None outside a checkout."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "describe", "--always", "--dirty", "--abbrev=12", "--match=NONE"],
-            capture_output=True, text=True, timeout=5, check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def merge_records(records: list[RunRecord]) -> RunRecord:

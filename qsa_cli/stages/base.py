@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..core.errors import EngineRefused
 from ..core.integrity import GuardedBuffers
-from ..engine import EngineRefused
 from ..record.schema import Measurement
 from ..timing import Launch
 from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, to_host

@@ -1,0 +1,156 @@
+"""A checkout built by nvcc with qsa's shim (``engine_shim.cu``) into a shared library, kept in a cache
+that is used only while the library's bytes still have the sha256 stored at its build."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import EngineBuildError, EngineError
+from ..core.files import atomic_write
+from ..kernels import cache_dir
+from .checkout import HOST_FUNCTIONS, INCLUDE_DIR, SOURCE, EngineCheckout
+
+SHIM = Path(__file__).resolve().parent.parent / "engine_shim.cu"
+# The engine's build of this file (spec section 8): nvcc's defaults otherwise (fmad on, no ftz).
+BUILD_FLAGS = ("-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC")
+BUILD_TIMEOUT_S = 900
+
+
+def find_nvcc() -> Path:
+    """nvcc on PATH, else in ``$CUDA_HOME/bin``."""
+    found = shutil.which("nvcc")
+    if found:
+        return Path(found)
+    home = os.environ.get("CUDA_HOME")
+    if home and os.access(Path(home) / "bin" / "nvcc", os.X_OK):
+        return Path(home) / "bin" / "nvcc"
+    raise EngineError("nvcc not found on PATH or in $CUDA_HOME/bin: building an engine checkout needs the CUDA toolkit")
+
+
+@functools.cache
+def nvcc_version(nvcc: Path) -> str:
+    """``nvcc --version``'s whole output (part of the cache key)."""
+    proc = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        raise EngineError(f"{nvcc} --version failed: {' '.join((proc.stdout + proc.stderr).split())}")
+    return proc.stdout.strip()
+
+
+def nvcc_release(version: str) -> str:
+    """The line of ``nvcc --version`` naming the release, e.g. "Cuda compilation tools, release 13.0, V13.0.88"."""
+    lines = [line for line in version.splitlines() if "release" in line] or version.splitlines()[-1:]
+    return lines[0].strip() if lines else ""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True, eq=False)
+class EngineBuild:
+    """A checkout's shared library in the cache, and what it was built from (the run record's provenance)."""
+
+    name: str
+    library: Path
+    arch: int
+    provenance: dict[str, Any]
+    compiled: bool  # False when the cache had it
+
+
+def engine_cache_dir() -> Path:
+    return cache_dir() / "engines"
+
+
+def _shim_defines(functions: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f"-DQSA_SHIM_HAS_{name.upper()}={int(name in functions)}" for name in HOST_FUNCTIONS)
+
+
+def build_engine(checkout: EngineCheckout, arch: int, nvcc: Path | None = None) -> EngineBuild:
+    """The checkout's library for sm_``arch``, compiled with the shim or taken from the cache.
+
+    The cache key is sha256 over every file of ``checkout.build_files()`` (path and bytes), the shim's
+    text, ``nvcc --version`` and the flags (the arch's included). A cached library is used only when its
+    bytes still have the sha256 stored beside it; otherwise it is built again.
+    """
+    nvcc = nvcc or find_nvcc()
+    version = nvcc_version(nvcc)
+    functions = checkout.declared_functions()
+    flags = (*BUILD_FLAGS, f"-arch=sm_{arch}", *_shim_defines(functions))
+    files = checkout.build_files()
+    sources = {label: _sha256(path.read_bytes()) for label, path in files.items()}
+    shim = SHIM.read_bytes()
+    key = hashlib.sha256(json.dumps({"sources": sources, "shim": _sha256(shim), "nvcc": version, "flags": flags},
+                                    sort_keys=True).encode()).hexdigest()
+    directory = engine_cache_dir()
+    library, record = directory / f"{key}.so", directory / f"{key}.json"
+    provenance = {
+        "name": checkout.name,
+        "path": str(checkout.origin),
+        "revision": checkout.revision,
+        "commit": checkout.commit(),
+        "sources": sources,
+        "shim_sha256": _sha256(shim),
+        "nvcc": nvcc_release(version),
+        "arch": f"sm_{arch}",
+        "flags": list(flags),
+        "functions": list(functions),
+        "cache_key": key,
+    }
+    digest = _cached_digest(library, record)
+    compiled = digest is None
+    if compiled:
+        digest = _compile(checkout, nvcc, flags, library, arch)
+        try:
+            with atomic_write(record) as fh:
+                json.dump({"key": key, "library_sha256": digest, "sources": sources, "nvcc": version,
+                           "flags": list(flags)}, fh, indent=1)
+        except OSError as exc:
+            raise EngineError(f"cannot write {record} ({exc}): set QSA_CACHE_DIR to a writable folder") from None
+    provenance["library_sha256"] = digest
+    return EngineBuild(checkout.name, library, arch, provenance, compiled)
+
+
+def _cached_digest(library: Path, record: Path) -> str | None:
+    """The cached library's sha256 when its bytes still match the one recorded at its build, else None."""
+    try:
+        stored = json.loads(record.read_text())["library_sha256"]
+        actual = _sha256(library.read_bytes())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return actual if actual == stored else None
+
+
+def _compile(checkout: EngineCheckout, nvcc: Path, flags: tuple[str, ...], library: Path, arch: int) -> str:
+    """nvcc into a temporary folder of the cache, then renamed into place; the library's sha256."""
+    try:
+        library.parent.mkdir(parents=True, exist_ok=True)
+        build_dir = Path(tempfile.mkdtemp(prefix=".build-", dir=library.parent))
+    except OSError as exc:
+        raise EngineError(f"cannot write the engine cache {library.parent} ({exc}): "
+                          "set QSA_CACHE_DIR to a writable folder") from None
+    try:
+        out = build_dir / library.name
+        cmd = [str(nvcc), *flags, "-I", str(checkout.path / INCLUDE_DIR), str(checkout.path / SOURCE), str(SHIM),
+               "-o", str(out)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise EngineError(f"{checkout.name}: nvcc did not finish building {SOURCE} for sm_{arch} "
+                              f"in {BUILD_TIMEOUT_S} s") from None
+        if proc.returncode != 0 or not out.is_file():
+            raise EngineBuildError(f"{checkout.name}: {checkout.path / SOURCE} with qsa's shim failed to compile for "
+                                   f"sm_{arch}:\n{' '.join(cmd)}\n{proc.stdout}{proc.stderr}".rstrip())
+        digest = _sha256(out.read_bytes())
+        os.replace(out, library)
+        return digest
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)

@@ -1,0 +1,125 @@
+"""An engine checkout: named ``[NAME=]PATH[@REV]``, its files checked, the files its build reads, its
+commit; a ``PATH@REV`` one is a temporary worktree for a run's length (core/git.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import EngineError
+from ..core.git import folder_at_revision, tracked_commit
+
+SOURCE = "src/kernels/cuda/qsa_select.cu"
+HEADER = "include/strata/kernels/qsa_select.hpp"
+ENGINE_FILES = (SOURCE, HEADER, "include/strata/kernels/qsa.hpp", "include/strata/core/emulate.hpp")
+INCLUDE_DIR = "include"
+
+HOST_FUNCTIONS = ("qsa_block_scores", "qsa_block_topk", "qsa_block_topk_cluster", "qsa_topk_split_bytes",
+                  "qsa_block_topk_split", "qsa_block_topk_ref")
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
+class EngineCheckout:
+    """A checkout of the engine's source at ``path`` (its four files checked), named ``name`` in records.
+
+    ``origin`` and ``revision`` are the repository and revision a temporary worktree was made from
+    (``open_engine`` with ``PATH@REV``), recorded in place of the worktree's own path.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], name: str | None = None, *,
+                 origin: str | os.PathLike[str] | None = None, revision: str | None = None) -> None:
+        self.path = Path(path).resolve()
+        if not self.path.is_dir():
+            raise EngineError(f"engine checkout {path}: no such directory")
+        for relative in ENGINE_FILES:
+            if not (self.path / relative).is_file():
+                raise EngineError(f"engine checkout {self.path}: missing {relative}")
+        self.name = name or self.path.name
+        self.origin = Path(origin).resolve() if origin is not None else self.path
+        self.revision = revision
+
+    def declared_functions(self) -> tuple[str, ...]:
+        """The host functions (of HOST_FUNCTIONS) that the checkout's qsa_select.hpp declares outside comments."""
+        text = _COMMENT.sub(" ", (self.path / HEADER).read_text(errors="replace"))
+        return tuple(name for name in HOST_FUNCTIONS if re.search(rf"\b{name}\s*\(", text))
+
+    def build_files(self) -> dict[str, Path]:
+        """Every file the build reads that the checkout provides, by its path in the checkout: the four files
+        and what qsa_select.cu and they include, transitively (an include by absolute path too, named by it).
+        The toolkit's and the system's headers are not listed: the nvcc version stands for them."""
+        include = self.path / INCLUDE_DIR
+        found: dict[str, Path] = {}
+
+        def visit(path: Path) -> None:
+            label = str(path.relative_to(self.path)) if path.is_relative_to(self.path) else str(path)
+            if label in found:
+                return
+            found[label] = path
+            for quote, name in _INCLUDE.findall(path.read_text(errors="replace")):
+                if os.path.isabs(name):
+                    candidates = [Path(name)]
+                else:
+                    candidates = ([path.parent / name] if quote == '"' else []) + [include / name]
+                for candidate in candidates:
+                    if candidate.is_file():
+                        visit(candidate.resolve())
+                        break
+
+        for relative in ENGINE_FILES:
+            visit(self.path / relative)
+        return dict(sorted(found.items()))
+
+    def commit(self) -> str | None:
+        """The checked-out commit, with ``-dirty`` when the checkout's files differ from it; None outside git,
+        and None where the repository around the folder does not track its ``qsa_select.cu`` (a copy in an
+        ignored folder of another repository: that repository's commit says nothing of it)."""
+        return tracked_commit(self.path, SOURCE)
+
+
+# ---- naming a checkout: [NAME=]PATH[@REV] -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    name: str
+    path: Path
+    revision: str | None = None
+
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # no "+": it joins a window pair's names
+
+
+def parse_engine_spec(text: str) -> EngineSpec:
+    """``[NAME=]PATH[@REV]`` (``--engine base=../strata@origin/main``): the name defaults to the folder's
+    name, with ``@REV`` when a revision is given. A PATH that exists as written (an ``@`` in a folder's
+    name) has no revision."""
+    name, sep, rest = text.partition("=")
+    if not sep or not _NAME.fullmatch(name):
+        name, rest = "", text
+    path, at, revision = rest.rpartition("@")
+    if not at or Path(rest).exists():
+        path, at, revision = rest, "", ""
+    if not path:
+        raise EngineError(f"engine {text!r}: no path (expected [NAME=]PATH[@REV])")
+    if at and not revision:
+        raise EngineError(f"engine {text!r}: no revision after '@' (expected [NAME=]PATH[@REV])")
+    name = name or Path(path).resolve().name + (f"@{revision}" if revision else "")
+    return EngineSpec(name, Path(path), revision or None)
+
+
+@contextlib.contextmanager
+def open_engine(spec: str | EngineSpec) -> Iterator[EngineCheckout]:
+    """The checkout ``spec`` names; a ``PATH@REV`` one lives in a temporary worktree for the block's length
+    (build it inside the block: the library stays in the cache)."""
+    spec = parse_engine_spec(spec) if isinstance(spec, str) else spec
+    if spec.revision is None:
+        yield EngineCheckout(spec.path, spec.name)
+        return
+    with folder_at_revision(spec.path, spec.revision) as folder:  # PATH may be a folder inside its repository
+        yield EngineCheckout(folder, spec.name, origin=spec.path, revision=spec.revision)

@@ -1,0 +1,61 @@
+"""Where each kind of a loaded checkout runs: the functions the checkout has and the documented domains of
+its bool functions (spec section 8), as the engine's host side answers them under its switches."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from ..core.errors import EngineError
+from ..dispatch import CLUSTER_MIN_CC
+from .kinds import ENGINE_KINDS
+from .library import EngineLibrary
+
+ENV_EMULATE_CC = "STRATA_EMULATE_CC"
+ENV_CLUSTER = "STRATA_QSA_CLUSTER"
+SPLIT_MIN_CC, SPLIT_END_CC = 70, 90  # the split top-k: sm_70 to sm_89; the cluster's is dispatch.CLUSTER_MIN_CC
+CLUSTER_MAX_QUERIES = 16
+
+
+def answered_cc(compute_capability: int, env: Mapping[str, str]) -> int:
+    """The compute capability the engine's host side answers: ``STRATA_EMULATE_CC`` where it is set."""
+    value = env.get(ENV_EMULATE_CC, "")
+    if value == "":
+        return compute_capability
+    if not value.isdigit():
+        raise EngineError(f"{ENV_EMULATE_CC} must be a compute capability such as 86 (got {value!r})")
+    return int(value)
+
+
+def variant_refusal(lib: EngineLibrary, variant: str, compute_capability: int,
+                    env: Mapping[str, str] | None = None, nq: int | None = None) -> str | None:
+    """Why ``variant`` of ``lib`` does not run on an sm_``compute_capability`` card (one line), or None.
+
+    From the functions the checkout has and the documented domains of its bool functions (spec section 8),
+    under the switches of ``env`` (default: this process's environment, which the engine reads once).
+    """
+    if variant not in ENGINE_KINDS:
+        raise ValueError(f"unknown engine variant {variant!r} (expected one of {', '.join(ENGINE_KINDS)})")
+    missing = [f for f in ENGINE_KINDS[variant].functions if f not in lib.functions]
+    if missing:
+        return f"{lib.name}: its qsa_select.hpp declares no {' or '.join(missing)}"
+    env = os.environ if env is None else env
+    cc = answered_cc(compute_capability, env)
+    card = f"sm_{cc}" + (f" ({ENV_EMULATE_CC}={cc})" if cc != compute_capability else "")
+    if variant == "topk-split" and not SPLIT_MIN_CC <= cc < SPLIT_END_CC:
+        return (f"{lib.name}: qsa_block_topk_split runs on sm_{SPLIT_MIN_CC} to sm_{SPLIT_END_CC - 1} only; "
+                f"the card is {card}")
+    if variant == "topk-cluster":
+        if cc < CLUSTER_MIN_CC:
+            return f"{lib.name}: qsa_block_topk_cluster needs sm_{CLUSTER_MIN_CC} or newer; the card is {card}"
+        if env.get(ENV_CLUSTER) == "0":
+            return f"{lib.name}: qsa_block_topk_cluster is off ({ENV_CLUSTER}=0)"
+        if nq is not None and nq > CLUSTER_MAX_QUERIES:
+            return f"{lib.name}: qsa_block_topk_cluster takes at most {CLUSTER_MAX_QUERIES} queries (got {nq})"
+    return None
+
+
+def engine_variants(lib: EngineLibrary, compute_capability: int,
+                    env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The variants of ``lib`` that run on an sm_``compute_capability`` card (the arch it was built for)."""
+    return tuple(v for v in ENGINE_KINDS if variant_refusal(lib, v, compute_capability, env) is None)

@@ -1,0 +1,118 @@
+"""The launchers of a loaded checkout's host functions: closures that check their arrays and the card,
+then only enqueue the engine's work on the current CuPy stream (so a CUDA graph can capture them).
+
+CuPy is imported inside the functions that launch, never at import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import EngineError, EngineRefused, GeometryError
+from ..core.geometry import IDX_DIM, IDX_HEADS, MAX_QUERIES, SELECT_CAP
+from ..core.integrity import Allocator, PlainAllocator
+from ..inputs import ScorerInputs
+from .domains import variant_refusal
+from .kinds import engine_kinds
+from .library import EngineLibrary
+
+NO_ACTIVE_COUNT = -1  # the engine's "no active block count": a decode call
+
+
+def _require_runs(lib: EngineLibrary, variant: str, nq: int) -> None:
+    import cupy
+
+    cc = int(cupy.cuda.Device().compute_capability)
+    if cc != lib.arch:
+        raise EngineError(f"{lib.name} was built for sm_{lib.arch}; this device is sm_{cc}")
+    refusal = variant_refusal(lib, variant, cc, nq=nq)
+    if refusal is not None:
+        raise EngineRefused(refusal)
+
+
+def _require(name: str, a: Any, shape: tuple[int, ...], dtype: Any) -> None:
+    """The engine gets bare pointers: each array must be exactly what they point at."""
+    if a.dtype != dtype or tuple(a.shape) != shape or not a.flags.c_contiguous:
+        raise GeometryError(f"{name} must be C-contiguous {np.dtype(dtype).name} {list(shape)} "
+                            f"(got {a.dtype} {list(a.shape)})")
+
+
+@dataclass(frozen=True, eq=False)
+class EngineCall:
+    """One host function call on the current CuPy stream: ``before`` the stream argument, then ``after``.
+
+    ``arrays`` holds every array whose address is among the arguments, so none is freed while the call
+    (or a graph that captured it) can still reach it.
+    """
+
+    lib: EngineLibrary
+    function: str
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+    arrays: tuple[Any, ...]
+
+    def __call__(self) -> None:
+        import cupy
+
+        self.lib.launch(self.function, *self.before, cupy.cuda.get_current_stream().ptr, *self.after)
+
+
+def engine_scorer_launcher(lib: EngineLibrary, variant: str, dev: ScorerInputs, out: Any) -> Callable[[], None]:
+    """A closure calling ``lib``'s qsa_block_scores on ``dev`` (cupy arrays) into ``out`` (float32
+    [nq, max_blocks], poisoned by the caller).
+
+    "scores": no active count (-1), the engine's decode scorer, at most 8 queries; "scores-ref": an active
+    count of max_blocks, its per-block reference kernel over every block.
+    """
+    if variant not in engine_kinds("scores"):
+        raise ValueError(f"unknown engine scorer variant {variant!r} (expected one of {', '.join(engine_kinds('scores'))})")
+    nq, mb = dev.nq, dev.max_blocks
+    if variant == "scores" and nq > MAX_QUERIES:
+        raise GeometryError(f"the engine's decode scorer takes at most {MAX_QUERIES} queries (got {nq})")
+    for name, a, shape, dtype in (("pooled", dev.pooled, (mb, IDX_DIM), np.float32),
+                                  ("dead", dev.dead, (IDX_DIM,), np.float32),
+                                  ("q", dev.q, (nq, IDX_HEADS, IDX_DIM), np.float32),
+                                  ("steps", dev.steps, (nq, 4), np.int32),
+                                  ("scores", out, (nq, mb), np.float32)):
+        _require(name, a, shape, dtype)
+    _require_runs(lib, variant, nq)
+    arrays = (dev.pooled, dev.dead, dev.q, dev.steps, out)
+    pointers = tuple(a.data.ptr for a in arrays)
+    active = NO_ACTIVE_COUNT if variant == "scores" else mb
+    return EngineCall(lib, "qsa_block_scores", (*pointers[:4], nq, mb, pointers[4]), (active,), arrays)
+
+
+def engine_topk_launcher(lib: EngineLibrary, variant: str, scores: Any, steps: Any, ids: Any, active_blocks: int = 0,
+                         scratch: Allocator | None = None) -> Callable[[], None]:
+    """A callable calling ``lib``'s top-k ``variant`` on ``scores`` (float32 [nq, max_blocks]) and ``steps``
+    (int32 [nq, 4]) into ``ids`` (int32 [nq, SELECT_CAP], poisoned by the caller).
+
+    "topk": qsa_block_topk, what the engine dispatches (passing ``active_blocks``, a prompt call's count;
+    0, a decode call, passes none); "topk-ref", "topk-split", "topk-cluster": those functions alone. The
+    split's scratch, ``qsa_topk_split_bytes(nq)`` bytes, is taken zeroed from ``scratch`` (default: a plain
+    CuPy array) once; every call leaves it zero. EngineRefused when the variant is outside its domain here.
+    """
+    if variant not in engine_kinds("topk"):
+        raise ValueError(f"unknown engine top-k variant {variant!r} (expected one of {', '.join(engine_kinds('topk'))})")
+    from ..launch.topk import TopkLaunch, _check
+
+    nq, mb = _check(scores, steps, ids, active_blocks)
+    _require_runs(lib, variant, nq)
+    arrays: tuple[Any, ...] = (scores, steps, ids)
+    head = (scores.data.ptr, steps.data.ptr, nq, mb, SELECT_CAP, ids.data.ptr)
+    if variant == "topk":
+        return TopkLaunch((EngineCall(lib, "qsa_block_topk", head, (active_blocks or NO_ACTIVE_COUNT,), arrays),))
+    if variant != "topk-split":
+        function = "qsa_block_topk_ref" if variant == "topk-ref" else "qsa_block_topk_cluster"
+        return TopkLaunch((EngineCall(lib, function, head, (), arrays),))
+    if scratch is None:
+        import cupy
+
+        scratch = PlainAllocator(cupy)
+    buffer = scratch.zeros(f"{lib.name} split scratch", (lib.split_bytes(nq),), np.uint8)
+    call = EngineCall(lib, "qsa_block_topk_split", (*head, buffer.data.ptr), (), (*arrays, buffer))
+    return TopkLaunch((call,), accumulators=(buffer,))

@@ -1,0 +1,101 @@
+"""A built checkout loaded with ctypes: the host functions its shim wraps, each call's result and the CUDA
+error it left checked."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from ..core.errors import EngineError, EngineRefused
+from ..core.geometry import BLOCK_CELLS, IDX_DIM, IDX_HEADS, TOP_K
+from .build import EngineBuild
+
+# The shim's results other than 1, "launched" (engine_shim.cu)
+REFUSED, THREW = 0, -1
+
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+# The shim's wrapper of each host function: its arguments (engine_shim.cu).
+_SIGNATURES: dict[str, tuple[Any, ...]] = {
+    "qsa_block_scores": (_P, _P, _P, _P, _I, _I, _P, _P, _I),  # pooled dead q steps nq mb scores stream active
+    "qsa_block_topk": (_P, _P, _I, _I, _I, _P, _P, _I),  # scores steps nq mb cap ids stream active
+    "qsa_block_topk_cluster": (_P, _P, _I, _I, _I, _P, _P),  # scores steps nq mb cap ids stream
+    "qsa_topk_split_bytes": (_I, ctypes.POINTER(ctypes.c_uint64)),  # nq, the bytes out
+    "qsa_block_topk_split": (_P, _P, _I, _I, _I, _P, _P, _P),  # scores steps nq mb cap ids scratch stream
+    "qsa_block_topk_ref": (_P, _P, _I, _I, _I, _P, _P),  # scores steps nq mb cap ids stream
+}
+# The shim's own functions: (arguments, result)
+_SHIM_FUNCTIONS: dict[str, tuple[tuple[Any, ...], Any]] = {
+    "qsa_shim_functions": ((), ctypes.c_char_p),
+    "qsa_shim_index_shapes": ((ctypes.POINTER(ctypes.c_int64),), ctypes.c_int),
+    "qsa_shim_exception": ((), ctypes.c_char_p),
+    "qsa_shim_last_error": ((ctypes.c_int,), ctypes.c_int),
+    "qsa_shim_error_name": ((ctypes.c_int,), ctypes.c_char_p),
+    "qsa_shim_error_string": ((ctypes.c_int,), ctypes.c_char_p),
+}
+INDEX_SHAPES = (IDX_HEADS, IDX_DIM, BLOCK_CELLS, TOP_K)  # qsa_real_shapes()'s idx_n_head, idx_dim, idx_block, idx_top_k
+
+
+def shim_symbol(function: str) -> str:
+    """The shim's wrapper of a host function: qsa_block_scores -> qsa_shim_block_scores."""
+    return "qsa_shim_" + function.removeprefix("qsa_")
+
+
+class EngineLibrary:
+    """A built checkout loaded with ctypes: its host functions through the shim, each call checked."""
+
+    def __init__(self, build: EngineBuild) -> None:
+        self.build = build
+        self.name = build.name
+        self.arch = build.arch
+        self.provenance = build.provenance
+        try:
+            self._dll = ctypes.CDLL(str(build.library))
+        except OSError as exc:
+            raise EngineError(f"{self.name}: cannot load {build.library} ({exc})") from None
+        for symbol, (args, result) in _SHIM_FUNCTIONS.items():
+            getattr(self._dll, symbol).argtypes = args
+            getattr(self._dll, symbol).restype = result
+        self.functions = tuple(f for f in self._dll.qsa_shim_functions().decode().split(",") if f)
+        self._wrappers = {}
+        for function in self.functions:
+            wrapper = getattr(self._dll, shim_symbol(function))
+            wrapper.argtypes, wrapper.restype = _SIGNATURES[function], ctypes.c_int
+            self._wrappers[function] = wrapper
+        shapes = self.index_shapes()
+        if shapes != INDEX_SHAPES:
+            raise EngineError(f"{self.name}: qsa_real_shapes() has idx_n_head, idx_dim, idx_block, idx_top_k = "
+                              f"{shapes}, not the spec's {INDEX_SHAPES}")
+
+    def index_shapes(self) -> tuple[int, ...]:
+        out = (ctypes.c_int64 * 4)()
+        self._checked("qsa_real_shapes", self._dll.qsa_shim_index_shapes(out))
+        return tuple(int(v) for v in out)
+
+    def split_bytes(self, nq: int) -> int:
+        out = ctypes.c_uint64()
+        self._checked("qsa_topk_split_bytes", self._wrappers["qsa_topk_split_bytes"](nq, ctypes.byref(out)))
+        return int(out.value)
+
+    def _checked(self, function: str, result: int) -> int:
+        if result == THREW:
+            message = self._dll.qsa_shim_exception().decode(errors="replace")
+            raise EngineError(f"{self.name}: {function} threw: {' '.join(message.split())}")
+        return result
+
+    def launch(self, function: str, *args: Any) -> None:
+        """Call ``function`` through the shim: EngineError on an exception or a CUDA error it left,
+        EngineRefused when it returned false (it launched nothing)."""
+        result = self._checked(function, self._wrappers[function](*args))
+        code = self._dll.qsa_shim_last_error(1)
+        if code:
+            name = self._dll.qsa_shim_error_name(code).decode()
+            text = self._dll.qsa_shim_error_string(code).decode()
+            raise EngineError(f"{self.name}: {function} left CUDA error {code} {name} ({text})")
+        if result == REFUSED:
+            raise EngineRefused(f"{self.name}: {function} returned false: it launched nothing for this call "
+                                "(outside its domain, e.g. a capacity it cannot hold)")
+
+
+def load_engine(build: EngineBuild) -> EngineLibrary:
+    """The library of ``build``, loaded (a library already loaded in this process is the same handle)."""
+    return EngineLibrary(build)
