@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from qsa_cli import variants
+from qsa_cli.catalog import STAGES, qsa_catalog
 from qsa_cli.core.geometry import CLUSTER_MIN_CC
 from qsa_cli.kernels import kernel_dir
 
@@ -94,9 +94,9 @@ def test_min_arch_rule(tmp_path: Path) -> None:
 
 
 def _launcher_kernel_names() -> Iterator[tuple[str, str]]:
-    """(source, kernel name) of every variant's kernels in the registry (qsa_cli/variants.py)."""
-    for stage in variants.STAGES:
-        for v in variants.stage_variants(stage):
+    """(source, kernel name) of every variant's kernels in qsa's catalog (qsa_cli/catalog.py)."""
+    for stage in STAGES:
+        for v in qsa_catalog().stage(stage):
             for name in v.kernels:
                 yield v.source, name
 

@@ -9,7 +9,7 @@ import pytest
 from record_factory import measurement, parity, record, roles, scores_case, seed_record, topk_case
 from rich.console import Console
 
-from qsa_cli import variants as registry
+from qsa_cli.catalog import STAGES, qsa_catalog
 from qsa_cli.output import report
 from qsa_cli.record.schema import load_record
 
@@ -307,7 +307,7 @@ def test_a_record_without_roles_renders_with_the_registrys() -> None:
     old = seed_record(seed=2, noise=0.03)
     assert "roles" not in old.settings
     new = seed_record(seed=2, noise=0.03)
-    new.settings["roles"] = {stage: registry.roles(stage) for stage in registry.STAGES}
+    new.settings["roles"] = {stage: qsa_catalog().roles(stage) for stage in STAGES}
     assert [text(t) for t in report.tables(old)] == [text(t) for t in report.tables(new)]
     assert report.markdown(old) == report.markdown(new)
     assert headers(report.topk_table(old))[5:8] == ["reference", "wide (old)", "split (new)"]

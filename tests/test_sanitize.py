@@ -13,7 +13,7 @@ import pytest
 
 from qsa_cli import sanitize
 from qsa_cli.cli import main
-from qsa_cli.sanitize_child import MARKER
+from qsa_cli.sanitize import MARKER
 
 DATA = Path(__file__).parent / "data"
 MEMCHECK = (DATA / "memcheck-split-freed-counts.txt").read_text()  # 51 errors, 3 printed, the child crashed

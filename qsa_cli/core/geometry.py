@@ -25,6 +25,7 @@ RADIX_BITS = 8
 RADIX_BINS = 256
 RADIX_PASSES = 4
 WARP = 32
+BUTTERFLY_OFFSETS = tuple(WARP >> s for s in range(1, WARP.bit_length()))  # a warp sum's xor offsets: 16 ... 1
 CLUSTER_CHUNK_KEYS = WARP * CLUSTER_LANE_KEYS  # keys a warp reads at once; the emit scans a count pair a chunk
 TOPK_REF_THREADS = 256
 TOPK_WIDE_THREADS = 1024

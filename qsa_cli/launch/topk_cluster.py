@@ -1,4 +1,4 @@
-"""Launcher of the cluster top-k in ``kernels/topk_cluster.cu`` (spec section 3; sm_90 and newer).
+"""The launch shape of the cluster top-k in ``kernels/topk_cluster.cu`` (spec section 3; sm_90 and newer).
 
 A cluster of ``CLUSTER_CTAS`` CTAs per query, grid ``(CLUSTER_CTAS, nq)``; each CTA keeps its slice of
 the query's order keys in dynamic shared memory, one uint32 a block (padded to 16 bytes: a lane reads
@@ -10,7 +10,7 @@ count. A capacity whose slice does not fit the device's opt-in shared memory per
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,9 @@ from ..core.geometry import (
     capacity_of,
     cluster_slice_blocks,
 )
+from ..core.integrity import Allocator
+from .shape import Card, TopkShape
+from .topk import check_arrays
 
 SOURCE = "topk_cluster.cu"
 THREADS = TOPK_CLUSTER_THREADS
@@ -89,38 +92,42 @@ def require_cluster(compute_capability: int, max_blocks: int, device_max_smem_op
     return cluster_smem_bytes(blocks)
 
 
-def cluster_launcher(scores: Any, steps: Any, ids: Any, *, active_blocks: int = 0,
-                     variant: Any = None) -> Callable[[], None]:
-    """A closure launching the cluster top-k on ``scores`` (float32 [nq, max_blocks]) and ``steps``
-    (int32 [nq, 4]) into ``ids`` (int32 [nq, SELECT_CAP], poisoned by the caller): each query's entries
-    0..width-1. It only enqueues one launch on the current stream, so it can be captured into a CUDA graph.
-    """
-    # here, not at import: launch/topk.py may import this module
-    from .topk import _check
+class Cluster(TopkShape):
+    """A cluster of CLUSTER_CTAS CTAs a query (sm_90 and newer), its dynamic shared memory sized by the
+    capacity (a decode call) or a prompt call's active blocks: refused where that does not fit the card."""
 
-    nq, mb = _check(scores, steps, ids, active_blocks)
-    import cupy
+    name, title, min_cc = "cluster", "cluster top-k", CLUSTER_MIN_CC
 
-    device = cupy.cuda.Device()
-    optin = int(cupy.cuda.runtime.getDeviceProperties(device.id)["sharedMemPerBlockOptin"])
-    dynamic = require_cluster(int(device.compute_capability), mb, optin, active_blocks)
-    from ..variants import (  # here: variants.py reads the models, which read this module's sizes
-        compiled,
-        get,
-        with_launch,
-    )
+    def refusal(self, card: Card, max_blocks: int, active_blocks: int = 0) -> str | None:
+        try:
+            require_cluster(card.compute_capability, max_blocks, card.shared_optin_bytes, active_blocks)
+        except ClusterUnavailable as refused:
+            return str(refused)
+        return None
 
-    variant = variant or get("topk", with_launch("topk", "cluster"))  # a variants.Variant of the cluster's launch
-    kernel = compiled(variant).function(variant.kernels[0])
-    static = int(kernel.attributes["shared_size_bytes"])
-    if static > STATIC_SMEM_BYTES:
-        raise KernelError(f"{SOURCE}: {static} B of static shared memory, over the {STATIC_SMEM_BYTES} B the launcher sizes for")
-    # The limit belongs to the kernel, shared by every launcher: only ever raise it.
-    kernel.max_dynamic_shared_size_bytes = max(kernel.max_dynamic_shared_size_bytes, dynamic)
-    grid, block = (CLUSTER_CTAS, nq), (THREADS,)
-    args = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
+    def build(self, variant: Any, code: Callable[[], Any], scores: Any, steps: Any, ids: Any, *, active_blocks: int,
+              scratch: Allocator | None, switches: Mapping[str, str]) -> Callable[[], None]:
+        """One launch on the current stream, so it can be captured into a CUDA graph."""
+        nq, mb = check_arrays(scores, steps, ids, active_blocks)
+        import cupy
 
-    def launch() -> None:
-        kernel(grid, block, args, shared_mem=dynamic)
+        device = cupy.cuda.Device()
+        optin = int(cupy.cuda.runtime.getDeviceProperties(device.id)["sharedMemPerBlockOptin"])
+        dynamic = require_cluster(int(device.compute_capability), mb, optin, active_blocks)
+        kernel = code().function(variant.kernels[0])
+        static = int(kernel.attributes["shared_size_bytes"])
+        if static > STATIC_SMEM_BYTES:
+            raise KernelError(f"{SOURCE}: {static} B of static shared memory, over the {STATIC_SMEM_BYTES} B the "
+                              "launcher sizes for")
+        # The limit belongs to the kernel, shared by every launcher: only ever raise it.
+        kernel.max_dynamic_shared_size_bytes = max(kernel.max_dynamic_shared_size_bytes, dynamic)
+        grid, block = (CLUSTER_CTAS, nq), (THREADS,)
+        args = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
 
-    return launch
+        def launch() -> None:
+            kernel(grid, block, args, shared_mem=dynamic)
+
+        return launch
+
+
+CLUSTER = Cluster()

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.table import Table
 
-from .. import variants as registry
+from ..catalog import qsa_catalog
 from ..core.geometry import BLOCK_CELLS
 from ..record.schema import Measurement, ParityCheck, RunRecord
 from ..record.vocabulary import DEFAULT_KEYS
@@ -152,7 +152,7 @@ def roles_of(record: RunRecord, stage: str) -> dict[str, str]:
         scorer, topk = roles_of(record, scores_stage.STAGE), roles_of(record, topk_stage.STAGE)
         return {role: window_stage.pair_name(name, topk[role]) for role, name in scorer.items() if role in topk}
     recorded = record.settings.get("roles") or {}
-    return dict(recorded[stage]) if stage in recorded else registry.roles(stage)
+    return dict(recorded[stage]) if stage in recorded else qsa_catalog().roles(stage)
 
 
 def _measured(record: RunRecord, stage: str) -> list[str]:

@@ -25,7 +25,7 @@ from ..core.errors import EngineRefused
 from ..core.integrity import GuardedBuffers
 from ..record.schema import Measurement
 from ..timing import Launch
-from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, to_host
+from .common import Integrity, Measurer, Progress, StageOutcome, array_module, bitwise_check, no_progress, to_host
 
 
 class Runnable(Protocol):
@@ -61,7 +61,7 @@ class Stage(Protocol):
     def place(self, buffers: GuardedBuffers) -> Placed:
         """The inputs copied into ``buffers`` and the output carved from them, poisoned."""
 
-    def launcher(self, variant: Any, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
+    def launch(self, variant: Any, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
         """What runs ``variant`` on the placed arrays: its kernels, or its CPU model on the CPU backend.
         EngineRefused when an engine variant does not take the call."""
 
@@ -106,13 +106,15 @@ def poisoned(xp: Any, output: Any, poison: np.ndarray) -> Callable[[], None]:
 
 
 def run_stage(stage: Stage, variants: Sequence[Runnable], measurer: Measurer, roles: Mapping[str, str] | None,
-              check_model: bool = True, same_bits: tuple[tuple[str, str], ...] = ()) -> StageOutcome:
+              check_model: bool = True, same_bits: tuple[tuple[str, str], ...] = (),
+              progress: Progress = no_progress) -> StageOutcome:
     """Every variant of ``variants`` on the stage's inputs, the reference points, then the checks.
 
     ``roles`` name the reference every variant is checked against (when it ran) and the baseline and
     candidate checked against each other (None: the stage has no roles, as the window's pairs); with
     ``check_model`` every variant is checked against the CPU model too. ``same_bits``: (subject, against)
-    pairs checked against each other besides (qsa compare's candidate against its base)."""
+    pairs checked against each other besides (qsa compare's candidate against its base). ``progress`` is
+    told before each variant runs."""
     on_gpu = measurer.timer is not None
     case = stage.case(measurer.l2)
     out = StageOutcome()
@@ -120,9 +122,10 @@ def run_stage(stage: Stage, variants: Sequence[Runnable], measurer: Measurer, ro
         buffers = GuardedBuffers(array_module(on_gpu))
         placed = stage.place(buffers)
         integrity = Integrity(buffers, placed.inputs)
-        for v in variants:
+        for i, v in enumerate(variants):
+            progress(i, len(variants), f"{stage.name} {v.name}")
             try:
-                launch = stage.launcher(v, buffers, on_gpu)
+                launch = stage.launch(v, buffers, on_gpu)
                 placed.repoison()
                 launch()
             except EngineRefused as refused:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..catalog import Launcher, Variant
 from ..core.integrity import GuardedBuffers
 from ..inputs import ScorerInputs, score_poison
 from ..model.scores import first_difference, score_blocks, scores_hash
@@ -20,7 +21,7 @@ from ..record.vocabulary import CPU_MODEL, READ_FLOOR
 from ..record.vocabulary import SCORES as STAGE
 from ..timing import Launch
 from .base import Placed, StageBase, poisoned, run_stage
-from .common import Measurer, StageOutcome, call_case, keys_case
+from .common import Measurer, Progress, StageOutcome, call_case, keys_case, no_progress
 
 SCORER_INPUTS = ("pooled", "dead", "q", "steps")  # ScorerInputs' arrays, in its field order
 
@@ -46,8 +47,9 @@ class ScorerStage(StageBase):
 
     name, model_name = STAGE, CPU_MODEL
 
-    def __init__(self, inputs: ScorerInputs) -> None:
+    def __init__(self, inputs: ScorerInputs, launcher: Launcher | None) -> None:
         self.inputs = inputs
+        self.launcher = launcher  # the GPU's (catalog.Launcher)
         self.bytes_read = inputs.key_bytes()
 
     def case(self, l2: str) -> dict[str, Any]:
@@ -58,11 +60,9 @@ class ScorerStage(StageBase):
         self.scores = buffers.empty("scores", (self.inputs.nq, self.inputs.max_blocks), np.float32)
         return Placed(watched, self.scores, poisoned(buffers.xp, self.scores, score_poison(self.scores.shape)))
 
-    def launcher(self, variant: Any, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
+    def launch(self, variant: Variant, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
         if on_gpu:
-            from ..launch.scores import scorer_launcher
-
-            return scorer_launcher(variant.name, self.placed, self.scores)
+            return self.launcher.scorer(variant, self.placed, self.scores)
         return lambda: np.copyto(self.scores, score_blocks(self.placed, variant.model))
 
     def model(self) -> np.ndarray:
@@ -80,8 +80,10 @@ class ScorerStage(StageBase):
             yield measurer.measure(STAGE, READ_FLOOR, case, floor, bytes_read=self.bytes_read)
 
 
-def run_scores(inputs: ScorerInputs, measurer: Measurer, variants: tuple[Any, ...], roles: Mapping[str, str],
-               check_model: bool = True, same_bits: tuple[tuple[str, str], ...] = ()) -> StageOutcome:
-    """``variants`` (catalog.Variant) on ``inputs``, each timed, checked bit for bit against the reference,
-    the butterfly order's CPU model, and the roles' baseline against their candidate (stages/base.py)."""
-    return run_stage(ScorerStage(inputs), variants, measurer, roles, check_model, same_bits)
+def run_scores(inputs: ScorerInputs, measurer: Measurer, variants: tuple[Variant, ...], roles: Mapping[str, str],
+               launcher: Launcher | None, check_model: bool = True, same_bits: tuple[tuple[str, str], ...] = (),
+               progress: Progress = no_progress) -> StageOutcome:
+    """``variants`` on ``inputs`` (through ``launcher`` on the GPU, as their CPU models on the CPU), each timed,
+    checked bit for bit against the reference, the butterfly order's CPU model, and the roles' baseline
+    against their candidate (stages/base.py)."""
+    return run_stage(ScorerStage(inputs, launcher), variants, measurer, roles, check_model, same_bits, progress)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..catalog import Launcher, Variant
 from ..core.geometry import BLOCK_CELLS, SELECT_CAP, STEP_WIDTH, blocks_read
 from ..core.integrity import GuardedBuffers
 from ..inputs import TopkInputs, id_poison
@@ -39,8 +40,9 @@ class TopkStage(StageBase):
 
     name, model_name = STAGE, CPU_ORACLE
 
-    def __init__(self, inputs: TopkInputs, active_blocks: int, argpartition: bool) -> None:
+    def __init__(self, inputs: TopkInputs, active_blocks: int, argpartition: bool, launcher: Launcher | None) -> None:
         self.inputs = inputs
+        self.launcher = launcher  # the GPU's (catalog.Launcher)
         self.active_blocks = active_blocks
         self.argpartition = argpartition
 
@@ -55,13 +57,10 @@ class TopkStage(StageBase):
         watched = {"scores": (self.placed.scores, self.inputs.scores), "steps": (self.placed.steps, self.inputs.steps)}
         return Placed(watched, self.ids, poisoned(buffers.xp, self.ids, id_poison(self.ids.shape)))
 
-    def launcher(self, variant: Any, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
-        if on_gpu:
-            from ..launch.topk import topk_launcher
-
-            # the split's scratch between guard zones too
-            return topk_launcher(variant.name, self.placed.scores, self.placed.steps, self.ids,
-                                 active_blocks=self.active_blocks, scratch=buffers)
+    def launch(self, variant: Variant, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
+        if on_gpu:  # any scratch between guard zones too
+            return self.launcher.topk(variant, self.placed.scores, self.placed.steps, self.ids, self.active_blocks,
+                                      scratch=buffers)
         return lambda: np.copyto(self.ids, topk_ids(self.placed, variant.model, self.active_blocks))
 
     def model(self) -> np.ndarray:
@@ -75,12 +74,14 @@ class TopkStage(StageBase):
             yield measurer.measure(STAGE, ARGPARTITION, case, _argpartition_launcher(self.placed.scores, self.inputs))
 
 
-def run_topk(inputs: TopkInputs, measurer: Measurer, variants: tuple[Any, ...], roles: Mapping[str, str],
-             active_blocks: int = 0, check_model: bool = True, argpartition: bool = False,
+def run_topk(inputs: TopkInputs, measurer: Measurer, variants: tuple[Variant, ...], roles: Mapping[str, str],
+             launcher: Launcher | None, active_blocks: int = 0, check_model: bool = True, argpartition: bool = False,
              same_bits: tuple[tuple[str, str], ...] = ()) -> StageOutcome:
-    """``variants`` (catalog.Variant) on ``inputs``, each timed, its ids checked bit for bit against the
-    reference, the CPU oracle, and the roles' baseline against their candidate (stages/base.py)."""
-    return run_stage(TopkStage(inputs, active_blocks, argpartition), variants, measurer, roles, check_model, same_bits)
+    """``variants`` on ``inputs`` (through ``launcher`` on the GPU, as their CPU models on the CPU), each
+    timed, its ids checked bit for bit against the reference, the CPU oracle, and the roles' baseline
+    against their candidate (stages/base.py)."""
+    return run_stage(TopkStage(inputs, active_blocks, argpartition, launcher), variants, measurer, roles,
+                     check_model, same_bits)
 
 
 def _argpartition_launcher(scores: Any, inputs: TopkInputs) -> Any:
@@ -94,15 +95,13 @@ def _argpartition_launcher(scores: Any, inputs: TopkInputs) -> Any:
     return lambda: cupy.argpartition(view, kth, axis=1)
 
 
-def graph_replay_check(inputs: TopkInputs, replays: int, variant: str) -> tuple[bool, str]:
+def graph_replay_check(inputs: TopkInputs, replays: int, variant: Variant, launcher: Launcher) -> tuple[bool, str]:
     """Capture ``variant`` as a CUDA graph and replay it: every replay must give the oracle's ids.
 
     The engine replays its decode graph every step, so a kernel's scratch must be left clean by
     each run; the output is re-poisoned before every replay, so stale ids cannot pass.
     """
     import cupy
-
-    from ..launch.topk import topk_launcher
 
     expected = topk_ids(inputs, "oracle")
     stream = cupy.cuda.Stream(non_blocking=True)
@@ -112,7 +111,7 @@ def graph_replay_check(inputs: TopkInputs, replays: int, variant: str) -> tuple[
         steps = buffers.asarray("steps", inputs.steps)
         poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
         ids = buffers.empty("ids", poison.shape, np.int32)
-        launch = topk_launcher(variant, scores, steps, ids, scratch=buffers)
+        launch = launcher.topk(variant, scores, steps, ids, scratch=buffers)
         launch()  # module loading and first-use work stay out of the capture
         stream.begin_capture()
         launch()

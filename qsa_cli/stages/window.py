@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..catalog import Launcher, Variant
 from ..core.geometry import SELECT_CAP
 from ..core.integrity import GuardedBuffers
 from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
@@ -23,17 +24,17 @@ from ..record.vocabulary import CPU_ORACLE, pair_name
 from ..record.vocabulary import WINDOW as STAGE
 from ..timing import Launch
 from .base import Placed, StageBase, poisoned, run_stage
-from .common import Measurer, StageOutcome, call_case, keys_case
+from .common import Measurer, Progress, StageOutcome, call_case, keys_case, no_progress
 from .scores import place_scorer_inputs
 from .topk import describe_difference
 
 
 @dataclass(frozen=True)
 class WindowPair:
-    """A top-k variant after the scorer it follows (catalog.Variant each), as one graph."""
+    """A top-k variant after the scorer it follows, as one graph."""
 
-    scorer: Any
-    topk: Any
+    scorer: Variant
+    topk: Variant
 
     @property
     def name(self) -> str:
@@ -46,10 +47,11 @@ class WindowStage(StageBase):
 
     name, model_name = STAGE, CPU_ORACLE
 
-    def __init__(self, inputs: ScorerInputs) -> None:
+    def __init__(self, inputs: ScorerInputs, launcher: Launcher) -> None:
         import cupy
 
         self.inputs = inputs
+        self.launcher = launcher
         self.bytes_read = inputs.key_bytes()
         self.stream = cupy.cuda.Stream(non_blocking=True)
 
@@ -72,13 +74,9 @@ class WindowStage(StageBase):
 
         return Placed(watched, self.ids, repoison)
 
-    def launcher(self, variant: Any, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
-        from ..launch.scores import scorer_launcher
-        from ..launch.topk import topk_launcher
-
-        score = scorer_launcher(variant.scorer.name, self.placed, self.scores)
-        select = topk_launcher(variant.topk.name, self.scores, self.placed.steps, self.ids, active_blocks=0,
-                               scratch=buffers)
+    def launch(self, variant: WindowPair, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
+        score = self.launcher.scorer(variant.scorer, self.placed, self.scores)
+        select = self.launcher.topk(variant.topk, self.scores, self.placed.steps, self.ids, scratch=buffers)
         score()
         select()  # first use (module load, attributes) stays out of the capture
         self.stream.begin_capture()
@@ -99,10 +97,10 @@ class WindowStage(StageBase):
         return describe_difference(self.inputs.steps, a, b)
 
 
-def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[WindowPair, ...],
-               same_bits: tuple[tuple[str, str], ...] = ()) -> StageOutcome:
+def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[WindowPair, ...], launcher: Launcher,
+               same_bits: tuple[tuple[str, str], ...] = (), progress: Progress = no_progress) -> StageOutcome:
     """Capture each pair as one graph, time its replays, check its ids against the CPU oracle's.
 
     The inputs, the scores, the ids and the split's scratch sit between guard zones. ``same_bits``:
     (subject, against) pairs of pair names whose ids are checked against each other too (qsa compare)."""
-    return run_stage(WindowStage(inputs), pairs, measurer, None, True, same_bits)
+    return run_stage(WindowStage(inputs, launcher), pairs, measurer, None, True, same_bits, progress)
