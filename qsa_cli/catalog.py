@@ -33,7 +33,7 @@ from .core.geometry import (
     TOPK_SPLIT_THREADS,
     TOPK_WIDE_THREADS,
 )
-from .kernels import Module, kernel_dir, load
+from .kernels import BENCH, HEADER, Module, check_kernel_dir, kernel_dir, load
 from .launch.scores import HALVING, PER_BLOCK, STRIDING
 from .launch.shape import LaunchShape
 from .launch.topk import ONE_CTA, SPLIT
@@ -216,6 +216,17 @@ class Catalog:
         """The variant's launch on ``arrays`` (its shape's ``build``): its code is compiled or looked up only
         once the arrays passed the shape's checks."""
         return variant.launch.build(variant, lambda: self.code(variant), *arrays, **options)
+
+
+def kernel_sources() -> tuple[str, ...]:
+    """The files a folder of qsa's kernel sources has: the header, every source of qsa's variants, the timer's."""
+    return (HEADER, *dict.fromkeys(v.source for v in QSA_VARIANTS), BENCH)
+
+
+def check_kernels(path: Path) -> Path:
+    """``path`` as a folder of qsa's kernel sources (``--kernels DIR``): a KernelError (one line) naming a
+    file it lacks."""
+    return check_kernel_dir(path, kernel_sources())
 
 
 def qsa_catalog(kernels: Path | None = None) -> Catalog:

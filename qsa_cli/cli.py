@@ -85,10 +85,10 @@ def _kernels_folder(ctx: click.Context, param: click.Parameter, value: str | Non
         return None
     from pathlib import Path
 
-    from .kernels import check_kernel_dir
+    from .catalog import check_kernels
 
     try:
-        return check_kernel_dir(Path(value))
+        return check_kernels(Path(value))
     except KernelError as bad:
         raise UsageProblem(str(bad)) from None
 

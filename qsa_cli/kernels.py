@@ -36,7 +36,7 @@ def compile_options() -> tuple[str, ...]:
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.MULTILINE)  # one line, its newline kept
 
 
-REQUIRED_SOURCES = ("qsa_common.cuh", "scores.cu", "topk.cu", "topk_cluster.cu", "bench.cu")
+HEADER, BENCH = "qsa_common.cuh", "bench.cu"  # every kernel's constants and helpers; the timer's kernels
 
 
 def kernel_dir() -> Path:
@@ -44,16 +44,17 @@ def kernel_dir() -> Path:
     else the checkout's. A run may compile from another folder (``--kernels DIR``: its catalog's)."""
     here = Path(__file__).resolve().parent
     for candidate in (here / "kernel_src", here.parent / "kernels"):
-        if (candidate / "qsa_common.cuh").is_file():
+        if (candidate / HEADER).is_file():
             return candidate
     raise KernelError(f"kernel sources not found (looked in {here / 'kernel_src'} and {here.parent / 'kernels'})")
 
 
-def check_kernel_dir(path: Path) -> Path:
-    """``path`` as a folder of kernel sources: a KernelError (one line) naming what it lacks."""
+def check_kernel_dir(path: Path, required: tuple[str, ...]) -> Path:
+    """``path`` as a folder of kernel sources with the ``required`` files (catalog.kernel_sources): a
+    KernelError (one line) naming what it lacks."""
     if not path.is_dir():
         raise KernelError(f"--kernels {path}: no such folder")
-    missing = [name for name in REQUIRED_SOURCES if not (path / name).is_file()]
+    missing = [name for name in required if not (path / name).is_file()]
     if missing:
         raise KernelError(f"--kernels {path}: no {', '.join(missing)} (a copy of qsa's kernels/ folder is expected)")
     return path.resolve()
@@ -101,7 +102,7 @@ _DEFINE = re.compile(r"^#define\s+(QSA_\w+)\s+(\S+)", re.MULTILINE)
 def header_defines(folder: Path | None = None) -> dict[str, str]:
     """The ``#define QSA_*`` constants of ``folder``'s ``qsa_common.cuh`` (default: the installed kernels'),
     as written (for the agreement check)."""
-    return dict(_DEFINE.findall(((folder or kernel_dir()) / "qsa_common.cuh").read_text()))
+    return dict(_DEFINE.findall(((folder or kernel_dir()) / HEADER).read_text()))
 
 
 def sources_hash(folder: Path | None = None) -> str:

@@ -6,16 +6,13 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .catalog import Catalog, Variant, kernel_sources
 from .core.errors import SideError
 from .core.git import folder_at_revision
 from .engine.attach import attached
 from .engine.checkout import SOURCE, parse_engine_spec
-from .kernels import REQUIRED_SOURCES, check_kernel_dir
-
-if TYPE_CHECKING:
-    from .catalog import Catalog, Variant
 
 SIDE_NAMES = ("base", "candidate")  # a side's name when it is not given one (NAME=PATH)
 
@@ -44,13 +41,14 @@ def side_kind(path: Path) -> tuple[str, Path]:
     (one line) when it is neither."""
     if (path / SOURCE).is_file():
         return "engine", path
+    required = kernel_sources()
     for folder in (path, path / "kernels"):
-        if all((folder / name).is_file() for name in REQUIRED_SOURCES):
-            return "kernels", check_kernel_dir(folder)
+        if all((folder / name).is_file() for name in required):
+            return "kernels", folder.resolve()
     if not path.is_dir():
         raise SideError(f"{path}: no such folder")
     raise SideError(f"{path}: neither an engine checkout (no {SOURCE}) nor a folder of qsa's kernel sources "
-                    f"(no {', '.join(REQUIRED_SOURCES)}, here or in kernels/)")
+                    f"(no {', '.join(required)}, here or in kernels/)")
 
 
 @dataclass(frozen=True)

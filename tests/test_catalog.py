@@ -132,3 +132,13 @@ def test_a_reused_kernel_scorer_added_to_the_table_runs_everywhere(capsys, tmp_p
     code, out, err = run(capsys, "sweep", str(sweep), "--backend", "cpu", "--json", str(js))
     assert code == 0, err
     assert {m["variant"] for m in json.loads(js.read_text())["measurements"]} == {"multi", "multi-copy"}
+
+
+def test_a_kernels_folder_has_every_source_the_table_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from qsa_cli.core.errors import KernelError
+
+    assert catalog.kernel_sources() == ("qsa_common.cuh", "scores.cu", "topk.cu", "topk_cluster.cu", "bench.cu")
+    assert catalog.check_kernels(kernel_dir()) == kernel_dir().resolve()
+    monkeypatch.setattr(catalog, "QSA_VARIANTS", (*QSA_VARIANTS, dataclasses.replace(WIDE_COPY, source="topk_new.cu")))
+    with pytest.raises(KernelError, match="no topk_new.cu"):
+        catalog.check_kernels(kernel_dir())
