@@ -18,8 +18,9 @@ from typing import Any
 
 import click
 
-# none of these imports numpy or CuPy at import
+# none of these imports numpy, CuPy or rich at import
 from .core.errors import EngineError, KernelError, QsaError
+from .output import FORMATS
 from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from .timing import DEFAULT_WARMUP
 
@@ -48,6 +49,17 @@ class OutputPath(click.ParamType):
 
 
 OUTPUT = OutputPath()
+STDOUT = "-"  # --json -: the record on stdout
+
+
+class RecordPath(OutputPath):
+    """--json's file, or ``-`` for stdout."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        return STDOUT if value == STDOUT else super().convert(value, param, ctx)
+
+
+RECORD = RecordPath()
 
 
 def _err(message: str) -> None:
@@ -126,6 +138,24 @@ KERNELS_OPTION = click.option(
     help="Compile qsa's kernels from this copy of kernels/ instead of the installed ones (edit the copy).")
 
 
+def output_options() -> list[Callable[..., Any]]:
+    """--format and --markdown: how a command prints its results."""
+    return [
+        click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
+                     help="How to print the results: tables (the default; folded to the width where a table "
+                          "does not fit), pull-request markdown, CSV (a line per stage, case and variant) or "
+                          "the JSON record."),
+        click.option("--markdown", is_flag=True, help="The same as --format markdown."),
+    ]
+
+
+QUIET_OPTION = click.option("--quiet", is_flag=True, help="No progress on stderr.")
+
+
+def with_options(options: list[Callable[..., Any]]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return lambda f: functools.reduce(lambda acc, opt: opt(acc), reversed(options), f)
+
+
 def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The options every measuring command shares."""
     options = [
@@ -141,10 +171,11 @@ def run_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--lock-clocks", "lock_spec", metavar="SM_MHZ[,MEM_MHZ]",
                      help="Lock the GPU clocks for the run (needs the permission); restored on every way out."),
         click.option("--lock-clocks-optional", is_flag=True, help="Warn and go on unlocked when locking is refused."),
-        click.option("--json", "json_path", type=OUTPUT,
-                     help="Write the run's result record (every sample) to this file; on Ctrl-C, what was "
-                          "measured so far, marked incomplete."),
-        click.option("--markdown", is_flag=True, help="Also print the tables as pull-request markdown."),
+        click.option("--json", "json_path", type=RECORD,
+                     help="Write the run's result record (every sample) to this file (- for stdout: then the "
+                          "tables go to stderr); on Ctrl-C, what was measured so far, marked incomplete."),
+        *output_options(),
+        QUIET_OPTION,
         KERNELS_OPTION,
         ENGINE_OPTION,
         click.option("--variants", "variants", metavar="V,V,...", callback=_names,
@@ -209,9 +240,10 @@ def _kept_if_interrupted(opened: AbstractContextManager[Any], json_path: str | N
             raise
         s.record.incomplete = True
         s.record.notes.append("interrupted: the run stopped here, so this record holds only what was measured before")
-        s.record.write(json_path)
+        _write_record(s.record.to_dict(), json_path)
         click.echo(err=True)  # closes the terminal's ^C echo, as click does when it sees the interrupt
-        click.echo(f"qsa: interrupted: the {len(s.record.measurements)} measurements taken are in {json_path}, "
+        where = "stdout" if json_path == STDOUT else json_path
+        click.echo(f"qsa: interrupted: the {len(s.record.measurements)} measurements taken are in {where}, "
                    "marked incomplete", err=True)
         raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
 
@@ -237,31 +269,66 @@ def _open(opts: dict[str, Any], command: str, config: Any = None, sides: Any = N
                                 opts["json_path"])
 
 
-def _finish(record: Any, opts: dict[str, Any], tables: list[Any]) -> int:
-    from rich.console import Console
-    from rich.markup import escape
+# ---- the one finish path: the record written, the results printed, the verdict, the exit status --------------
 
-    from .output import report
 
-    console = Console()
-    for table in tables:
-        console.print(table)
-    console.print(report.clocks_line(record))
-    if opts["markdown"]:
-        click.echo(report.markdown(record))  # plain: a console would wrap the lines
-    if opts["json_path"]:
-        record.write(opts["json_path"])
-    failed = [p for p in record.parity if not p.equal]
-    broken = [t for t in record.thresholds if not t.passed]
-    for p in failed[:5]:
-        console.print(f"[red]DIFFERS[/red] {escape(f'{p.key}: {p.subject} vs {p.against}: {p.detail}')}", highlight=False)
-    if record.passed:
-        console.print("[green]PASS[/green]")
-        return 0
-    why = ([f"{len(failed)} checks differ"] if failed else []) + (
-        [f"{len(broken)} of {len(record.thresholds)} thresholds broken"] if broken else [])
-    console.print(f"[red]FAIL[/red] ({', '.join(why)})")
-    return EXIT_PARITY
+def _chosen_format(opts: dict[str, Any]) -> str:
+    """--format, or markdown for --markdown (taken out of ``opts``); checked before anything runs."""
+    fmt, markdown = opts.pop("fmt"), opts.pop("markdown")
+    if markdown and fmt not in (None, "markdown"):
+        raise UsageProblem(f"--markdown is --format markdown: give one, not --markdown and --format {fmt}")
+    return "markdown" if markdown else fmt or "table"
+
+
+def _write_record(data: dict[str, Any], json_path: str) -> None:
+    """The record to its file (whole or not at all), or to stdout for ``-``."""
+    if json_path == STDOUT:
+        import json
+
+        sys.stdout.write(json.dumps(data, indent=1) + "\n")
+        sys.stdout.flush()
+        return
+    from .record.schema import write_json
+
+    write_json(json_path, data)
+
+
+def _finish(printed: Any, fmt: str, json_path: str | None = None, then_write: Callable[[], None] | None = None) -> int:
+    """Every command ends here. The record is written first (--json), so that nothing the printing meets
+    can lose it, then the command's other files (``then_write``: the gate's JUnit); then the results in
+    ``fmt``, then the verdict lines, then the exit status. With ``--json -`` stdout is the record and
+    everything else goes to stderr; a csv or json stdout gets no verdict lines (they go to stderr). A
+    reader that closes its end early (``| head -1``) ends the printing quietly, and the exit status is
+    still the run's verdict."""
+    results = sys.stderr if json_path == STDOUT else sys.stdout
+    verdicts = results if fmt in ("table", "markdown") else sys.stderr
+    files_written = False
+    try:
+        if json_path:
+            _write_record(printed.data, json_path)
+        if then_write is not None:
+            then_write()
+        files_written = True
+        if not (json_path == STDOUT and fmt == "json"):  # the record is on stdout already
+            printed.write(fmt, results)
+        for line in printed.verdict:
+            verdicts.write(line + "\n")
+        verdicts.flush()
+    except BrokenPipeError:
+        import os
+
+        # whatever is still buffered for the closed pipe goes nowhere, so exiting flushes without an error
+        for stream in {sys.stdout, results, verdicts}:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        if not files_written and then_write is not None:
+            then_write()  # the record's reader (--json -) went away before the other files were written
+    return 0 if printed.passed else EXIT_PARITY
+
+
+def _finish_record(record: Any, fmt: str, json_path: str | None) -> int:
+    from .output.printed import of_record
+
+    return _finish(of_record(record), fmt, json_path)
 
 
 @cli.command("select-bench", context_settings=POSITIONAL_NEGATIVES)
@@ -282,13 +349,14 @@ def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int,
     from .runs.stages import scorer_inputs
     from .runs.stages import select_bench as run
 
+    fmt = _chosen_format(opts)
     if keys != DEFAULT_KEYS and (config_name or inputs_path):
         raise UsageProblem("--keys applies to synthetic inputs, not to --inputs or --config (a sweep's cases name "
                            "their keys)")
     if config_name:
         if args or inputs_path or dump_path:
             raise UsageProblem("--config takes no CTX Q ITERS CAP, --inputs or --dump")
-        return _sweep(config_name, "scores", opts, "select-bench --config")
+        return _sweep(config_name, "scores", opts, fmt, "select-bench --config")
     if inputs_path:
         if args:
             raise UsageProblem("give CTX Q ITERS CAP or --inputs FILE, not both")
@@ -305,9 +373,7 @@ def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int,
         outcome = run(s, inputs, iters)
         if dump_path:
             save_npz_atomic(dump_path, steps=inputs.steps, **{k.replace("-", "_"): v for k, v in outcome.outputs.items()})
-        from .output import report
-
-        return _finish(s.record, opts, [report.scores_table(s.record)])
+    return _finish_record(s.record, fmt, opts["json_path"])
 
 
 @cli.command("topk-parity", context_settings=POSITIONAL_NEGATIVES)
@@ -334,17 +400,19 @@ def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, 
     from .runs.stages import topk_parity as run
     from .runs.stages import topk_score_sets
 
+    fmt = _chosen_format(opts)
     if config_name:
         if args or inputs_path or dump_path or selftest:
             raise UsageProblem("--config takes no CTX Q ITERS CAP [COUNT], --inputs, --dump or --selftest")
-        return _sweep(config_name, "topk", opts, "topk-parity --config")
+        return _sweep(config_name, "topk", opts, fmt, "topk-parity --config")
     if selftest:
         if args or inputs_path:
             raise UsageProblem("--selftest takes no CTX Q ITERS CAP and no --inputs")
-        with _open(opts, "topk-parity --selftest") as s:
-            rows = topk_selftest(s, opts["seed"], progress=lambda done, total, msg: click.echo(f"  {msg}", err=True)
-                                 if done < total else None)
-            return _finish_selftest(s.record, rows, opts)
+        from .output.progress import progress_on
+
+        with _open(opts, "topk-parity --selftest") as s, progress_on(opts["quiet"]) as progress:
+            rows = topk_selftest(s, opts["seed"], progress=progress)
+        return _finish_selftest(s.record, rows, fmt, opts["json_path"])
     if inputs_path:
         if args:
             raise UsageProblem("give CTX Q ITERS CAP [COUNT] or --inputs FILE, not both")
@@ -371,31 +439,16 @@ def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, 
         outcome = run(s, sets, iters, active)
         if dump_path:
             save_npz_atomic(dump_path, **{k.replace("-", "_").replace(".", "__"): v for k, v in outcome.outputs.items()})
-        from .output import report
-
-        return _finish(s.record, opts, [report.topk_table(s.record)])
+    return _finish_record(s.record, fmt, opts["json_path"])
 
 
-def _finish_selftest(record: Any, rows: list[Any], opts: dict[str, Any]) -> int:
-    from rich.console import Console
-    from rich.table import Table
+def _finish_selftest(record: Any, rows: list[Any], fmt: str, json_path: str | None) -> int:
+    """A selftest's checks into its record (the runner returns them beside it), then the one finish path."""
+    from .output.printed import of_selftest
+    from .record.schema import SelftestCheck
 
-    table = Table(title="qsa selftest")
-    for col in ("check", "cases", "result", "time"):
-        table.add_column(col, justify="right" if col in ("cases", "time") else "left")
-    for r in rows:
-        result = "[green]PASS[/green]" if r.passed is True else ("[yellow]SKIP[/yellow]" if r.passed is None else "[red]FAIL[/red]")
-        table.add_row(r.check, str(r.cases), result, f"{r.seconds:.2f} s")
-    console = Console()
-    console.print(table)
-    for r in rows:
-        if r.detail:
-            console.print(f"{r.check}: {r.detail}", highlight=False, markup=False)
-    if opts.get("json_path"):
-        record.write(opts["json_path"])
-    failed = [r for r in rows if r.passed is False]
-    console.print("[green]PASS[/green]" if not failed else f"[red]FAIL[/red] ({len(failed)} checks)")
-    return EXIT_PARITY if failed else 0
+    record.checks = [SelftestCheck(r.check, r.cases, r.passed, r.seconds, r.detail) for r in rows]
+    return _finish(of_selftest(record), fmt, json_path)
 
 
 @cli.command("selftest")
@@ -405,40 +458,33 @@ def _finish_selftest(record: Any, rows: list[Any], opts: dict[str, Any]) -> int:
               help="A missing CUDA device is an error, exit 2 (default: skip the GPU checks).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--json", "json_path", type=OUTPUT)
+@click.option("--json", "json_path", type=RECORD, help="Write the run's record (every check) to this file (- for stdout).")
+@with_options(output_options())
+@QUIET_OPTION
 def selftest(require_gpu: bool, seed: int, device_id: int, json_path: str | None, engines: tuple[str, ...],
-             kernels: Any) -> int:
+             **opts: Any) -> int:
     """Every check this machine can run: the CPU models always, the kernels (an engine checkout's too) when
     a device is found."""
     from .runs.selftest import selftest as run
     from .session import Settings
 
-    record, rows = run(Settings(seed=seed, device_id=device_id, engines=engines, kernels=kernels), require_gpu,
+    fmt = _chosen_format(opts)
+    record, rows = run(Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"]), require_gpu,
                        sys.argv[1:])
-    return _finish_selftest(record, rows, {"json_path": json_path})
+    return _finish_selftest(record, rows, fmt, json_path)
 
 
-def _sweep(config_name: str, stage: str | None, opts: dict[str, Any], command: str) -> int:
-    from rich.progress import Progress
-
+def _sweep(config_name: str, stage: str | None, opts: dict[str, Any], fmt: str, command: str) -> int:
     from .config import config_path, load_config
-    from .output import report
+    from .output.progress import progress_on
     from .runs.sweep import sweep
 
     config = load_config(config_path(config_name))
     if stage is not None and not config.cases(stage):
         raise UsageProblem(f"{config.source} has no {stage} cases")
-    with _open(opts, command, config) as s, Progress(transient=True) as bar:
-        task = bar.add_task("sweep", total=None)
-
-        def progress(done: int, total: int, message: str) -> None:
-            bar.update(task, completed=done, total=total, description=message)
-
+    with _open(opts, command, config) as s, progress_on(opts["quiet"]) as progress:
         sweep(s, config, stage, progress)
-        record = s.record
-    tables = [t for st, t in (("scores", report.scores_table), ("topk", report.topk_table)) if st in config.stages
-              and (stage is None or st == stage)]
-    return _finish(record, opts, [t(record) for t in tables] + ([report.thresholds_table(record)] if record.thresholds else []))
+    return _finish_record(s.record, fmt, opts["json_path"])
 
 
 @cli.command("sweep")
@@ -446,7 +492,7 @@ def _sweep(config_name: str, stage: str | None, opts: dict[str, Any], command: s
 @run_options
 def sweep_cmd(config_name: str, **opts: Any) -> int:
     """Run a YAML sweep (a file, or a shipped config by name: ci, selftest, sm75-decode)."""
-    return _sweep(config_name, None, opts, "sweep")
+    return _sweep(config_name, None, opts, _chosen_format(opts), "sweep")
 
 
 @cli.command("window-bench", context_settings=POSITIONAL_NEGATIVES)
@@ -457,14 +503,13 @@ def window_bench(args: tuple[str, ...], keys: str, **opts: Any) -> int:
     """A decode window's selection (scores, then top-k) as one CUDA graph per kernel pair, replays timed."""
     from .runs.stages import window_bench as run
 
+    fmt = _chosen_format(opts)
     call, iters = _decode_call(args, "window-bench")
     if opts["backend"] != "gpu":
         raise UsageProblem("window-bench replays CUDA graphs: it needs --backend gpu")
     with _open(opts, "window-bench") as s:
         run(s, call, iters, keys)
-        from .output import report
-
-        return _finish(s.record, opts, [report.window_table(s.record)])
+    return _finish_record(s.record, fmt, opts["json_path"])
 
 
 @cli.command("compare", context_settings=POSITIONAL_NEGATIVES)
@@ -485,14 +530,13 @@ def compare_cmd(base_side: str, candidate_side: str, args: tuple[str, ...], conf
     qsa), or a git revision of either (checked out into a temporary worktree). A call CTX Q ITERS CAP
     runs the scorer, the top-k on four score sets and the window; --config runs a sweep's cases.
     """
-    from rich.console import Console
-    from rich.markup import escape
-
     from .config import config_path, load_config
-    from .output import compare, report
+    from .output import compare
+    from .output.printed import of_compare
     from .runs.compare import compare_run
     from .sides import SIDE_NAMES, SideSpec
 
+    fmt = _chosen_format(opts)
     if opts["backend"] != "gpu":
         raise UsageProblem("compare runs the sides' kernels: it needs --backend gpu")
     taken = [o for o in ("engines", "variants", "baseline", "candidate") if opts[o]]
@@ -509,48 +553,24 @@ def compare_cmd(base_side: str, candidate_side: str, args: tuple[str, ...], conf
         call, iters = _decode_call(args, "compare")
     with _open(opts, "compare", config, sides) as s:
         compare_run(s, call, iters, config, tolerance)
-        record = s.record
-    result = compare.judge(record)
-    console = Console()
-    console.print(compare.compare_table(result))
-    console.print(report.clocks_line(record))
-    if opts["markdown"]:
-        click.echo(compare.compare_markdown(result, record))
-    if opts["json_path"]:
-        record.write(opts["json_path"])
-    failures = result.failures()
-    for why in failures[:5]:
-        console.print(f"[red]DIFFERS[/red] {escape(why)}", highlight=False)
-    console.print("[green]PASS[/green]" if result.passed else f"[red]FAIL[/red] ({len(failures)} failures)")
-    return 0 if result.passed else EXIT_PARITY
+    return _finish(of_compare(compare.judge(s.record), s.record), fmt, opts["json_path"])
 
 
 @cli.command("report")
 @click.argument("paths", nargs=-1, required=True, metavar="FILE...")
-@click.option("--markdown", is_flag=True, help="Print pull-request markdown instead of tables.")
 @click.option("--merge", is_flag=True, help="Render the runs as one (same device): one table across them.")
-def report_cmd(paths: tuple[str, ...], markdown: bool, merge: bool) -> int:
+@with_options(output_options())
+def report_cmd(paths: tuple[str, ...], merge: bool, **opts: Any) -> int:
     """Re-render saved result records (a qsa compare run's with its before / after table first)."""
-    from rich.console import Console
+    from .output import compare
+    from .output.printed import of_saved
+    from .record.load import load_record, merge_records
 
-    from .output import compare, report
-    from .record.schema import load_record, merge_records
-
+    fmt = _chosen_format(opts)
     records = [load_record(path) for path in paths]
     named = [("merged", merge_records(records))] if merge else list(zip(paths, records))
-    console = Console()
-    for name, record in named:
-        judged = compare.judge(record) if "compare" in record.settings else None  # a qsa compare run
-        if markdown:
-            # plain: a console would wrap the lines
-            click.echo(compare.compare_markdown(judged, record) if judged else report.markdown(record))
-            continue
-        incomplete = " [red]incomplete[/red] (interrupted)" if record.incomplete else ""
-        console.print(f"[bold]{name}[/bold]: {record.command} ({record.created}){incomplete}", highlight=False)
-        for table in ([compare.compare_table(judged)] if judged else []) + report.tables(record):
-            console.print(table)
-        console.print(report.clocks_line(record))
-    return 0
+    judged = [(name, r, compare.judge(r) if "compare" in r.settings else None) for name, r in named]
+    return _finish(of_saved(judged), fmt)
 
 
 @cli.command("gate")
@@ -570,24 +590,26 @@ def report_cmd(paths: tuple[str, ...], markdown: bool, merge: bool) -> int:
               help="An output with other bits than the baseline's on the same inputs is shown, not a failure.")
 @click.option("--junit", "junit_path", type=OUTPUT, help="Write JUnit XML here.")
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--json", "json_path", type=OUTPUT,
-              help="Write the record of the run the gate makes (not with --results: that run is recorded).")
+@click.option("--json", "json_path", type=RECORD,
+              help="Write the record of the run the gate makes (- for stdout; not with --results: that run is "
+                   "recorded).")
+@with_options(output_options())
+@QUIET_OPTION
 def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tolerance: float, force: bool,
              allow_missing: bool, allow_bit_changes: bool, junit_path: str | None, device_id: int,
-             json_path: str | None, engines: tuple[str, ...], kernels: Any) -> int:
+             json_path: str | None, engines: tuple[str, ...], **opts: Any) -> int:
     """CI regression gate: parity must hold, thresholds too, and every timing of the baseline must be in
     the run and not SLOW."""
-    from collections import Counter
-
-    from rich.console import Console
-
     from .config import config_path, load_config
     from .core.files import atomic_write
     from .output import gate
-    from .record.schema import load_record
+    from .output.printed import of_gate
+    from .output.progress import progress_on
+    from .record.load import load_record
     from .runs.sweep import sweep
     from .session import Settings, session
 
+    fmt = _chosen_format(opts)
     if results_path and (json_path or engines):
         raise UsageProblem(f"{'--json records' if json_path else '--engine adds variants to'} the run the gate makes; "
                            "with --results it makes none")
@@ -598,37 +620,34 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
     else:
         config = load_config(config_path(config_name))
         settings = Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id,
-                            engines=(*config.engines, *engines), kernels=kernels)
-        with _kept_if_interrupted(session(settings, "gate", sys.argv[1:]), json_path) as s:
+                            engines=(*config.engines, *engines), kernels=opts["kernels"])
+        with (_kept_if_interrupted(session(settings, "gate", sys.argv[1:]), json_path) as s,
+              progress_on(opts["quiet"]) as progress):
             gate.check_comparable(s.record, baseline, force)  # refuse before measuring
-            sweep(s, config)
+            sweep(s, config, progress=progress)
             record = s.record
-        if json_path:
-            record.write(json_path)
     result = gate.compare(record, baseline, tolerance=tolerance, force=force, allow_missing=allow_missing,
                           allow_bit_changes=allow_bit_changes)
-    console = Console()
-    console.print(gate.gate_table(result))
-    if junit_path:
-        with atomic_write(junit_path) as fh:
-            fh.write(gate.junit_xml(result))
-    if result.passed:
-        console.print("[green]GATE PASS[/green]")
-        return 0
-    failing = Counter(r.verdict for r in result.rows if r.failed)
-    console.print(f"[red]GATE FAIL[/red] ({', '.join(f'{n} {verdict}' for verdict, n in failing.items())})")
-    return EXIT_PARITY
+    def junit() -> None:
+        if junit_path:
+            with atomic_write(junit_path) as fh:
+                fh.write(gate.junit_xml(result))
+
+    return _finish(of_gate(result, record, baseline), fmt, json_path, junit)
 
 
 @cli.command("plot")
-@click.argument("path", metavar="FILE.json")
+@click.argument("paths", metavar="FILE.json [AFTER.json]", nargs=-1, required=True)
 @click.option("-o", "--output", "out_path", required=True, type=OUTPUT)
-def plot_cmd(path: str, out_path: str) -> int:
-    """Time against context per variant and query count (log scales, the read floor as a line)."""
-    from .output.plot import plot_record
-    from .record.schema import load_record
+def plot_cmd(paths: tuple[str, ...], out_path: str) -> int:
+    """Median time per call in small multiples (a panel per stage, inputs and query count), the read floor
+    and the engine's dispatch marked; two records, or one `qsa compare` record, draw a before / after
+    with the ratio after / before under each panel."""
+    from .output.plot import plot_files
 
-    plot_record(load_record(path), out_path)
+    if len(paths) > 2:
+        raise UsageProblem(f"plot takes one record, or two (before, after); got {len(paths)}")
+    plot_files(paths, out_path)
     click.echo(out_path)
     return 0
 
@@ -646,19 +665,20 @@ def plot_cmd(path: str, out_path: str) -> int:
 @click.option("--jobs", type=click.IntRange(1, 64), default=4, show_default=True, help="Children at a time.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs.")
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--json", "json_path", type=OUTPUT, help="Write the run's record (every row) to this file.")
+@click.option("--json", "json_path", type=RECORD, help="Write the run's record (every row) to this file (- for stdout).")
+@with_options(output_options())
+@QUIET_OPTION
 def sanitize_cmd(tools: str, variants_opt: str | None, quick: bool, known_path: str | None, jobs: int, seed: int,
-                 device_id: int, json_path: str | None, engines: tuple[str, ...], kernels: Any) -> int:
+                 device_id: int, json_path: str | None, engines: tuple[str, ...], **opts: Any) -> int:
     """compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over one call of every variant on every
     case kind, each (variant, case, tool) in its own child process with CuPy's memory pool off."""
-    from rich.console import Console
-    from rich.progress import Progress
-
-    from .output import report
+    from .output.printed import of_sanitize
+    from .output.progress import progress_on
     from .runs.sanitizer import sanitize_run, sanitize_variants
     from .sanitize import TOOLS, find_sanitizer, load_known
     from .session import Settings, session
 
+    fmt = _chosen_format(opts)
     chosen_tools = tuple(dict.fromkeys(t.strip() for t in tools.split(",")))
     unknown = [t for t in chosen_tools if t not in TOOLS]
     if unknown or not chosen_tools:
@@ -666,7 +686,7 @@ def sanitize_cmd(tools: str, variants_opt: str | None, quick: bool, known_path: 
     chosen = tuple(dict.fromkeys(v.strip() for v in variants_opt.split(","))) if variants_opt else None
     known = load_known(known_path) if known_path else []
     sanitizer = find_sanitizer()
-    with session(Settings(seed=seed, device_id=device_id, engines=engines, kernels=kernels), "sanitize",
+    with session(Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"]), "sanitize",
                  sys.argv[1:]) as s:
         if chosen is not None:
             runs = {v for names in sanitize_variants(s).values() for v in names}
@@ -674,36 +694,26 @@ def sanitize_cmd(tools: str, variants_opt: str | None, quick: bool, known_path: 
             if missing:
                 raise UsageProblem(f"--variants: {missing[0]!r} is not a variant this device runs "
                                    f"({', '.join(sorted(runs))})")
-        with Progress(transient=True) as bar:
-            task = bar.add_task("compute-sanitizer", total=None)
-            sanitize_run(s, chosen_tools, chosen, known, sanitizer, quick, jobs,
-                         lambda done, total, msg: bar.update(task, completed=done, total=total, description=msg))
-        record = s.record
-    console = Console()
-    console.print(report.sanitizer_table(record))
-    if json_path:
-        record.write(json_path)
-    failed = [r for r in record.sanitizer if not r.passed]
-    explained = sum(r.explained for r in record.sanitizer)
-    note = f", {explained} known hazard(s) explained" if explained else ""
-    console.print(f"[green]PASS[/green] (0 unexplained errors{note})" if not failed
-                  else f"[red]FAIL[/red] ({len(failed)} of {len(record.sanitizer)} runs with unexplained errors)")
-    return EXIT_PARITY if failed else 0
+        with progress_on(opts["quiet"]) as progress:
+            sanitize_run(s, chosen_tools, chosen, known, sanitizer, quick, jobs, progress)
+    return _finish(of_sanitize(s.record), fmt, json_path)
 
 
 @cli.command("info")
 @KERNELS_OPTION
 @ENGINE_OPTION
 @click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
-def info_cmd(device_id: int, engines: tuple[str, ...], kernels: Any) -> int:
+@with_options(output_options())
+def info_cmd(device_id: int, engines: tuple[str, ...], **opts: Any) -> int:
     """The device, its clocks and limits, every kernel as compiled for it, and what the engine dispatches here."""
-    from rich.console import Console
-
-    from .output import report
+    from .output.printed import of_info
+    from .record.schema import InfoReport
     from .runs.info import device_report
     from .session import Settings
 
-    console = Console()
-    for table in report.info_tables(device_report(Settings(device_id=device_id, engines=engines, kernels=kernels))):
-        console.print(table)
-    return 0
+    fmt = _chosen_format(opts)
+    found = device_report(Settings(device_id=device_id, engines=engines, kernels=opts["kernels"]))
+    info = InfoReport(found.device, found.clocks, [dict(name=k.name, registers=k.registers, shared_bytes=k.shared_bytes,
+                                                        local_bytes=k.local_bytes, max_threads=k.max_threads)
+                                                   for k in found.kernels], found.dispatch, found.notes)
+    return _finish(of_info(info), fmt)

@@ -12,13 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .core.errors import SwitchError
 from .core.geometry import CLUSTER_MIN_CC, NEW_KERNELS_CC, PDL_MIN_CC
-
-if TYPE_CHECKING:
-    from .catalog import Catalog
 
 CALL_KINDS = ("decode", "prompt")
 
@@ -26,6 +23,14 @@ ENV_SCORES_HALVE = "STRATA_SCORES_HALVE"
 ENV_TOPK_SPLIT = "STRATA_TOPK_SPLIT"
 ENV_PDL = "QSA_PDL"  # "0": the split's launches run one after another even where PDL exists
 SWITCHES = (ENV_SCORES_HALVE, ENV_TOPK_SPLIT, ENV_PDL)
+
+
+class Named(Protocol):
+    """Where the policy takes the names of the variants it chooses between: a run's catalog (catalog.py)."""
+
+    def with_role(self, stage: str, role: str) -> str: ...
+
+    def with_launch(self, stage: str, launch: str) -> str: ...
 
 
 def read_switches(env: Mapping[str, str] = os.environ) -> dict[str, str]:
@@ -56,14 +61,14 @@ def _check_cc(cc: int) -> None:
         raise ValueError(f"compute capability must be an int major*10+minor such as 75 or 120 (got {cc!r})")
 
 
-def _named(catalog: Catalog, stage: str) -> tuple[str, str, str]:
+def _named(catalog: Named, stage: str) -> tuple[str, str, str]:
     """The catalog's names of ``stage``'s baseline (old) and candidate (new) variants, and of qsa's top-k
     variant of the cluster launch (the engine's sm_90 kernel): the variants this policy chooses between."""
     cluster = catalog.with_launch(stage, "cluster") if stage == "topk" else ""
     return catalog.with_role(stage, "baseline"), catalog.with_role(stage, "candidate"), cluster
 
 
-def _decode_scorer(catalog: Catalog, cc: int, halve: bool | None) -> tuple[str, str]:
+def _decode_scorer(catalog: Named, cc: int, halve: bool | None) -> tuple[str, str]:
     sm = f"sm_{cc}"
     old, new, _ = _named(catalog, "scores")
     if cc != NEW_KERNELS_CC:
@@ -74,7 +79,7 @@ def _decode_scorer(catalog: Catalog, cc: int, halve: bool | None) -> tuple[str, 
     return new, f"{sm} decode: new halving scorer (default on {sm}; {ENV_SCORES_HALVE}=0 keeps multi)"
 
 
-def _decode_topk(catalog: Catalog, cc: int, split: bool | None, cluster_refusal: str | None) -> tuple[str, str]:
+def _decode_topk(catalog: Named, cc: int, split: bool | None, cluster_refusal: str | None) -> tuple[str, str]:
     sm = f"sm_{cc}"
     old, new, cluster = _named(catalog, "topk")
     if cc >= CLUSTER_MIN_CC:
@@ -94,7 +99,7 @@ def _decode_topk(catalog: Catalog, cc: int, split: bool | None, cluster_refusal:
     return old, f"{sm} decode: old wide top-k (the split defaults on sm_{NEW_KERNELS_CC} only)"
 
 
-def dispatch(catalog: Catalog, cc: int, kind: str, env: Mapping[str, str],
+def dispatch(catalog: Named, cc: int, kind: str, env: Mapping[str, str],
              cluster_refusal: str | None = None) -> Dispatch:
     """The variants of ``catalog`` the engine runs for a ``kind`` call ("decode" or "prompt") on an sm_``cc``
     card (its roles' variants, and qsa's cluster top-k).

@@ -28,7 +28,8 @@ from .dispatch import read_switches
 from .engine.attach import attach_builds, engine_builds
 from .engine.switches import switched_variant
 from .inputs import ScorerInputs, TopkInputs
-from .record.schema import RunRecord, load_record
+from .record.load import load_record
+from .record.schema import RunRecord
 from .stages import scores as scores_stage
 from .stages import topk as topk_stage
 from .stages import window as window_stage

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from qsa_cli.record.load import ROLES_BEFORE_RECORDED
 from qsa_cli.record.schema import Measurement, ParityCheck, RunRecord
 
 CAPACITY = 524288
@@ -65,7 +66,8 @@ def record(measurements: list[Measurement], checks: list[ParityCheck], **kw: Any
         "device": {"name": "NVIDIA GeForce RTX 2080 Ti", "compute_capability": "7.5", "sms": 68},
         "settings": {"iterations": 50, "warmup": 5, "l2": "cold", "seed": 0,
                      "clock_lock": {"sm_mhz": 1650, "mem_mhz": None, "locked": True, "reason": None},
-                     "dispatch": {"kind": "decode", "scores": "halve", "topk": "split", "reasons": {}}},
+                     "dispatch": {"kind": "decode", "scores": "halve", "topk": "split", "reasons": {}},
+                     "roles": {stage: dict(r) for stage, r in ROLES_BEFORE_RECORDED.items()}},  # as a session records
         "created": "2026-11-29T18:31:00+00:00", "git_commit": "0123456789ab", "kernel_source_hash": "k" * 16,
     }
     base.update(kw)

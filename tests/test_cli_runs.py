@@ -1,6 +1,7 @@
 """The commands end to end on the CPU backend (the exact models): records, dumps, replays, reports, gate."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -18,12 +19,19 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return info.value.code, out, err
 
 
+def words(text: str) -> str:
+    """Text with its line breaks as spaces: what a folded layout says, whatever the width."""
+    return " ".join(text.split())
+
+
 def test_select_bench_cpu_writes_record_and_dump(capsys, tmp_path):
     js, dump = tmp_path / "r.json", tmp_path / "d.npz"
     code, out, err = run(capsys, "select-bench", "9003", "5", "2", "16384", "--backend", "cpu",
                          "--json", str(js), "--dump", str(dump), "--markdown")
     assert code == 0, err
-    assert "PASS" in out and "| context | queries | before | after |" in out
+    assert out.rstrip().splitlines()[-1] == "PASS"
+    assert "| case | before | before µs | after | after µs | speedup |" in out
+    assert "| 9K (9003), 5 queries, capacity 16384 | multi | baseline |" in out
     record = json.loads(js.read_text())
     assert record["schema"] == "qsa.run" and record["backend"] == "cpu"
     variants = {m["variant"] for m in record["measurements"]}
@@ -100,19 +108,22 @@ def test_report_and_gate_on_saved_cpu_records(capsys, tmp_path):
     js = tmp_path / "r.json"
     assert run(capsys, "select-bench", "4099", "2", "5", "8192", "--backend", "cpu", "--json", str(js))[0] == 0
     code, out, _ = run(capsys, "report", str(js))
-    assert code == 0 and "Scorer" in out and "clocks: not recorded (CPU backend)" in out
+    assert code == 0 and "Scorer" in out and "clocks: not recorded (CPU backend)" in words(out)
     code, out, _ = run(capsys, "report", "--markdown", str(js))
-    assert code == 0 and out.startswith("**CPU backend")
+    assert code == 0 and out.startswith(f"## {js}: `select-bench`") and "\n**CPU backend" in out
     junit = tmp_path / "gate.xml"
     code, out, _ = run(capsys, "gate", "--baseline", str(js), "--results", str(js), "--junit", str(junit))
-    assert code == 0 and "GATE PASS" in out and junit.read_text().startswith("<?xml")
+    assert code == 0 and out.rstrip().splitlines()[-1].startswith("GATE PASS (") and junit.read_text().startswith("<?xml")
     slowed = json.loads(js.read_text())
     for m in slowed["measurements"]:
         m["samples_us"] = [s / 10 for s in m["samples_us"]]
     base = tmp_path / "fast-baseline.json"
     base.write_text(json.dumps(slowed))
     code, out, _ = run(capsys, "gate", "--baseline", str(base), "--results", str(js))
-    assert code == 1 and "SLOW" in out and "GATE FAIL" in out
+    summary, *slow = out.rstrip().splitlines()[-3:]
+    assert code == 1 and summary == "GATE FAIL (2 SLOW)" and all(line.startswith("GATE FAIL ") for line in slow)
+    assert [line.split(": ")[1] for line in slow] == ["SLOW", "SLOW"] and {line.split(", ")[1].split(":")[0]
+                                                                        for line in slow} == {"multi", "halve"}
 
 
 def test_selftest_without_a_device(capsys):
@@ -128,15 +139,20 @@ def test_gpu_backend_without_a_device_is_one_line(capsys):
     assert "--backend cpu" in err
 
 
-@pytest.mark.parametrize(("min_speedup", "code", "last_line"),
-                         [(0.001, 0, "PASS"), (1000, 1, "FAIL (2 of 2 thresholds broken)")])
-def test_a_broken_threshold_fails_the_sweep(capsys, tmp_path, min_speedup, code, last_line):
+@pytest.mark.parametrize(("min_speedup", "code", "last_lines"),
+                         [(0.001, 0, ["PASS"]),
+                          (1000, 1, ["FAIL (2 of 2 thresholds broken)",
+                                     "FAIL 1/2: scores ctx=4099 nq=1 capacity=8192 kind=decode l2=host: min_speedup",
+                                     "FAIL 2/2: scores ctx=4099 nq=2 capacity=8192 kind=decode l2=host: min_speedup"])])
+def test_a_broken_threshold_fails_the_sweep(capsys, tmp_path, min_speedup, code, last_lines):
     config = tmp_path / "sweep.yaml"
     config.write_text("iterations: 2\nwarmup: 0\nstages: [scores]\ncontexts: [4099]\nqueries: [1, 2]\n"
                       f"capacity: 8192\nthresholds:\n  scores:\n    min_speedup: {min_speedup}\n")
     got, out, err = run(capsys, "sweep", str(config), "--backend", "cpu", "--markdown")
     assert got == code, err
-    assert out.rstrip().splitlines()[-1] == last_line
+    ends = out.rstrip().splitlines()[-len(last_lines):]
+    assert [line[:len(want)] for line, want in zip(ends, last_lines)] == last_lines
+    assert all(line.endswith(", not >= 1000.00x") for line in ends[1:])
 
 
 def _interrupted_on_call(monkeypatch, module: str, name: str, call: int) -> None:
@@ -166,7 +182,7 @@ def test_ctrl_c_keeps_what_was_measured_as_an_incomplete_record(capsys, tmp_path
     taken = 2 * len(qsa_catalog().names("scores"))  # the two cases before the third: every scorer each
     assert err == f"\nqsa: interrupted: the {taken} measurements taken are in {js}, marked incomplete\n"
     record = json.loads(js.read_text())
-    assert record["schema_version"] == 2 and record["incomplete"] is True and "interrupted" in record["notes"][-1]
+    assert record["schema_version"] == 3 and record["incomplete"] is True and "interrupted" in record["notes"][-1]
     assert {m["case"]["nq"] for m in record["measurements"]} == {1, 2}
     code, out, _ = run(capsys, "report", "--markdown", str(js))
     assert code == 0 and "interrupted: the run stopped here" in out
@@ -199,15 +215,24 @@ def test_the_gate_fails_closed(capsys, tmp_path):
     assert run(capsys, "select-bench", "4099", "2", "3", "8192", "--backend", "cpu", "--json", str(scores))[0] == 0
     assert run(capsys, "topk-parity", "4099", "2", "3", "8192", "--backend", "cpu", "--json", str(topk))[0] == 0
     code, out, _ = run(capsys, "gate", "--baseline", str(scores), "--results", str(topk))
-    assert code == 1 and out.rstrip().endswith("GATE FAIL (2 MISSING, 1 NOTHING-COMPARED)")
+    *_, summary, missing_1, missing_2, nothing = out.rstrip().splitlines()
+    assert code == 1 and summary == "GATE FAIL (2 MISSING, 1 NOTHING-COMPARED)"
+    assert missing_1.startswith("GATE FAIL 1/3: MISSING: scores ctx=4099 nq=2 capacity=8192 kind=decode l2=host, multi: ")
+    assert missing_2.startswith("GATE FAIL 2/3: MISSING: scores ctx=4099 ") and missing_2.endswith(", halve: in the "
+                                                                                                    "baseline, not in this run")
+    assert nothing == ("GATE FAIL 3/3: NOTHING-COMPARED: gate, timings: no (case, variant) is timed in both the run "
+                       "and the baseline")
     code, out, _ = run(capsys, "gate", "--baseline", str(scores), "--results", str(topk), "--allow-missing")
-    assert code == 1 and "MISSING-ALLOWED" in out and out.rstrip().endswith("GATE FAIL (1 NOTHING-COMPARED)")
+    assert code == 1 and "MISSING-ALLOWED" in out and out.rstrip().splitlines()[-2] == "GATE FAIL (1 NOTHING-COMPARED)"
     nan = json.loads(scores.read_text())
     nan["measurements"][0]["samples_us"] = [float("nan")] * 3
     bad = tmp_path / "nan.json"
     bad.write_text(json.dumps(nan))
     code, out, _ = run(capsys, "gate", "--baseline", str(scores), "--results", str(bad))
-    assert code == 1 and "BAD-SAMPLES" in out and out.rstrip().endswith("GATE FAIL (1 BAD-SAMPLES)")
+    assert code == 1 and "BAD (samples: 3 of 3 NaN or infinite)" in words(out) and not re.search(r"\bnan\b", out)
+    assert out.rstrip().splitlines()[-2:] == [
+        "GATE FAIL (1 BAD-SAMPLES)", "GATE FAIL 1/1: BAD-SAMPLES: scores ctx=4099 nq=2 capacity=8192 kind=decode "
+        "l2=host, multi: the run's samples: 3 of 3 NaN or infinite"]
     code, out, err = run(capsys, "gate", "--baseline", str(scores), "--results", str(scores),
                          "--json", str(tmp_path / "gate.json"))
     assert (code, out) == (2, "") and err == "qsa: error: --json records the run the gate makes; with --results it makes none\n"

@@ -7,11 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from record_factory import measurement, parity, record, scores_case, topk_case
-from rich.console import Console
 
 from qsa_cli.core.errors import InputError
-from qsa_cli.output.compare import MODELS, compare_markdown, compare_table, judge
-from qsa_cli.record.schema import ParityCheck, RunRecord, case_key, load_record
+from qsa_cli.output.compare import MODELS, compare_blocks, compare_sheet, compare_verdict, judge
+from qsa_cli.output.layout import markdown, text_of
+from qsa_cli.record.load import load_record
+from qsa_cli.record.schema import ParityCheck, RunRecord, case_key
 from qsa_cli.record.vocabulary import GUARD_ZONES, INPUTS, LAST_CALL
 
 BASE, PR = "base", "pr"
@@ -56,10 +57,12 @@ def check_of(r: RunRecord, subject: str, against: str, stage: str = "scores", n:
     return next(p for p in r.parity if (p.key, p.subject, p.against) == (key, subject, against))
 
 
-def text(renderable: object) -> str:
-    console = Console(record=True, width=300, color_system=None)
-    console.print(renderable)
-    return console.export_text()
+def text(result: object) -> str:
+    return text_of([compare_sheet(result)], 300)
+
+
+def compare_markdown(result: object, r: RunRecord) -> str:
+    return markdown(compare_blocks(result, r))
 
 
 def test_identical_bits_and_a_faster_candidate_are_fast_and_pass() -> None:
@@ -95,7 +98,7 @@ def test_a_side_unlike_the_reference_is_named_in_its_cell_and_fails() -> None:
     result = judge(r)
     row = next(row for row in result.rows if row.stage == "topk")
     assert row.reference == ("yes", "NO: query 0 position 3: id 12 vs 13") and row.bits == "same"
-    assert "base yes, pr NO: query 0 position 3: id 12 vs 13" in text(compare_table(result))
+    assert "base yes, pr NO: query 0 position 3: id 12 vs 13" in text(result)
     assert result.failures() == ["topk 131K (131072), 1 query, capacity 524288, continuous: pr.topk-split vs reference: "
                                  "query 0 position 3: id 12 vs 13"]
 
@@ -108,7 +111,7 @@ def test_a_failed_integrity_row_fails(subject: str, against: str) -> None:
     result = judge(r)
     assert result.count("FAST") == ROWS and {r.bits for r in result.rows} == {"same"}
     assert not result.passed and len(result.other_failures) == 1 and f"{subject} vs {against}" in result.other_failures[0]
-    assert "Compare: FAIL" in text(compare_table(result)) and f"{subject} vs {against}" in text(compare_table(result))
+    assert "Compare: FAIL" in text(result) and f"{subject} vs {against}" in text(result)
 
 
 def test_within_the_tolerance_with_spreads_apart_is_same() -> None:
@@ -192,9 +195,9 @@ def test_markdown_has_the_sides_the_summary_and_the_rows() -> None:
     assert "- **pr**: kernels `/src/kernels-pr`" in md.splitlines()
     assert "**NVIDIA GeForce RTX 2080 Ti (sm_75)**" in md
     assert f"**PASS**: {ROWS} pairs, bits identical, {ROWS} FAST" in md.splitlines()
-    assert "| stage | case | variant | base µs | candidate µs | change | verdict | bits | = reference | = model |" in md
-    assert "| scores | 32K (32768), 1 query, capacity 524288 | scores | 40.0 | 24.8 | 0.62x | FAST | same | yes | yes |" in md
-    assert ("| topk | 524K (524288), 6 queries, capacity 524288, adversarial | topk-split | 30.0 | 18.6 | 0.62x | FAST "
+    assert "| case | variant | base µs | candidate µs | change | verdict | bits | = reference | = model |" in md
+    assert "| scores 32K (32768), 1 query, capacity 524288 | scores | 40.0 | 24.8 | 0.62x | FAST | same | yes | yes |" in md
+    assert ("| topk 524K (524288), 6 queries, capacity 524288, adversarial | topk-split | 30.0 | 18.6 | 0.62x | FAST "
             "| same | yes | yes |") in md
 
 
@@ -206,24 +209,29 @@ def test_markdown_of_a_failure_says_why() -> None:
     (line,) = [line for line in md.splitlines() if line.startswith("**FAIL**")]
     assert line.startswith(f"**FAIL**: {ROWS} pairs, bits identical in {ROWS - 1}, bits differ in 1, {ROWS} SLOW; "
                            f"{ROWS + 1} failures, the first: scores 32K (32768), 1 query, capacity 524288, scores: SLOW")
-    assert f"| DIFFER: {FLIP} |" in md and f"- scores 32K (32768), 1 query, capacity 524288: pr.scores vs base.scores: {FLIP}" in md
+    assert f"| DIFFER: {FLIP} |" in md
+    summary, *lines = compare_verdict(judge(r))
+    assert summary == f"COMPARE FAIL ({ROWS + 1} failures)" and len(lines) == ROWS + 1
+    assert f"COMPARE FAIL 2/{ROWS + 1}: scores 32K (32768), 1 query, capacity 524288: pr.scores vs base.scores: {FLIP}" in lines
+    assert lines[0].startswith(f"COMPARE FAIL 1/{ROWS + 1}: scores 32K (32768), 1 query, capacity 524288, scores: SLOW: 1.30x")
 
 
 def test_a_throttled_side_is_marked() -> None:
     r = compare_record(scale=0.62)
     next(m for m in r.measurements if m.variant == f"{PR}.scores").throttled = True
     md = compare_markdown(judge(r), r)
-    assert "| scores | 32K (32768), 1 query, capacity 524288 | scores | 40.0 | 24.8* | 0.62x |" in md
+    assert "| scores 32K (32768), 1 query, capacity 524288 | scores | 40.0 | 24.8* | 0.62x |" in md
     assert "throttled: a thermal, power or hardware slowdown" in md
-    assert "throttled: a thermal" in text(compare_table(judge(r)))
+    assert "throttled: a thermal" in text(judge(r))
 
 
 def test_the_table_renders_the_rows() -> None:
-    rendered = text(compare_table(judge(compare_record(scale=0.62))))
+    rendered = text(judge(compare_record(scale=0.62)))
     assert "Compare: PASS, pr against base" in rendered and "tolerance 5%" in rendered
     line = next(line for line in rendered.splitlines() if "32K (32768)" in line)
-    assert [c.strip() for c in line.strip("│ ").split("│")] == [
-        "scores", "32K (32768), 1 query, capacity 524288", "scores", "40.0", "24.8", "0.62x", "FAST", "same", "yes", "yes"]
+    assert [c.strip() for c in line.strip()[1:-1].split("│")] == [
+        "scores 32K (32768), 1 query, capacity 524288", "scores", "40.0", "24.8", "0.62x", "FAST", "same", "yes", "yes"]
+    assert compare_verdict(judge(compare_record(scale=0.62))) == [f"COMPARE PASS: {ROWS} pairs, bits identical, {ROWS} FAST"]
 
 
 def test_a_saved_compare_record_judges_the_same(tmp_path: Path) -> None:

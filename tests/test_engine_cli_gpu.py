@@ -5,6 +5,7 @@ naming the first differing position, and compare must call the slowed one SLOW."
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,11 +23,23 @@ from qsa_cli.kernels import kernel_dir
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(autouse=True)
+def piped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain environment: stdout is captured (no terminal) and no COLUMNS, so the output is laid out for
+    rich's 80 columns, as in a CI log."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     with pytest.raises(SystemExit) as info:
         main(list(argv))
     out, err = capsys.readouterr()
     return info.value.code, out, err
+
+
+def failure_lines(out: str) -> list[str]:
+    """The numbered lines a failed command ends with, one per failure (never folded)."""
+    return [line for line in out.splitlines() if re.match(r"(COMPARE |GATE )?FAIL \d+/\d+: ", line)]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +79,9 @@ def test_select_bench_runs_the_checkouts_scorers_beside_qsas(capsys: Any, trees:
     engine = rec["settings"]["engines"][0]
     assert engine["name"] == "fake" and engine["path"] == str(trees["plain"].resolve())
     assert "src/kernels/cuda/qsa_select.cu" in engine["sources"] and engine["arch"].startswith("sm_")
-    assert "fake.scores" in engine["variants"] and "fake.scores" in out
+    assert "fake.scores" in engine["variants"]
+    shown = out.split()  # every name whole at 80 columns: a row of its own, never folded inside
+    assert {"fake.scores", "fake.scores-ref"} <= set(shown) and out.rstrip().splitlines()[-1] == "PASS"
 
 
 def test_a_flipped_bit_fails_at_its_position(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
@@ -77,7 +92,9 @@ def test_a_flipped_bit_fails_at_its_position(capsys: Any, trees: dict[str, Path]
     failed = [p for p in record(js)["parity"] if not p["equal"]]
     assert failed and {p["subject"] for p in failed} == {"flip.scores"}
     assert all(p["detail"].startswith(f"query 0 block {FLIPPED_ENTRY}:") for p in failed)
-    assert f"query 0 block {FLIPPED_ENTRY}" in out
+    lines = failure_lines(out)
+    assert len(lines) == len(failed) and all("flip.scores vs " in line and f": query 0 block {FLIPPED_ENTRY}:" in line
+                                             for line in lines)
 
 
 def test_topk_parity_runs_the_checkouts_top_k(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
@@ -144,7 +161,8 @@ def test_compare_same_bits_passes_and_names_both_sides(capsys: Any, trees: dict[
     assert ("base.scores+base.topk", "pr.scores+pr.topk") in pairs
     same = [p for p in rec["parity"] if (p["against"], p["subject"]) in pairs]
     assert same and all(p["equal"] for p in same)
-    assert [s["name"] for s in rec["settings"]["sides"]] == ["base", "pr"] and "PASS" in out
+    assert [s["name"] for s in rec["settings"]["sides"]] == ["base", "pr"]
+    assert out.rstrip().splitlines()[-1].startswith("COMPARE PASS: ") and "| case | variant | base µs |" in out
 
 
 def test_compare_a_flipped_candidate_fails_on_its_bits(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
@@ -154,7 +172,7 @@ def test_compare_a_flipped_candidate_fails_on_its_bits(capsys: Any, trees: dict[
     assert code == 1, out + err
     differ = [p for p in record(js)["parity"] if p["subject"] == "candidate.topk" and p["against"] == "base.topk"]
     assert differ and not any(p["equal"] for p in differ)
-    assert f"position {FLIPPED_ENTRY}" in out
+    assert any(f"candidate.topk vs base.topk: query 0 position {FLIPPED_ENTRY}:" in line for line in failure_lines(out))
 
 
 def test_compare_a_slowed_candidate_is_slow(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
@@ -162,7 +180,8 @@ def test_compare_a_slowed_candidate_is_slow(capsys: Any, trees: dict[str, Path],
     code, out, err = run(capsys, "compare", str(trees["plain"]), str(trees["slow"]), "32768", "1", "30", "65536",
                          "--json", str(js))
     assert code == 1, out + err
-    assert "SLOW" in out
+    slow = [line for line in failure_lines(out) if ": SLOW: " in line]
+    assert slow and any(line.split(": ", 1)[1].startswith("scores ") for line in slow), out
     assert all(p["equal"] for p in record(js)["parity"])  # slower, the same bits
 
 

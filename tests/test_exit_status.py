@@ -7,6 +7,7 @@ pass (window-bench, info) is checked here for its exit status without one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -101,12 +102,13 @@ STATUS = [
     (("select-bench", *SMALL), _halve_differs, 1, SCORES_DIFFER),
     (("select-bench", "4099", "2", "0", "8192", "--backend", "cpu"), None, 2, "qsa: error: ITERS must be > 0 (got 0)"),
     (("select-bench", *SMALL), _interrupted("qsa_cli.stages.scores", "run_scores"), 130, "qsa: interrupted"),
+    (("select-bench", *SMALL, "--markdown", "--format", "csv"), None, 2, "qsa: error: --markdown is --format markdown"),
     (("topk-parity", *SMALL), None, 0, "PASS"),
     (("topk-parity", *SMALL), _split_differs, 1, "FAIL (12 checks differ)"),  # 3 per score set
     (("topk-parity", "4099", "2", "2", "8192", "2"), None, 2, "qsa: error: COUNT must be 0"),
     (("topk-parity", *SMALL), _interrupted("qsa_cli.stages.topk", "run_topk"), 130, "qsa: interrupted"),
     (("topk-parity", "--selftest", "--backend", "cpu"), _small_topk_matrix(), 0, "PASS"),
-    (("topk-parity", "--selftest", "--backend", "cpu"), _small_topk_matrix(_split_differs), 1, "FAIL (1 checks)"),
+    (("topk-parity", "--selftest", "--backend", "cpu"), _small_topk_matrix(_split_differs), 1, "FAIL (1 of 1 checks)"),
     (("topk-parity", "--selftest", "4099"), None, 2, "qsa: error: --selftest takes no"),
     (("topk-parity", "--selftest", "--backend", "cpu"),
      _small_topk_matrix(_interrupted("qsa_cli.stages.topk", "run_topk")), 130, "qsa: interrupted"),
@@ -117,7 +119,7 @@ STATUS = [
     (("sweep", "sweep.yaml", "--backend", "cpu"), _interrupted("qsa_cli.stages.scores", "run_scores"), 130,
      "qsa: interrupted"),
     (("selftest",), _small_selftest(), 0, "PASS"),
-    (("selftest",), _small_selftest(_halve_differs), 1, "FAIL (1 checks)"),
+    (("selftest",), _small_selftest(_halve_differs), 1, "FAIL (1 of 4 checks)"),
     (("selftest", "--require-gpu"), None, 2, "qsa: error: --require-gpu: "),
     (("selftest",), _interrupted("qsa_cli.stages.scores", "run_scores"), 130, "qsa: interrupted"),
     (("window-bench", "4099", "2", "2", "8192"), None, 2, "(use --backend cpu to run the CPU models)"),
@@ -127,7 +129,7 @@ STATUS = [
      "qsa: error: tolerance must be a fraction in [0, 1) such as 0.05 (got 2.0)"),
     (("gate", "--baseline", "good.json", "--results", "good.json"), _interrupted("qsa_cli.output.gate", "compare"), 130,
      "qsa: interrupted"),
-    (("report", "good.json"), None, 0, "throttled in 0 of 75 measurements"),  # the clocks line's end
+    (("report", "good.json"), None, 0, "Top-k: the same bits in every check (48 checks)."),  # its last block
     (("report", "missing.json"), None, 2, "qsa: error: missing.json: no such file"),
     (("plot", "good.json", "-o", "good.png"), None, 0, "good.png"),
     (("plot", "good.json", "-o", "missing/good.png"), None, 2, "qsa: error: -o/--output missing/good.png: no such"),
@@ -149,11 +151,29 @@ def test_exit_status(capsys, tmp_path, monkeypatch, argv, inject, code, last) ->
     assert ended.value.code == code, (out, err)
     assert "Traceback" not in out + err
     if code in (0, 1):
-        assert out.rstrip().splitlines()[-1].startswith(last), out
+        summary, failures = verdict_of(out)
+        assert summary.startswith(last), out
+        assert (code == 1) == bool(failures) or argv[0] == "report"
     elif code == 2:
         assert err.count("\n") == 1 and err.startswith("qsa: error: ") and last in err, err
     else:  # after what the run printed as it went, a blank line closing the terminal's ^C, then one line
         assert err.rstrip("\n").split("\n")[-2:] == ["", last], err
+
+
+NUMBERED = re.compile(r"^((?:GATE |COMPARE )?FAIL) (\d+)/(\d+): ")
+
+
+def verdict_of(out: str) -> tuple[str, list[str]]:
+    """A command's verdict: its summary line, and the numbered failure lines after it (its last lines,
+    one per failure, numbered 1 to n, each naming what failed)."""
+    lines = out.rstrip().splitlines()
+    failures = []
+    while lines and NUMBERED.match(lines[-1]):
+        failures.insert(0, lines.pop())
+    numbers = [NUMBERED.match(line).group(2, 3) for line in failures]
+    assert numbers == [(str(i), str(len(failures))) for i in range(1, len(failures) + 1)], failures
+    assert all(NUMBERED.match(f).group(1) == lines[-1].split(" (")[0] for f in failures), (lines[-1], failures)
+    return lines[-1], failures
 
 
 def test_every_code_of_every_family_is_in_the_table() -> None:

@@ -10,9 +10,9 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 from record_factory import seed_record
-from rich.console import Console
 
-from qsa_cli.output.gate import GateError, check_comparable, compare, gate_table, junit_xml
+from qsa_cli.output.gate import GateError, check_comparable, compare, gate_sheet, gate_verdict, junit_xml
+from qsa_cli.output.layout import text_of
 from qsa_cli.record.schema import RunRecord
 from qsa_cli.record.vocabulary import ARGPARTITION
 
@@ -189,12 +189,27 @@ def test_junit_xml_is_valid_with_one_testcase_per_row() -> None:
     assert suite.find("properties/property").get("value") == "0.05"
 
 
-def test_gate_table_renders() -> None:
+def test_gate_sheet_renders() -> None:
     result = compare(seed_record(seed=2, noise=0.02, scale=1.3), seed_record(seed=1, noise=0.02))
-    console = Console(record=True, width=240, color_system=None)
-    console.print(gate_table(result))
-    rendered = console.export_text()
+    rendered = text_of([gate_sheet(result)], 240)
     assert "Gate: FAIL" in rendered and "SLOW" in rendered and "tolerance 5%" in rendered
+    line = next(line for line in rendered.splitlines() if "scores ctx=420000 nq=8" in line)
+    assert [c.strip() for c in line.strip()[1:-1].split("│")][:6] == [
+        "scores ctx=420000 nq=8 capacity=524288 kind=decode l2=cold", "multi", "773.9", "773.9", "1.00x", "SAME"]
+
+
+def test_the_last_lines_name_every_failing_row_with_its_detail() -> None:
+    run = seed_record(seed=2, noise=0.02, scale=1.3)
+    run.parity[3].equal, run.parity[3].detail = False, "query 2 block 9: 1.0 vs 1.0000001"
+    result = compare(run, seed_record(seed=1, noise=0.02))
+    summary, *lines = gate_verdict(result)
+    assert summary == "GATE FAIL (25 SLOW, 1 PARITY-FAIL)" and len(lines) == 26
+    slow = next(line for line in lines if "scores ctx=32768 nq=1 " in line)
+    assert slow.startswith("GATE FAIL 1/26: SLOW: scores ctx=32768 nq=1 capacity=524288 kind=decode l2=cold, halve: "
+                           "10.0 µs vs 7.7 µs (+30%), 1.30x the baseline, outside both runs' spread")
+    assert lines[-1] == ("GATE FAIL 26/26: PARITY-FAIL: scores ctx=32768 nq=3 capacity=524288 kind=decode l2=cold, "
+                         "halve vs cpu-model: query 2 block 9: 1.0 vs 1.0000001")
+    assert gate_verdict(compare(seed_record(seed=2), seed_record(seed=1))) == ["GATE PASS (75 SAME)"]
 
 
 def test_fresh_noise_is_seeded() -> None:

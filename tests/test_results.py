@@ -8,15 +8,15 @@ from record_factory import seed_record
 
 from qsa_cli.clocks import ClockLock, ClockReading
 from qsa_cli.core.errors import InputError
+from qsa_cli.record.load import MAX_DEPTH, ROLES_BEFORE_RECORDED, load_record, merge_records
 from qsa_cli.record.schema import (
     SCHEMA_VERSION,
     Measurement,
     ParityCheck,
     RunRecord,
+    SelftestCheck,
     ThresholdCheck,
     case_key,
-    load_record,
-    merge_records,
 )
 
 
@@ -61,6 +61,7 @@ def test_case_key_is_stable():
         ("{", "not a JSON result record"),
         ('{"a": 1}', "not a qsa result record"),
         ('{"schema": "qsa.run", "schema_version": 99}', "schema version 99 is not supported"),
+        ('{"schema": "qsa.run", "schema_version": "3"}', "schema version 3 is not supported"),
         ("[]", "not a qsa result record"),
     ],
 )
@@ -114,6 +115,9 @@ HAND_EDITS = [
     ("created", 20261129, "created: expected a string"),
     ("git_commit", DELETE, "missing field 'git_commit'"),
     ("incomplete", DELETE, "missing field 'incomplete'"),  # version 2 has it
+    ("checks", DELETE, "missing field 'checks'"),  # version 3 has it
+    ("checks", [{"check": "x", "cases": 1, "passed": "yes", "seconds": 0.1, "detail": ""}],
+     "checks[0].passed: expected true or false or null"),
     ("incomplete", "no", "incomplete: expected true or false"),
 ]
 
@@ -133,13 +137,62 @@ def test_a_hand_edited_record_names_the_field(tmp_path, where, value, message):
     assert str(refused.value) == f"{path}: {message}"
 
 
+SHIPPED = sorted((Path(__file__).parent.parent / "docs" / "results").glob("**/*.json"))
+
+
 def test_every_saved_record_loads():
     """docs/results holds records of schema versions 1 and 2: they must keep loading (and re-rendering)."""
-    paths = sorted((Path(__file__).parent.parent / "docs" / "results").glob("*/*.json"))
-    versions = {json.loads(path.read_text())["schema_version"] for path in paths}
-    assert paths and versions == {1, SCHEMA_VERSION}
-    for path in paths:
-        assert not load_record(path).incomplete
+    versions = {json.loads(path.read_text())["schema_version"] for path in SHIPPED}
+    assert SHIPPED and versions == {1, 2} and SCHEMA_VERSION == 3
+    for path in SHIPPED:
+        record = load_record(path)
+        assert not record.incomplete and record.checks == []
+        assert {"scores", "topk"} <= set(record.settings["roles"])
+
+
+def test_a_record_without_roles_ran_the_registrys_of_the_time(tmp_path):
+    """Version 1 records (and version 2's first) name no roles: they ran multi -> halve and wide -> split."""
+    v1 = next(p for p in SHIPPED if json.loads(p.read_text())["schema_version"] == 1)
+    assert "roles" not in json.loads(v1.read_text())["settings"]
+    assert load_record(v1).settings["roles"] == ROLES_BEFORE_RECORDED == {
+        "scores": {"reference": "reference", "baseline": "multi", "candidate": "halve"},
+        "topk": {"reference": "reference", "baseline": "wide", "candidate": "split"}}
+    recorded = seed_record().to_dict()
+    recorded["schema_version"] = 2
+    del recorded["checks"]
+    recorded["settings"]["roles"] = {"scores": {"reference": "reference", "baseline": "halve", "candidate": "multi"}}
+    (tmp_path / "v2.json").write_text(json.dumps(recorded))
+    assert load_record(tmp_path / "v2.json").settings["roles"] == recorded["settings"]["roles"]  # its own, kept
+
+
+def test_a_version_1_record_migrates_through_every_version(tmp_path):
+    data = seed_record().to_dict()
+    for field in ("incomplete", "sanitizer", "checks"):
+        del data[field]
+    data["schema_version"] = 1
+    (tmp_path / "v1.json").write_text(json.dumps(data))
+    back = load_record(tmp_path / "v1.json")
+    assert (back.incomplete, back.sanitizer, back.checks) == (False, [], [])
+    assert back.measurements == seed_record().measurements
+
+
+def test_a_record_nested_too_deep_is_one_line(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text('{"schema": "qsa.run", "schema_version": 3, "x": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    with pytest.raises(InputError) as refused:
+        load_record(path)
+    assert str(refused.value) == f"{path}: nested 200001 levels deep, deeper than any result record ({MAX_DEPTH} at most)"
+    brackets_in_strings = tmp_path / "strings.json"
+    brackets_in_strings.write_text(json.dumps({**seed_record().to_dict(), "notes": ["[" * 1000 + "{" * 1000]}))
+    assert load_record(brackets_in_strings).notes == ["[" * 1000 + "{" * 1000]
+
+
+def test_a_record_too_large_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    path = tmp_path / "big.json"
+    seed_record().write(path)
+    monkeypatch.setattr("qsa_cli.record.load.MAX_RECORD_BYTES", path.stat().st_size - 1)
+    with pytest.raises(InputError, match=r"big.json: \d+ bytes, larger than any result record"):
+        load_record(path)
 
 
 def test_the_clock_shapes_are_the_records():
@@ -161,6 +214,14 @@ def test_an_empty_sample_list_has_no_median():
 def test_failed_parity_fails_the_record(rng):
     r = _record(rng)
     r.parity.append(ParityCheck("scores", {}, "halve", "cpu-model", False, "query 0 block 3"))
+    assert not r.passed
+
+
+def test_a_failed_selftest_check_fails_the_record_and_a_skipped_one_does_not(rng):
+    r = _record(rng)
+    r.checks = [SelftestCheck("GPU checks", 0, None, 0.0, "skipped: no device")]
+    assert r.passed
+    r.checks.append(SelftestCheck("constants", 12, False, 0.01, "MAX_QUERIES: 8 here, 9 in the header"))
     assert not r.passed
 
 

@@ -1,0 +1,3 @@
+"""Renderers and verdicts: they read a record (record/) and nothing that measures."""
+
+FORMATS = ("table", "markdown", "csv", "json")  # what every command that prints results can print (printed.py)

@@ -14,24 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rich.markup import escape
-from rich.table import Table
-
 from ..core.errors import InputError
 from ..record.schema import Case, ComparePair, EngineProvenance, Measurement, ParityCheck, RunRecord
-from ..stages import scores as scores_stage
-from ..stages import topk as topk_stage
-from ..stages import window as window_stage
-from .gate import JUDGED, VERDICT_STYLE, bad_samples, timing_verdict
-from .report import MISSING, THROTTLED_NOTE, _header, _md_table, _time, case_label, measurement_index, stage_cases
+from ..record.vocabulary import CPU_MODEL, CPU_ORACLE, SCORES, TOPK, WINDOW
+from .gate import JUDGED, bad_samples, timing_verdict
+from .layout import MISSING, Block, Column, Prose, Sheet, csv_text
+from .report import THROTTLED_NOTE, header, numbered, time_cell
+from .rows import case_label, measurement_index, sample_problem, stage_cases
 
 REFERENCE = "reference"  # qsa's reference variant: the "against" of each side's reference check
-MODELS = {scores_stage.STAGE: scores_stage.CPU_MODEL, topk_stage.STAGE: topk_stage.CPU_ORACLE,
-          window_stage.STAGE: window_stage.CPU_ORACLE}  # the CPU model a stage's outputs are checked against
+MODELS = {SCORES: CPU_MODEL, TOPK: CPU_ORACLE, WINDOW: CPU_ORACLE}  # the CPU model a stage's outputs are checked against
 UNTIMED = "UNTIMED"  # neither side timed the case (a parity-only run): its bits alone are compared
 FAILING = ("SLOW", "MISSING", "BAD-SAMPLES")
 VERDICTS = ("FAST", "SLOW", "SAME", "MISSING", "BAD-SAMPLES", UNTIMED)  # the summary's order
-STYLE = {**VERDICT_STYLE, UNTIMED: "dim"}
 
 
 def _check_cell(p: ParityCheck | None) -> str:
@@ -181,7 +176,8 @@ def judge(record: RunRecord) -> CompareResult:
 
 # ---- rendering --------------------------------------------------------------------------------------------
 
-COLUMNS = ("stage", "case", "variant", "base µs", "candidate µs", "change", "verdict", "bits", "= reference", "= model")
+COLUMNS = (Column("variant", bare=True), Column("base", "µs", numeric=True), Column("candidate", "µs", numeric=True),
+           Column("change", numeric=True), Column("verdict"), Column("bits"), Column("= reference"), Column("= model"))
 
 
 def _sides(result: CompareResult, cells: tuple[str, str]) -> str:
@@ -190,55 +186,36 @@ def _sides(result: CompareResult, cells: tuple[str, str]) -> str:
     return b if b == c else f"{result.base} {b}, {result.candidate} {c}"
 
 
-def _cells(result: CompareResult, r: CompareRow) -> list[str]:
-    """A row's cells, unstyled (markdown's)."""
-    return [r.stage, case_label(r.case), r.pair, _time(r.base), _time(r.candidate),
-            MISSING if r.ratio is None else f"{r.ratio:.2f}x", r.verdict, r.bits,
-            _sides(result, r.reference), _sides(result, r.model)]
-
-
-def _styled(cell: str, style: str) -> str:
-    return f"[{style}]{escape(cell)}[/{style}]" if style else escape(cell)
-
-
-def _check_style(*checks: ParityCheck | None) -> str:
-    """Red when a check failed, green when every one was made and holds."""
-    if any(p is not None and not p.equal for p in checks):
-        return "red"
-    return "green" if all(p is not None for p in checks) else ""
+def _cells(result: CompareResult, r: CompareRow) -> tuple[str, ...]:
+    return (r.pair, time_cell(r.base), time_cell(r.candidate), MISSING if r.ratio is None else f"{r.ratio:.2f}x",
+            r.verdict, r.bits, _sides(result, r.reference), _sides(result, r.model))
 
 
 def _throttled(result: CompareResult) -> bool:
     return any(m is not None and m.throttled for r in result.rows for m in (r.base, r.candidate))
 
 
-def compare_table(result: CompareResult) -> Table:
-    """The rows as a rich table, the record's other failures in its caption."""
-    table = Table(title=f"Compare: {'PASS' if result.passed else 'FAIL'}, {result.candidate} against {result.base}")
-    for col in COLUMNS:
-        table.add_column(col, justify="right" if col.endswith(("µs", "change")) else "left",
-                         min_width=max(map(len, STYLE)) if col == "verdict" else None)  # never cut
+def compare_sheet(result: CompareResult) -> Sheet:
+    """The rows grouped by case, the record's other failures in its notes."""
+    sheet = Sheet(f"Compare: {'PASS' if result.passed else 'FAIL'}, {result.candidate} against {result.base}", COLUMNS)
     for r in result.rows:
-        *label, verdict, bits, reference, model = _cells(result, r)
-        table.add_row(*map(escape, label), _styled(verdict, STYLE[verdict]), _styled(bits, _check_style(r.bits_check)),
-                      _styled(reference, _check_style(*r.reference_checks)), _styled(model, _check_style(*r.model_checks)))
-    table.caption = "; ".join([f"tolerance {result.tolerance:.0%}, and outside both sides' 10th-90th percentile spread",
-                               *([THROTTLED_NOTE] if _throttled(result) else []), *map(escape, result.other_failures)])
-    return table
+        sheet.add(*_cells(result, r), group=f"{r.stage} {case_label(r.case)}")
+    sheet.notes = [f"tolerance {result.tolerance:.0%}, and outside both sides' 10th-90th percentile spread",
+                   *([THROTTLED_NOTE] if _throttled(result) else []), *result.other_failures]
+    return sheet
 
 
 def _side_line(side: dict[str, Any], engines: list[EngineProvenance]) -> str:
-    """A side as a list item: its name, kind, path and revision, and its engine's commit and library."""
+    """A side: its name, kind, path and revision, and its engine's commit and library."""
     engine = next((e for e in engines if e.get("name") == side["name"]), {})
-    parts = [f"- **{side['name']}**: {side['kind']} `{side['path']}`"
-             + (f" at `{side['revision']}`" if side.get("revision") else "")]
+    parts = [f"{side['name']}: {side['kind']} `{side['path']}`" + (f" at `{side['revision']}`" if side.get("revision") else "")]
     parts += [f"commit `{engine['commit']}`"] if engine.get("commit") else []
     parts += [f"library sha256 `{engine['library_sha256'][:12]}`"] if engine.get("library_sha256") else []
     return ", ".join(parts)
 
 
 def summary(result: CompareResult) -> str:
-    """``**PASS**: 12 pairs, bits identical, 3 FAST, 9 SAME``; a failure adds how many reasons, and the first."""
+    """``PASS: 12 pairs, bits identical, 3 FAST, 9 SAME``; a failure adds how many reasons, and the first."""
     bits = {"identical": 0, "differ": 0, "unchecked": 0}
     for r in result.rows:
         bits["unchecked" if r.bits_check is None else "identical" if r.bits_check.equal else "differ"] += 1
@@ -248,26 +225,41 @@ def summary(result: CompareResult) -> str:
     line = ", ".join([f"{len(result.rows)} pair{'' if len(result.rows) == 1 else 's'}", *bit_parts, *counts])
     failures = result.failures()
     if not failures:
-        return f"**PASS**: {line}"
-    return f"**FAIL**: {line}; {len(failures)} failure{'' if len(failures) == 1 else 's'}, the first: {failures[0]}"
+        return f"PASS: {line}"
+    return f"FAIL: {line}; {len(failures)} failure{'' if len(failures) == 1 else 's'}, the first: {failures[0]}"
 
 
-def compare_markdown(result: CompareResult, record: RunRecord) -> str:
-    """Pull-request markdown: the sides and where they came from, the run, the summary, the rows, every failure."""
-    lines = [f"### qsa compare: {result.candidate} against {result.base}", ""]
-    sides = record.settings.get("sides") or []
-    if sides:
-        lines += [_side_line(s, record.settings.get("engines") or []) for s in sides] + [""]
-    lines += [_header(record), "", summary(result), ""]
+def compare_blocks(result: CompareResult, record: RunRecord) -> list[Block]:
+    """The sides and where they came from, the run, the summary, and the rows."""
+    title = f"qsa compare: {result.candidate} against {result.base}"
+    out: list[Block] = [Prose(title, f"### {title}")]
+    engines = record.settings.get("engines") or []
+    for side in record.settings.get("sides") or []:
+        line = _side_line(side, engines)
+        name, rest = line.split(":", 1)
+        out.append(Prose(line, f"- **{name}**:{rest}"))
+    verdict, line = summary(result).split(": ", 1)
+    out += [header(record), Prose(f"{verdict}: {line}", f"**{verdict}**: {line}")]
     if result.rows:
-        rows = [[c.replace("|", "\\|") for c in _cells(result, r)] for r in result.rows]
-        lines += _md_table(list(COLUMNS), rows) + [""]
+        out.append(compare_sheet(result))
+    out += [Prose(f"{note}.") for note in record.notes]
+    return out
+
+
+def compare_csv(result: CompareResult) -> str:
+    def median(m: Measurement | None) -> float | None:
+        return m.median_us if m is not None and sample_problem(m) is None else None
+
+    return csv_text(("stage", "case", "variant", "base_us", "candidate_us", "ratio", "verdict", "detail", "bits",
+                     "reference", "model"),
+                    [(r.stage, case_label(r.case), r.pair, median(r.base), median(r.candidate), r.ratio, r.verdict,
+                      r.detail, r.bits, _sides(result, r.reference), _sides(result, r.model)) for r in result.rows])
+
+
+def compare_verdict(result: CompareResult) -> list[str]:
+    """``COMPARE PASS: summary``, or ``COMPARE FAIL (n failures)`` then one line per failure."""
     failures = result.failures()
-    if len(failures) > 1:
-        lines += [f"- {f}" for f in failures] + [""]
-    lines += [(f"Times are medians; a change is judged beyond a {result.tolerance:.0%} tolerance and outside "
-               "both sides' 10th-90th percentile spread."), ""]
-    if _throttled(result):
-        lines += [f"{THROTTLED_NOTE}.", ""]
-    lines += [f"{note}." for note in record.notes]
-    return "\n".join(lines).rstrip() + "\n"
+    if not failures:
+        return [f"COMPARE {summary(result)}"]
+    return [f"COMPARE FAIL ({len(failures)} failure{'' if len(failures) == 1 else 's'})",
+            *numbered("COMPARE FAIL", failures)]

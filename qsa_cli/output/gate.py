@@ -14,23 +14,19 @@ time: its verdict is REFERENCE.
 
 from __future__ import annotations
 
-import math
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
-
-from rich.table import Table
 
 from ..core.errors import GateError
 from ..record.schema import Measurement, RunRecord
 from ..record.vocabulary import ARGPARTITION, INPUTS, INPUTS_HASH, OUTPUT_HASH
-from .report import measurement_index
+from .layout import MISSING, Block, Column, Prose, Sheet, csv_text
+from .report import header, numbered
+from .rows import measurement_index, sample_problem
 
 FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD", "MISSING", "BAD-SAMPLES", "NOTHING-COMPARED", "BITS-CHANGED")
 JUDGED = ("SAME", "FAST", "SLOW")  # a timing compared with the baseline's and judged
-VERDICT_STYLE = {"FAST": "green", "SLOW": "red", "SAME": "", "PARITY-FAIL": "bold red", "MISSING": "red",
-                 "MISSING-ALLOWED": "yellow", "NEW": "cyan", "THRESHOLD": "bold red", "REFERENCE": "dim",
-                 "BAD-SAMPLES": "bold red", "NOTHING-COMPARED": "bold red", "BITS-CHANGED": "bold red",
-                 "BITS-CHANGED-ALLOWED": "yellow"}
+VERDICTS = (*FAILING, "MISSING-ALLOWED", "BITS-CHANGED-ALLOWED", *JUDGED[:2], "NEW", "REFERENCE")  # a summary's order
 REFERENCE_POINTS = (ARGPARTITION,)  # variants the gate shows but does not judge
 
 
@@ -44,10 +40,12 @@ class GateRow:
     # only), NEW (run only), REFERENCE (a library's reference point), BAD-SAMPLES, NOTHING-COMPARED (no row judged),
     # BITS-CHANGED or BITS-CHANGED-ALLOWED (another output than the baseline's on the same inputs)
     detail: str = ""
+    baseline_bad: str | None = None  # why the baseline's samples are unusable (BAD-SAMPLES), and the run's
+    run_bad: str | None = None
 
     @property
     def ratio(self) -> float | None:
-        if self.baseline_us is None or self.median_us is None:
+        if self.baseline_us is None or self.median_us is None or self.baseline_bad or self.run_bad:
             return None
         return self.median_us / self.baseline_us
 
@@ -136,16 +134,9 @@ def _timing_row(key: str, variant: str, m: Measurement, b: Measurement, toleranc
 
 
 def bad_samples(m: Measurement | None, whose: str) -> str | None:
-    """What makes a measurement's samples unusable (none, NaN or infinite ones, a median not above 0), or None:
-    the gate's and ``qsa compare``'s BAD-SAMPLES."""
-    if m is None:
-        return None
-    if not m.samples_us:
-        return f"{whose} samples: none"
-    bad = sum(not math.isfinite(x) for x in m.samples_us)
-    if bad:
-        return f"{whose} samples: {bad} of {len(m.samples_us)} NaN or infinite"
-    return f"{whose} samples: a median of {m.median_us:g} µs" if m.median_us <= 0 else None
+    """``whose`` samples' problem (``rows.sample_problem``), or None: the gate's and ``qsa compare``'s BAD-SAMPLES."""
+    problem = sample_problem(m)
+    return f"{whose} {problem}" if problem else None
 
 
 def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, force: bool = False,
@@ -162,7 +153,8 @@ def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, for
         median, base = (x.median_us if x is not None else None for x in (m, b))
         bad = [why for why in (bad_samples(m, "the run's"), bad_samples(b, "the baseline's")) if why]
         if bad:
-            rows.append(GateRow(key, variant, base, median, "BAD-SAMPLES", "; ".join(bad)))
+            rows.append(GateRow(key, variant, base, median, "BAD-SAMPLES", "; ".join(bad), sample_problem(b),
+                                sample_problem(m)))
         elif m is None:
             rows.append(GateRow(key, variant, base, None, "MISSING-ALLOWED" if allow_missing else "MISSING",
                                 "in the baseline, not in this run"))
@@ -185,22 +177,58 @@ def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, for
 
 
 def _fmt(value: float | None, template: str) -> str:
-    return "–" if value is None else template.format(value)
+    return MISSING if value is None else template.format(value)
 
 
-def gate_table(result: GateResult) -> Table:
-    table = Table(title=f"Gate: {'PASS' if result.passed else 'FAIL'} against the baseline")
-    for col in ("case", "variant", "baseline µs", "median µs", "ratio", "verdict", "detail"):
-        table.add_column(col, justify="right" if col.endswith(("µs", "ratio")) else "left",
-                         min_width=max(map(len, VERDICT_STYLE)) if col == "verdict" else None)  # never cut
+def _time(value: float | None, bad: str | None, unit: str = "") -> str:
+    return f"BAD ({bad})" if bad else _fmt(value, "{:.1f}" + unit)
+
+
+GATE_COLUMNS = (Column("variant", bare=True), Column("baseline", "µs", numeric=True), Column("median", "µs", numeric=True),
+                Column("ratio", numeric=True), Column("verdict"), Column("detail"))
+
+
+def gate_sheet(result: GateResult) -> Sheet:
+    """Every row of the gate, grouped by case, with its verdict and why."""
+    sheet = Sheet(f"Gate: {'PASS' if result.passed else 'FAIL'} against the baseline", GATE_COLUMNS)
     for r in result.rows:
-        style = VERDICT_STYLE[r.verdict]
-        verdict = f"[{style}]{r.verdict}[/{style}]" if style else r.verdict
-        table.add_row(r.key, r.variant, _fmt(r.baseline_us, "{:.1f}"), _fmt(r.median_us, "{:.1f}"),
-                      _fmt(r.ratio, "{:.2f}x"), verdict, r.detail)
-    table.caption = "; ".join([f"tolerance {result.tolerance:.0%}, and outside both runs' 10th-90th percentile spread",
-                               *result.notes])
-    return table
+        sheet.add(r.variant, _time(r.baseline_us, r.baseline_bad), _time(r.median_us, r.run_bad),
+                  _fmt(r.ratio, "{:.2f}x"), r.verdict, r.detail or MISSING, group=r.key)
+    sheet.notes = [f"tolerance {result.tolerance:.0%}, and outside both runs' 10th-90th percentile spread",
+                   *result.notes]
+    return sheet
+
+
+def gate_blocks(result: GateResult, record: RunRecord, baseline: RunRecord) -> list[Block]:
+    """The run gated, the baseline it was gated against, and every row."""
+    return [header(record), Prose(f"baseline: {header(baseline).text}", f"baseline: {header(baseline).markdown}"),
+            gate_sheet(result)]
+
+
+def gate_csv(result: GateResult) -> str:
+    return csv_text(("stage", "case", "variant", "baseline_us", "median_us", "ratio", "verdict", "detail"),
+                    [(r.key.split()[0], r.key, r.variant, r.baseline_us, r.median_us, r.ratio, r.verdict, r.detail)
+                     for r in result.rows])
+
+
+def _counts(rows: list[GateRow]) -> str:
+    found = {v: sum(r.verdict == v for r in rows) for v in VERDICTS}
+    return ", ".join(f"{n} {v}" for v, n in found.items() if n)
+
+
+def _failure(r: GateRow) -> str:
+    where = f"{r.verdict}: {r.key}, {r.variant}"
+    if r.median_us is not None and r.baseline_us is not None and r.verdict in JUDGED:
+        return f"{where}: {r.median_us:.1f} µs vs {r.baseline_us:.1f} µs ({r.ratio - 1:+.0%}), {r.detail}"
+    return f"{where}: {r.detail}" if r.detail else where
+
+
+def gate_verdict(result: GateResult) -> list[str]:
+    """``GATE PASS (counts)``, or ``GATE FAIL (counts)`` then one line per failing row, each with its detail."""
+    if result.passed:
+        return [f"GATE PASS ({_counts(list(result.rows))})"]
+    failing = [r for r in result.rows if r.failed]
+    return [f"GATE FAIL ({_counts(failing)})", *numbered("GATE FAIL", [_failure(r) for r in failing])]
 
 
 def junit_xml(result: GateResult) -> str:
@@ -215,10 +243,10 @@ def junit_xml(result: GateResult) -> str:
         ET.SubElement(props, "property", name=name, value=value)
     for r in result.rows:
         attrs = {"classname": f"qsa.{r.key.split()[0]}", "name": f"{r.key} :: {r.variant}"}
-        if r.median_us is not None:
+        if r.median_us is not None and not r.run_bad:
             attrs["time"] = f"{r.median_us * 1e-6:.9f}"
         case = ET.SubElement(suite, "testcase", **attrs)
-        summary = f"{r.verdict}: baseline {_fmt(r.baseline_us, '{:.1f} µs')}, run {_fmt(r.median_us, '{:.1f} µs')}"
+        summary = f"{r.verdict}: baseline {_time(r.baseline_us, r.baseline_bad, ' µs')}, run {_time(r.median_us, r.run_bad, ' µs')}"
         if r.failed:
             ET.SubElement(case, "failure", type=r.verdict, message=f"{summary}; {r.detail}" if r.detail else summary)
         elif r.verdict == "MISSING-ALLOWED":

@@ -1,354 +1,165 @@
-"""Rendering a run record: rich tables, a clocks line and pull-request markdown. Never measures.
-
-Contexts are labelled the way the seed's tables do (``32K`` for 32768, ``131K`` for 131072, ``524K``
-for 524288: thousands, rounded down); where a label is not the exact number of cells, the tables
-show the number beside it and the markdown lists them under its tables.
+"""Rendering a run record: its result rows as sheets (a row per variant and case), the before / after
+of the run's roles, thresholds, compute-sanitizer runs and selftest checks; the clocks in words; CSV;
+and the verdict lines a command ends with. Reads the record only (output/rows.py's model of it).
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Sequence
 
-from rich.table import Table
-
-from ..catalog import qsa_catalog
-from ..core.geometry import BLOCK_CELLS
 from ..record.schema import Measurement, ParityCheck, RunRecord
-from ..record.vocabulary import DEFAULT_KEYS
-from ..stages import scores as scores_stage
-from ..stages import topk as topk_stage
-from ..stages import window as window_stage
+from ..record.vocabulary import SCORES, STAGES, TOPK, WINDOW
+from .layout import MISSING, Block, Column, Prose, Sheet, csv_text
+from .rows import (
+    ResultRow,
+    before_after,
+    case_label,
+    result_rows,
+    sample_problem,
+)
 
 THROTTLED_MARK = "*"
 THROTTLED_NOTE = f"{THROTTLED_MARK} throttled: a thermal, power or hardware slowdown was reported around these samples"
-MISSING = "–"
-LABEL_COLUMNS = {"context", "kind", "score set", "verdict", "stage", "case", "subject", "against", "result", "detail",
-                 "threshold", "what", "value here", "kernel", "scorer", "top-k", "why", "variant", "tool", "first report", "keys"}
-
-Index = dict[tuple[str, str], Measurement]
+STAGE_TITLES = {SCORES: "Scorer", TOPK: "Top-k", WINDOW: "Window (scores then top-k as one CUDA graph)"}
+HASH_DIGITS = 12  # a hash in a table: enough to tell outputs apart (the record keeps it whole)
 
 
-# ---- looking things up in a record ----------------------------------------------------------------
+# ---- cells ------------------------------------------------------------------------------------------------------
 
 
-def measurement_index(record: RunRecord) -> Index:
-    """(case key, variant) -> measurement; a later measurement of the same pair replaces an earlier one."""
-    return {(m.key, m.variant): m for m in record.measurements}
-
-
-def stage_cases(record: RunRecord, stage: str) -> dict[str, dict[str, Any]]:
-    """Case key -> case of every case a stage measured or checked, in the record's order."""
-    out: dict[str, dict[str, Any]] = {}
-    for row in [*record.measurements, *record.parity]:
-        if row.stage == stage:
-            out.setdefault(row.key, row.case)
-    return out
-
-
-def parity_of(record: RunRecord, key: str) -> list[ParityCheck]:
-    return [p for p in record.parity if p.key == key]
-
-
-def case_label(case: dict[str, Any]) -> str:
-    """One line naming a case for people: ``131K (131072), 4 queries, capacity 524288, prompt, equal``
-    (a scorer case: ``..., adversarial keys``)."""
-    parts = [context_cell(case["ctx"]), f"{case['nq']} quer{'y' if case['nq'] == 1 else 'ies'}",
-             f"capacity {case['capacity']}"]
-    parts += [str(case[k]) for k in ("kind", "score_set") if case.get(k) not in (None, "decode")]
-    parts += [f"{case['keys']} keys"] if "keys" in case else []
-    return ", ".join(parts)
-
-
-def _with_keys(cases: Iterable[dict[str, Any]]) -> bool:
-    """Whether a table of these scorer cases needs a keys column (a case names its keys when not synthetic)."""
-    return any("keys" in c for c in cases)
-
-
-# ---- formatting -----------------------------------------------------------------------------------------
-
-
-def context_label(ctx: int) -> str:
-    """The seed's short form: thousands rounded down (9000 -> 9K, 131072 -> 131K), millions to 0.1M."""
-    if ctx < 1000:
-        return str(ctx)
-    if ctx < 1_000_000:
-        return f"{ctx // 1000}K"
-    return f"{ctx // 100_000 / 10:g}M"
-
-
-def context_cell(ctx: int) -> str:
-    label = context_label(ctx)
-    return label if _label_is_exact(label, ctx) else f"{label} ({ctx})"
-
-
-def _label_is_exact(label: str, ctx: int) -> bool:
-    scale = {"K": 1000, "M": 1_000_000}.get(label[-1], 1)
-    return float(label.rstrip("KM")) * scale == ctx
-
-
-def _time(m: Measurement | None, fmt: str = ".1f", scale: float = 1.0) -> str:
-    """A median (µs times ``scale``), marked when the samples were throttled."""
+def time_cell(m: Measurement | None) -> str:
+    """A median in µs, marked when throttled; ``BAD (why)`` for unusable samples; – when not timed."""
     if m is None:
         return MISSING
-    return format(m.median_us * scale, fmt) + (THROTTLED_MARK if m.throttled else "")
+    problem = sample_problem(m)
+    if problem is not None:
+        return f"BAD ({problem})"
+    return f"{m.median_us:.1f}" + (THROTTLED_MARK if m.throttled else "")
 
 
-def _ratio(a: Measurement | None, b: Measurement | None, template: str) -> str:
-    return template.format(a.median_us / b.median_us) if a is not None and b is not None else MISSING
+def number_cell(value: float | None, form: str) -> str:
+    return MISSING if value is None else form.format(value)
 
 
-def _rows_equal(p: ParityCheck) -> str:
-    if p.rows is None or p.rows_equal is None:
-        return "yes" if p.equal else "NO"
-    return f"{p.rows_equal}/{p.rows}"
-
-
-def _identical(checks: list[ParityCheck]) -> str:
-    """The worst of a case's checks, e.g. "7/8" when one query's ids differ."""
-    # an integrity check (no rows) only where it failed and no row count says more
-    worst = min(checks, key=lambda p: (p.equal, p.rows_equal if p.rows is not None else float("inf")), default=None)
-    return _rows_equal(worst) if worst else MISSING
-
-
-def _verdict(checks: list[ParityCheck]) -> str:
-    if not checks:
+def check_cell(p: ParityCheck | None) -> str:
+    """``yes``, ``NO`` (with the rows that differ, where counted), or – when not checked."""
+    if p is None:
         return MISSING
-    failed = [f"{p.subject} vs {p.against}" for p in checks if not p.equal]
-    return "[red]FAIL[/red] " + ", ".join(failed) if failed else "[green]PASS[/green]"
+    if p.equal:
+        return "yes"
+    return "NO" + (f" ({p.rows_equal}/{p.rows} rows equal)" if p.rows is not None and p.rows_equal is not None else "")
 
 
-def _table(title: str, columns: Iterable[str]) -> Table:
-    table = Table(title=title)
-    for col in columns:
-        # a variant's name is folded over lines, never cut: an engine's names are long
-        table.add_column(col, justify="left" if col in LABEL_COLUMNS else "right", overflow="fold")
-    return table
+def short_hash(value: str | None) -> str:
+    return MISSING if value is None else value[:HASH_DIGITS]
 
 
-def _footnote(table: Table, measurements: Iterable[Measurement | None]) -> Table:
-    if any(m is not None and m.throttled for m in measurements):
-        table.caption = THROTTLED_NOTE
-    return table
+def failure_detail(p: ParityCheck) -> str:
+    return f"{p.subject} vs {p.against}: {p.detail or 'differs'}"
 
 
-# ---- tables ---------------------------------------------------------------------------------------------
+# ---- the result rows as sheets ------------------------------------------------------------------------------------
+
+RESULT_COLUMNS = (
+    Column("variant", bare=True), Column("role", bare=True), Column("median", "µs", numeric=True),
+    Column("p10-p90", "µs", numeric=True), Column("n", numeric=True), Column("GB/s", numeric=True),
+    Column("/ floor", numeric=True), Column("hash"), Column("= reference"), Column("= model"), Column("= pair"),
+    Column("checks"), Column("detail"),
+)
 
 
-REFERENCE_POINTS = {scores_stage.READ_FLOOR: "read floor", topk_stage.ARGPARTITION: topk_stage.ARGPARTITION}
-ROLE_MARKS = {"baseline": " (old)", "candidate": " (new)"}
+def _result_cells(r: ResultRow) -> tuple[str, ...]:
+    spread = r.spread_us
+    pair = r.vs_pair
+    return (
+        r.variant, r.role + (", dispatched" if r.dispatched else ""), time_cell(r.measurement),
+        MISSING if spread is None else f"{spread[0]:.1f}-{spread[1]:.1f}", str(r.samples) if r.measurement else MISSING,
+        number_cell(r.gbps, "{:.0f}" if (r.gbps or 0) >= 100 else "{:.3g}"), number_cell(r.floor_ratio, "{:.2f}x"), short_hash(r.output_hash),
+        check_cell(r.vs_reference), check_cell(r.vs_model),
+        MISSING if pair is None else f"{pair.against}: {check_cell(pair)}", r.verdict or MISSING,
+        "; ".join(failure_detail(p) for p in r.failed) or MISSING,
+    )
 
 
-def roles_of(record: RunRecord, stage: str) -> dict[str, str]:
-    """A stage's variants by role (reference, baseline, candidate) as the run used them.
-
-    The roles are the record's (``settings["roles"]``): the variants it ran may be an engine checkout's or
-    a compare side's, unknown to this registry. A record from before roles were recorded ran the
-    registry's. A window pair is named by its scorer and top-k, so the window's roles are the pairs of
-    the scorer's and the top-k's variant in the same role.
-    """
-    if stage == window_stage.STAGE:
-        scorer, topk = roles_of(record, scores_stage.STAGE), roles_of(record, topk_stage.STAGE)
-        return {role: window_stage.pair_name(name, topk[role]) for role, name in scorer.items() if role in topk}
-    recorded = record.settings.get("roles") or {}
-    return dict(recorded[stage]) if stage in recorded else qsa_catalog().roles(stage)
+def _without_empty_columns(sheet: Sheet) -> Sheet:
+    """The sheet less the columns no row has a value in (a top-k has no read floor, a parity-only run no times)."""
+    keep = [i for i, col in enumerate(sheet.columns) if any(row[i] != MISSING for row in sheet.rows)]
+    return Sheet(sheet.title, tuple(sheet.columns[i] for i in keep), [tuple(row[i] for i in keep) for row in sheet.rows],
+                 sheet.groups, sheet.group_header, sheet.notes)
 
 
-def _measured(record: RunRecord, stage: str) -> list[str]:
-    """Every variant (and reference point) ``stage`` measured in the record, in the order first measured."""
-    return list(dict.fromkeys(m.variant for m in record.measurements if m.stage == stage))
+def results_sheet(rows: Sequence[ResultRow], stage: str) -> Sheet:
+    """One stage's rows: per case, every variant and reference point the run timed or checked."""
+    per = "replay" if stage == WINDOW else "call"
+    sheet = Sheet(f"{STAGE_TITLES[stage]}: every variant, median µs per {per}", RESULT_COLUMNS)
+    for r in rows:
+        sheet.add(*_result_cells(r), group=case_label(r.case))
+    if any(r.throttled for r in rows):
+        sheet.notes.append(THROTTLED_NOTE)
+    return _without_empty_columns(sheet)
 
 
-def variant_columns(record: RunRecord, stage: str) -> list[tuple[str, str]]:
-    """(variant, column label) of every variant ``stage`` measured, the baseline's label ending " (old)" and
-    the candidate's " (new)". A reference point (the read floor, cupy.argpartition) is no variant: each
-    table places its own."""
-    marks = {roles_of(record, stage).get(role): mark for role, mark in ROLE_MARKS.items()}
-    return [(v, v + marks.get(v, "")) for v in _measured(record, stage) if v not in REFERENCE_POINTS]
+SUMMARY_COLUMNS = (Column("case", bare=True), Column("before"), Column("before", "µs", numeric=True, bare=True),
+                   Column("after"), Column("after", "µs", numeric=True, bare=True), Column("speedup", numeric=True))
 
 
-def _before_after(record: RunRecord, stage: str) -> tuple[str, str]:
-    """A stage's "before" and "after": the run's baseline and candidate."""
-    roles = roles_of(record, stage)
-    return roles.get("baseline", MISSING), roles.get("candidate", MISSING)
+def summary_sheet(rows: Sequence[ResultRow], stage: str) -> Sheet:
+    """Per case, the run's baseline -> candidate (a window: their pairs) and the speedup."""
+    sheet = Sheet(f"{STAGE_TITLES[stage]}: before / after, median µs", SUMMARY_COLUMNS)
+    for ba in before_after(list(rows)):
+        sheet.add(case_label(ba.case), ba.baseline.variant, time_cell(ba.baseline.measurement), ba.candidate.variant,
+                  time_cell(ba.candidate.measurement), number_cell(ba.speedup, "{:.2f}x"))
+    return sheet
 
 
-def scores_table(record: RunRecord) -> Table:
-    """A decode call's scorer per case: every variant's median, the baseline (old) vs the candidate (new),
-    their hashes, and the read floor."""
-    (old, new), floor = _before_after(record, scores_stage.STAGE), scores_stage.READ_FLOOR
-    columns = variant_columns(record, scores_stage.STAGE)
-    index = measurement_index(record)
-    cases = stage_cases(record, scores_stage.STAGE)
-    with_keys = _with_keys(cases.values())
-    table = _table(f"Scorer: a decode call, {old} (old) vs {new} (new), µs",
-                   ["context", "capacity", "queries", *(["keys"] if with_keys else []), "blocks", "hash old",
-                    "hash new", "equal", *(label for _, label in columns), REFERENCE_POINTS[floor], "speedup",
-                    "GB/s (new)", "new / read floor"])
-    shown: list[Measurement | None] = []
-    for key, case in cases.items():
-        row = [index.get((key, v)) for v, _ in columns]
-        m_old, m_new, m_floor = (index.get((key, v)) for v in (old, new, floor))
-        shown += [*row, m_floor]
-        checks = parity_of(record, key)
-        hashes = {name: h for p in checks for name, h in p.hashes.items()}
-        pair = next((p for p in checks if {p.subject, p.against} == {old, new}), None)
-        equal = MISSING if pair is None else ("[green]yes[/green]" if pair.equal else "[red]NO[/red]")
-        gbps = m_new.gbps if m_new is not None else None
-        table.add_row(
-            context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]),
-            *([case.get("keys", DEFAULT_KEYS)] if with_keys else []), str(case["ctx"] // BLOCK_CELLS + 1),
-            hashes.get(old, MISSING), hashes.get(new, MISSING), equal, *(_time(m) for m in row), _time(m_floor),
-            _ratio(m_old, m_new, "{:.2f}x"), f"{gbps:.0f}" if gbps is not None else MISSING,
-            _ratio(m_new, m_floor, "{:.2f}"),
-        )
-    return _footnote(table, shown)
-
-
-def dispatch_of(record: RunRecord, kind: str) -> dict[str, Any] | None:
-    """The engine's choice for ``kind`` calls as the run recorded it: one summary, or one per kind (a sweep)."""
-    d = record.settings.get("dispatch") or {}
-    if kind in d:
-        return d[kind]
-    return d if d.get("kind", kind) == kind and "topk" in d else None
-
-
-def topk_table(record: RunRecord) -> Table:
-    """A call's top-k per case: every variant's median, the dispatched one's, cupy.argpartition's as a
-    reference point, identical ids against the references, verdict."""
-    columns, lib = variant_columns(record, topk_stage.STAGE), topk_stage.ARGPARTITION
-    index = measurement_index(record)
-    table = _table("Top-k: median µs per call", ["context", "capacity", "queries", "kind", "score set",
-                   *(label for _, label in columns), "dispatched", REFERENCE_POINTS[lib], "identical", "verdict"])
-    shown: list[Measurement | None] = []
-    for key, case in stage_cases(record, topk_stage.STAGE).items():
-        row = [index.get((key, v)) for v, _ in columns]
-        dispatched = (dispatch_of(record, case["kind"]) or {}).get("topk")
-        m_disp = index.get((key, dispatched)) if dispatched else None
-        m_lib = index.get((key, lib))
-        shown += [*row, m_disp, m_lib]
-        checks = parity_of(record, key)
-        table.add_row(
-            context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]), case["kind"], case.get("score_set", ""),
-            *(_time(m) for m in row), f"{_time(m_disp)} {dispatched}" if m_disp else MISSING, _time(m_lib),
-            _identical(checks), _verdict(checks),
-        )
-    return _footnote(table, shown)
-
-
-def window_table(record: RunRecord) -> Table:
-    """A decode window's selection (scores then top-k, one CUDA graph) per kernel pair, and its ids; the
-    speedup is the before pair's over the after pair's, or over the dispatched pair's where the after
-    pair was not measured."""
-    before, after = _before_after(record, window_stage.STAGE)
-    columns = variant_columns(record, window_stage.STAGE)
-    index = measurement_index(record)
-    cases = stage_cases(record, window_stage.STAGE)
-    with_keys = _with_keys(cases.values())
-    table = _table("Window: scores then top-k as one graph, median µs per replay",
-                   ["context", "capacity", "queries", *(["keys"] if with_keys else []), *(label for _, label in columns),
-                    "dispatched", "speedup", "identical", "verdict"])
-    shown: list[Measurement | None] = []
-    for key, case in cases.items():
-        row = [index.get((key, p)) for p, _ in columns]
-        d = dispatch_of(record, case["kind"])
-        dispatched = window_stage.pair_name(d["scores"], d["topk"]) if d else None
-        m_disp = index.get((key, dispatched)) if dispatched else None
-        shown += row
-        checks = parity_of(record, key)
-        table.add_row(
-            context_cell(case["ctx"]), str(case["capacity"]), str(case["nq"]),
-            *([case.get("keys", DEFAULT_KEYS)] if with_keys else []), *(_time(m) for m in row),
-            f"{_time(m_disp)} {dispatched}" if m_disp else MISSING,
-            _ratio(index.get((key, before)), index.get((key, after)) or m_disp, "{:.2f}x"),
-            _identical(checks), _verdict(checks),
-        )
-    return _footnote(table, shown)
+def checks_prose(record: RunRecord, stage: str) -> Prose | None:
+    """How a stage's checks went: every one held, or how many differ and the first."""
+    checks = [p for p in record.parity if p.stage == stage]
+    if not checks:
+        return None
+    failed = [p for p in checks if not p.equal]
+    if not failed:
+        return Prose(f"{STAGE_TITLES[stage]}: the same bits in every check ({len(checks)} checks).")
+    p = failed[0]
+    return Prose(f"{STAGE_TITLES[stage]}: FAIL: {len(failed)} of {len(checks)} checks differ; the first: "
+                 f"{case_label(p.case)}: {failure_detail(p)}")
 
 
 THRESHOLD_FORMS = {"min_speedup": ("{:.2f}x", ">="), "max_floor_ratio": ("{:.2f}", "<=")}
 
 
-def thresholds_table(record: RunRecord) -> Table:
-    """A sweep's thresholds checked on each case (``record.thresholds``)."""
-    table = _table("Thresholds", ["stage", "case", "threshold", "value", "limit", "result"])
+def thresholds_sheet(record: RunRecord) -> Sheet:
+    sheet = Sheet("Thresholds", (Column("stage", bare=True), Column("case", bare=True), Column("threshold", bare=True),
+                                 Column("value", numeric=True), Column("limit", numeric=True), Column("result")))
     for t in record.thresholds:
-        fmt, sense = THRESHOLD_FORMS[t.name]
-        result = "[green]holds[/green]" if t.passed else "[red]BROKEN[/red]"
-        table.add_row(t.stage, case_label(t.case), t.name, fmt.format(t.value), f"{sense} {fmt.format(t.limit)}", result)
-    return table
+        form, sense = THRESHOLD_FORMS[t.name]
+        sheet.add(t.stage, case_label(t.case), t.name, form.format(t.value), f"{sense} {form.format(t.limit)}",
+                  "holds" if t.passed else "BROKEN")
+    return sheet
 
 
-def parity_table(record: RunRecord) -> Table:
-    """Every bitwise check of the run, with the first difference of those that fail."""
-    table = _table("Parity (bitwise)", ["stage", "case", "subject", "against", "identical", "result", "detail"])
-    for p in record.parity:
-        result = "[green]equal[/green]" if p.equal else "[red]DIFFERS[/red]"
-        table.add_row(p.stage, case_label(p.case), p.subject, p.against, _rows_equal(p), result, p.detail)
-    return table
-
-
-def sanitizer_table(record: RunRecord) -> Table:
-    """``qsa sanitize``: every (variant, case, tool) with its reports, the explained ones, and the first."""
-    table = _table("compute-sanitizer", ["variant", "case", "tool", "errors", "explained", "result", "first report"])
+def sanitizer_sheet(record: RunRecord) -> Sheet:
+    """``qsa sanitize``: every (variant, case, tool) with its reports, those explained, and the first."""
+    sheet = Sheet("compute-sanitizer", (Column("variant", bare=True), Column("tool", bare=True), Column("errors", numeric=True),
+                                        Column("explained", numeric=True), Column("result"), Column("first report")))
     for r in record.sanitizer:
-        result = "[green]clean[/green]" if r.errors == 0 else ("[yellow]explained[/yellow]" if r.passed else "[red]FAIL[/red]")
-        table.add_row(r.variant, case_label(r.case), r.tool, str(r.errors), str(r.explained), result, r.first_report)
-    return table
+        result = "clean" if r.errors == 0 else "explained" if r.passed else "FAIL"
+        sheet.add(r.variant, r.tool, str(r.errors), str(r.explained), result, r.first_report or MISSING,
+                  group=f"{r.stage} {case_label(r.case)}")
+    return sheet
 
 
-STAGE_TABLES = {scores_stage.STAGE: scores_table, topk_stage.STAGE: topk_table, window_stage.STAGE: window_table}
+def selftest_sheet(record: RunRecord) -> Sheet:
+    sheet = Sheet("qsa selftest", (Column("check", bare=True), Column("cases", numeric=True), Column("result"),
+                                   Column("time", "s", numeric=True), Column("detail")))
+    for c in record.checks:
+        result = "PASS" if c.passed else "SKIP" if c.passed is None else "FAIL"
+        sheet.add(c.check, str(c.cases), result, f"{c.seconds:.2f}", c.detail or MISSING)
+    return sheet
 
 
-def tables(record: RunRecord) -> list[Table]:
-    """Every table a record has rows for: one per stage it ran, then its thresholds."""
-    stages = {row.stage for row in [*record.measurements, *record.parity]}
-    out = [render(record) for stage, render in STAGE_TABLES.items() if stage in stages]
-    return (out + ([thresholds_table(record)] if record.thresholds else [])
-            + ([sanitizer_table(record)] if record.sanitizer else []))
-
-
-# ---- qsa info -----------------------------------------------------------------------------------------------
-
-
-def _value(name: str, value: Any) -> str:
-    if name.endswith("_bytes") and isinstance(value, int):
-        return f"{value / 2**20:,.0f} MiB" if value >= 2**20 else f"{value / 2**10:,.0f} KiB"
-    return MISSING if value is None else str(value)
-
-
-def _reading(clocks: dict[str, Any]) -> str:
-    forms = (("sm_mhz", "SM {} MHz"), ("mem_mhz", "memory {} MHz"), ("temperature_c", "{} °C"), ("power_w", "{:.0f} W"))
-    parts = [form.format(clocks[name]) for name, form in forms if clocks.get(name) is not None]
-    return ", ".join([*parts, "reasons: " + (", ".join(clocks["event_reasons"]) or "none")])
-
-
-def info_tables(info: Any) -> list[Table]:
-    """``qsa info``: the device (with NVML's view and its clocks now), the kernels as compiled, the dispatch.
-
-    ``info`` is a ``runs.DeviceReport`` (device, clocks, kernels, dispatch, notes).
-    """
-    device = _table("Device", ["what", "value here"])
-    for name, value in info.device.items():
-        if name == "nvml":
-            for k, v in value.items():
-                device.add_row(f"nvml {k}", _value(k, v))
-        else:
-            device.add_row(name, _value(name, value))
-    device.add_row("clocks now", _reading(info.clocks) if info.clocks else "unavailable")
-    kernels = _table("Kernels as compiled for this device",
-                     ["kernel", "registers", "shared bytes", "local bytes", "max threads"])
-    for k in info.kernels:
-        kernels.add_row(k.name, str(k.registers), str(k.shared_bytes), str(k.local_bytes), str(k.max_threads))
-    kernels.caption = "; ".join(n for n in info.notes if n) or None
-    dispatch = _table("What the engine dispatches here", ["kind", "scorer", "top-k", "why"])
-    for kind, d in info.dispatch.items():
-        dispatch.add_row(kind, d["scores"], d["topk"], "; ".join(d["reasons"].values()))
-    return [device, kernels, dispatch]
-
-
-# ---- clocks -----------------------------------------------------------------------------------------------
+# ---- clocks -------------------------------------------------------------------------------------------------------
 
 
 def _span(values: list[float], fmt: str, unit: str) -> str | None:
@@ -368,8 +179,8 @@ def clocks_text(record: RunRecord) -> str:
             return f"unavailable ({nvml['unavailable']})"
         return "not recorded" + (" (CPU backend)" if record.backend == "cpu" else "")
 
-    def seen(field: str, fmt: str, unit: str) -> str | None:
-        return _span([r[field] for r in readings if r.get(field) is not None], fmt, unit)
+    def seen(name: str, fmt: str, unit: str) -> str | None:
+        return _span([r[name] for r in readings if r.get(name) is not None], fmt, unit)
 
     if lock and lock.get("locked", True):
         mem = f", memory {lock['mem_mhz']} MHz" if lock.get("mem_mhz") else ""
@@ -389,159 +200,118 @@ def clocks_line(record: RunRecord) -> str:
     return f"clocks: {clocks_text(record)}"
 
 
-# ---- markdown -----------------------------------------------------------------------------------------------
+# ---- a record's blocks ------------------------------------------------------------------------------------------
 
 
-def _header(record: RunRecord) -> str:
+def card(record: RunRecord) -> str:
     if record.backend == "cpu":
-        card = "CPU backend (the exact models; times are the host's)"
-    else:
-        cc = str(record.device.get("compute_capability", "?")).replace(".", "")
-        card = f"{record.device.get('name', 'unknown GPU')} (sm_{cc})"
+        return "CPU backend (the exact models; times are the host's)"
+    cc = str(record.device.get("compute_capability", "?")).replace(".", "")
+    return f"{record.device.get('name', 'unknown GPU')} (sm_{cc})"
+
+
+def header(record: RunRecord) -> Prose:
+    """The card, the clocks, when, and the command, as one paragraph."""
     command = shlex.join(["qsa", *record.argv]) if record.argv else f"qsa {record.command}"
-    return f"**{card}**, clocks: {clocks_text(record)}, {record.created.replace('T', ' ')}, `{command}`"
+    when = record.created.replace("T", " ")
+    incomplete = ", INCOMPLETE (interrupted)" if record.incomplete else ""
+    return Prose(f"{card(record)}, {clocks_line(record)}, {when}, `{command}`{incomplete}",
+                 f"**{card(record)}**, {clocks_line(record)}, {when}, `{command}`{incomplete}")
 
 
-def _groups(cases: dict[str, dict[str, Any]], fields: tuple[str, ...]) -> dict[tuple[Any, ...], dict[str, dict[str, Any]]]:
-    out: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
-    for key, case in cases.items():
-        out.setdefault(tuple(case.get(f) for f in fields), {})[key] = case
-    return out
-
-
-def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    return lines + ["| " + " | ".join(r) + " |" for r in rows]
-
-
-def _unit_first(cells: list[str], unit: str) -> list[str]:
-    """The seed writes the unit once, in the first cell that has a figure."""
-    for i, c in enumerate(cells):
-        if c != MISSING:
-            return cells[:i] + [f"{c} {unit}"] + cells[i + 1:]
-    return cells
-
-
-def _parity_summary(checks: list[ParityCheck], ok: str) -> str:
-    failed = [p for p in checks if not p.equal]
-    if not failed:
-        return f"{ok} ({len(checks)} checks)."
-    p = failed[0]
-    return f"**FAIL**: {len(failed)} of {len(checks)} checks differ; first: {case_label(p.case)}: {p.subject} vs {p.against}: {p.detail}"
-
-
-def _scores_markdown(record: RunRecord, index: Index) -> list[str]:
-    old, new = _before_after(record, scores_stage.STAGE)
-    cases = stage_cases(record, scores_stage.STAGE)
-    out: list[str] = []
-    for (capacity, l2, keys), group in _groups(cases, ("capacity", "l2", "keys")).items():
-        by_ctx: dict[int, list[tuple[int, str]]] = {}
-        for key, case in sorted(group.items(), key=lambda kc: (kc[1]["ctx"], kc[1]["nq"])):
-            if (key, old) in index or (key, new) in index:
-                by_ctx.setdefault(case["ctx"], []).append((case["nq"], key))
-        if not by_ctx:
+def blocks(record: RunRecord, with_header: bool = True) -> list[Block]:
+    """Everything a record holds, as sheets and prose: per stage its rows, its before / after and how its
+    checks went; then thresholds, sanitizer runs, selftest checks, and the record's notes."""
+    out: list[Block] = [header(record)] if with_header else []
+    rows = result_rows(record)
+    for stage in STAGES:
+        mine = [r for r in rows if r.stage == stage]
+        if not mine:
             continue
-        rows = []
-        for ctx, entries in by_ctx.items():
-            cells = [[_time(index.get((key, v))) for _, key in entries] for v in (old, new)]
-            rows.append([context_label(ctx), " / ".join(str(nq) for nq, _ in entries), *(" / ".join(c) for c in cells)])
-        rows[0][2] += " µs"
-        out += [f"### Scorer: a decode call, before ({old}) / after ({new}), capacity {capacity}, L2 {l2}"
-                + (f", {keys} keys" if keys else ""), ""]
-        out += _md_table(["context", "queries", "before", "after"], rows) + [""]
-    checks = [p for p in record.parity if p.stage == scores_stage.STAGE]
-    if checks:
-        out += [_parity_summary(checks, "The same bits in every case, old, new and the CPU model"), ""]
+        out.append(results_sheet(mine, stage))
+        summary = summary_sheet(mine, stage)
+        out += [summary] if summary.rows else []
+        prose = checks_prose(record, stage)
+        out += [prose] if prose is not None else []
+    out += [thresholds_sheet(record)] if record.thresholds else []
+    out += [sanitizer_sheet(record)] if record.sanitizer else []
+    out += [selftest_sheet(record)] if record.checks else []
+    out += [Prose(f"{note}.") for note in record.notes]
     return out
 
 
-def _topk_markdown(record: RunRecord, index: Index) -> list[str]:
-    old, new = _before_after(record, topk_stage.STAGE)
-    cases = stage_cases(record, topk_stage.STAGE)
-    out: list[str] = []
-    for (kind, score_set, capacity, l2), group in _groups(cases, ("kind", "score_set", "capacity", "l2")).items():
-        cells: dict[int, dict[int, str]] = {}
-        for key, case in group.items():
-            m_old, m_new = index.get((key, old)), index.get((key, new))
-            if m_old or m_new:
-                cells.setdefault(case["ctx"], {})[case["nq"]] = f"{_time(m_old, '.3f', 1e-3)} → {_time(m_new, '.3f', 1e-3)}"
-        if not cells:
-            continue
-        queries = sorted({nq for row in cells.values() for nq in row})
-        head = ["context"] + [f"{nq} quer{'y' if nq == 1 else 'ies'}" if i == 0 else str(nq) for i, nq in enumerate(queries)]
-        rows = [[context_label(ctx), *_unit_first([row.get(nq, MISSING) for nq in queries], "ms")]
-                for ctx, row in sorted(cells.items())]
-        out += [f"### Top-k: a {kind} call, {score_set} scores, {old} → {new}, capacity {capacity}, L2 {l2}", ""]
-        out += _md_table(head, rows) + [""]
-    checks = [p for p in record.parity if p.stage == topk_stage.STAGE]
-    if checks:
-        out += [_parity_summary(checks, "Identical ids in every query of every case"), ""]
-    return out
+# ---- CSV ----------------------------------------------------------------------------------------------------------
+
+RESULT_CSV = ("stage", "ctx", "nq", "capacity", "kind", "score_set", "keys", "l2", "variant", "role", "dispatched",
+              "median_us", "p10_us", "p90_us", "samples", "throttled", "gbps", "floor_ratio", "output_hash",
+              "vs_reference", "vs_model", "pair", "vs_pair", "checks", "bad_samples", "detail")
 
 
-STAGE_TITLES = {
-    scores_stage.STAGE: "Scorer, every variant",
-    topk_stage.STAGE: "Top-k, every variant",
-    window_stage.STAGE: "Window (scores then top-k as one CUDA graph), every pair",
-}
+def _equal(p: ParityCheck | None) -> bool | None:
+    return None if p is None else p.equal
 
 
-def _variants_markdown(record: RunRecord, index: Index, stage: str) -> list[str]:
-    """One row per case, one column per variant measured (median µs) as the stage's table labels it, then
-    the reference point where measured, grouped like the seed's tables; the scorer's rows add the
-    candidate's ratio to the read floor."""
-    cases = stage_cases(record, stage)
-    measured = _measured(record, stage)
-    if not measured:
-        return []
-    columns = variant_columns(record, stage) + [(v, REFERENCE_POINTS[v]) for v in measured if v in REFERENCE_POINTS]
-    candidate = _before_after(record, stage)[1]
-    ratio = scores_stage.READ_FLOOR in measured and candidate in measured
-    out: list[str] = []
-    for (kind, capacity, l2), group in _groups(cases, ("kind", "capacity", "l2")).items():
-        with_set = any(c.get("score_set") for c in group.values())
-        with_keys = _with_keys(group.values())
-        head = ["context", "queries", *(["score set"] if with_set else []), *(["keys"] if with_keys else []),
-                *(label for _, label in columns), *(["new / read floor"] if ratio else [])]
-        rows = []
-        order = lambda kc: (kc[1]["ctx"], kc[1]["nq"], kc[1].get("score_set", ""), kc[1].get("keys", ""))  # noqa: E731
-        for key, case in sorted(group.items(), key=order):
-            row = [context_label(case["ctx"]), str(case["nq"]), *([case.get("score_set", "")] if with_set else []),
-                   *([case.get("keys", DEFAULT_KEYS)] if with_keys else [])]
-            row += [_time(index.get((key, v))) for v, _ in columns]
-            if ratio:
-                row.append(_ratio(index.get((key, candidate)), index.get((key, scores_stage.READ_FLOOR)), "{:.2f}"))
-            rows.append(row)
-        out += [f"### {STAGE_TITLES[stage]}: a {kind} call, median µs, capacity {capacity}, L2 {l2}", ""]
-        out += _md_table(head, rows) + [""]
-    return out
+def result_csv(records: Sequence[tuple[str | None, RunRecord]]) -> str:
+    """One line per (stage, case, variant) of each record, numbers whole; a ``file`` column first when
+    the records are several (``qsa report A B``)."""
+    with_file = len(records) > 1
+    lines = []
+    for name, record in records:
+        for r in result_rows(record):
+            spread = r.spread_us or (None, None)
+            pair = r.vs_pair
+            lines.append([*([name] if with_file else []), r.stage, *(r.case.get(k) for k in RESULT_CSV[1:8]), r.variant,
+                          r.role, r.dispatched, r.median_us, *spread, r.samples, r.throttled, r.gbps, r.floor_ratio,
+                          r.output_hash, _equal(r.vs_reference), _equal(r.vs_model), pair.against if pair else None,
+                          _equal(pair), r.verdict, r.problem, "; ".join(failure_detail(p) for p in r.failed) or None])
+    return csv_text([*(["file"] if with_file else []), *RESULT_CSV], lines)
 
 
-def markdown(record: RunRecord) -> str:
-    """The run as pull-request markdown in the seed's style (µs for the scorer, ms for the top-k), then
-    every variant's medians per case."""
-    index = measurement_index(record)
-    lines = [_header(record), ""]
-    lines += _scores_markdown(record, index)
-    lines += _topk_markdown(record, index)
-    for stage in STAGE_TITLES:
-        lines += _variants_markdown(record, index, stage)
-    windows = [p for p in record.parity if p.stage == window_stage.STAGE]
-    if windows:
-        lines += [_parity_summary(windows, "Identical ids after the replays, every pair against the CPU oracle"), ""]
+def checks_csv(record: RunRecord) -> str:
+    return csv_text(("check", "cases", "passed", "seconds", "detail"),
+                    [(c.check, c.cases, c.passed, c.seconds, c.detail) for c in record.checks])
+
+
+def sanitizer_csv(record: RunRecord) -> str:
+    return csv_text(("stage", "case", "variant", "tool", "errors", "explained", "passed", "first_report", "seconds"),
+                    [(r.stage, r.key, r.variant, r.tool, r.errors, r.explained, r.passed, r.first_report, r.seconds)
+                     for r in record.sanitizer])
+
+
+# ---- the verdict ---------------------------------------------------------------------------------------------------
+
+
+def numbered(prefix: str, failures: Sequence[str]) -> list[str]:
+    """One line per failure, ``PREFIX i/n: what``: the last lines of a failed command, each whole."""
+    return [f"{prefix} {i}/{len(failures)}: {why}" for i, why in enumerate(failures, 1)]
+
+
+def _failures(record: RunRecord) -> tuple[list[str], list[str]]:
+    """(the counts, one line per failure) of everything in the record that fails. A selftest's verdict is
+    its checks' (each names the first of its parity rows that differs)."""
+    if record.checks:
+        failed = [c for c in record.checks if c.passed is False]
+        return ([f"{len(failed)} of {len(record.checks)} checks"] if failed else []), [f"{c.check}: {c.detail}" for c in failed]
+    differ = [p for p in record.parity if not p.equal]
     broken = [t for t in record.thresholds if not t.passed]
-    if broken:
-        t = broken[0]
-        fmt, sense = THRESHOLD_FORMS[t.name]
-        lines += [f"**FAIL**: {len(broken)} of {len(record.thresholds)} thresholds broken; first: {case_label(t.case)}: "
-                  f"{t.name} {fmt.format(t.value)}, not {sense} {fmt.format(t.limit)}", ""]
-    elif record.thresholds:
-        lines += [f"Every threshold holds ({len(record.thresholds)} checks).", ""]
-    contexts = sorted({row.case["ctx"] for row in [*record.measurements, *record.parity]})
-    loose = [f"{context_label(c)} = {c}" for c in contexts if not _label_is_exact(context_label(c), c)]
-    if loose:
-        lines += ["Contexts in cells: " + ", ".join(loose) + ".", ""]
-    if any(m.throttled for m in record.measurements):
-        lines += [f"{THROTTLED_NOTE}.", ""]
-    lines += [f"{note}." for note in record.notes]
-    return "\n".join(lines).rstrip() + "\n"
+    unexplained = [r for r in record.sanitizer if not r.passed]
+    counts = ([f"{len(differ)} checks differ"] if differ else []) + (
+        [f"{len(broken)} of {len(record.thresholds)} thresholds broken"] if broken else []) + (
+        [f"{len(unexplained)} of {len(record.sanitizer)} runs with unexplained errors"] if unexplained else [])
+    lines = [f"{p.key}: {failure_detail(p)}" for p in differ]
+    for t in broken:
+        form, sense = THRESHOLD_FORMS[t.name]
+        lines.append(f"{t.key}: {t.name} {form.format(t.value)}, not {sense} {form.format(t.limit)}")
+    lines += [f"{r.key} {r.variant} {r.tool}: {r.errors} errors, {r.explained} explained: {r.first_report}"
+              for r in unexplained]
+    return counts, lines
+
+
+def verdict_lines(record: RunRecord) -> list[str]:
+    """``PASS`` (with the known hazards a sanitize run explained), or ``FAIL (counts)`` then one line per
+    failure."""
+    counts, lines = _failures(record)
+    if not counts:
+        explained = sum(r.explained for r in record.sanitizer)
+        return ["PASS" + (f" ({explained} known hazard(s) explained)" if explained else "")]
+    return [f"FAIL ({', '.join(counts)})", *numbered("FAIL", lines)]

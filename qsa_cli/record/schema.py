@@ -3,7 +3,8 @@
 Measurement and parity are recorded here and nowhere else; tables, markdown, plots and the gate are
 all rendered from a record, so a saved run can be re-rendered or compared later (``qsa report``).
 The classes' type hints are the record's schema: a record read back is checked against them, field
-by field (``load_record``), so whatever renders it can trust every type.
+by field (``RunRecord.from_dict``; record/load.py reads a file and migrates older versions), so whatever
+renders it can trust every type.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import statistics
 import types
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Literal, TypedDict, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from .. import __version__
@@ -26,10 +26,8 @@ from ..core.files import atomic_write
 from ..core.git import git_commit
 
 SCHEMA = "qsa.run"
-SCHEMA_VERSION = 2
-# What version 2 added, as a version 1 record means it: every version 1 run ran to its end, and none
-# ran compute-sanitizer.
-SINCE_VERSION_1: dict[str, Any] = {"incomplete": False, "sanitizer": []}
+SCHEMA_VERSION = 3  # 2 added "incomplete" and "sanitizer"; 3 added "checks" (record/load.py migrates older ones)
+INFO_SCHEMA = "qsa.info"  # what ``qsa info`` reports (InfoReport)
 
 # "keys" is in a scorer case only for keys other than the synthetic ones: the cases of earlier runs keep their key
 CASE_FIELDS = ("stage", "ctx", "nq", "capacity", "kind", "score_set", "keys", "l2")
@@ -259,6 +257,17 @@ class SanitizerRun(CaseKeyed):
 
 
 @dataclass
+class SelftestCheck:
+    """One check of ``qsa selftest`` (or ``topk-parity --selftest``): what it checked, on how many cases."""
+
+    check: str
+    cases: int
+    passed: bool | None  # None: skipped (``detail`` says why)
+    seconds: float
+    detail: str = ""  # the first failure, or why it was skipped
+
+
+@dataclass
 class RunRecord:
     command: str
     argv: list[str]
@@ -276,11 +285,12 @@ class RunRecord:
     kernel_source_hash: str = ""
     environment: dict[str, Any] = field(default_factory=dict)
     incomplete: bool = False  # interrupted: only what was measured before it (a note says so)
+    checks: list[SelftestCheck] = field(default_factory=list)  # a selftest's checks
 
     @property
     def passed(self) -> bool:
         return (all(p.equal for p in self.parity) and all(t.passed for t in self.thresholds)
-                and all(r.passed for r in self.sanitizer))
+                and all(r.passed for r in self.sanitizer) and all(c.passed is not False for c in self.checks))
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **asdict(self)}
@@ -292,59 +302,41 @@ class RunRecord:
         return _conform(data, cls, "")
 
     def write(self, path: str | os.PathLike[str]) -> None:
-        with atomic_write(path) as fh:
-            json.dump(self.to_dict(), fh, indent=1)
-            fh.write("\n")
+        write_json(path, self.to_dict())
 
 
-def load_record(path: str | os.PathLike[str]) -> RunRecord:
-    """Read a record written by ``RunRecord.write``; a bad file is an InputError naming what is wrong."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not a JSON result record ({exc})") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise InputError(f"{path}: not a qsa result record (no \"schema\": \"{SCHEMA}\")")
-    version = data.get("schema_version")
-    if version == 1:
-        data = {**SINCE_VERSION_1, **data}
-    elif version != SCHEMA_VERSION:
-        raise InputError(f"{path}: result schema version {version} is not supported "
-                         f"(this qsa reads 1 to {SCHEMA_VERSION})")
-    try:
-        return RunRecord.from_dict(data)
-    except InputError as exc:
-        raise InputError(f"{path}: {exc}") from None
+def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
+    """A record's JSON form to ``path``, whole or not at all."""
+    with atomic_write(path) as fh:
+        json.dump(data, fh, indent=1)
+        fh.write("\n")
 
 
-def merge_records(records: list[RunRecord]) -> RunRecord:
-    """Many runs of one device as one record (e.g. a benchmark table built from one command per case).
+class KernelResources(TypedDict):
+    """A kernel as compiled for a device (``kernels.KernelInfo``): what ``qsa info`` lists."""
 
-    Refuses runs of different devices or backends; runs of different kernel sources are merged with a
-    note naming each hash, since a table of them compares more than one version.
-    """
-    first = records[0]
-    for r in records[1:]:
-        if (r.backend, r.device.get("name"), r.device.get("compute_capability")) != (
-            first.backend, first.device.get("name"), first.device.get("compute_capability")):
-            raise InputError(f"cannot merge runs of {first.device.get('name', first.backend)} and "
-                             f"{r.device.get('name', r.backend)}")
-    merged = RunRecord.from_dict(first.to_dict())
-    merged.command, merged.argv = "report", []
-    merged.notes = [f"merged from {len(records)} runs, the first: `qsa {' '.join(first.argv)}`"]
-    hashes = sorted({r.kernel_source_hash for r in records})
-    if len(hashes) > 1:
-        merged.notes.append("kernel sources differ between the merged runs: " + ", ".join(h[:12] for h in hashes))
-    for r in records[1:]:
-        merged.measurements += r.measurements
-        merged.parity += r.parity
-        merged.thresholds += r.thresholds
-        merged.sanitizer += r.sanitizer
-    merged.created = max(r.created for r in records)
-    return merged
+    name: str
+    registers: int
+    shared_bytes: int
+    local_bytes: int
+    max_threads: int
+
+
+@dataclass
+class InfoReport:
+    """What ``qsa info`` found: the device and its clocks now, every kernel as compiled for it, the
+    engine's choice for each kind of call, and notes (an engine checkout's variants, the cluster's reach)."""
+
+    device: DeviceInfo
+    clocks: Clocks | None
+    kernels: list[KernelResources]
+    dispatch: dict[str, Dispatch]
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": INFO_SCHEMA, "schema_version": 1, **asdict(self)}
+
+
 
 
 # ---- the schema: a record's JSON form against the dataclasses' type hints ----------------------------

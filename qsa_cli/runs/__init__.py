@@ -4,6 +4,6 @@ and topk-parity --selftest), ``sanitizer`` (qsa sanitize), ``info`` (qsa info) a
 compare's two sides). Each takes an open session (qsa_cli/session.py) and fills its record; the CLI parses
 and renders, everything between happens here and in the stage runners.
 
-A run that takes long takes ``progress(done, total, message)``: called before each of its units (a case,
-a variant, a score set, a check) with the units done so far, and once at the end with ``done == total``.
+A run that takes long takes a ``progress`` callback (core/progress.py), told of each of its units (a case,
+a variant, a score set, a check) before it starts, and of the end.
 """

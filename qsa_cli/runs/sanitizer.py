@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..catalog import STAGES
+from ..core.progress import Progress, no_progress
 from ..inputs import SCORE_SETS
 from ..sanitize import matrix, sanitize
 from ..session import Session
-from ..stages.common import Progress, no_progress
 
 
 def sanitize_variants(s: Session) -> dict[str, tuple[str, ...]]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from ..config import config_path, load_config
 from ..core.errors import NoDeviceError, SanitizerError
 from ..core.geometry import MAX_QUERIES, PROMPT_QUERIES, Call, header_mismatches
+from ..core.progress import Progress, no_progress
 from ..device import probe
 from ..dispatch import Dispatch
 from ..inputs import synthetic_scorer_inputs, synthetic_scores
@@ -21,7 +22,7 @@ from ..sanitize import find_sanitizer
 from ..session import Session, Settings, session
 from ..stages import scores as scores_stage
 from ..stages import topk as topk_stage
-from ..stages.common import Progress, StageOutcome, no_progress
+from ..stages.common import StageOutcome
 from .sanitizer import sanitize_run
 from .stages import run_topk_case, topk_parity, topk_score_sets
 

@@ -7,13 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.geometry import Call, check_queries
+from ..core.progress import Progress, no_progress
 from ..inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from ..record.vocabulary import DEFAULT_KEYS
 from ..session import Session
 from ..stages import scores as scores_stage
 from ..stages import topk as topk_stage
 from ..stages import window as window_stage
-from ..stages.common import Progress, StageOutcome, no_progress
+from ..stages.common import StageOutcome
 from ..variant_child import run_switched, switches_of
 
 

@@ -7,11 +7,11 @@ from typing import Any
 
 from ..config import SweepCase
 from ..core.errors import VariantError
+from ..core.progress import Progress, no_progress
 from ..inputs import synthetic_scores
 from ..record.schema import RunRecord, ThresholdCheck
 from ..record.vocabulary import DEFAULT_KEYS, READ_FLOOR
 from ..session import Session
-from ..stages.common import Progress, no_progress
 from .stages import run_scorer_case, run_topk_case, scorer_inputs
 
 

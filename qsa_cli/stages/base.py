@@ -23,9 +23,10 @@ import numpy as np
 
 from ..core.errors import EngineRefused
 from ..core.integrity import GuardedBuffers
+from ..core.progress import Progress, no_progress
 from ..record.schema import Measurement
 from ..timing import Launch
-from .common import Integrity, Measurer, Progress, StageOutcome, array_module, bitwise_check, no_progress, to_host
+from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, to_host
 
 
 class Runnable(Protocol):

@@ -29,14 +29,6 @@ def keys_case(inputs: ScorerInputs) -> dict[str, str]:
     return {} if inputs.keys == DEFAULT_KEYS else {"keys": inputs.keys}
 
 
-# progress(done, total, message): a long run's units done so far (qsa_cli/runs/__init__.py)
-Progress = Callable[[int, int, str], None]
-
-
-def no_progress(done: int, total: int, message: str) -> None:
-    """A run's progress when nobody shows it."""
-
-
 class ClockSource(Protocol):
     def read(self) -> Any: ...  # an object with .to_dict() and .throttled, or None
 

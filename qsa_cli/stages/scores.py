@@ -14,6 +14,7 @@ import numpy as np
 
 from ..catalog import Launcher, Variant
 from ..core.integrity import GuardedBuffers
+from ..core.progress import Progress, no_progress
 from ..inputs import ScorerInputs, score_poison
 from ..model.scores import first_difference, score_blocks, scores_hash
 from ..record.schema import Measurement
@@ -21,7 +22,7 @@ from ..record.vocabulary import CPU_MODEL, READ_FLOOR
 from ..record.vocabulary import SCORES as STAGE
 from ..timing import Launch
 from .base import Placed, StageBase, poisoned, run_stage
-from .common import Measurer, Progress, StageOutcome, call_case, keys_case, no_progress
+from .common import Measurer, StageOutcome, call_case, keys_case
 
 SCORER_INPUTS = ("pooled", "dead", "q", "steps")  # ScorerInputs' arrays, in its field order
 

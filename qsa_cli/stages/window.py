@@ -17,6 +17,7 @@ import numpy as np
 from ..catalog import Launcher, Variant
 from ..core.geometry import SELECT_CAP
 from ..core.integrity import GuardedBuffers
+from ..core.progress import Progress, no_progress
 from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
 from ..model.scores import score_blocks
 from ..model.topk import topk_ids
@@ -24,7 +25,7 @@ from ..record.vocabulary import CPU_ORACLE, pair_name
 from ..record.vocabulary import WINDOW as STAGE
 from ..timing import Launch
 from .base import Placed, StageBase, poisoned, run_stage
-from .common import Measurer, Progress, StageOutcome, call_case, keys_case, no_progress
+from .common import Measurer, StageOutcome, call_case, keys_case
 from .scores import place_scorer_inputs
 from .topk import describe_difference
 

@@ -1,0 +1,141 @@
+"""Reading records back: a file's size and nesting checked before it is parsed, an older version migrated
+to this one, every field checked against the schema; and many runs merged into one record.
+
+A record is trusted by everything that renders it, so nothing reaches the renderers unchecked: a file
+that is not a record, is too large or too deep, or has a field of the wrong type is one InputError
+naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import InputError
+from .schema import SCHEMA, SCHEMA_VERSION, RunRecord
+from .vocabulary import SCORES, TOPK
+
+# The largest shipped record is under 1 MB; a sweep keeping every sample of a thousand cases is tens of
+# MB. Past this the file is not a record, and reading it would only cost memory.
+MAX_RECORD_BYTES = 256 * 2**20
+# A record nests about six levels deep (the record, its settings, an engine's sources); json and the
+# schema check recurse once per level, so a file nested deeper is refused before either sees it.
+MAX_DEPTH = 32
+
+# The roles the registry gave every run before runs recorded them (settings["roles"], since version 2's
+# later records): a record without them ran these.
+ROLES_BEFORE_RECORDED: dict[str, dict[str, str]] = {
+    SCORES: {"reference": "reference", "baseline": "multi", "candidate": "halve"},
+    TOPK: {"reference": "reference", "baseline": "wide", "candidate": "split"},
+}
+
+
+def _to_version_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 added ``incomplete`` and ``sanitizer``: every version 1 run ran to its end, and none ran
+    compute-sanitizer."""
+    return {"incomplete": False, "sanitizer": [], **data}
+
+
+def _to_version_3(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 added ``checks`` (a selftest's checks, which no earlier record kept); an earlier record
+    without ``settings["roles"]`` ran the registry's roles of the time."""
+    out = {"checks": [], **data}
+    settings = out.get("settings")
+    if isinstance(settings, dict) and "roles" not in settings:
+        out["settings"] = {**settings, "roles": {stage: dict(r) for stage, r in ROLES_BEFORE_RECORDED.items()}}
+    return out
+
+
+# version -> the step that makes a record of that version one of the next
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_version_2, 2: _to_version_3}
+
+_BRACKET_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def nesting_depth(text: str) -> int:
+    """How deep a JSON text's arrays and objects nest (brackets inside strings do not count)."""
+    depth = deepest = 0
+    for match in _BRACKET_OR_STRING.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """A record's JSON form of any supported version as this version's; an InputError for another version."""
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= SCHEMA_VERSION:
+        raise InputError(f"result schema version {version} is not supported (this qsa reads 1 to {SCHEMA_VERSION})")
+    while version < SCHEMA_VERSION:
+        data = MIGRATIONS[version](data)
+        version += 1
+    return {**data, "schema_version": SCHEMA_VERSION}
+
+
+def read_json(path: str | os.PathLike[str], what: str) -> Any:
+    """A JSON file parsed, refused first if it is larger or nested deeper than any ``what`` can be."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_RECORD_BYTES:
+            raise InputError(f"{path}: {size} bytes, larger than any {what} ({MAX_RECORD_BYTES} at most)")
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a JSON {what} ({exc})") from None
+    depth = nesting_depth(text)
+    if depth > MAX_DEPTH:
+        raise InputError(f"{path}: nested {depth} levels deep, deeper than any {what} ({MAX_DEPTH} at most)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not a JSON {what} ({exc})") from None
+
+
+def load_record(path: str | os.PathLike[str]) -> RunRecord:
+    """Read a record written by ``RunRecord.write`` (any version since 1); a bad file is an InputError
+    naming the file and what is wrong."""
+    data = read_json(path, "result record")
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise InputError(f"{path}: not a qsa result record (no \"schema\": \"{SCHEMA}\")")
+    try:
+        return RunRecord.from_dict(migrate(data))
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
+
+
+def merge_records(records: list[RunRecord]) -> RunRecord:
+    """Many runs of one device as one record (e.g. a benchmark table built from one command per case).
+
+    Refuses runs of different devices or backends; runs of different kernel sources are merged with a
+    note naming each hash, since a table of them compares more than one version.
+    """
+    first = records[0]
+    for r in records[1:]:
+        if (r.backend, r.device.get("name"), r.device.get("compute_capability")) != (
+                first.backend, first.device.get("name"), first.device.get("compute_capability")):
+            raise InputError(f"cannot merge runs of {first.device.get('name', first.backend)} and "
+                             f"{r.device.get('name', r.backend)}")
+    merged = RunRecord.from_dict(first.to_dict())
+    merged.command, merged.argv = "report", []
+    merged.notes = [f"merged from {len(records)} runs, the first: `qsa {' '.join(first.argv)}`"]
+    hashes = sorted({r.kernel_source_hash for r in records})
+    if len(hashes) > 1:
+        merged.notes.append("kernel sources differ between the merged runs: " + ", ".join(h[:12] for h in hashes))
+    for r in records[1:]:
+        merged.measurements += r.measurements
+        merged.parity += r.parity
+        merged.thresholds += r.thresholds
+        merged.sanitizer += r.sanitizer
+        merged.checks += r.checks
+    merged.created = max(r.created for r in records)
+    return merged
