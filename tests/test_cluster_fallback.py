@@ -51,3 +51,4 @@ def test_dispatch_fallback_rule(cc):
     assert dispatch(catalog, cc, "decode", {"STRATA_TOPK_SPLIT": "1"}, refusal).topk == "split"
     assert dispatch(catalog, cc, "decode", {}).topk == "cluster"
     assert dispatch(catalog, cc, "prompt", {}, refusal).topk == "reference"
+
