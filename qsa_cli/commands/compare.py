@@ -10,7 +10,8 @@ import click
 from ..config import config_path, load_config
 from ..output import compare
 from ..output.printed import of_compare
-from ..runs import COMPARE_SIDE_NAMES, SideSpec, compare_run
+from ..runs.compare import compare_run
+from ..sides import SIDE_NAMES, SideSpec
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish
 from .measuring import open_session
@@ -42,7 +43,7 @@ def command(base_side: str, candidate_side: str, args: tuple[str, ...], config_n
     taken = [o for o in ("engines", "variants", "baseline", "candidate") if opts[o]]
     if taken:
         raise UsageProblem(f"compare takes its variants from BASE and CANDIDATE, not --{taken[0].rstrip('s')}")
-    sides = tuple(SideSpec.parse(text, name) for text, name in zip((base_side, candidate_side), COMPARE_SIDE_NAMES))
+    sides = tuple(SideSpec.parse(text, name) for text, name in zip((base_side, candidate_side), SIDE_NAMES))
     config = None
     if config_name:
         if args:
@@ -51,6 +52,6 @@ def command(base_side: str, candidate_side: str, args: tuple[str, ...], config_n
         call, iters = None, config.iterations
     else:
         call, iters = decode_call(args, "compare")
-    with open_session(opts, "compare", config) as s:
-        compare_run(s, sides, call, iters, config, tolerance)
+    with open_session(opts, "compare", config, sides) as s:
+        compare_run(s, call, iters, config, tolerance)
     return finish(of_compare(compare.judge(s.record), s.record), fmt, opts["json_path"])

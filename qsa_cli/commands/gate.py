@@ -7,13 +7,14 @@ from typing import Any
 
 import click
 
-from .. import runs
+from .. import session
 from ..config import config_path, load_config
 from ..core.files import atomic_write
 from ..output import gate
 from ..output.printed import of_gate
 from ..output.progress import progress_on
 from ..record.load import load_record
+from ..runs.sweep import sweep
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish
 from .measuring import kept_if_interrupted
@@ -58,12 +59,12 @@ def command(baseline_path: str, results_path: str | None, config_name: str, tole
         gate.check_comparable(record, baseline, force)
     else:
         config = load_config(config_path(config_name))
-        settings = runs.Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id,
-                                 engines=(*config.engines, *engines))
-        with (kept_if_interrupted(runs.session(settings, "gate", sys.argv[1:]), json_path) as s,
+        settings = session.Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id,
+                                    engines=(*config.engines, *engines), kernels=opts["kernels"])
+        with (kept_if_interrupted(session.session(settings, "gate", sys.argv[1:]), json_path) as s,
               progress_on(opts["quiet"]) as progress):
             gate.check_comparable(s.record, baseline, force)  # refuse before measuring
-            runs.sweep(s, config, progress=progress)
+            sweep(s, config, progress=progress)
             record = s.record
     result = gate.compare(record, baseline, tolerance=tolerance, force=force, allow_missing=allow_missing,
                           allow_bit_changes=allow_bit_changes)

@@ -4,6 +4,7 @@ and the YAML sweep that sweep, select-bench --config and topk-parity --config ru
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -11,10 +12,12 @@ from typing import Any
 
 import click
 
-from .. import runs
+from .. import session
 from ..clocks import parse_lock_spec
 from ..config import SweepConfig, config_path, load_config
 from ..output.progress import progress_on
+from ..runs.sweep import sweep
+from ..sides import SideSpec
 from .exit_status import EXIT_INTERRUPTED, UsageProblem
 from .finish import STDOUT, finish_record, write_record
 
@@ -40,18 +43,21 @@ def kept_if_interrupted(opened: AbstractContextManager[Any], json_path: str | No
         raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
 
 
-def open_session(opts: dict[str, Any], command: str, config: SweepConfig | None = None) -> AbstractContextManager[Any]:
-    """A session from the run options; a sweep config's l2, warm-up and seed take the place of theirs."""
+def open_session(opts: dict[str, Any], command: str, config: SweepConfig | None = None,
+                 sides: tuple[SideSpec, SideSpec] | None = None) -> AbstractContextManager[Any]:
+    """A session from the run options (and qsa compare's ``sides``); a sweep config's l2, warm-up and seed
+    take the place of theirs."""
     lock = parse_lock_spec(opts["lock_spec"]) if opts["lock_spec"] else None
-    settings = runs.Settings(backend=opts["backend"], l2=opts["l2"], warmup=opts["warmup"], seed=opts["seed"],
-                             check_model=not opts["no_model"], device_id=opts["device_id"], engines=opts["engines"],
-                             variants=opts["variants"], baseline=opts["baseline"], candidate=opts["candidate"])
+    settings = session.Settings(backend=opts["backend"], l2=opts["l2"], warmup=opts["warmup"], seed=opts["seed"],
+                                check_model=not opts["no_model"], device_id=opts["device_id"],
+                                engines=opts["engines"], variants=opts["variants"], baseline=opts["baseline"],
+                                candidate=opts["candidate"], kernels=opts["kernels"], sides=sides)
     if config is not None:
-        settings.l2, settings.warmup, settings.seed = config.l2, config.warmup, config.seed
-        settings.engines = (*config.engines, *settings.engines)
+        settings = dataclasses.replace(settings, l2=config.l2, warmup=config.warmup, seed=config.seed,
+                                       engines=(*config.engines, *settings.engines))
     warn = lambda msg: click.echo(f"qsa: warning: {msg}", err=True)  # noqa: E731
-    return kept_if_interrupted(runs.session(settings, command, sys.argv[1:], lock, opts["lock_clocks_optional"], warn),
-                               opts["json_path"])
+    opened = session.session(settings, command, sys.argv[1:], lock, opts["lock_clocks_optional"], warn)
+    return kept_if_interrupted(opened, opts["json_path"])
 
 
 def run_sweep(config_name: str, stage: str | None, opts: dict[str, Any], fmt: str, command: str) -> int:
@@ -60,5 +66,5 @@ def run_sweep(config_name: str, stage: str | None, opts: dict[str, Any], fmt: st
     if stage is not None and not config.cases(stage):
         raise UsageProblem(f"{config.source} has no {stage} cases")
     with open_session(opts, command, config) as s, progress_on(opts["quiet"]) as progress:
-        runs.sweep(s, config, stage, progress)
+        sweep(s, config, stage, progress)
     return finish_record(s.record, fmt, opts["json_path"])

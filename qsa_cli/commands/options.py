@@ -5,7 +5,6 @@ and the run options of every measuring command."""
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -13,10 +12,10 @@ from typing import Any
 
 import click
 
+from ..catalog import check_kernels
 from ..core.errors import EngineError, KernelError
 from ..core.files import check_writable
 from ..engine.checkout import parse_engine_spec
-from ..kernels import ENV_KERNELS, check_kernel_dir
 from ..output import FORMATS
 from ..record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from ..timing import DEFAULT_WARMUP
@@ -49,12 +48,12 @@ class RecordPath(OutputPath):
 RECORD = RecordPath()
 
 
-def _use_kernels(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    """--kernels DIR: qsa's kernel sources from a copy; carried by QSA_KERNELS (children inherit it)."""
+def _kernels_folder(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
+    """--kernels DIR: qsa's kernel sources from a copy, checked now (the run's catalog compiles from it)."""
     if value is None:
-        return
+        return None
     try:
-        os.environ[ENV_KERNELS] = str(check_kernel_dir(Path(value)))
+        return check_kernels(Path(value))
     except KernelError as bad:
         raise UsageProblem(str(bad)) from None
 
@@ -86,7 +85,7 @@ ENGINE_OPTION = click.option(
          "run beside qsa's; repeat for several (--engine base=../strata --engine pr=../strata@my-branch).")
 
 KERNELS_OPTION = click.option(
-    "--kernels", type=click.Path(), metavar="DIR", callback=_use_kernels, expose_value=False, is_eager=True,
+    "--kernels", type=click.Path(), metavar="DIR", callback=_kernels_folder, is_eager=True,
     help="Compile qsa's kernels from this copy of kernels/ instead of the installed ones (edit the copy).")
 
 DEVICE_OPTION = click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)

@@ -7,9 +7,10 @@ from typing import Any
 
 import click
 
+from .. import session
 from ..output.printed import of_sanitize
 from ..output.progress import progress_on
-from ..runs import Settings, sanitize_run, sanitize_variants, session
+from ..runs.sanitizer import sanitize_run, sanitize_variants
 from ..sanitize import TOOLS, find_sanitizer, load_known
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish
@@ -45,7 +46,8 @@ def command(tools: str, variants_opt: str | None, quick: bool, known_path: str |
     chosen = tuple(dict.fromkeys(v.strip() for v in variants_opt.split(","))) if variants_opt else None
     known = load_known(known_path) if known_path else []
     sanitizer = find_sanitizer()
-    with session(Settings(seed=seed, device_id=device_id, engines=engines), "sanitize", sys.argv[1:]) as s:
+    settings = session.Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"])
+    with session.session(settings, "sanitize", sys.argv[1:]) as s:
         if chosen is not None:
             runnable = {v for names in sanitize_variants(s).values() for v in names}
             missing = [v for v in chosen if v not in runnable]

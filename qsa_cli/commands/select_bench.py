@@ -10,7 +10,7 @@ import click
 from ..core.geometry import check_queries
 from ..inputs import load_scorer_inputs, save_npz_atomic
 from ..record.vocabulary import DEFAULT_KEYS
-from ..runs import scorer_inputs, select_bench
+from ..runs.stages import scorer_inputs, select_bench
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish_record
 from .measuring import open_session, run_sweep

@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from ..runs import Settings, selftest
+from ..runs.selftest import selftest
+from ..session import Settings
 from .finish import chosen_format, finish_selftest
 from .options import DEVICE_OPTION, ENGINE_OPTION, FORMAT_OPTIONS, KERNELS_OPTION, QUIET_OPTION, RECORD
 
@@ -28,5 +29,6 @@ def command(require_gpu: bool, seed: int, device_id: int, json_path: str | None,
     """Every check this machine can run: the CPU models always, the kernels (an engine checkout's too) when
     a device is found."""
     fmt = chosen_format(opts)
-    record, rows = selftest(Settings(seed=seed, device_id=device_id, engines=engines), require_gpu, sys.argv[1:])
+    settings = Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"])
+    record, rows = selftest(settings, require_gpu, sys.argv[1:])
     return finish_selftest(record, rows, fmt, json_path)

@@ -9,8 +9,9 @@ import click
 
 from ..core.geometry import Call, blocks_read, check_queries
 from ..inputs import load_topk_inputs, save_npz_atomic
-from ..output.progress import counted, progress_on
-from ..runs import topk_parity, topk_score_sets, topk_selftest
+from ..output.progress import progress_on
+from ..runs.selftest import topk_selftest
+from ..runs.stages import topk_parity, topk_score_sets
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish_record, finish_selftest
 from .measuring import open_session, run_sweep
@@ -45,7 +46,7 @@ def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iter
         if args or inputs_path:
             raise UsageProblem("--selftest takes no CTX Q ITERS CAP and no --inputs")
         with open_session(opts, "topk-parity --selftest") as s, progress_on(opts["quiet"]) as progress:
-            rows = topk_selftest(s, opts["seed"], progress=counted(progress))
+            rows = topk_selftest(s, opts["seed"], progress=progress)
         return finish_selftest(s.record, rows, fmt, opts["json_path"])
     if inputs_path:
         if args:

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from ..runs import window_bench
+from ..runs.stages import window_bench
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish_record
 from .measuring import open_session
