@@ -128,6 +128,12 @@ def test_output_and_record_are_in_no_circle() -> None:
     assert [c for c in circles() if any(m.split(".")[1] in READERS for m in c)] == []
 
 
+
+@pytest.mark.parametrize("command", ["qsa_cli.commands.report", "qsa_cli.commands.plot"])
+def test_a_command_that_reads_records_loads_no_runner(command: str) -> None:
+    runners = sorted(m for m in loaded(command) if _is_runner(m))
+    assert not runners, f"{command} loads {', '.join(runners)}"
+
 OPTIONAL_HEAVY = ("cupy", "matplotlib", "pynvml")  # imported where used: everything else runs without them
 
 

@@ -15,8 +15,8 @@ from ..sides import SIDE_NAMES, SideSpec
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish
 from .measuring import open_session
-from .options import RUN_OPTIONS
 from .positional import POSITIONAL_NEGATIVES, decode_call
+from .run_options import RUN_OPTIONS
 
 
 @click.command("compare", context_settings=POSITIONAL_NEGATIVES)

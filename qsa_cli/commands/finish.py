@@ -9,8 +9,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..output.printed import Printed, of_record, of_selftest
-from ..record.schema import RunRecord, SelftestCheck, write_json
+from ..output.printed import Printed, of_record
+from ..record.schema import RunRecord, write_json
 from .exit_status import EXIT_PARITY, UsageProblem
 
 STDOUT = "-"  # --json -: the record on stdout
@@ -67,8 +67,3 @@ def finish(printed: Printed, fmt: str, json_path: str | None = None,
 def finish_record(record: RunRecord, fmt: str, json_path: str | None) -> int:
     return finish(of_record(record), fmt, json_path)
 
-
-def finish_selftest(record: RunRecord, rows: list[Any], fmt: str, json_path: str | None) -> int:
-    """A selftest's checks into its record (the runner returns them beside it), then the one finish path."""
-    record.checks = [SelftestCheck(r.check, r.cases, r.passed, r.seconds, r.detail) for r in rows]
-    return finish(of_selftest(record), fmt, json_path)

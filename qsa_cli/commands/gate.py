@@ -18,7 +18,8 @@ from ..runs.sweep import sweep
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish
 from .measuring import kept_if_interrupted
-from .options import DEVICE_OPTION, ENGINE_OPTION, FORMAT_OPTIONS, KERNELS_OPTION, OUTPUT, QUIET_OPTION, RECORD
+from .options import DEVICE_OPTION, FORMAT_OPTIONS, OUTPUT, QUIET_OPTION, RECORD
+from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
 
 @click.command("gate")

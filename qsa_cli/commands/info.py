@@ -11,7 +11,8 @@ from ..record.schema import InfoReport
 from ..runs.info import device_report
 from ..session import Settings
 from .finish import chosen_format, finish
-from .options import DEVICE_OPTION, ENGINE_OPTION, FORMAT_OPTIONS, KERNELS_OPTION
+from .options import DEVICE_OPTION, FORMAT_OPTIONS
+from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
 
 @click.command("info")

@@ -1,5 +1,6 @@
-"""The session a measuring command opens from its run options, its record kept if the run is interrupted,
-and the YAML sweep that sweep, select-bench --config and topk-parity --config run in one."""
+"""What the measuring commands share: the session one opens from its run options, its record kept if the
+run is interrupted; the YAML sweep that sweep, select-bench --config and topk-parity --config run in one;
+a selftest's checks into its record."""
 
 from __future__ import annotations
 
@@ -15,15 +16,19 @@ import click
 from .. import session
 from ..clocks import parse_lock_spec
 from ..config import SweepConfig, config_path, load_config
+from ..output.printed import of_selftest
 from ..output.progress import progress_on
+from ..record.schema import RunRecord, SelftestCheck
+from ..runs.selftest import SelftestRow
 from ..runs.sweep import sweep
+from ..session import Session
 from ..sides import SideSpec
 from .exit_status import EXIT_INTERRUPTED, UsageProblem
-from .finish import STDOUT, finish_record, write_record
+from .finish import STDOUT, finish, finish_record, write_record
 
 
 @contextlib.contextmanager
-def kept_if_interrupted(opened: AbstractContextManager[Any], json_path: str | None) -> Iterator[Any]:
+def kept_if_interrupted(opened: AbstractContextManager[Session], json_path: str | None) -> Iterator[Session]:
     """A measuring session whose record, on Ctrl-C with --json, is written with what was measured so
     far, marked incomplete; then one line and exit status 130."""
     s = None
@@ -44,7 +49,7 @@ def kept_if_interrupted(opened: AbstractContextManager[Any], json_path: str | No
 
 
 def open_session(opts: dict[str, Any], command: str, config: SweepConfig | None = None,
-                 sides: tuple[SideSpec, SideSpec] | None = None) -> AbstractContextManager[Any]:
+                 sides: tuple[SideSpec, SideSpec] | None = None) -> AbstractContextManager[Session]:
     """A session from the run options (and qsa compare's ``sides``); a sweep config's l2, warm-up and seed
     take the place of theirs."""
     lock = parse_lock_spec(opts["lock_spec"]) if opts["lock_spec"] else None
@@ -68,3 +73,9 @@ def run_sweep(config_name: str, stage: str | None, opts: dict[str, Any], fmt: st
     with open_session(opts, command, config) as s, progress_on(opts["quiet"]) as progress:
         sweep(s, config, stage, progress)
     return finish_record(s.record, fmt, opts["json_path"])
+
+
+def finish_selftest(record: RunRecord, rows: list[SelftestRow], fmt: str, json_path: str | None) -> int:
+    """A selftest's checks into its record (the runner returns them beside it), then the one finish path."""
+    record.checks = [SelftestCheck(r.check, r.cases, r.passed, r.seconds, r.detail) for r in rows]
+    return finish(of_selftest(record), fmt, json_path)

@@ -1,25 +1,17 @@
-"""The options the commands share, each checked as the arguments are parsed (so before anything is
-measured): output files, --engine, --kernels, --variants, --format/--markdown, --quiet, --device, --keys,
-and the run options of every measuring command."""
+"""The options of every command that prints or writes, each checked as the arguments are parsed (so before
+anything is measured): output files, --json, --format/--markdown, --quiet, --device. They reach nothing
+that measures, so ``qsa report`` and ``qsa plot`` load no runner."""
 
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
 
-from ..catalog import check_kernels
-from ..core.errors import EngineError, KernelError
 from ..core.files import check_writable
-from ..engine.checkout import parse_engine_spec
 from ..output import FORMATS
-from ..record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
-from ..timing import DEFAULT_WARMUP
-from .exit_status import UsageProblem
 from .finish import STDOUT
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -47,47 +39,6 @@ class RecordPath(OutputPath):
 
 RECORD = RecordPath()
 
-
-def _kernels_folder(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
-    """--kernels DIR: qsa's kernel sources from a copy, checked now (the run's catalog compiles from it)."""
-    if value is None:
-        return None
-    try:
-        return check_kernels(Path(value))
-    except KernelError as bad:
-        raise UsageProblem(str(bad)) from None
-
-
-def _engine_specs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    """--engine [NAME=]PATH[@REV], each parsed now: a malformed one is exit 2 before anything runs."""
-    for text in value:
-        try:
-            parse_engine_spec(text)
-        except EngineError as bad:
-            raise UsageProblem(f"--engine: {bad}") from None
-    return value
-
-
-def _names(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
-    """V,V,...: the names, each once; an empty list is a usage error."""
-    if value is None:
-        return None
-    # a comma inside brackets separates an engine variant's switches (NAME.scores[K=V,K=V]), not variants
-    names = tuple(dict.fromkeys(v.strip() for v in re.split(r",(?![^\[]*\])", value) if v.strip()))
-    if not names:
-        raise UsageProblem(f"{'/'.join(param.opts)}: no variant named (expected V,V,...)")
-    return names
-
-
-ENGINE_OPTION = click.option(
-    "--engine", "engines", multiple=True, metavar="[NAME=]PATH[@REV]", callback=_engine_specs,
-    help="An engine checkout (or PATH@REV, a git revision of one) whose variants NAME.scores, NAME.topk, ... "
-         "run beside qsa's; repeat for several (--engine base=../strata --engine pr=../strata@my-branch).")
-
-KERNELS_OPTION = click.option(
-    "--kernels", type=click.Path(), metavar="DIR", callback=_kernels_folder, is_eager=True,
-    help="Compile qsa's kernels from this copy of kernels/ instead of the installed ones (edit the copy).")
-
 DEVICE_OPTION = click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
 
 QUIET_OPTION = click.option("--quiet", is_flag=True, help="No progress on stderr.")
@@ -98,47 +49,11 @@ def with_options(options: list[Decorator]) -> Decorator:
     return lambda f: functools.reduce(lambda acc, opt: opt(acc), reversed(options), f)
 
 
-_FORMAT_OPTIONS = [
+FORMAT_OPTION_LIST = [
     click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
                  help="How to print the results: tables (the default; folded to the width where a table "
                       "does not fit), pull-request markdown, CSV (a line per stage, case and variant) or "
                       "the JSON record."),
     click.option("--markdown", is_flag=True, help="The same as --format markdown."),
 ]
-FORMAT_OPTIONS = with_options(_FORMAT_OPTIONS)  # --format and --markdown: how a command prints its results
-
-
-# the options every measuring command shares
-RUN_OPTIONS = with_options([
-    click.option("--backend", type=click.Choice(["gpu", "cpu"]), default="gpu", show_default=True,
-                 help="gpu: the CUDA kernels; cpu: the exact CPU models of the same arithmetic."),
-    click.option("--l2", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
-                 help="cold: flush the L2 before every sample; warm: repeat on the same data."),
-    click.option("--warmup", type=click.IntRange(min=0), default=DEFAULT_WARMUP, show_default=True,
-                 help="Untimed runs first."),
-    click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs."),
-    click.option("--no-model", is_flag=True, help="Skip the check against the exact CPU model."),
-    DEVICE_OPTION,
-    click.option("--lock-clocks", "lock_spec", metavar="SM_MHZ[,MEM_MHZ]",
-                 help="Lock the GPU clocks for the run (needs the permission); restored on every way out."),
-    click.option("--lock-clocks-optional", is_flag=True, help="Warn and go on unlocked when locking is refused."),
-    click.option("--json", "json_path", type=RECORD,
-                 help="Write the run's result record (every sample) to this file (- for stdout: then the "
-                      "tables go to stderr); on Ctrl-C, what was measured so far, marked incomplete."),
-    *_FORMAT_OPTIONS,
-    QUIET_OPTION,
-    KERNELS_OPTION,
-    ENGINE_OPTION,
-    click.option("--variants", "variants", metavar="V,V,...", callback=_names,
-                 help="Run only these variants (names as qsa info and the tables show them; an engine "
-                      "checkout's are NAME.scores, NAME.topk-split, ...)."),
-    click.option("--baseline", metavar="V", help="The \"before\" of the tables and thresholds (default: the "
-                 "registry's baseline of the stage)."),
-    click.option("--candidate", metavar="V", help="The \"after\" (default: the registry's candidate)."),
-])
-
-
-KEYS_OPTION = click.option(
-    "--keys", type=click.Choice(SCORER_KEYS), default=DEFAULT_KEYS, show_default=True,
-    help="Synthetic keys and queries: spec section 5's, or adversarial (magnitudes 1e-30..1e30, NaN, "
-         "infinities, signed zeros, products that cancel).")
+FORMAT_OPTIONS = with_options(FORMAT_OPTION_LIST)  # --format and --markdown: how a command prints its results

@@ -14,7 +14,8 @@ from ..runs.sanitizer import sanitize_run, sanitize_variants
 from ..sanitize import TOOLS, find_sanitizer, load_known
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish
-from .options import DEVICE_OPTION, ENGINE_OPTION, FORMAT_OPTIONS, KERNELS_OPTION, QUIET_OPTION, RECORD
+from .options import DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD
+from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
 
 @click.command("sanitize")

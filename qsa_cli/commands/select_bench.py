@@ -14,8 +14,9 @@ from ..runs.stages import scorer_inputs, select_bench
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish_record
 from .measuring import open_session, run_sweep
-from .options import KEYS_OPTION, OUTPUT, RUN_OPTIONS
+from .options import OUTPUT
 from .positional import DEFAULT_ITERS, POSITIONAL_NEGATIVES, check_iters, decode_call
+from .run_options import KEYS_OPTION, RUN_OPTIONS
 
 
 @click.command("select-bench", context_settings=POSITIONAL_NEGATIVES)

@@ -9,8 +9,10 @@ import click
 
 from ..runs.selftest import selftest
 from ..session import Settings
-from .finish import chosen_format, finish_selftest
-from .options import DEVICE_OPTION, ENGINE_OPTION, FORMAT_OPTIONS, KERNELS_OPTION, QUIET_OPTION, RECORD
+from .finish import chosen_format
+from .measuring import finish_selftest
+from .options import DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD
+from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
 
 @click.command("selftest")

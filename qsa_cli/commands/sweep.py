@@ -8,7 +8,7 @@ import click
 
 from .finish import chosen_format
 from .measuring import run_sweep
-from .options import RUN_OPTIONS
+from .run_options import RUN_OPTIONS
 
 
 @click.command("sweep")

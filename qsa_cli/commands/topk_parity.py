@@ -13,10 +13,11 @@ from ..output.progress import progress_on
 from ..runs.selftest import topk_selftest
 from ..runs.stages import topk_parity, topk_score_sets
 from .exit_status import UsageProblem
-from .finish import chosen_format, finish_record, finish_selftest
-from .measuring import open_session, run_sweep
-from .options import OUTPUT, RUN_OPTIONS
+from .finish import chosen_format, finish_record
+from .measuring import finish_selftest, open_session, run_sweep
+from .options import OUTPUT
 from .positional import DEFAULT_ITERS, POSITIONAL_NEGATIVES, check_iters, integers
+from .run_options import RUN_OPTIONS
 
 
 @click.command("topk-parity", context_settings=POSITIONAL_NEGATIVES)

@@ -10,8 +10,8 @@ from ..runs.stages import window_bench
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish_record
 from .measuring import open_session
-from .options import KEYS_OPTION, RUN_OPTIONS
 from .positional import POSITIONAL_NEGATIVES, decode_call
+from .run_options import KEYS_OPTION, RUN_OPTIONS
 
 
 @click.command("window-bench", context_settings=POSITIONAL_NEGATIVES)
