@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import platform
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy
+
+from . import __version__
 from .core.errors import NoDeviceError
 
 
@@ -62,15 +64,9 @@ def require(device_id: int = 0) -> DeviceProbe:
     return found
 
 
-def environment() -> dict[str, Any]:
-    """Versions, the host, and the switches set for this run (they change what runs, never the bits); a
-    switch set to a value it does not take is a SwitchError, before anything runs."""
-    import numpy
-
-    from . import __version__
-    from .dispatch import checked_switches
-
-    switches = checked_switches(os.environ)
+def environment(switches: dict[str, str]) -> dict[str, Any]:
+    """Versions, the host, and the switches set for this run (session.read_switches: they change what runs,
+    never the bits)."""
     return {"python": platform.python_version(), "numpy": numpy.__version__, "qsa": __version__,
             "host": platform.node(), "switches": switches}
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 
 from ..core.errors import EngineError
-from ..dispatch import CLUSTER_MIN_CC
+from ..core.geometry import CLUSTER_MIN_CC
 from .kinds import ENGINE_KINDS
 from .library import EngineLibrary
 
@@ -17,7 +17,7 @@ ENV_CLUSTER = "STRATA_QSA_CLUSTER"
 # or empty) but STRATA_EMULATE_CC, a compute capability.
 ENGINE_SWITCHES = ("STRATA_SCORES_MULTI", "STRATA_SCORES_RS", "STRATA_TOPK_SPLIT", ENV_CLUSTER,
                    "STRATA_TOPK_OLD", "STRATA_TOPK_WIDE", "STRATA_TOPK_ACTIVE_ANY", ENV_EMULATE_CC)
-SPLIT_MIN_CC, SPLIT_END_CC = 70, 90  # the split top-k: sm_70 to sm_89; the cluster's is dispatch.CLUSTER_MIN_CC
+SPLIT_MIN_CC, SPLIT_END_CC = 70, 90  # the split top-k: sm_70 to sm_89; the cluster's is geometry.CLUSTER_MIN_CC
 CLUSTER_MAX_QUERIES = 16
 
 

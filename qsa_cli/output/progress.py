@@ -14,12 +14,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
-Progress = Callable[[int, int, str], None]
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as Bar
+
+from ..core.progress import Progress, no_progress
+
 QUIET_FOR_S = 2.0  # a run shorter than this shows no plain progress lines
-
-
-def no_progress(done: int, total: int, message: str) -> None:
-    """The callback of ``--quiet``."""
 
 
 class PlainProgress:
@@ -47,10 +48,6 @@ class PlainProgress:
 
 @contextlib.contextmanager
 def _bar(stream: TextIO) -> Iterator[Progress]:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-    from rich.progress import Progress as Bar
-
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
     with Bar(*columns, console=Console(file=stream), transient=True) as bar:
@@ -75,9 +72,3 @@ def progress_on(quiet: bool, stream: TextIO | None = None) -> Iterator[Progress]
     else:
         yield PlainProgress(stream)
 
-
-def counted(progress: Progress) -> Callable[[str], None]:
-    """A ``progress(message)`` callback (a runner that names its steps but not how many) as steps of an
-    unknown total."""
-    steps = iter(range(sys.maxsize))
-    return lambda message: progress(next(steps), 0, message)
