@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import click
 
-from .commands.exit_status import EXIT_INTERRUPTED, EXIT_USAGE
+from .commands.exit_status import EXIT_USAGE
 from .core.errors import KernelError, QsaError
+from .interrupts import exit_status, interrupted_by, interruptions, signal_of
 
 
 @dataclass(frozen=True)
@@ -84,21 +85,24 @@ def _err(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    try:
-        code = cli.main(args=argv, prog_name="qsa", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        code = exc.exit_code
-    except click.ClickException as exc:
-        _err(" ".join(exc.format_message().split()))
-        code = EXIT_USAGE
-    except (click.Abort, KeyboardInterrupt):
-        click.echo("qsa: interrupted", err=True)
-        code = EXIT_INTERRUPTED
-    except QsaError as exc:
-        message = str(exc)
-        # A compiler log is many lines by nature; every other error is one line.
-        _err(message if isinstance(exc, KernelError) else " ".join(message.split()))
-        code = EXIT_USAGE
+    with interruptions() as release_signals:
+        try:
+            release_signals()  # one that came while the command line loaded (qsa_cli.__main__) arrives here
+            code = cli.main(args=argv, prog_name="qsa", standalone_mode=False)
+        except click.exceptions.Exit as exc:
+            code = exc.exit_code
+        except click.ClickException as exc:
+            _err(" ".join(exc.format_message().split()))
+            code = EXIT_USAGE
+        except (click.Abort, KeyboardInterrupt) as stop:  # Ctrl-C or SIGTERM before a record was kept
+            signum = signal_of(stop)
+            click.echo(interrupted_by(signum), err=True)
+            code = exit_status(signum)
+        except QsaError as exc:
+            message = str(exc)
+            # A compiler log is many lines by nature; every other error is one line.
+            _err(message if isinstance(exc, KernelError) else " ".join(message.split()))
+            code = EXIT_USAGE
     sys.exit(code or 0)
 
 

@@ -222,10 +222,11 @@ def lock_clocks(
     """Lock the SM clock (and the memory clock) for the block; reset them on every way out.
 
     A refusal raises ClockLockError on entry, before anything is measured, unless ``optional``: then
-    ``warn`` is told and the block runs unlocked. While locked, SIGTERM resets the clocks and exits
-    with status 143 (128 + SIGTERM) through SystemExit, so outer ``finally`` blocks still run; the
-    previous handler is put back afterwards. (Signal handlers can only be set from the main thread;
-    elsewhere SIGTERM is left alone.)
+    ``warn`` is told and the block runs unlocked. While locked, SIGTERM resets the clocks, then goes to
+    the handler that was set before (qsa's main(): an interruption) or, where there was none, exits with
+    status 143 (128 + SIGTERM) through SystemExit, so outer ``finally`` blocks still run; the previous
+    handler is put back afterwards. (Signal handlers can only be set from the main thread; elsewhere
+    SIGTERM is left alone.)
     """
     what = f"SM {sm_mhz} MHz" + (f", memory {mem_mhz} MHz" if mem_mhz is not None else "")
     nvml, handle = monitor.nvml, monitor.handle
@@ -261,6 +262,9 @@ def lock_clocks(
 
     def on_sigterm(signum: int, frame: object) -> None:
         restore()
+        if callable(previous):  # the program's own handling of SIGTERM (qsa's: the record so far, exit 143)
+            previous(signum, frame)
+            return
         raise SystemExit(128 + signum)
 
     in_main = threading.current_thread() is threading.main_thread()

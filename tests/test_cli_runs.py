@@ -180,8 +180,10 @@ def test_ctrl_c_keeps_what_was_measured_as_an_incomplete_record(capsys, tmp_path
     assert code == 130 and "PASS" not in out
     # the blank line closes the terminal's ^C echo
     taken = 2 * len(qsa_catalog().names("scores"))  # the two cases before the third: every scorer each
-    assert err == f"\nqsa: interrupted: the {taken} measurements taken are in {js}, marked incomplete\n"
     record = json.loads(js.read_text())
+    checks = len(record["parity"])
+    assert err == (f"\nqsa: interrupted: the record so far ({taken} measurements, {checks} parity checks) is in "
+                   f"{js}, marked incomplete\n")
     assert record["schema_version"] == 3 and record["incomplete"] is True and "interrupted" in record["notes"][-1]
     assert {m["case"]["nq"] for m in record["measurements"]} == {1, 2}
     code, out, _ = run(capsys, "report", "--markdown", str(js))

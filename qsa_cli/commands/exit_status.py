@@ -6,7 +6,6 @@ import click
 
 EXIT_PARITY = 1  # an output differs, a check or threshold fails, the gate or compare fails
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
 
 
 class UsageProblem(click.ClickException):

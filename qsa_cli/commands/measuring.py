@@ -9,13 +9,14 @@ import dataclasses
 import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from .. import session
 from ..clocks import parse_lock_spec
 from ..config import SweepConfig, config_path, load_config
+from ..interrupts import exit_status, interrupted_by, signal_of
 from ..output.printed import of_selftest
 from ..output.progress import progress_on
 from ..record.schema import RunRecord, SelftestCheck
@@ -23,29 +24,47 @@ from ..runs.selftest import SelftestRow
 from ..runs.sweep import sweep
 from ..session import Session
 from ..sides import SideSpec
-from .exit_status import EXIT_INTERRUPTED, UsageProblem
+from .exit_status import UsageProblem
 from .finish import STDOUT, finish, finish_record, write_record
+
+
+def _counted(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def recorded(record: RunRecord) -> str:
+    """What a record holds, counted: its measurements, parity checks, selftest checks, sanitizer runs."""
+    counts = [(len(record.measurements), "measurement"), (len(record.parity), "parity check"),
+              (len(record.checks), "selftest check"), (len(record.sanitizer), "sanitizer run")]
+    return ", ".join(_counted(n, what) for n, what in counts if n) or "nothing measured yet"
+
+
+def keep_interrupted(record: RunRecord, json_path: str, stop: KeyboardInterrupt) -> NoReturn:
+    """An interrupted run's record, with what it measured so far, written marked incomplete; then one line
+    and the signal's exit status (130 for Ctrl-C, 143 for SIGTERM)."""
+    signum = signal_of(stop)
+    record.incomplete = True
+    record.notes.append("interrupted: the run stopped here, so this record holds only what was measured before")
+    write_record(record.to_dict(), json_path)
+    click.echo(err=True)  # closes the terminal's ^C echo, as click does when it sees the interrupt
+    where = "stdout" if json_path == STDOUT else json_path
+    click.echo(f"{interrupted_by(signum)}: the record so far ({recorded(record)}) is in {where}, marked incomplete",
+               err=True)
+    raise click.exceptions.Exit(exit_status(signum)) from None
 
 
 @contextlib.contextmanager
 def kept_if_interrupted(opened: AbstractContextManager[Session], json_path: str | None) -> Iterator[Session]:
-    """A measuring session whose record, on Ctrl-C with --json, is written with what was measured so
-    far, marked incomplete; then one line and exit status 130."""
+    """A measuring session whose record, on Ctrl-C or SIGTERM with --json, is written with what was measured
+    so far, marked incomplete (keep_interrupted)."""
     s = None
     try:
         with opened as s:
             yield s
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         if s is None or not json_path:
             raise
-        s.record.incomplete = True
-        s.record.notes.append("interrupted: the run stopped here, so this record holds only what was measured before")
-        write_record(s.record.to_dict(), json_path)
-        click.echo(err=True)  # closes the terminal's ^C echo, as click does when it sees the interrupt
-        where = "stdout" if json_path == STDOUT else json_path
-        click.echo(f"qsa: interrupted: the {len(s.record.measurements)} measurements taken are in {where}, "
-                   "marked incomplete", err=True)
-        raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+        keep_interrupted(s.record, json_path, stop)
 
 
 def open_session(opts: dict[str, Any], command: str, config: SweepConfig | None = None,
@@ -75,7 +94,12 @@ def run_sweep(config_name: str, stage: str | None, opts: dict[str, Any], fmt: st
     return finish_record(s.record, fmt, opts["json_path"])
 
 
-def finish_selftest(record: RunRecord, rows: list[SelftestRow], fmt: str, json_path: str | None) -> int:
-    """A selftest's checks into its record (the runner returns them beside it), then the one finish path."""
+def with_checks(record: RunRecord, rows: list[SelftestRow]) -> RunRecord:
+    """A selftest's checks into its record (the runner returns them beside it)."""
     record.checks = [SelftestCheck(r.check, r.cases, r.passed, r.seconds, r.detail) for r in rows]
-    return finish(of_selftest(record), fmt, json_path)
+    return record
+
+
+def finish_selftest(record: RunRecord, rows: list[SelftestRow], fmt: str, json_path: str | None) -> int:
+    """A selftest's checks into its record, then the one finish path."""
+    return finish(of_selftest(with_checks(record, rows)), fmt, json_path)

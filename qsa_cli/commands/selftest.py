@@ -7,10 +7,10 @@ from typing import Any
 
 import click
 
-from ..runs.selftest import selftest
+from ..runs.selftest import SelftestSoFar, selftest
 from ..session import Settings
 from .finish import chosen_format
-from .measuring import finish_selftest
+from .measuring import finish_selftest, keep_interrupted, with_checks
 from .options import DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD, SEED_OPTION
 from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
@@ -32,5 +32,11 @@ def command(require_gpu: bool, seed: int, device_id: int, json_path: str | None,
     a device is found."""
     fmt = chosen_format(opts)
     settings = Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"])
-    record, rows = selftest(settings, require_gpu, sys.argv[1:])
+    so_far = SelftestSoFar()
+    try:
+        record, rows = selftest(settings, require_gpu, sys.argv[1:], so_far=so_far)
+    except KeyboardInterrupt as stop:
+        if so_far.record is None or not json_path:
+            raise
+        keep_interrupted(with_checks(so_far.record, so_far.rows), json_path, stop)
     return finish_selftest(record, rows, fmt, json_path)

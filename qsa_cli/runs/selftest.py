@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..config import config_path, load_config
 from ..core.errors import NoDeviceError, SanitizerError
@@ -117,18 +117,31 @@ def _constants_check(s: Session) -> tuple[int, list[str]]:
     return len(defines), header_mismatches(defines)
 
 
-def selftest(settings: Settings, require_gpu: bool, argv: list[str],
-             progress: Progress = no_progress) -> tuple[RunRecord, list[SelftestRow]]:
+@dataclass
+class SelftestSoFar:
+    """A selftest as far as it has gone: the record of the session now open (the GPU's holds the CPU's parity
+    rows too) and the checks done, which an interrupted selftest still records."""
+
+    record: RunRecord | None = None
+    rows: list[SelftestRow] = field(default_factory=list)
+
+
+def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: Progress = no_progress,
+             so_far: SelftestSoFar | None = None) -> tuple[RunRecord, list[SelftestRow]]:
     """Every check this machine can run: the CPU models always, the kernels when a device is found
-    (``require_gpu``: a missing device is a NoDeviceError before anything runs); ``progress``: each check."""
+    (``require_gpu``: a missing device is a NoDeviceError before anything runs); ``progress``: each check;
+    ``so_far``: filled as the checks go."""
     found = probe(settings.device_id)
     if require_gpu and not found.available:
         raise NoDeviceError(f"--require-gpu: {found.reason}")
+    so_far = so_far if so_far is not None else SelftestSoFar()
+    rows = so_far.rows
     total = 3 + (4 if found.available else 0)  # the CPU's checks, and the GPU's
     cpu = Settings(backend="cpu", seed=settings.seed, kernels=settings.kernels)
     with session(cpu, "selftest", argv) as s:
+        so_far.record = s.record
         progress(0, total, "constants")
-        rows = [_timed("constants: kernels/qsa_common.cuh == geometry", lambda: _constants_check(s))]
+        rows.append(_timed("constants: kernels/qsa_common.cuh == geometry", lambda: _constants_check(s)))
         scorers, topks = s.catalog.names("scores"), s.catalog.names("topk")
         progress(1, total, "scorer models")
         rows.append(_timed(f"scorer models ({', '.join(scorers)}) == butterfly ({' and '.join(SCORER_KEYS)} keys)",
@@ -141,6 +154,8 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str],
         progress(total, total, "done")
         return record, rows
     with session(replace(settings, backend="gpu"), "selftest", argv) as g:
+        g.record.parity = record.parity + g.record.parity
+        so_far.record = g.record
         cc = g.compute_capability or 0
         scorers = g.catalog.runs_on("scores", cc)
         progress(3, total, "scorer kernels")
@@ -155,7 +170,6 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str],
                            lambda: _dispatched_check(g, settings.seed, d)))
         progress(6, total, "compute-sanitizer")
         rows.append(_sanitizer_check(g))
-        g.record.parity = record.parity + g.record.parity
         record = g.record
     progress(total, total, "done")
     return record, rows

@@ -1,0 +1,144 @@
+"""Ctrl-C and SIGTERM: one line, the record so far marked incomplete, exit status 130 or 143, and no hang,
+wherever the signal lands (while the command line loads, before the session opens, in numpy's C code,
+in a selftest); an interruption that numpy's C code swallows is raised again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_clocks import RESET_GPU, RESET_MEM, SET_GPU, SET_MEM, monitor
+
+from qsa_cli.clocks import lock_clocks
+from qsa_cli.interrupts import RESEND_S, Interrupted, exit_status, interruptions, signal_of
+
+ROOT = Path(__file__).resolve().parent.parent
+ENDS_WITHIN_S = 20  # far beyond any run's unwinding: past it, the command hung
+
+
+def _wait(seconds: float) -> None:
+    """Python code running for ``seconds`` (a sleep in C would hold off a resent interrupt until it ends)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.01)
+
+
+def test_an_interrupt_that_is_swallowed_is_raised_again_until_it_is_taken() -> None:
+    with interruptions() as release:
+        release()
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            pass  # what numpy's C code does with one, clearing the error
+        t0 = time.monotonic()
+        with pytest.raises(Interrupted) as again:
+            _wait(3 * RESEND_S)
+        assert time.monotonic() - t0 < 2 * RESEND_S
+        assert signal_of(again.value) == signal.SIGTERM and exit_status(signal.SIGTERM) == 143
+        _wait(2.5 * RESEND_S)  # taken: no resend comes
+
+
+def test_no_second_interrupt_cuts_the_handling_of_the_first_short() -> None:
+    with interruptions() as release:
+        release()
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except KeyboardInterrupt as stop:
+            _wait(2.5 * RESEND_S)  # writing the record: resends see it handled and do nothing
+            os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C meanwhile changes nothing either
+            assert signal_of(stop) == signal.SIGINT
+
+
+def test_the_handlers_and_the_signal_mask_are_put_back() -> None:
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    with interruptions():
+        assert signal.getsignal(signal.SIGTERM) is not before[signal.SIGTERM]
+    assert {s: signal.getsignal(s) for s in before} == before
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, ()) == mask
+
+
+def test_sigterm_while_the_clocks_are_locked_restores_them_then_interrupts() -> None:
+    """The clocks' own handler goes to the one set before (main()'s), so the record is still kept."""
+    fake, m = monitor()
+    with interruptions() as release:
+        release()
+        with pytest.raises(Interrupted) as stopped:
+            with lock_clocks(m, 1650, 3201):
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(1)
+        assert signal_of(stopped.value) == signal.SIGTERM
+    assert fake.lock_calls() == [SET_GPU, SET_MEM, RESET_MEM, RESET_GPU]
+
+
+def _qsa(args: list[str], tmp_path: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen([sys.executable, "-m", "qsa_cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+
+
+def _ended(child: subprocess.Popen[str]) -> tuple[int, list[str]]:
+    try:
+        _, err = child.communicate(timeout=ENDS_WITHIN_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        pytest.fail(f"still running {ENDS_WITHIN_S} s after the signal")
+    assert "Traceback" not in err, err
+    return child.returncode, [line for line in err.splitlines() if line.strip()]
+
+
+# (signal, seconds after the start): before the session opens, as numpy makes the inputs (where it once
+# swallowed the interrupt and the run went on for minutes), and well into the run
+POINTS = [(signal.SIGINT, 0.1), (signal.SIGTERM, 0.2), (signal.SIGINT, 0.35), (signal.SIGTERM, 0.5),
+          (signal.SIGTERM, 1.0), (signal.SIGINT, 2.5)]
+
+
+@pytest.mark.parametrize(("signum", "after"), POINTS, ids=[f"{signal.Signals(s).name}-{t}s" for s, t in POINTS])
+def test_a_signal_at_any_point_of_a_run_is_one_line_its_exit_status_and_the_record_so_far(tmp_path, signum, after):
+    child = _qsa(["topk-parity", "--selftest", "--backend", "cpu", "--quiet", "--json", "run.json"], tmp_path)
+    time.sleep(after)
+    child.send_signal(signum)
+    code, lines = _ended(child)
+    name = "" if signum == signal.SIGINT else " by SIGTERM"
+    assert code == 128 + signum and len(lines) == 1, lines
+    record = tmp_path / "run.json"
+    if not record.exists():  # the signal came before the session opened: nothing was recorded
+        assert lines == [f"qsa: interrupted{name}"]
+        return
+    data = json.loads(record.read_text())
+    assert data["incomplete"] is True and data["measurements"] == []
+    parity = len(data["parity"])
+    so_far = f"{parity} parity check{'' if parity == 1 else 's'}" if parity else "nothing measured yet"
+    assert lines == [f"qsa: interrupted{name}: the record so far ({so_far}) is in run.json, marked incomplete"]
+
+
+def test_a_signal_while_the_command_line_loads_waits_for_main(tmp_path) -> None:
+    """Held from qsa_cli.__main__'s first line: here it is sent before cli is even imported."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = ("import os, signal\nfrom qsa_cli.interrupts import hold_signals\nhold_signals()\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\nfrom qsa_cli.cli import main\n"
+            "main(['select-bench', '100', '2', '1', '100', '--backend', 'cpu', '--json', 'run.json'])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=ENDS_WITHIN_S)
+    assert (done.returncode, done.stdout, done.stderr.strip()) == (143, "", "qsa: interrupted by SIGTERM")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_selftest_keeps_its_record_and_its_checks_so_far(tmp_path) -> None:
+    child = _qsa(["selftest", "--quiet", "--json", "selftest.json"], tmp_path)
+    time.sleep(1.5)
+    child.send_signal(signal.SIGTERM)
+    code, lines = _ended(child)
+    data = json.loads((tmp_path / "selftest.json").read_text())
+    assert code == 143 and data["incomplete"] is True and data["command"] == "selftest"
+    assert [c["check"] for c in data["checks"]] == ["constants: kernels/qsa_common.cuh == geometry"]
+    assert lines == [f"qsa: interrupted by SIGTERM: the record so far ({len(data['parity'])} parity checks, "
+                     "1 selftest check) is in selftest.json, marked incomplete"]
