@@ -60,7 +60,7 @@ def probe(device_id: int = 0) -> DeviceProbe:
 def require(device_id: int = 0) -> DeviceProbe:
     found = probe(device_id)
     if not found.available:
-        raise NoDeviceError(f"{found.reason} (use --backend cpu to run the CPU models)")
+        raise NoDeviceError(found.reason)
     return found
 
 

@@ -251,6 +251,11 @@ def _cast(s: Session, spelled: Mapping[str, str]) -> None:
         for role, value in (("baseline", baseline), ("candidate", candidate)):
             if value in names:
                 cast[role] = value
+    for option, value in (("--baseline", baseline), ("--candidate", candidate)):
+        stage = next((stage for stage in STAGES if value in s.catalog.names(stage)), None)
+        if stage is not None:
+            _check_compares(roles[stage], option, value, s.settings.variants and tuple(spelled.get(n, n) for n in
+                                                                                          s.settings.variants))
     if s.settings.variants is not None:
         s.picked = tuple(spelled.get(n, n) for n in s.settings.variants)
     if s.settings.sides:
@@ -264,6 +269,18 @@ def _cast(s: Session, spelled: Mapping[str, str]) -> None:
                                         *(roles[stage]["reference"] for stage in STAGES)]))
     s.roles = roles
     s.record_settings(roles=roles)
+
+
+def _check_compares(cast: dict[str, str], option: str, value: str, picked: tuple[str, ...] | None) -> None:
+    """A role given (``option``: --baseline or --candidate, as ``value``) must make a before / after that
+    compares two variants that run: not one variant with itself, not a variant ``--variants`` leaves out."""
+    if cast["baseline"] == cast["candidate"]:
+        other = "--candidate" if option == "--baseline" else "--baseline"
+        raise VariantError(f"{option} {value}: it is the {other.removeprefix('--')} too, so the before and after "
+                           f"would be one variant (give {other} another)")
+    if picked is not None and value not in picked:
+        raise VariantError(f"{option} {value}: --variants leaves it out, so the before and after would compare "
+                           "nothing (add it to --variants)")
 
 
 def _compared(catalog: Catalog, base: str, candidate: str) -> Compared:

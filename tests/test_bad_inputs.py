@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,9 @@ from record_factory import seed_record
 
 from qsa_cli.cli import main
 from qsa_cli.core.geometry import Call
+from qsa_cli.device import probe
 from qsa_cli.inputs import synthetic_scorer_inputs, synthetic_scores
+from qsa_cli.kernels import kernel_dir
 
 SMALL = ("100", "2", "1", "100")  # CTX Q ITERS CAP of a tiny decode call
 CPU = ("--backend", "cpu")
@@ -84,6 +87,11 @@ def _zip(members: dict[str, bytes | None]) -> Callable[[Path], None]:
                     data = buffer.getvalue()
                 z.writestr(name, data)
     return write
+
+
+def _broken_kernels(path: Path) -> None:
+    shutil.copytree(kernel_dir(), path)
+    (path / "scores.cu").write_text((path / "scores.cu").read_text() + "garbage !!! {{\n")
 
 
 def _set(changes: dict[str, object]) -> Callable[[dict], None]:
@@ -191,6 +199,8 @@ FILES: dict[str, Callable[[Path], None]] = {
                                                                 steps=np.repeat(a["steps"][1:], 9, axis=0))),
     # output targets
     "dir": lambda path: path.mkdir(),
+    # a copy of qsa's kernels whose scorer does not compile
+    "kernels-copy": _broken_kernels,
     "plain.txt": _text("a file, not a folder\n"),
     "read-only.json": _read_only,
     "read-only.npz": _read_only,
@@ -220,9 +230,7 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("sweep",), "Missing argument 'CONFIG'"),
     (("sweep", "no-such-sweep", *CPU), "no such config file"),
     (("sweep", "@dir", *CPU), "no such config file"),
-    (("window-bench", *SMALL), "(use --backend cpu to run the CPU models)"),
     (("window-bench", "100", "2", "0", "100"), "ITERS must be > 0"),
-    (("info",), "(use --backend cpu to run the CPU models)"),
     (("info", "--device", "first"), "Invalid value for '--device'"),
     (("gate",), "Missing option '--baseline'"),
     (("gate", "--baseline", "%none.json", "--results", "@good.json"), "none.json: no such file"),
@@ -233,7 +241,6 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("gate", "--baseline", "@good.json", "--results", "@incomplete.json"), "the results record is incomplete"),
     (("gate", "--baseline", "@good.json", "--results", "@good.json", "--json", "%gate.json"), "with --results"),
     (("gate", "--baseline", "@good.json", "--config", "@unknown-key.yaml"), "unknown key 'contxts'"),
-    (("gate", "--baseline", "@good.json"), "(use --backend cpu to run the CPU models)"),
     (("report",), "Missing argument 'FILE...'"),
     (("report", "--merge", "@good.json", "@other-card.json"), "cannot merge"),
     (("plot", "@good.json"), "Missing option '-o'"),
@@ -398,6 +405,51 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("STRATA_TOPK_SPLIT=7", "select-bench", *SMALL, *CPU), "STRATA_TOPK_SPLIT must be 0 or 1 (got '7')"),
     (("STRATA_TOPK_SPLIT=yes", "sweep", "@topk-only.yaml", *CPU), "STRATA_TOPK_SPLIT must be 0 or 1 (got 'yes')"),
     (("STRATA_SCORES_HALVE=2", "selftest"), "STRATA_SCORES_HALVE must be 0 or 1 (got '2')"),
+    # --kernels where its kernels would not run: the record would name sources that never compiled
+    (("select-bench", *SMALL, *CPU, "--kernels", "@kernels-copy"), "--kernels does not apply to --backend cpu: the CPU "
+                                                                  "backend compiles no kernels"),
+    (("topk-parity", *SMALL, *CPU, "--kernels", "@kernels-copy"), "--kernels does not apply to --backend cpu"),
+    (("sweep", "@topk-only.yaml", *CPU, "--kernels", "@kernels-copy"), "--kernels does not apply to --backend cpu"),
+    (("selftest", "--kernels", "@kernels-copy"), "no device here to compile and run its kernels"),
+    # roles that compare nothing
+    (("select-bench", *SMALL, *CPU, "--variants", "multi", "--baseline", "halve"), "--baseline halve: it is the "
+                                                                                  "candidate too"),
+    (("select-bench", *SMALL, *CPU, "--baseline", "halve"), "so the before and after would be one variant (give "
+                                                           "--candidate another)"),
+    (("topk-parity", *SMALL, *CPU, "--candidate", "wide"), "--candidate wide: it is the baseline too"),
+    (("select-bench", *SMALL, *CPU, "--variants", "multi", "--candidate", "reference"),
+     "--candidate reference: --variants leaves it out, so the before and after would compare nothing"),
+    # two of a command's files that are one
+    (("select-bench", *SMALL, *CPU, "--json", "%out.json", "--dump", "%out.json"), "--json and --dump name one file, "
+                                                                                  "out.json: give each its own"),
+    (("topk-parity", "--inputs", "@topk.npz", "--iters", "1", *CPU, "--dump", "@topk.npz"),
+     "--inputs and --dump name one file, topk.npz"),
+    (("sweep", "@topk-only.yaml", *CPU, "--json", "@topk-only.yaml"), "--config and --json name one file"),
+    (("select-bench", "--config", "@topk-only.yaml", *CPU, "--json", "@topk-only.yaml"), "--config and --json name"),
+    (("gate", "--baseline", "@good.json", "--json", "@good.json"), "--baseline and --json name one file, good.json"),
+    (("gate", "--baseline", "@good.json", "--results", "@good-copy.json", "--junit", "@good-copy.json"),
+     "--results and --junit name one file"),
+    (("sanitize", "--known", "@known-mapping.yaml", "--json", "@known-mapping.yaml"), "--known and --json name one"),
+    # options that would not be applied, and a record would say they were
+    (("select-bench", *SMALL, *CPU, "--warmup", "7"), "--warmup does not apply to --backend cpu: the CPU backend "
+                                                     "times its models after one untimed run of each"),
+    (("sweep", "@topk-only.yaml", *CPU, "--l2", "warm"), "--l2 does not apply to --backend cpu"),
+    (("select-bench", *SMALL, *CPU, "--lock-clocks", "1500"), "--lock-clocks does not apply to --backend cpu"),
+    (("topk-parity", *SMALL, *CPU, "--device", "1"), "--device does not apply to --backend cpu"),
+    (("select-bench", *SMALL, *CPU, "--lock-clocks-optional"), "--lock-clocks-optional does not apply"),
+    (("select-bench", "100", "2", "1", "100", "--lock-clocks-optional"), "--lock-clocks-optional goes with "
+                                                                        "--lock-clocks SM_MHZ[,MEM_MHZ]"),
+    (("select-bench", *SMALL, *CPU, "--iters", "5"), "--iters goes with --inputs FILE (the ITERS of its call)"),
+    (("topk-parity", *SMALL, *CPU, "--count", "0"), "--count goes with --inputs FILE (the COUNT of its call)"),
+    (("topk-parity", "--selftest", *CPU, "--iters", "5"), "--iters goes with --inputs FILE"),
+    (("select-bench", "--config", "@topk-only.yaml", *CPU, "--iters", "3"), "--iters goes with --inputs FILE"),
+    (("topk-parity", "--selftest", *CPU, "--dump", "%ids.npz"), "--selftest takes no CTX Q ITERS CAP, --inputs or "
+                                                                "--dump"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--config", "nosuch"),
+     "--config names the sweep of the run the gate makes; with --results it makes none"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--kernels", "@kernels-copy"),
+     "--kernels compiles the kernels of the run the gate makes"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--device", "1"), "--device picks the device of"),
     # report --merge: each (case, variant) from one file, never twice
     (("report", "--merge", "@good.json", "@good.json"), "cannot merge: multi on scores ctx=32768 nq=1 "
                                                         "capacity=524288 kind=decode l2=cold twice (good.json is given twice)"),
@@ -459,6 +511,30 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch, args, m
     assert "allow_pickle" not in err  # numpy's advice, for a file qsa must never unpickle
     assert out == ""
     assert _snapshot(tmp_path) == before
+
+
+# a command that needs a device, without one: its one line never advises --backend cpu, which it lacks or refuses
+NEEDS_A_DEVICE = [("window-bench", *SMALL), ("info",), ("gate", "--baseline", "@good.json"),
+                  ("select-bench", *SMALL, "--engine", "%strata")]
+
+
+@pytest.mark.skipif(probe().available, reason="a machine without a CUDA device")
+@pytest.mark.parametrize("args", NEEDS_A_DEVICE, ids=[" ".join(a) for a in NEEDS_A_DEVICE])
+def test_without_a_device_no_command_advises_an_option_it_lacks(capsys, tmp_path, monkeypatch, args) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        main(_argv(args, tmp_path))
+    out, err = capsys.readouterr()
+    assert ended.value.code == 2 and out == "" and err.startswith("qsa: error: ") and err.count("\n") == 1, err
+    assert "--backend cpu" not in err
+
+
+@pytest.mark.skipif(probe().available, reason="a machine without a CUDA device")
+def test_without_a_device_a_command_that_runs_on_the_cpu_backend_advises_it(capsys) -> None:
+    with pytest.raises(SystemExit) as ended:
+        main(["sweep", "ci"])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and err.endswith(" (use --backend cpu to run the CPU models)\n"), err
 
 
 def test_the_good_record_passes_the_gate(capsys, tmp_path) -> None:

@@ -8,8 +8,12 @@ import pytest
 
 from qsa_cli.catalog import qsa_catalog
 from qsa_cli.cli import main
+from qsa_cli.config import load_config
 from qsa_cli.core.geometry import Call
 from qsa_cli.inputs import SCORE_SETS, save_npz_atomic, synthetic_scorer_inputs, synthetic_scores
+from qsa_cli.output.printed import of_record
+from qsa_cli.record.load import load_record
+from qsa_cli.runs.sweep import check_thresholds
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -144,15 +148,34 @@ def test_gpu_backend_without_a_device_is_one_line(capsys):
                           (1000, 1, ["FAIL (2 of 2 thresholds broken)",
                                      "FAIL 1/2: scores ctx=4099 nq=1 capacity=8192 kind=decode l2=host: min_speedup",
                                      "FAIL 2/2: scores ctx=4099 nq=2 capacity=8192 kind=decode l2=host: min_speedup"])])
-def test_a_broken_threshold_fails_the_sweep(capsys, tmp_path, min_speedup, code, last_lines):
+def test_a_broken_threshold_fails_the_run(capsys, tmp_path, min_speedup, code, last_lines):
+    """Judged on a GPU run's times; here on a CPU run's record, judged as a GPU run's would be, and its verdict
+    lines (a CPU run judges none: the next test)."""
     config = tmp_path / "sweep.yaml"
     config.write_text("iterations: 2\nwarmup: 0\nstages: [scores]\ncontexts: [4099]\nqueries: [1, 2]\n"
                       f"capacity: 8192\nthresholds:\n  scores:\n    min_speedup: {min_speedup}\n")
-    got, out, err = run(capsys, "sweep", str(config), "--backend", "cpu", "--markdown")
-    assert got == code, err
-    ends = out.rstrip().splitlines()[-len(last_lines):]
+    js = tmp_path / "run.json"
+    assert run(capsys, "sweep", str(config), "--backend", "cpu", "--json", str(js))[0] == 0
+    record = load_record(js)
+    check_thresholds(record, load_config(config).thresholds)
+    printed = of_record(record)
+    assert printed.passed == (code == 0)
+    ends = printed.verdict[-len(last_lines):]
     assert [line[:len(want)] for line, want in zip(ends, last_lines)] == last_lines
     assert all(line.endswith(", not >= 1000.00x") for line in ends[1:])
+
+
+def test_thresholds_are_not_judged_on_cpu_times(capsys, tmp_path):
+    """The CPU models' Python times say nothing of the kernels': three runs once gave 4, 3 and 5 of 6 broken."""
+    config = tmp_path / "sweep.yaml"
+    config.write_text("iterations: 2\nwarmup: 0\nstages: [scores]\ncontexts: [4099]\nqueries: [1, 2]\n"
+                      "capacity: 8192\nthresholds:\n  scores:\n    min_speedup: 1000\n")
+    js = tmp_path / "run.json"
+    code, out, _ = run(capsys, "sweep", str(config), "--backend", "cpu", "--markdown", "--json", str(js))
+    assert code == 0 and out.rstrip().splitlines()[-1] == "PASS"
+    assert f"thresholds not judged: CPU times (the CPU models' on the host; {config}'s thresholds are judged on " \
+           "the GPU backend)." in out
+    assert json.loads(js.read_text())["thresholds"] == []
 
 
 def _interrupted_on_call(monkeypatch, module: str, name: str, call: int) -> None:

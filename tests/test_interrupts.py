@@ -107,9 +107,12 @@ def test_a_signal_at_any_point_of_a_run_is_one_line_its_exit_status_and_the_reco
     time.sleep(after)
     child.send_signal(signum)
     code, lines = _ended(child)
+    record = tmp_path / "run.json"
+    if code == -signum:  # on a loaded machine, before the interpreter ran qsa_cli's first line: the signal's own end
+        assert lines == [] and not record.exists()
+        return
     name = "" if signum == signal.SIGINT else " by SIGTERM"
     assert code == 128 + signum and len(lines) == 1, lines
-    record = tmp_path / "run.json"
     if not record.exists():  # the signal came before the session opened: nothing was recorded
         assert lines == [f"qsa: interrupted{name}"]
         return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 
 from qsa_cli import kernels
 from qsa_cli.cli import main
+from qsa_cli.session import Settings, session
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -28,32 +28,39 @@ def copy(tmp_path: Path) -> Path:
     return target
 
 
-def test_a_run_records_the_copy_and_its_hash(capsys: pytest.CaptureFixture[str], copy: Path, tmp_path: Path) -> None:
+def test_a_session_records_the_copy_and_its_hash(copy: Path) -> None:
+    """What a GPU run with --kernels records (on the CPU backend the command line refuses the option: the
+    models would run, not the copy's kernels)."""
     installed_hash = kernels.sources_hash()
     topk = copy / "topk.cu"
     topk.write_text(topk.read_text() + "\n// an edit of the copy\n")
-    record = tmp_path / "run.json"
-    code, out, err = run(capsys, "topk-parity", "3001", "2", "1", "4096", "0", "--backend", "cpu",
-                         "--kernels", str(copy), "--json", str(record))
-    assert code == 0, err
-    data = json.loads(record.read_text())
+    with session(Settings(backend="cpu", kernels=copy), "topk-parity", []) as s:
+        data = s.record.to_dict()
     assert data["settings"]["kernels"] == str(copy.resolve())
     assert data["kernel_source_hash"] == kernels.sources_hash(copy) != installed_hash
     # the folder is the run's (its catalog's), not the process's: nothing else compiles from it afterwards
     assert kernels.kernel_dir() != copy.resolve() and kernels.sources_hash() == installed_hash
 
 
-def test_the_selftest_checks_the_copys_constants(capsys: pytest.CaptureFixture[str], copy: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_selftest_checks_the_copys_constants(copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check a device's selftest makes of the copy's header (without a device the command line refuses
+    --kernels: the copy's kernels would not run)."""
     from qsa_cli.runs import selftest
 
     monkeypatch.setattr(selftest, "SELFTEST_SCORER_CASES", ())  # the constants row is what this test is about
     monkeypatch.setattr(selftest, "SELFTEST_TOPK_CASES", ())
     header = copy / "qsa_common.cuh"
     header.write_text(header.read_text().replace("#define QSA_TOP_K 2048", "#define QSA_TOP_K 1024"))
-    code, out, err = run(capsys, "selftest", "--kernels", str(copy))
-    assert code == 1, err
-    assert "QSA_TOP_K = 1024 but geometry.TOP_K = 2048" in " ".join(out.split())
+    _, rows = selftest.selftest(Settings(kernels=copy), False, [])
+    assert not rows[0].passed and rows[0].detail == "QSA_TOP_K = 1024 but geometry.TOP_K = 2048"
+
+
+@pytest.mark.parametrize("argv", [("select-bench", "3001", "2", "1", "4096", "--backend", "cpu"), ("selftest",)])
+def test_a_copy_whose_kernels_would_not_run_is_refused(capsys: pytest.CaptureFixture[str], copy: Path, argv) -> None:
+    """Its sources broken, so a run that passed would have proved nothing about them."""
+    (copy / "scores.cu").write_text((copy / "scores.cu").read_text() + "garbage !!! {{\n")
+    code, out, err = run(capsys, *argv, "--kernels", str(copy))
+    assert (code, out) == (2, "") and err.startswith("qsa: error: --kernels ") and err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize(("make", "message"), [

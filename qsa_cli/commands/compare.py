@@ -15,6 +15,7 @@ from ..sides import SIDE_NAMES, SideSpec
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish
 from .measuring import open_session
+from .options import check_distinct
 from .positional import POSITIONAL_NEGATIVES, decode_call
 from .run_options import RUN_OPTIONS
 
@@ -38,6 +39,7 @@ def command(base_side: str, candidate_side: str, args: tuple[str, ...], config_n
     runs the scorer, the top-k on four score sets and the window; --config runs a sweep's cases.
     """
     fmt = chosen_format(opts)
+    check_distinct({"--json": opts["json_path"]}, {"--config": config_name})
     if opts["backend"] != "gpu":
         raise UsageProblem("compare runs the sides' kernels: it needs --backend gpu")
     taken = [o for o in ("engines", "variants", "baseline", "candidate") if opts[o]]
@@ -52,6 +54,6 @@ def command(base_side: str, candidate_side: str, args: tuple[str, ...], config_n
         call, iters = None, config.iterations
     else:
         call, iters = decode_call(args, "compare")
-    with open_session(opts, "compare", config, sides) as s:
+    with open_session(opts, "compare", config, sides, cpu_runs=False) as s:
         compare_run(s, call, iters, config, tolerance)
     return finish(of_compare(compare.judge(s.record), s.record), fmt, opts["json_path"])

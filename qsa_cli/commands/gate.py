@@ -18,7 +18,7 @@ from ..runs.sweep import sweep
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish
 from .measuring import kept_if_interrupted
-from .options import DEVICE_OPTION, FORMAT_OPTIONS, OUTPUT, QUIET_OPTION, RECORD
+from .options import DEVICE_OPTION, FORMAT_OPTIONS, OUTPUT, QUIET_OPTION, RECORD, check_distinct, given
 from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
 
@@ -51,9 +51,15 @@ def command(baseline_path: str, results_path: str | None, config_name: str, tole
     """CI regression gate: parity must hold, thresholds too, and every timing of the baseline must be in
     the run and not SLOW."""
     fmt = chosen_format(opts)
-    if results_path and (json_path or engines):
-        raise UsageProblem(f"{'--json records' if json_path else '--engine adds variants to'} the run the gate makes; "
-                           "with --results it makes none")
+    if results_path:
+        named = next((what for what, on in (("--json records", json_path), ("--engine adds variants to", engines),
+                                            ("--kernels compiles the kernels of", given("kernels")),
+                                            ("--config names the sweep of", given("config_name")),
+                                            ("--device picks the device of", given("device_id"))) if on), None)
+        if named is not None:
+            raise UsageProblem(f"{named} the run the gate makes; with --results it makes none")
+    check_distinct({"--json": json_path, "--junit": junit_path},
+                   {"--baseline": baseline_path, "--results": results_path, "--config": config_name})
     baseline = load_record(baseline_path)
     if results_path:
         record = load_record(results_path)

@@ -16,6 +16,7 @@ import click
 from .. import session
 from ..clocks import parse_lock_spec
 from ..config import SweepConfig, config_path, load_config
+from ..core.errors import NoDeviceError
 from ..interrupts import exit_status, interrupted_by, signal_of
 from ..output.printed import of_selftest
 from ..output.progress import progress_on
@@ -26,6 +27,8 @@ from ..session import Session
 from ..sides import SideSpec
 from .exit_status import UsageProblem
 from .finish import STDOUT, finish, finish_record, write_record
+from .options import check_distinct
+from .run_options import check_run_options
 
 
 def _counted(n: int, what: str) -> str:
@@ -68,10 +71,13 @@ def kept_if_interrupted(opened: AbstractContextManager[Session], json_path: str 
 
 
 def open_session(opts: dict[str, Any], command: str, config: SweepConfig | None = None,
-                 sides: tuple[SideSpec, SideSpec] | None = None) -> AbstractContextManager[Session]:
+                 sides: tuple[SideSpec, SideSpec] | None = None,
+                 cpu_runs: bool = True) -> AbstractContextManager[Session]:
     """A session from the run options (and qsa compare's ``sides``); a sweep config's l2, warm-up and seed
-    take the place of theirs."""
+    take the place of theirs. The run options that would not be applied are refused first; ``cpu_runs``: the
+    command runs on --backend cpu too, so a missing device's message says so."""
     lock = parse_lock_spec(opts["lock_spec"]) if opts["lock_spec"] else None
+    check_run_options(opts)
     settings = session.Settings(backend=opts["backend"], l2=opts["l2"], warmup=opts["warmup"], seed=opts["seed"],
                                 check_model=not opts["no_model"], device_id=opts["device_id"],
                                 engines=opts["engines"], variants=opts["variants"], baseline=opts["baseline"],
@@ -81,11 +87,28 @@ def open_session(opts: dict[str, Any], command: str, config: SweepConfig | None 
                                        engines=(*config.engines, *settings.engines))
     warn = lambda msg: click.echo(f"qsa: warning: {msg}", err=True)  # noqa: E731
     opened = session.session(settings, command, sys.argv[1:], lock, opts["lock_clocks_optional"], warn)
-    return kept_if_interrupted(opened, opts["json_path"])
+    # an engine checkout's kernels need the GPU: --backend cpu would only be refused
+    advised = cpu_runs and not settings.engines
+    return kept_if_interrupted(_cpu_advised(opened) if advised else opened, opts["json_path"])
+
+
+@contextlib.contextmanager
+def _cpu_advised(opened: AbstractContextManager[Session]) -> Iterator[Session]:
+    """A session that, when it finds no device to open, says that --backend cpu runs the CPU models."""
+    entered = False
+    try:
+        with opened as s:
+            entered = True
+            yield s
+    except NoDeviceError as missing:
+        if entered:
+            raise
+        raise NoDeviceError(f"{missing} (use --backend cpu to run the CPU models)") from None
 
 
 def run_sweep(config_name: str, stage: str | None, opts: dict[str, Any], fmt: str, command: str) -> int:
     """The cases of a YAML sweep (only ``stage``'s, when given), measured and finished."""
+    check_distinct({"--json": opts["json_path"]}, {"--config": str(config_path(config_name))})
     config = load_config(config_path(config_name))
     if stage is not None and not config.cases(stage):
         raise UsageProblem(f"{config.source} has no {stage} cases")

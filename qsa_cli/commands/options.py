@@ -5,6 +5,7 @@ that measures, so ``qsa report`` and ``qsa plot`` load no runner."""
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ import click
 
 from ..core.files import check_writable
 from ..output import FORMATS
+from .exit_status import UsageProblem
 from .finish import STDOUT
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -46,6 +48,29 @@ QUIET_OPTION = click.option("--quiet", is_flag=True, help="No progress on stderr
 # numpy seeds its generators with non-negative integers only, as a sweep's ``seed`` is
 SEED_OPTION = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                            help="Seed of the synthetic inputs.")
+
+
+def given(name: str) -> bool:
+    """Whether the current command's parameter ``name`` was given (on the command line or by its environment
+    variable), not left at its default: an option that does not apply is refused only when given."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source not in (None, click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP)
+
+
+def check_distinct(outputs: dict[str, str | None], inputs: dict[str, str | None] | None = None) -> None:
+    """No output of a command (option -> path; None: not given) is another of its outputs, or one of the
+    files it reads: the second would overwrite the first, or the input it was made from. Inputs may be one
+    file (a gate of a record against itself)."""
+    read = {os.path.realpath(path): option for option, path in (inputs or {}).items() if path is not None}
+    seen: dict[str, str] = {}
+    for option, path in outputs.items():
+        if path is None or path == STDOUT:
+            continue
+        real = os.path.realpath(path)
+        first = seen.get(real) or read.get(real)
+        if first is not None:
+            raise UsageProblem(f"{first} and {option} name one file, {path}: give each its own")
+        seen[real] = option
 
 
 def with_options(options: list[Decorator]) -> Decorator:

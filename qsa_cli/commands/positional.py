@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..core.geometry import Call, check_capacity, check_queries
 from ..timing import MAX_ITERATIONS
 from .exit_status import UsageProblem
+from .options import given
 
 DEFAULT_ITERS = 50  # ITERS of a call whose inputs come from a file (--iters)
 # "-3" among CTX Q ITERS CAP is a (bad) number, not an unknown option: let the range checks name it.
@@ -37,6 +38,17 @@ def decode_call(args: tuple[str, ...], command: str) -> tuple[Call, int]:
     check_queries(nq, prompt=False)
     check_iters(iters)
     return call, iters
+
+
+def check_given_with_inputs(inputs_path: str | None, options: dict[str, str]) -> None:
+    """``options`` (parameter -> the positional it stands for: {"iters_opt": "ITERS"}) apply to an --inputs
+    file's call only: given without --inputs, refused (they would be recorded as applied, and not be)."""
+    if inputs_path is None:
+        for name, positional in options.items():
+            if given(name):
+                flag = "--" + name.removesuffix("_opt")
+                raise UsageProblem(f"{flag} goes with --inputs FILE (the {positional} of its call): without it, "
+                                   f"{flag} would not be used")
 
 
 def check_iters(iters: int) -> None:

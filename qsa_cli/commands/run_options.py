@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -14,7 +15,7 @@ from ..engine.checkout import parse_engine_spec
 from ..record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from ..timing import DEFAULT_WARMUP, MAX_WARMUP
 from .exit_status import UsageProblem
-from .options import DEVICE_OPTION, FORMAT_OPTION_LIST, QUIET_OPTION, RECORD, SEED_OPTION, with_options
+from .options import DEVICE_OPTION, FORMAT_OPTION_LIST, QUIET_OPTION, RECORD, SEED_OPTION, given, with_options
 
 
 def _kernels_folder(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
@@ -61,6 +62,29 @@ KEYS_OPTION = click.option(
     "--keys", type=click.Choice(SCORER_KEYS), default=DEFAULT_KEYS, show_default=True,
     help="Synthetic keys and queries: spec section 5's, or adversarial (magnitudes 1e-30..1e30, NaN, "
          "infinities, signed zeros, products that cancel).")
+
+# what each run option, given with --backend cpu, would not do there
+NOT_ON_THE_CPU = {
+    "warmup": ("--warmup", "the CPU backend times its models after one untimed run of each"),
+    "l2": ("--l2", "the CPU backend has no L2 to flush or keep warm"),
+    "lock_spec": ("--lock-clocks", "the CPU backend has no GPU clocks to lock"),
+    "lock_clocks_optional": ("--lock-clocks-optional", "the CPU backend has no GPU clocks to lock"),
+    "device_id": ("--device", "the CPU backend runs on no CUDA device"),
+    "kernels": ("--kernels", "the CPU backend compiles no kernels: it runs the CPU models, so the folder's sources "
+                "would not run"),
+}
+
+
+def check_run_options(opts: dict[str, Any]) -> None:
+    """The run options given that would not be applied, refused before anything runs (a record would say
+    they were): those of the GPU with --backend cpu, --lock-clocks-optional without --lock-clocks."""
+    if opts["backend"] == "cpu":
+        named = next(((flag, why) for name, (flag, why) in NOT_ON_THE_CPU.items() if given(name)), None)
+        if named is not None:
+            raise UsageProblem(f"{named[0]} does not apply to --backend cpu: {named[1]}")
+    if opts["lock_clocks_optional"] and not opts["lock_spec"]:
+        raise UsageProblem("--lock-clocks-optional goes with --lock-clocks SM_MHZ[,MEM_MHZ]: alone it locks nothing")
+
 
 # the options every measuring command shares
 RUN_OPTIONS = with_options([

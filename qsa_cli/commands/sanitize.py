@@ -14,7 +14,7 @@ from ..runs.sanitizer import sanitize_run, sanitize_variants
 from ..sanitize import TOOLS, find_sanitizer, load_known
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish
-from .options import DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD, SEED_OPTION
+from .options import DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD, SEED_OPTION, check_distinct
 from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
 
@@ -40,6 +40,7 @@ def command(tools: str, variants_opt: str | None, quick: bool, known_path: str |
     """compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over one call of every variant on every
     case kind, each (variant, case, tool) in its own child process with CuPy's memory pool off."""
     fmt = chosen_format(opts)
+    check_distinct({"--json": json_path}, {"--known": known_path})
     chosen_tools = tuple(dict.fromkeys(t.strip() for t in tools.split(",")))
     unknown = [t for t in chosen_tools if t not in TOOLS]
     if unknown or not chosen_tools:

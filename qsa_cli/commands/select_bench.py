@@ -14,8 +14,8 @@ from ..runs.stages import scorer_inputs, select_bench
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish_record
 from .measuring import open_session, run_sweep
-from .options import OUTPUT
-from .positional import DEFAULT_ITERS, POSITIONAL_NEGATIVES, check_iters, decode_call
+from .options import OUTPUT, check_distinct
+from .positional import DEFAULT_ITERS, POSITIONAL_NEGATIVES, check_given_with_inputs, check_iters, decode_call
 from .run_options import KEYS_OPTION, RUN_OPTIONS
 
 
@@ -33,6 +33,9 @@ def command(args: tuple[str, ...], inputs_path: str | None, iters_opt: int, dump
             config_name: str | None, keys: str, **opts: Any) -> int:
     """A decode call's scorer, old (multi) and new (halve), on the same inputs: hashes and times."""
     fmt = chosen_format(opts)
+    check_given_with_inputs(inputs_path, {"iters_opt": "ITERS"})
+    check_distinct({"--json": opts["json_path"], "--dump": dump_path},
+                   {"--inputs": inputs_path, "--config": config_name})
     if keys != DEFAULT_KEYS and (config_name or inputs_path):
         raise UsageProblem("--keys applies to synthetic inputs, not to --inputs or --config (a sweep's cases name "
                            "their keys)")

@@ -7,8 +7,10 @@ from typing import Any
 
 import click
 
+from ..device import probe
 from ..runs.selftest import SelftestSoFar, selftest
 from ..session import Settings
+from .exit_status import UsageProblem
 from .finish import chosen_format
 from .measuring import finish_selftest, keep_interrupted, with_checks
 from .options import DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD, SEED_OPTION
@@ -31,6 +33,11 @@ def command(require_gpu: bool, seed: int, device_id: int, json_path: str | None,
     """Every check this machine can run: the CPU models always, the kernels (an engine checkout's too) when
     a device is found."""
     fmt = chosen_format(opts)
+    if opts["kernels"] is not None and not require_gpu:
+        found = probe(device_id)
+        if not found.available:  # the CPU models alone would run: the folder's kernels would not
+            raise UsageProblem(f"--kernels {opts['kernels']}: no device here to compile and run its kernels "
+                               f"({found.reason}); the CPU models selftest runs without one do not use them")
     settings = Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"])
     so_far = SelftestSoFar()
     try:

@@ -15,8 +15,8 @@ from ..runs.stages import topk_parity, topk_score_sets
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish_record
 from .measuring import finish_selftest, open_session, run_sweep
-from .options import OUTPUT
-from .positional import DEFAULT_ITERS, POSITIONAL_NEGATIVES, check_iters, integers
+from .options import OUTPUT, check_distinct
+from .positional import DEFAULT_ITERS, POSITIONAL_NEGATIVES, check_given_with_inputs, check_iters, integers
 from .run_options import RUN_OPTIONS
 
 
@@ -39,13 +39,16 @@ def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iter
     COUNT 0 is a decode call (no active block count); 1, the default, the prompt path's call.
     """
     fmt = chosen_format(opts)
+    check_given_with_inputs(inputs_path, {"iters_opt": "ITERS", "count_opt": "COUNT"})
+    check_distinct({"--json": opts["json_path"], "--dump": dump_path},
+                   {"--inputs": inputs_path, "--config": config_name})
     if config_name:
         if args or inputs_path or dump_path or selftest:
             raise UsageProblem("--config takes no CTX Q ITERS CAP [COUNT], --inputs, --dump or --selftest")
         return run_sweep(config_name, "topk", opts, fmt, "topk-parity --config")
     if selftest:
-        if args or inputs_path:
-            raise UsageProblem("--selftest takes no CTX Q ITERS CAP and no --inputs")
+        if args or inputs_path or dump_path:
+            raise UsageProblem("--selftest takes no CTX Q ITERS CAP, --inputs or --dump")
         with open_session(opts, "topk-parity --selftest") as s, progress_on(opts["quiet"]) as progress:
             rows = topk_selftest(s, opts["seed"], progress=progress)
         return finish_selftest(s.record, rows, fmt, opts["json_path"])

@@ -24,6 +24,6 @@ def command(args: tuple[str, ...], keys: str, **opts: Any) -> int:
     call, iters = decode_call(args, "window-bench")
     if opts["backend"] != "gpu":
         raise UsageProblem("window-bench replays CUDA graphs: it needs --backend gpu")
-    with open_session(opts, "window-bench") as s:
+    with open_session(opts, "window-bench", cpu_runs=False) as s:
         window_bench(s, call, iters, keys)
     return finish_record(s.record, fmt, opts["json_path"])
