@@ -11,12 +11,18 @@
 #define QSA_HALVE_MAX_QUERIES 4  // queries one block_scores_halve_kernel call keeps in registers
 #define QSA_SPLIT_CHUNK_BLOCKS 2048  // blocks per CTA of the split top-k
 #define QSA_CLUSTER_CTAS 8       // CTAs per query of the cluster top-k
+#define QSA_CLUSTER_LANE_KEYS 4  // order keys a lane of the cluster top-k reads at once (one 16-byte read)
+#define QSA_CLUSTER_CHUNK_KEYS 128  // WARP * CLUSTER_LANE_KEYS: keys a warp reads at once, a chunk of the emit
 #define QSA_RADIX_BITS 8         // digit width of the radix select
 #define QSA_RADIX_BINS 256
 #define QSA_RADIX_PASSES 4
 #define QSA_TAIL_BONUS 1e9f      // added to an incomplete tail block's score: always selected
 
 #define QSA_WARP 32
+
+// The oldest cards (major * 10 + minor) whose instructions some kernels use.
+#define QSA_PDL_MIN_CC 90      // programmatic dependent launch (griddepcontrol)
+#define QSA_CLUSTER_MIN_CC 90  // thread-block clusters and distributed shared memory
 
 // Threads a CTA of each top-k kernel (their __launch_bounds__; the launchers read geometry.py's copy).
 #define QSA_TOPK_REF_THREADS 256
@@ -50,13 +56,13 @@ __device__ __forceinline__ float qsa_lane_partial(float4 k, float4 q) {
 // a kernel calls it before it reads or writes anything another launch of its call writes or reads.
 // Launched plainly, or built for an older card, both are no-ops: the bits cannot depend on them.
 __device__ __forceinline__ void qsa_allow_next_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= QSA_PDL_MIN_CC * 10
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
 __device__ __forceinline__ void qsa_wait_prior_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= QSA_PDL_MIN_CC * 10
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }

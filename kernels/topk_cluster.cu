@@ -25,6 +25,10 @@
 // scans each chunk's cells above / at thr (counted by passes 2 and 3 where they can) for its first rank.
 #include "qsa_common.cuh"
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < QSA_CLUSTER_MIN_CC * 10
+#error "block_topk_cluster_kernel needs thread-block clusters (QSA_CLUSTER_MIN_CC)"
+#endif
+
 namespace {
 
 // The cluster operations, as PTX (what cooperative_groups' cluster_group lowers to), so the kernel
@@ -72,8 +76,8 @@ __device__ __forceinline__ unsigned cluster_load(const unsigned* own, unsigned r
 
 constexpr int kWarps = QSA_TOPK_CLUSTER_THREADS / QSA_WARP;
 constexpr int kBinWarps = QSA_RADIX_BINS / QSA_WARP;  // warps 0..7 hold one histogram bin a thread
-constexpr int kLaneKeys = 4;                          // consecutive keys a lane reads at once (uint4)
-constexpr int kChunkKeys = QSA_WARP * kLaneKeys;      // keys of a chunk: chunk c belongs to warp c % kWarps
+constexpr int kLaneKeys = QSA_CLUSTER_LANE_KEYS;      // consecutive keys a lane reads at once (uint4)
+constexpr int kChunkKeys = QSA_CLUSTER_CHUNK_KEYS;    // keys of a chunk: chunk c belongs to warp c % kWarps
 constexpr int kBinBuffers = 2;                        // pass p's histogram in buffer p % 2 (see the passes)
 constexpr int kBinWords = QSA_RADIX_BINS * QSA_WARP;  // the histogram with a column per lane
 constexpr int kSumThreads = QSA_TOPK_CLUSTER_THREADS / QSA_RADIX_BINS;  // threads that sum one bin's columns
@@ -82,6 +86,8 @@ constexpr int kHalfBits = 16;
 constexpr unsigned kHalfMask = (1u << kHalfBits) - 1u;
 static_assert(kChunkKeys * QSA_BLOCK_CELLS <= kHalfMask, "a chunk's counts must fit 16 bits");
 static_assert(kWarps == QSA_WARP, "one lane per warp reads the warps' totals");
+static_assert(kLaneKeys * sizeof(unsigned) == sizeof(uint4), "a lane's keys are one 16-byte read");
+static_assert(kChunkKeys == QSA_WARP * kLaneKeys, "a chunk is what a warp reads at once");
 static_assert(QSA_WARP / kSumThreads == 8, "a thread sums eight columns: two 16-byte reads");
 static_assert(QSA_RADIX_BITS * (QSA_RADIX_PASSES - 1) == 24, "pass 0's digit is the key's top byte");
 

@@ -8,6 +8,7 @@ line on stderr and exit status 2; a parity failure, a broken threshold or a fail
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import re
 import sys
@@ -90,17 +91,16 @@ def cli() -> None:
     """Benchmark and bitwise parity harness for the QSA decode selection kernels."""
 
 
-def _use_kernels(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    """--kernels DIR: qsa's kernel sources from a copy; carried by QSA_KERNELS (children inherit it)."""
+def _kernels_folder(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """--kernels DIR: qsa's kernel sources from a copy, checked now (the run's catalog compiles from it)."""
     if value is None:
-        return
-    import os
+        return None
     from pathlib import Path
 
-    from .kernels import ENV_KERNELS, check_kernel_dir
+    from .catalog import check_kernels
 
     try:
-        os.environ[ENV_KERNELS] = str(check_kernel_dir(Path(value)))
+        return check_kernels(Path(value))
     except KernelError as bad:
         raise UsageProblem(str(bad)) from None
 
@@ -134,7 +134,7 @@ ENGINE_OPTION = click.option(
          "run beside qsa's; repeat for several (--engine base=../strata --engine pr=../strata@my-branch).")
 
 KERNELS_OPTION = click.option(
-    "--kernels", type=click.Path(), metavar="DIR", callback=_use_kernels, expose_value=False, is_eager=True,
+    "--kernels", type=click.Path(), metavar="DIR", callback=_kernels_folder, is_eager=True,
     help="Compile qsa's kernels from this copy of kernels/ instead of the installed ones (edit the copy).")
 
 
@@ -248,9 +248,9 @@ def _kept_if_interrupted(opened: AbstractContextManager[Any], json_path: str | N
         raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
 
 
-def _open(opts: dict[str, Any], command: str, config: Any = None) -> AbstractContextManager[Any]:
+def _open(opts: dict[str, Any], command: str, config: Any = None, sides: Any = None) -> AbstractContextManager[Any]:
     """A session from the run options; a sweep config's l2, warm-up and seed take the place of theirs."""
-    from .runs import Settings, session
+    from .session import Settings, session
 
     lock = None
     if opts["lock_spec"]:
@@ -259,10 +259,11 @@ def _open(opts: dict[str, Any], command: str, config: Any = None) -> AbstractCon
         lock = parse_lock_spec(opts["lock_spec"])
     settings = Settings(backend=opts["backend"], l2=opts["l2"], warmup=opts["warmup"], seed=opts["seed"],
                         check_model=not opts["no_model"], device_id=opts["device_id"], engines=opts["engines"],
-                        variants=opts["variants"], baseline=opts["baseline"], candidate=opts["candidate"])
+                        variants=opts["variants"], baseline=opts["baseline"], candidate=opts["candidate"],
+                        kernels=opts["kernels"], sides=sides)
     if config is not None:
-        settings.l2, settings.warmup, settings.seed = config.l2, config.warmup, config.seed
-        settings.engines = (*config.engines, *settings.engines)
+        settings = dataclasses.replace(settings, l2=config.l2, warmup=config.warmup, seed=config.seed,
+                                       engines=(*config.engines, *settings.engines))
     warn = lambda msg: click.echo(f"qsa: warning: {msg}", err=True)  # noqa: E731
     return _kept_if_interrupted(session(settings, command, sys.argv[1:], lock, opts["lock_clocks_optional"], warn),
                                 opts["json_path"])
@@ -345,8 +346,8 @@ def select_bench(args: tuple[str, ...], inputs_path: str | None, iters_opt: int,
     """A decode call's scorer, old (multi) and new (halve), on the same inputs: hashes and times."""
     from .core.geometry import check_queries
     from .inputs import load_scorer_inputs, save_npz_atomic
-    from .runs import scorer_inputs
-    from .runs import select_bench as run
+    from .runs.stages import scorer_inputs
+    from .runs.stages import select_bench as run
 
     fmt = _chosen_format(opts)
     if keys != DEFAULT_KEYS and (config_name or inputs_path):
@@ -395,8 +396,9 @@ def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, 
     """
     from .core.geometry import Call, blocks_read, check_queries
     from .inputs import load_topk_inputs, save_npz_atomic
-    from .runs import topk_parity as run
-    from .runs import topk_score_sets, topk_selftest
+    from .runs.selftest import topk_selftest
+    from .runs.stages import topk_parity as run
+    from .runs.stages import topk_score_sets
 
     fmt = _chosen_format(opts)
     if config_name:
@@ -406,10 +408,10 @@ def topk_parity(args: tuple[str, ...], selftest: bool, inputs_path: str | None, 
     if selftest:
         if args or inputs_path:
             raise UsageProblem("--selftest takes no CTX Q ITERS CAP and no --inputs")
-        from .output.progress import counted, progress_on
+        from .output.progress import progress_on
 
         with _open(opts, "topk-parity --selftest") as s, progress_on(opts["quiet"]) as progress:
-            rows = topk_selftest(s, opts["seed"], progress=counted(progress))
+            rows = topk_selftest(s, opts["seed"], progress=progress)
         return _finish_selftest(s.record, rows, fmt, opts["json_path"])
     if inputs_path:
         if args:
@@ -463,18 +465,19 @@ def selftest(require_gpu: bool, seed: int, device_id: int, json_path: str | None
              **opts: Any) -> int:
     """Every check this machine can run: the CPU models always, the kernels (an engine checkout's too) when
     a device is found."""
-    from .runs import Settings
-    from .runs import selftest as run
+    from .runs.selftest import selftest as run
+    from .session import Settings
 
     fmt = _chosen_format(opts)
-    record, rows = run(Settings(seed=seed, device_id=device_id, engines=engines), require_gpu, sys.argv[1:])
+    record, rows = run(Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"]), require_gpu,
+                       sys.argv[1:])
     return _finish_selftest(record, rows, fmt, json_path)
 
 
 def _sweep(config_name: str, stage: str | None, opts: dict[str, Any], fmt: str, command: str) -> int:
     from .config import config_path, load_config
     from .output.progress import progress_on
-    from .runs import sweep
+    from .runs.sweep import sweep
 
     config = load_config(config_path(config_name))
     if stage is not None and not config.cases(stage):
@@ -498,7 +501,7 @@ def sweep_cmd(config_name: str, **opts: Any) -> int:
 @run_options
 def window_bench(args: tuple[str, ...], keys: str, **opts: Any) -> int:
     """A decode window's selection (scores, then top-k) as one CUDA graph per kernel pair, replays timed."""
-    from .runs import window_bench as run
+    from .runs.stages import window_bench as run
 
     fmt = _chosen_format(opts)
     call, iters = _decode_call(args, "window-bench")
@@ -530,7 +533,8 @@ def compare_cmd(base_side: str, candidate_side: str, args: tuple[str, ...], conf
     from .config import config_path, load_config
     from .output import compare
     from .output.printed import of_compare
-    from .runs import COMPARE_SIDE_NAMES, SideSpec, compare_run
+    from .runs.compare import compare_run
+    from .sides import SIDE_NAMES, SideSpec
 
     fmt = _chosen_format(opts)
     if opts["backend"] != "gpu":
@@ -538,7 +542,7 @@ def compare_cmd(base_side: str, candidate_side: str, args: tuple[str, ...], conf
     taken = [o for o in ("engines", "variants", "baseline", "candidate") if opts[o]]
     if taken:
         raise UsageProblem(f"compare takes its variants from BASE and CANDIDATE, not --{taken[0].rstrip('s')}")
-    sides = tuple(SideSpec.parse(text, name) for text, name in zip((base_side, candidate_side), COMPARE_SIDE_NAMES))
+    sides = tuple(SideSpec.parse(text, name) for text, name in zip((base_side, candidate_side), SIDE_NAMES))
     config = None
     if config_name:
         if args:
@@ -547,8 +551,8 @@ def compare_cmd(base_side: str, candidate_side: str, args: tuple[str, ...], conf
         call, iters = None, config.iterations
     else:
         call, iters = _decode_call(args, "compare")
-    with _open(opts, "compare", config) as s:
-        compare_run(s, sides, call, iters, config, tolerance)
+    with _open(opts, "compare", config, sides) as s:
+        compare_run(s, call, iters, config, tolerance)
     return _finish(of_compare(compare.judge(s.record), s.record), fmt, opts["json_path"])
 
 
@@ -602,7 +606,8 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
     from .output.printed import of_gate
     from .output.progress import progress_on
     from .record.load import load_record
-    from .runs import Settings, session, sweep
+    from .runs.sweep import sweep
+    from .session import Settings, session
 
     fmt = _chosen_format(opts)
     if results_path and (json_path or engines):
@@ -615,7 +620,7 @@ def gate_cmd(baseline_path: str, results_path: str | None, config_name: str, tol
     else:
         config = load_config(config_path(config_name))
         settings = Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id,
-                            engines=(*config.engines, *engines))
+                            engines=(*config.engines, *engines), kernels=opts["kernels"])
         with (_kept_if_interrupted(session(settings, "gate", sys.argv[1:]), json_path) as s,
               progress_on(opts["quiet"]) as progress):
             gate.check_comparable(s.record, baseline, force)  # refuse before measuring
@@ -669,8 +674,9 @@ def sanitize_cmd(tools: str, variants_opt: str | None, quick: bool, known_path: 
     case kind, each (variant, case, tool) in its own child process with CuPy's memory pool off."""
     from .output.printed import of_sanitize
     from .output.progress import progress_on
-    from .runs import Settings, sanitize_run, sanitize_variants, session
+    from .runs.sanitizer import sanitize_run, sanitize_variants
     from .sanitize import TOOLS, find_sanitizer, load_known
+    from .session import Settings, session
 
     fmt = _chosen_format(opts)
     chosen_tools = tuple(dict.fromkeys(t.strip() for t in tools.split(",")))
@@ -680,7 +686,8 @@ def sanitize_cmd(tools: str, variants_opt: str | None, quick: bool, known_path: 
     chosen = tuple(dict.fromkeys(v.strip() for v in variants_opt.split(","))) if variants_opt else None
     known = load_known(known_path) if known_path else []
     sanitizer = find_sanitizer()
-    with session(Settings(seed=seed, device_id=device_id, engines=engines), "sanitize", sys.argv[1:]) as s:
+    with session(Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"]), "sanitize",
+                 sys.argv[1:]) as s:
         if chosen is not None:
             runs = {v for names in sanitize_variants(s).values() for v in names}
             missing = [v for v in chosen if v not in runs]
@@ -701,10 +708,11 @@ def info_cmd(device_id: int, engines: tuple[str, ...], **opts: Any) -> int:
     """The device, its clocks and limits, every kernel as compiled for it, and what the engine dispatches here."""
     from .output.printed import of_info
     from .record.schema import InfoReport
-    from .runs import device_report
+    from .runs.info import device_report
+    from .session import Settings
 
     fmt = _chosen_format(opts)
-    found = device_report(device_id, engines)
+    found = device_report(Settings(device_id=device_id, engines=engines, kernels=opts["kernels"]))
     info = InfoReport(found.device, found.clocks, [dict(name=k.name, registers=k.registers, shared_bytes=k.shared_bytes,
                                                         local_bytes=k.local_bytes, max_threads=k.max_threads)
                                                    for k in found.kernels], found.dispatch, found.notes)

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from . import variants as registry
+from .catalog import STAGES, Catalog, qsa_catalog
 from .core.errors import ConfigError, GeometryError
 from .core.geometry import BLOCK_CELLS, Call, check_call, check_queries
 from .dispatch import CALL_KINDS
@@ -118,8 +118,9 @@ class SweepConfig:
         every = dict.fromkeys(c for b in self.blocks for c in b.cases())
         return [c for c in every if stage is None or c.stage == stage]
 
-    def variants_for(self, stage: str) -> tuple[str, ...]:
-        return self.variants.get(stage, registry.names(stage))
+    def variants_for(self, stage: str, catalog: Catalog) -> tuple[str, ...]:
+        """The variants of ``stage`` the file names, else every one of the run's ``catalog``."""
+        return self.variants.get(stage, catalog.names(stage))
 
 
 # ---- reading nodes with their lines -----------------------------------------------------------------
@@ -238,10 +239,11 @@ def _parse(r: _Reader, root: Any) -> SweepConfig:
     engines = _engines(r, top["engine"]) if "engine" in top else {}
 
     def variant_names(stage: str, node: Any) -> tuple[str, ...]:
-        names = (*registry.names(stage), *(f"{e}.{kind}" for e in engines for kind in engine_kinds(stage)))
+        # qsa's own and the file's checkouts' (the file is read before a run's catalog is built)
+        names = (*qsa_catalog().names(stage), *(f"{e}.{kind}" for e in engines for kind in engine_kinds(stage)))
         return r.choices(node, f"a {stage} variant", names)
 
-    variants = _per_stage(r, top.get("variants"), "variants", registry.STAGES, stages, variant_names)
+    variants = _per_stage(r, top.get("variants"), "variants", STAGES, stages, variant_names)
     thresholds = _per_stage(r, top.get("thresholds"), "thresholds", tuple(THRESHOLD_KEYS), stages,
                             lambda stage, n: _thresholds(r, stage, n))
     return SweepConfig(
@@ -282,7 +284,7 @@ def _block(r: _Reader, keys: dict[str, Any], where: Any) -> SweepBlock:
     missing = [k for k in ("stages", "contexts", "queries", "capacity") if k not in keys]
     if missing:
         raise r.error(where, f"missing key {missing[0]!r} (a block of cases needs stages, contexts, queries, capacity)")
-    stages = r.choices(keys["stages"], "stage", registry.STAGES)
+    stages = r.choices(keys["stages"], "stage", STAGES)
     kind = r.choice(keys["kind"], "kind", CALL_KINDS) if "kind" in keys else DEFAULTS["kind"]
     if kind == "prompt" and stages != ("topk",):
         raise r.error(keys["kind"], f"a prompt call is a top-k case only (stages here: {', '.join(stages)})")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import platform
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,14 +61,13 @@ def require(device_id: int = 0) -> DeviceProbe:
     return found
 
 
-def environment() -> dict[str, Any]:
-    """Versions, the host, and the switches set for this run (they change what runs, never the bits)."""
+def environment(switches: dict[str, str]) -> dict[str, Any]:
+    """Versions, the host, and the switches set for this run (session.read_switches: they change what runs,
+    never the bits)."""
     import numpy
 
     from . import __version__
-    from .dispatch import SWITCHES
 
-    switches = {k: os.environ[k] for k in SWITCHES if k in os.environ}
     return {"python": platform.python_version(), "numpy": numpy.__version__, "qsa": __version__,
             "host": platform.node(), "switches": switches}
 

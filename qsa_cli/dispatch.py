@@ -9,12 +9,14 @@ and the switches. The harness can still run every variant explicitly; this only 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from .core.errors import SwitchError
+from .core.geometry import CLUSTER_MIN_CC, NEW_KERNELS_CC, PDL_MIN_CC
 
-STAGES = ("scores", "topk")
 CALL_KINDS = ("decode", "prompt")
 
 ENV_SCORES_HALVE = "STRATA_SCORES_HALVE"
@@ -22,9 +24,19 @@ ENV_TOPK_SPLIT = "STRATA_TOPK_SPLIT"
 ENV_PDL = "QSA_PDL"  # "0": the split's launches run one after another even where PDL exists
 SWITCHES = (ENV_SCORES_HALVE, ENV_TOPK_SPLIT, ENV_PDL)
 
-NEW_KERNELS_CC = 75  # the seed measured (and defaults) its kernels on sm_75 only
-CLUSTER_MIN_CC = 90  # thread-block clusters: sm_90 and newer
-PDL_MIN_CC = 90  # programmatic dependent launch (griddepcontrol): sm_90 and newer
+
+class Named(Protocol):
+    """Where the policy takes the names of the variants it chooses between: a run's catalog (catalog.py)."""
+
+    def with_role(self, stage: str, role: str) -> str: ...
+
+    def with_launch(self, stage: str, launch: str) -> str: ...
+
+
+def read_switches(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The switches set in ``env`` (the process's): read once, where a run begins (session.py, a child
+    process), recorded, and passed down from there."""
+    return {k: env[k] for k in SWITCHES if k in env}
 
 
 @dataclass(frozen=True)
@@ -49,18 +61,16 @@ def _check_cc(cc: int) -> None:
         raise ValueError(f"compute capability must be an int major*10+minor such as 75 or 120 (got {cc!r})")
 
 
-def _named(stage: str) -> tuple[str, str, str]:
-    """The registry's names of ``stage``'s baseline (old) and candidate (new) variants, and of the top-k
-    variant with the cluster launch (the engine's sm_90 kernel): the variants this policy chooses between."""
-    from .variants import with_launch, with_role  # here: the registry reads this module's constants
-
-    cluster = with_launch(stage, "cluster") if stage == "topk" else ""
-    return with_role(stage, "baseline"), with_role(stage, "candidate"), cluster
+def _named(catalog: Named, stage: str) -> tuple[str, str, str]:
+    """The catalog's names of ``stage``'s baseline (old) and candidate (new) variants, and of qsa's top-k
+    variant of the cluster launch (the engine's sm_90 kernel): the variants this policy chooses between."""
+    cluster = catalog.with_launch(stage, "cluster") if stage == "topk" else ""
+    return catalog.with_role(stage, "baseline"), catalog.with_role(stage, "candidate"), cluster
 
 
-def _decode_scorer(cc: int, halve: bool | None) -> tuple[str, str]:
+def _decode_scorer(catalog: Named, cc: int, halve: bool | None) -> tuple[str, str]:
     sm = f"sm_{cc}"
-    old, new, _ = _named("scores")
+    old, new, _ = _named(catalog, "scores")
     if cc != NEW_KERNELS_CC:
         note = f"; {ENV_SCORES_HALVE}={int(halve)} has no effect off sm_{NEW_KERNELS_CC}" if halve is not None else ""
         return old, f"{sm} decode: old multi scorer (the halving scorer defaults on sm_{NEW_KERNELS_CC} only{note})"
@@ -69,9 +79,9 @@ def _decode_scorer(cc: int, halve: bool | None) -> tuple[str, str]:
     return new, f"{sm} decode: new halving scorer (default on {sm}; {ENV_SCORES_HALVE}=0 keeps multi)"
 
 
-def _decode_topk(cc: int, split: bool | None, cluster_refusal: str | None) -> tuple[str, str]:
+def _decode_topk(catalog: Named, cc: int, split: bool | None, cluster_refusal: str | None) -> tuple[str, str]:
     sm = f"sm_{cc}"
-    old, new, cluster = _named("topk")
+    old, new, cluster = _named(catalog, "topk")
     if cc >= CLUSTER_MIN_CC:
         if cluster_refusal is None:
             note = f"; {ENV_TOPK_SPLIT}={int(split)} does not apply" if split is not None else ""
@@ -89,11 +99,13 @@ def _decode_topk(cc: int, split: bool | None, cluster_refusal: str | None) -> tu
     return old, f"{sm} decode: old wide top-k (the split defaults on sm_{NEW_KERNELS_CC} only)"
 
 
-def dispatch(cc: int, kind: str, env: Mapping[str, str], cluster_refusal: str | None = None) -> Dispatch:
-    """The variants the engine runs for a ``kind`` call ("decode" or "prompt") on an sm_``cc`` card.
+def dispatch(catalog: Named, cc: int, kind: str, env: Mapping[str, str],
+             cluster_refusal: str | None = None) -> Dispatch:
+    """The variants of ``catalog`` the engine runs for a ``kind`` call ("decode" or "prompt") on an sm_``cc``
+    card (its roles' variants, and qsa's cluster top-k).
 
-    ``env`` is read for ``STRATA_SCORES_HALVE`` and ``STRATA_TOPK_SPLIT`` (pass ``os.environ`` for the
-    process's); both are validated even where they do not decide, so a typo never passes silently.
+    ``env`` is read for ``STRATA_SCORES_HALVE`` and ``STRATA_TOPK_SPLIT`` (a run's: its switches, read once
+    where its session opened); both are validated even where they do not decide, so a typo never passes silently.
     ``cluster_refusal`` says why the cluster top-k cannot take this call (its capacity does not fit the
     card's shared memory): the decode top-k then falls back to the rule of a card without clusters.
     """
@@ -104,11 +116,10 @@ def dispatch(cc: int, kind: str, env: Mapping[str, str], cluster_refusal: str | 
     split = _switch(env, ENV_TOPK_SPLIT)
     if kind == "prompt":
         why = "prompt call: the reference kernel (the seed's new kernels are decode-path only)"
-        from .variants import with_role
-
-        return Dispatch(with_role("scores", "reference"), with_role("topk", "reference"), {"scores": why, "topk": why})
-    scores, scores_why = _decode_scorer(cc, halve)
-    topk, topk_why = _decode_topk(cc, split, cluster_refusal)
+        return Dispatch(catalog.with_role("scores", "reference"), catalog.with_role("topk", "reference"),
+                        {"scores": why, "topk": why})
+    scores, scores_why = _decode_scorer(catalog, cc, halve)
+    topk, topk_why = _decode_topk(catalog, cc, split, cluster_refusal)
     return Dispatch(scores, topk, {"scores": scores_why, "topk": topk_why})
 
 

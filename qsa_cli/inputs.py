@@ -17,6 +17,8 @@ from .core.errors import GeometryError, InputError
 from .core.files import atomic_write
 from .core.geometry import (
     BLOCK_CELLS,
+    BUTTERFLY_OFFSETS,
+    CLUSTER_CHUNK_KEYS,
     IDX_DIM,
     IDX_HEADS,
     SPLIT_CHUNK_BLOCKS,
@@ -33,7 +35,7 @@ from .core.geometry import (
     cluster_slice_blocks,
     validate_steps,
 )
-from .launch.topk_cluster import CHUNK_KEYS as CLUSTER_CHUNK_BLOCKS
+from .model.order import order_keys
 from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 
 SCORE_POISON_BITS = 0x7FBADBAD  # a NaN no arithmetic produces (payload kept by copies, not by math)
@@ -158,7 +160,6 @@ def _cancelling(rng: np.random.Generator, keys: np.ndarray) -> None:
     the product's rounding error is what is left); ``across``, the lanes with bit o set hold their partner's
     (lane ^ o) float4 times -f, so the butterfly's stage o adds two sums that cancel. f is 1 (exactly) or
     1 + 2^-10..2^-24 (nearly)."""
-    from .model.scores import OFFSETS  # the model imports this module
 
     rows = keys.shape[0]
     lanes = keys.reshape(rows, WARP, IDX_DIM // WARP)
@@ -166,11 +167,11 @@ def _cancelling(rng: np.random.Generator, keys: np.ndarray) -> None:
     near = rng.random(rows) < _NEAR_CANCEL
     f = np.where(near, 1 + 2.0 ** -rng.integers(10, 25, rows), 1.0).astype(np.float32)[:, None]
     inlane = mode == "in-lane"
-    offset = rng.choice(OFFSETS, rows)
+    offset = rng.choice(BUTTERFLY_OFFSETS, rows)
     with np.errstate(invalid="ignore"):  # a signalling NaN times f
         lanes[inlane, :, 0] = -lanes[inlane, :, 1] * f[inlane]
         lanes[inlane, :, 2] = -lanes[inlane, :, 3] * f[inlane]
-        for o in OFFSETS:
+        for o in BUTTERFLY_OFFSETS:
             at = np.flatnonzero((mode == "across") & (offset == o))
             high = np.array([lane for lane in range(WARP) if lane & o])
             lanes[np.ix_(at, high)] = -lanes[np.ix_(at, high ^ o)] * f[at, :, None]
@@ -270,7 +271,6 @@ def _same_key(value: np.float32, rng: np.random.Generator, n: int) -> np.ndarray
 
 def _cut(live: np.ndarray, weights: np.ndarray, width: int) -> np.float32:
     """A score with the key of the width-th cell when cells go by key, descending (the threshold key)."""
-    from .model.topk import order_keys  # the model imports this module
 
     keys = order_keys(live)
     # enough blocks to hold width cells: each holds R but the tail (0-3 cells)
@@ -286,7 +286,6 @@ def _steer_cut(rng: np.random.Generator, live: np.ndarray, weights: np.ndarray, 
     """Make ``value``'s key the cut: fewer than width cells above it (lowering blocks below it in the order of
     ``placed``, so that the special values and the runs stay where they can) and at least width at or above
     it (raising lower blocks that hold neither to it). The tail is never changed."""
-    from .model.topk import order_keys
 
     key = order_keys(np.array([value]))[0]
     if key <= order_keys(np.array([-np.inf], np.float32))[0]:  # NaN or -inf: only NaN is lower
@@ -314,7 +313,7 @@ def _borders(rng: np.random.Generator, blocks: int) -> np.ndarray:
     cluster's CTA slices, and a sample of those of the cluster's 128-key chunks and the wide kernel's tiles."""
     per = cluster_slice_blocks(blocks)
     slices = np.arange(0, blocks, per)
-    chunks = (slices[:, None] + np.arange(CLUSTER_CHUNK_BLOCKS, per, CLUSTER_CHUNK_BLOCKS)).ravel()
+    chunks = (slices[:, None] + np.arange(CLUSTER_CHUNK_KEYS, per, CLUSTER_CHUNK_KEYS)).ravel()
     tiles = np.arange(TOPK_WIDE_THREADS, blocks, TOPK_WIDE_THREADS)
     sampled = rng.permutation(np.union1d(chunks[chunks < blocks], tiles))[:_SAMPLED_BORDERS]
     return np.union1d(np.union1d(np.arange(SPLIT_CHUNK_BLOCKS, blocks, SPLIT_CHUNK_BLOCKS), slices[1:]), sampled)

@@ -36,45 +36,42 @@ def compile_options() -> tuple[str, ...]:
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.MULTILINE)  # one line, its newline kept
 
 
-ENV_KERNELS = "QSA_KERNELS"  # a folder of qsa's kernel sources to use instead of the installed ones (--kernels)
-REQUIRED_SOURCES = ("qsa_common.cuh", "scores.cu", "topk.cu", "topk_cluster.cu", "bench.cu")
+HEADER, BENCH = "qsa_common.cuh", "bench.cu"  # every kernel's constants and helpers; the timer's kernels
 
 
 def kernel_dir() -> Path:
-    """``QSA_KERNELS`` when set (``--kernels DIR``: a copy the user edits), else the copy of ``kernels/`` an
-    installed wheel carries (``qsa_cli/kernel_src``), else the checkout's."""
-    chosen = os.environ.get(ENV_KERNELS)
-    if chosen:
-        return check_kernel_dir(Path(chosen))
+    """The installed kernel sources: the copy of ``kernels/`` an installed wheel carries (``qsa_cli/kernel_src``),
+    else the checkout's. A run may compile from another folder (``--kernels DIR``: its catalog's)."""
     here = Path(__file__).resolve().parent
     for candidate in (here / "kernel_src", here.parent / "kernels"):
-        if (candidate / "qsa_common.cuh").is_file():
+        if (candidate / HEADER).is_file():
             return candidate
     raise KernelError(f"kernel sources not found (looked in {here / 'kernel_src'} and {here.parent / 'kernels'})")
 
 
-def check_kernel_dir(path: Path) -> Path:
-    """``path`` as a folder of kernel sources: a KernelError (one line) naming what it lacks."""
+def check_kernel_dir(path: Path, required: tuple[str, ...]) -> Path:
+    """``path`` as a folder of kernel sources with the ``required`` files (catalog.kernel_sources): a
+    KernelError (one line) naming what it lacks."""
     if not path.is_dir():
         raise KernelError(f"--kernels {path}: no such folder")
-    missing = [name for name in REQUIRED_SOURCES if not (path / name).is_file()]
+    missing = [name for name in required if not (path / name).is_file()]
     if missing:
         raise KernelError(f"--kernels {path}: no {', '.join(missing)} (a copy of qsa's kernels/ folder is expected)")
     return path.resolve()
 
 
-def source_files(d: Path | None = None) -> list[Path]:
-    d = d or kernel_dir()
+def source_files(d: Path) -> list[Path]:
     return sorted([*d.glob("*.cuh"), *d.glob("*.cu")])
 
 
-def source_text(name: str) -> str:
-    """The source ``kernels/<name>`` with its local includes inlined (each header once).
+def source_text(name: str, folder: Path | None = None) -> str:
+    """The source ``<name>`` of ``folder`` (default: the installed kernels) with its local includes inlined
+    (each header once).
 
     ``#line`` directives around each inlined header keep every line's file and number, so compiler
     errors and the line information of sanitizer and profiler reports name the file as written.
     """
-    return _source_text(kernel_dir(), name)
+    return _source_text(folder or kernel_dir(), name)
 
 
 @functools.cache
@@ -102,14 +99,16 @@ def _source_text(d: Path, name: str) -> str:
 _DEFINE = re.compile(r"^#define\s+(QSA_\w+)\s+(\S+)", re.MULTILINE)
 
 
-def header_defines() -> dict[str, str]:
-    """The ``#define QSA_*`` constants of ``qsa_common.cuh``, as written (for the agreement check)."""
-    return dict(_DEFINE.findall((kernel_dir() / "qsa_common.cuh").read_text()))
+def header_defines(folder: Path | None = None) -> dict[str, str]:
+    """The ``#define QSA_*`` constants of ``folder``'s ``qsa_common.cuh`` (default: the installed kernels'),
+    as written (for the agreement check)."""
+    return dict(_DEFINE.findall(((folder or kernel_dir()) / HEADER).read_text()))
 
 
-def sources_hash() -> str:
-    """sha256 over every file in ``kernels/`` (names and bytes): the results' kernel source hash."""
-    return _sources_hash(kernel_dir())
+def sources_hash(folder: Path | None = None) -> str:
+    """sha256 over every file of ``folder`` (default: the installed kernels; names and bytes): the results'
+    kernel source hash."""
+    return _sources_hash(folder or kernel_dir())
 
 
 @functools.cache
@@ -203,7 +202,7 @@ def _compile(source: str, names: tuple[str, ...], arch: str, appended: str, fold
 
 
 def load(source: str, names: tuple[str, ...], appended: str = "", folder: Path | None = None) -> Module:
-    """``kernels/<source>`` (of ``folder``, default the kernels in use) compiled for the current device:
+    """``<source>`` of ``folder`` (default: the installed kernels) compiled for the current device:
     once per process, cached on disk between runs.
 
     ``appended`` is code compiled after the source as part of it, so it can call the source's internal

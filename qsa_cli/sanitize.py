@@ -30,9 +30,9 @@ from .core.geometry import MAX_QUERIES
 from .kernels import ENV_LINEINFO
 from .record.schema import SanitizerRun
 from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
-from .sanitize_child import ENV_ENGINES, MARKER
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+MARKER = "qsa-sanitize-case"  # a child's line before each case it runs (qsa_cli/sanitize_child.py)
 ENV_CUDA_HOME = "CUDA_HOME"
 CHILD_TIMEOUT_S = 600
 # the totals ("ERROR SUMMARY: 51 errors"), not the line after them ("48 errors were not printed")
@@ -205,8 +205,11 @@ def judge(cases: list[SanitizeCase], tool: str, output: str, returncode: int, kn
     return rows
 
 
-def child_command(sanitizer: Path, tool: str, cases: list[SanitizeCase]) -> list[str]:
-    payload = json.dumps([asdict(c) for c in cases])
+def child_command(sanitizer: Path, tool: str, cases: list[SanitizeCase], kernels: Path,
+                  engines: tuple[str, ...] = ()) -> list[str]:
+    """compute-sanitizer's ``tool`` over a child running ``cases``, its job (the cases, the run's kernels
+    folder and engine checkouts) its one argument."""
+    payload = json.dumps({"kernels": str(kernels), "engines": list(engines), "cases": [asdict(c) for c in cases]})
     flags = ["--racecheck-report", "all"] if tool == "racecheck" else []
     return [str(sanitizer), "--tool", tool, "--print-limit", "100", *flags,
             sys.executable, "-m", "qsa_cli.sanitize_child", payload]
@@ -227,15 +230,15 @@ def run_tool(command: list[str], env: dict[str, str], timeout: float = CHILD_TIM
 
 
 def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownHazard], sanitizer: Path,
-             jobs: int = 2, device_id: int = 0,
+             kernels: Path, jobs: int = 2, device_id: int = 0,
              progress: Callable[[int, int, str], None] = lambda done, total, msg: None,
              engines: tuple[str, ...] = ()) -> list[SanitizerRun]:
-    """Every (case, tool) in its own child, ``jobs`` at a time; rows in (case, tool) order. ``engines``: the
-    run's engine checkouts, which each child attaches (their libraries come from the cache)."""
+    """Every (case, tool) in its own child, ``jobs`` at a time; rows in (case, tool) order. ``kernels``: the
+    run's folder of kernel sources; ``engines``: its engine checkouts, which each child attaches (their
+    libraries come from the cache)."""
     env = {**os.environ, ENV_LINEINFO: "1", "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", str(device_id)),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
-                                                        os.environ.get("PYTHONPATH")])),
-           ENV_ENGINES: json.dumps(list(engines))}
+                                                        os.environ.get("PYTHONPATH")]))}
     # one child per (case, tool), the likely longest first (racechecks, then large calls), so that they
     # spread over the jobs; the rows keep the cases' order
     work = [(tool, [case]) for case in cases for tool in tools]
@@ -244,7 +247,7 @@ def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownH
 
     def one(i: int) -> None:
         tool, group = work[i]
-        output, code, seconds = run_tool(child_command(sanitizer, tool, group), env)
+        output, code, seconds = run_tool(child_command(sanitizer, tool, group, kernels, engines), env)
         results[i] = judge(group, tool, output, code, known, seconds)
 
     done = 0

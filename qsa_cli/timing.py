@@ -11,7 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from .kernels import load
 
 L2_MODES = ("cold", "warm")
 DEFAULT_WARMUP = 5
@@ -22,18 +25,18 @@ _FLOOR_THREADS = 256
 Launch = Callable[[], None]
 
 
-def _bench_module() -> Any:
-    from .kernels import load
-
-    return load("bench.cu", ("read_floor_kernel", "hold_stream_kernel"))
+def _bench_module(kernels: Path | None) -> Any:
+    return load("bench.cu", ("read_floor_kernel", "hold_stream_kernel"), folder=kernels)
 
 
 @dataclass
 class DeviceTimer:
-    """Times launch closures on the current CuPy stream of the current device."""
+    """Times launch closures on the current CuPy stream of the current device; its read floor and stream hold
+    are ``kernels``' bench.cu (the run's folder of kernel sources; None: the installed one)."""
 
     l2: str = "cold"
     warmup: int = DEFAULT_WARMUP
+    kernels: Path | None = None
 
     def __post_init__(self) -> None:
         import cupy
@@ -44,7 +47,7 @@ class DeviceTimer:
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         self.sms = int(props["multiProcessorCount"])
         self.l2_bytes = int(props["l2CacheSize"])
-        module = _bench_module()
+        module = _bench_module(self.kernels)
         self._read = module.function("read_floor_kernel")
         self._hold = module.function("hold_stream_kernel")
         self._sink = cupy.zeros(1, dtype=cupy.float32)

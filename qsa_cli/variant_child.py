@@ -11,7 +11,6 @@ the parent built; it measures nothing else.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -22,30 +21,37 @@ from typing import Any
 
 import numpy as np
 
-from . import variants as registry
+from .catalog import Catalog, Launcher, qsa_catalog
+from .clocks import ClockMonitor
 from .core.errors import SwitchedRunError
+from .dispatch import read_switches
+from .engine.attach import attach_builds, engine_builds
+from .engine.switches import switched_variant
 from .inputs import ScorerInputs, TopkInputs
 from .record.load import load_record
 from .record.schema import RunRecord
+from .stages import scores as scores_stage
+from .stages import topk as topk_stage
+from .stages import window as window_stage
 from .stages.common import Measurer, StageOutcome
+from .timing import DeviceTimer
 
 CHILD_TIMEOUT_S = 1800
 JOB_FILE, INPUTS_FILE, RECORD_FILE = "job.json", "inputs.npz", "record.json"
 
 
-def switches_of(stage: str, name: str) -> tuple[tuple[str, str], ...]:
+def switches_of(catalog: Catalog, stage: str, name: str) -> tuple[tuple[str, str], ...]:
     """The switches ``name`` runs under (a window pair: its top-k's, which its scorer shares)."""
-    v = registry.get("topk", name.split("+", 1)[1]) if stage == "window" else registry.get(stage, name)
+    v = catalog.get("topk", name.split("+", 1)[1]) if stage == "window" else catalog.get(stage, name)
     return v.engine.switches if v.engine is not None else ()
 
 
-def run_switched(stage: str, switches: tuple[tuple[str, str], ...], variants: tuple[str, ...],
+def run_switched(catalog: Catalog, stage: str, switches: tuple[tuple[str, str], ...], variants: tuple[str, ...],
                  inputs: ScorerInputs | TopkInputs, measurer: Measurer, job: dict[str, Any]) -> StageOutcome:
-    """``variants`` of ``stage`` (window pairs ``scorer+topk`` for the window), all under ``switches``, run by a
-    child on ``inputs`` with qsa's reference beside them (not in the window); the rows it wrote, less the
-    reference's and the read floor's (this process has them). ``job``: what the child runs them with (``job_settings``)."""
-    from .engine.attach import engine_builds
-
+    """``variants`` of ``stage`` (window pairs ``scorer+topk`` for the window) of the run's ``catalog``, all under
+    ``switches``, run by a child on ``inputs`` with qsa's reference beside them (not in the window); the rows
+    it wrote, less the reference's and the read floor's (this process has them). ``job``: what the child runs
+    them with (the roles, the model check, the call's active blocks, the device, the kernels folder)."""
     reference = job["roles"]["reference"]
     names = [reference, *variants] if stage != "window" else list(variants)
     switched = sorted({part for name in variants for part in name.split("+") if "[" in part})
@@ -56,9 +62,9 @@ def run_switched(stage: str, switches: tuple[tuple[str, str], ...], variants: tu
         np.savez(work / INPUTS_FILE, **arrays)
         label = inputs.score_set if isinstance(inputs, TopkInputs) else inputs.keys
         (work / JOB_FILE).write_text(json.dumps({
-            **job, "stage": stage, "variants": names, "register": switched, "label": label,
+            **job, "stage": stage, "variants": names, "switched": switched, "label": label,
             "iters": measurer.iters, "l2": measurer.timer.l2, "warmup": measurer.timer.warmup,
-            "engines": engine_builds()}))
+            "engines": engine_builds(catalog.libraries.values())}))
         env = {**os.environ, **dict(switches),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                             os.environ.get("PYTHONPATH")]))}
@@ -81,37 +87,34 @@ def run_switched(stage: str, switches: tuple[tuple[str, str], ...], variants: tu
 def main(argv: list[str]) -> int:
     import cupy
 
-    from .clocks import ClockMonitor
-    from .engine.attach import attach_builds
-    from .engine.switches import switched_variant
-    from .stages import scores as scores_stage
-    from .stages import topk as topk_stage
-    from .stages import window as window_stage
-    from .timing import DeviceTimer
-
     work = Path(argv[0])
     job = json.loads((work / JOB_FILE).read_text())
     stage, variants = job["stage"], tuple(job["variants"])
     record = RunRecord(command="variant-child", argv=argv, backend="gpu")
-    with cupy.cuda.Device(job["device_id"]), attach_builds(job["engines"]), contextlib.ExitStack() as stack:
+    with cupy.cuda.Device(job["device_id"]):
+        engines = attach_builds(job["engines"])
+        catalog = qsa_catalog(Path(job["kernels"])).adding(engines.variants, engines.libraries)
         cc = int(cupy.cuda.Device().compute_capability)
-        stack.enter_context(registry.registered([switched_variant(name, cc) for name in job["register"]]))
+        catalog = catalog.adding([switched_variant(name, engines.libraries.values(), cc) for name in job["switched"]])
+        launcher = Launcher(catalog, read_switches())  # this process's: the parent's and the variants' switches
         monitor = ClockMonitor.for_pci_bus_id(job["pci_bus_id"])
-        measurer = Measurer(job["iters"], DeviceTimer(l2=job["l2"], warmup=job["warmup"]),
-                            monitor if monitor.available else None)
+        timer = DeviceTimer(l2=job["l2"], warmup=job["warmup"], kernels=catalog.kernel_folder)
+        measurer = Measurer(job["iters"], timer, monitor if monitor.available else None)
         with np.load(work / INPUTS_FILE) as a:
             arrays = {k: a[k] for k in a.files}
         if stage == "topk":
             inputs_t = TopkInputs(arrays["scores"], arrays["steps"], job["label"])
-            out = topk_stage.run_topk(inputs_t, measurer, variants, job["active_blocks"], job["check_model"],
-                                      roles=job["roles"])
+            out = topk_stage.run_topk(inputs_t, measurer, tuple(catalog.get(stage, n) for n in variants),
+                                      job["roles"], launcher, job["active_blocks"], job["check_model"])
         else:
             inputs = ScorerInputs(arrays["pooled"], arrays["dead"], arrays["q"], arrays["steps"], job["label"])
             if stage == "scores":
-                out = scores_stage.run_scores(inputs, measurer, variants, job["check_model"], job["roles"])
+                out = scores_stage.run_scores(inputs, measurer, tuple(catalog.get(stage, n) for n in variants),
+                                              job["roles"], launcher, job["check_model"])
             else:
-                pairs = tuple(tuple(p.split("+", 1)) for p in variants)
-                out = window_stage.run_window(inputs, measurer, pairs)  # type: ignore[arg-type]
+                pairs = tuple(window_stage.WindowPair(catalog.get("scores", scorer), catalog.get("topk", topk))
+                              for scorer, topk in (p.split("+", 1) for p in variants))
+                out = window_stage.run_window(inputs, measurer, pairs, launcher)
         monitor.close()
     record.measurements, record.parity, record.notes = out.measurements, out.parity, out.notes
     record.write(work / RECORD_FILE)

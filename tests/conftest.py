@@ -1,7 +1,13 @@
 import os
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pytest
+
+from qsa_cli.catalog import Launcher, qsa_catalog
+
+QSA = qsa_catalog()  # qsa's own variants, from the installed kernels
 
 
 @pytest.fixture
@@ -30,3 +36,14 @@ def fresh_seed() -> int:
     seed = int(os.environ.get("QSA_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
     print(f"seed {seed} (QSA_TEST_SEED={seed} replays it)")
     return seed
+
+
+def scorer_launch(name: str, dev: Any, out: Any) -> Any:
+    """qsa's scorer ``name`` launched as a run launches it (catalog.Launcher: its launch shape's build)."""
+    return Launcher(QSA, {}).scorer(QSA.get("scores", name), dev, out)
+
+
+def topk_launch(name: str, scores: Any, steps: Any, ids: Any, active_blocks: int = 0, scratch: Any = None,
+                switches: Mapping[str, str] | None = None) -> Any:
+    """qsa's top-k ``name`` launched as a run launches it, under ``switches`` (default: none set)."""
+    return Launcher(QSA, switches or {}).topk(QSA.get("topk", name), scores, steps, ids, active_blocks, scratch)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from qsa_cli.core.geometry import (
     BLOCK_CELLS,
+    CLUSTER_CHUNK_KEYS,
+    CLUSTER_LANE_KEYS,
     IDX_DIM,
     IDX_HEADS,
     MAX_CAPACITY,
@@ -26,7 +28,7 @@ from qsa_cli.engine.checkout import ENGINE_FILES, HOST_FUNCTIONS
 from qsa_cli.engine.kinds import ENGINE_KINDS
 from qsa_cli.kernels import kernel_dir
 from qsa_cli.launch.scores import HALVE_WARPS_PER_CTA, MULTI_CTAS, WARPS_PER_CTA
-from qsa_cli.launch.topk_cluster import CHUNK_KEYS, CHUNK_WORDS, LANE_KEYS, MAX_CHUNKS, WORD_BYTES
+from qsa_cli.launch.topk_cluster import CHUNK_WORDS, MAX_CHUNKS, WORD_BYTES
 
 SELECT_CU, SELECT_HPP, QSA_HPP, EMULATE_HPP = ENGINE_FILES
 SLOW_NS = 20_000  # the slowed variant's busy wait before its kernels
@@ -358,8 +360,8 @@ def write_fake_engine(root: Path, *, slow: str = "", flip: str = "", without: tu
     prelude = _PRELUDE.format(
         kernels=kernel_dir(), warps_per_cta=WARPS_PER_CTA, multi_ctas=MULTI_CTAS, halve_warps=HALVE_WARPS_PER_CTA,
         split_max_chunks=SPLIT_MAX_CHUNKS, flipped_entry=FLIPPED_ENTRY, slow_ns=SLOW_NS, slow=slow, flip=flip,
-        lane_keys=LANE_KEYS, chunk_keys=CHUNK_KEYS, chunk_words=CHUNK_WORDS, cluster_max_chunks=MAX_CHUNKS,
-        word_bytes=WORD_BYTES)
+        lane_keys=CLUSTER_LANE_KEYS, chunk_keys=CLUSTER_CHUNK_KEYS, chunk_words=CHUNK_WORDS,
+        cluster_max_chunks=MAX_CHUNKS, word_bytes=WORD_BYTES)
     source = prelude + "\n\n".join(_FUNCTIONS[name][1] for name in kept) + "\n\n}  // namespace strata::kernels\n"
     for relative, text in ((SELECT_CU, source), (SELECT_HPP, header), (QSA_HPP, _QSA), (EMULATE_HPP, _EMULATE)):
         path = root / relative

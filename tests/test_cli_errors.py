@@ -81,7 +81,7 @@ def test_an_unwritable_output_is_refused_before_anything_runs(capsys, tmp_path, 
     def no_session(*args, **kwargs):
         raise AssertionError("a session was opened")
 
-    monkeypatch.setattr("qsa_cli.runs.session", no_session)
+    monkeypatch.setattr("qsa_cli.session.session", no_session)
     target = tmp_path / "missing" / "out"
     code, _, err = run(capsys, "select-bench", "100", "2", "5", "100", "--backend", "cpu", option, str(target))
     assert code == 2 and err == f"qsa: error: {option} {target}: no such folder {target.parent}\n"

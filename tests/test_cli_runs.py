@@ -6,6 +6,7 @@ import re
 import numpy as np
 import pytest
 
+from qsa_cli.catalog import qsa_catalog
 from qsa_cli.cli import main
 from qsa_cli.core.geometry import Call
 from qsa_cli.inputs import SCORE_SETS, save_npz_atomic, synthetic_scorer_inputs, synthetic_scores
@@ -178,7 +179,8 @@ def test_ctrl_c_keeps_what_was_measured_as_an_incomplete_record(capsys, tmp_path
     code, out, err = run(capsys, "sweep", str(config), "--backend", "cpu", "--json", str(js))
     assert code == 130 and "PASS" not in out
     # the blank line closes the terminal's ^C echo
-    assert err == f"\nqsa: interrupted: the 6 measurements taken are in {js}, marked incomplete\n"
+    taken = 2 * len(qsa_catalog().names("scores"))  # the two cases before the third: every scorer each
+    assert err == f"\nqsa: interrupted: the {taken} measurements taken are in {js}, marked incomplete\n"
     record = json.loads(js.read_text())
     assert record["schema_version"] == 3 and record["incomplete"] is True and "interrupted" in record["notes"][-1]
     assert {m["case"]["nq"] for m in record["measurements"]} == {1, 2}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from qsa_cli.catalog import qsa_catalog
 from qsa_cli.config import ConfigError, SweepCase, Thresholds, config_path, load_config, shipped_configs
 from qsa_cli.core.geometry import MAX_QUERIES, PROMPT_QUERIES
 from qsa_cli.inputs import SCORE_SETS
@@ -62,7 +63,7 @@ def test_minimal_sweep_uses_defaults(tmp_path: Path) -> None:
     c = load_config(write(tmp_path, MINIMAL))
     assert (c.iterations, c.warmup, c.l2, c.seed, c.description) == (50, 5, "cold", 0, "")
     assert c.cases() == [SweepCase("scores", 32768, 1, 524288), SweepCase("scores", 32768, 4, 524288)]
-    assert c.variants_for("scores") == ("reference", "multi", "halve")
+    assert c.variants_for("scores", qsa_catalog()) == qsa_catalog().names("scores")  # all of them
 
 
 def test_sizes_single_values_and_paired_capacities(tmp_path: Path) -> None:
@@ -77,7 +78,7 @@ def test_sizes_single_values_and_paired_capacities(tmp_path: Path) -> None:
     assert [(x.ctx, x.capacity) for x in c.cases()][::2] == [(2100, 4096), (9216, 16384), (1048576, 1048576),
                                                              (420000, 524288)]
     assert [x.score_set for x in c.cases()][:2] == ["equal", "levels64"]
-    assert c.variants_for("topk") == ("split", "wide")
+    assert c.variants_for("topk", qsa_catalog()) == ("split", "wide")
 
 
 def test_scorer_keys_per_block(tmp_path: Path) -> None:
@@ -145,7 +146,8 @@ def test_matrix_blocks_override_the_top_level_and_repeat_cases_once(tmp_path: Pa
         (MINIMAL + "keys: [synthetic, random]\n", 5, "keys must be one of synthetic, adversarial (got 'random')"),
         ("stages: [scores]\ncontexts: [1K]\nqueries: [1]\ncapacity: 1K\nmatrix:\n  - keys: {a: 1}\n", 6,
          "keys must be a value or a list of values, not a mapping"),
-        (MINIMAL + "variants:\n  scores: [multi, wide]\n", 6, "a scores variant must be one of reference, multi, halve"),
+        (MINIMAL + "variants:\n  scores: [multi, wide]\n", 6,
+         f"a scores variant must be one of {', '.join(qsa_catalog().names('scores'))} (got 'wide')"),
         (MINIMAL + "variants:\n  topk: [wide]\n", 6, "variants for stage 'topk', which no case runs"),
         (MINIMAL + "thresholds:\n  scores: {min_speedup: 0}\n", 6, "min_speedup must be a number > 0"),
         ("stages: [topk]\ncontexts: [1K]\nqueries: [1]\ncapacity: 1K\nthresholds:\n  topk:\n    max_floor_ratio: 2\n", 7,

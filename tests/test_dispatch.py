@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from qsa_cli import variants
+from qsa_cli.catalog import qsa_catalog
 from qsa_cli.dispatch import (
     ENV_SCORES_HALVE,
     ENV_TOPK_SPLIT,
@@ -14,6 +14,7 @@ from qsa_cli.dispatch import (
     dispatch,
 )
 
+QSA = qsa_catalog()
 CARDS = (70, 72, 75, 80, 86, 87, 89, 90, 100, 103, 110, 120, 121)
 SWITCH = (None, "", "0", "1")  # unset, empty (= unset), off, on
 
@@ -45,10 +46,10 @@ def spec_table(cc: int, kind: str, halve: str | None, split: str | None) -> tupl
 @pytest.mark.parametrize("cc", CARDS)
 def test_every_card_kind_and_switch(cc: int, kind: str) -> None:
     for halve, split in itertools.product(SWITCH, SWITCH):
-        d = dispatch(cc, kind, env_of(halve, split))
+        d = dispatch(QSA, cc, kind, env_of(halve, split))
         assert isinstance(d, Dispatch)
         assert (d.scores, d.topk) == spec_table(cc, kind, halve, split), (halve, split)
-        assert d.scores in variants.names("scores") and d.topk in variants.names("topk")
+        assert d.scores in QSA.names("scores") and d.topk in QSA.names("topk")
         assert set(d.reasons) == {"scores", "topk"}
         assert all(r and "\n" not in r for r in d.reasons.values())
 
@@ -71,16 +72,16 @@ def test_every_card_kind_and_switch(cc: int, kind: str) -> None:
     ],
 )
 def test_decode_by_hand(cc: int, env: dict[str, str], scores: str, topk: str) -> None:
-    d = dispatch(cc, "decode", env)
+    d = dispatch(QSA, cc, "decode", env)
     assert (d.scores, d.topk) == (scores, topk)
 
 
 def test_reasons_name_the_deciding_switch() -> None:
-    assert ENV_SCORES_HALVE in dispatch(75, "decode", {ENV_SCORES_HALVE: "0"}).reasons["scores"]
-    assert ENV_TOPK_SPLIT in dispatch(86, "decode", {ENV_TOPK_SPLIT: "1"}).reasons["topk"]
-    assert ENV_TOPK_SPLIT in dispatch(75, "decode", {ENV_TOPK_SPLIT: "0"}).reasons["topk"]
-    assert "cluster" in dispatch(100, "decode", {}).reasons["topk"]
-    assert "prompt" in dispatch(75, "prompt", {}).reasons["scores"]
+    assert ENV_SCORES_HALVE in dispatch(QSA, 75, "decode", {ENV_SCORES_HALVE: "0"}).reasons["scores"]
+    assert ENV_TOPK_SPLIT in dispatch(QSA, 86, "decode", {ENV_TOPK_SPLIT: "1"}).reasons["topk"]
+    assert ENV_TOPK_SPLIT in dispatch(QSA, 75, "decode", {ENV_TOPK_SPLIT: "0"}).reasons["topk"]
+    assert "cluster" in dispatch(QSA, 100, "decode", {}).reasons["topk"]
+    assert "prompt" in dispatch(QSA, 75, "prompt", {}).reasons["scores"]
 
 
 @pytest.mark.parametrize("kind", ["decode", "prompt"])
@@ -90,16 +91,16 @@ def test_invalid_switch_values(name: str, value: str, kind: str) -> None:
     """Rejected on every card and call kind, even where the switch would not decide."""
     for cc in (75, 86, 90):
         with pytest.raises(ValueError, match=name) as err:
-            dispatch(cc, kind, {name: value})
+            dispatch(QSA, cc, kind, {name: value})
         assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("cc", [7, 0, -75, 7.5, "75", True, 1000])
 def test_invalid_compute_capability(cc: object) -> None:
     with pytest.raises(ValueError, match="compute capability"):
-        dispatch(cc, "decode", {})  # type: ignore[arg-type]
+        dispatch(QSA, cc, "decode", {})  # type: ignore[arg-type]
 
 
 def test_invalid_kind() -> None:
     with pytest.raises(ValueError, match="call kind"):
-        dispatch(75, "verify", {})
+        dispatch(QSA, 75, "verify", {})

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import fresh_seed
+from conftest import fresh_seed, scorer_launch, topk_launch
 from fake_engine import FLIPPED_ENTRY, SLOW_NS, write_fake_engine
 
 from qsa_cli.core.errors import EngineError, EngineRefused
@@ -31,8 +31,7 @@ from qsa_cli.engine.kinds import engine_kinds
 from qsa_cli.engine.launch import engine_scorer_launcher, engine_topk_launcher
 from qsa_cli.engine.library import EngineLibrary, load_engine
 from qsa_cli.inputs import SCORE_SETS, id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
-from qsa_cli.launch.scores import DeviceScorerInputs, scorer_launcher
-from qsa_cli.launch.topk import topk_launcher
+from qsa_cli.launch.scores import DeviceScorerInputs
 from qsa_cli.model.scores import first_difference as first_score_difference
 from qsa_cli.model.scores import score_blocks
 from qsa_cli.model.topk import first_difference as first_id_difference
@@ -124,7 +123,7 @@ def test_engine_scorers_match_qsa_and_the_model(cupy: Any, engines: Callable[...
         dev = sub_window(dev_all, nq)
         steps = inputs.steps[-nq:]
         out = cupy.empty((nq, inputs.max_blocks), np.float32)
-        qsa = run_scorer(cupy, scorer_launcher("reference", dev, out), out)
+        qsa = run_scorer(cupy, scorer_launch("reference", dev, out), out)
         for variant in engine_kinds("scores"):
             got = run_scorer(cupy, engine_scorer_launcher(lib, variant, dev, out), out)
             what = f"engine {variant}, context {ctx} of {capacity}, {nq} queries"
@@ -158,7 +157,7 @@ def test_engine_topk_variants_match_qsa_and_the_oracle(cupy: Any, engines: Calla
         scores, steps = cupy.asarray(inputs.scores), cupy.asarray(inputs.steps)
         ids = cupy.empty((call.nq, SELECT_CAP), np.int32)
         label = f"{call.kind} context {ctx} of {capacity}, {score_set}"
-        qsa = run_topk(cupy, topk_launcher("reference", scores, steps, ids, active_blocks=call.active_blocks), ids)
+        qsa = run_topk(cupy, topk_launch("reference", scores, steps, ids, call.active_blocks), ids)
         assert_same_ids(qsa, oracle, inputs.steps, f"qsa's reference, {label}")
         for variant in engine_kinds("topk"):
             make = functools.partial(engine_topk_launcher, lib, variant, scores, steps, ids, call.active_blocks)

@@ -1,4 +1,4 @@
-"""Variants from elsewhere in the registry (an engine checkout's, a compare side's, under switches), the
+"""Variants from elsewhere in a run's catalog (an engine checkout's, a compare side's, under switches), the
 sweep file's engine: block, roles from --baseline / --candidate, and qsa compare's sides: all without a GPU."""
 
 from __future__ import annotations
@@ -10,55 +10,54 @@ from pathlib import Path
 import pytest
 from fake_engine import write_fake_engine
 
-from qsa_cli import variants
+from qsa_cli.catalog import QSA_VARIANTS, STAGES, Catalog, Variant, qsa_catalog
 from qsa_cli.cli import main
 from qsa_cli.config import ConfigError, load_config
 from qsa_cli.core.errors import EngineError
+from qsa_cli.engine.attach import engine_variant
 from qsa_cli.engine.kinds import ENGINE_KINDS
+from qsa_cli.engine.launch import ENGINE_SHAPES
 from qsa_cli.engine.switches import parse_switched
 from qsa_cli.kernels import kernel_dir
-from qsa_cli.runs import SideSpec, side_kind
+from qsa_cli.sides import SideSpec, side_kind
 from qsa_cli.variant_child import switches_of
 
 
 def test_an_engine_variant_is_named_by_its_checkout_kind_and_switches() -> None:
-    v = variants.engine_variant("base", "topk-split", switches=(("STRATA_EMULATE_CC", "86"),))
-    assert v.name == "base.topk-split[STRATA_EMULATE_CC=86]" and v.stage == "topk" and v.launch == "engine"
+    v = engine_variant("base", "topk-split", switches=(("STRATA_EMULATE_CC", "86"),))
+    assert v.name == "base.topk-split[STRATA_EMULATE_CC=86]" and v.stage == "topk" and v.launch.engine
     assert v.window_scorer == "base.scores[STRATA_EMULATE_CC=86]" and not v.qsa_own
-    assert variants.engine_variant("base", "topk-ref").window_scorer is None  # the reference is no decode path
-    assert variants.engine_variant("base", "scores-ref").stage == "scores"
+    assert engine_variant("base", "topk-ref").window_scorer is None  # the reference is no decode path
+    assert engine_variant("base", "scores-ref").stage == "scores"
 
 
-def test_registered_variants_are_gone_after_the_block() -> None:
-    added = [variants.engine_variant("pr", kind) for kind in ENGINE_KINDS]
-    with variants.registered(added):
-        assert "pr.scores" in variants.names("scores") and "pr.topk-cluster" in variants.names("topk")
-        assert ("pr.scores", "pr.topk") in variants.window_pairs()
-        assert switches_of("window", "pr.scores+pr.topk") == ()
-    assert not any(n.startswith("pr.") for stage in variants.STAGES for n in variants.names(stage))
+def test_a_checkouts_variants_are_in_the_catalog_built_with_them_only() -> None:
+    own = qsa_catalog()
+    added = own.adding([engine_variant("pr", kind) for kind in ENGINE_KINDS])
+    assert "pr.scores" in added.names("scores") and "pr.topk-cluster" in added.names("topk")
+    assert ("pr.scores", "pr.topk") in added.window_pairs()
+    assert switches_of(added, "window", "pr.scores+pr.topk") == ()
+    assert not any(n.startswith("pr.") for stage in STAGES for n in own.names(stage))
 
 
-def test_registration_that_contradicts_the_registry_is_refused_and_undone() -> None:
-    clash = [variants.engine_variant("pr", "scores"), variants.engine_variant("pr", "scores")]
-    with pytest.raises(ValueError, match="already registered"):
-        with variants.registered(clash):
-            pass
-    assert "pr.scores" not in variants.names("scores")
-    wrong = variants.Variant("scores", "odd", "variant", "scores.cu", ("k",), "butterfly", variants.ENGINE_LAUNCH)
-    with pytest.raises(ValueError, match="only they, launch 'engine'"):
-        variants.register(wrong)
+def test_variants_that_contradict_the_catalog_are_refused() -> None:
+    with pytest.raises(ValueError, match="already in the catalog"):
+        qsa_catalog().adding([engine_variant("pr", "scores"), engine_variant("pr", "scores")])
+    wrong = Variant("scores", "odd", "variant", "scores.cu", ("k",), "butterfly", ENGINE_SHAPES["scores"])
+    with pytest.raises(ValueError, match="an engine checkout's variants, and only they"):
+        Catalog((*QSA_VARIANTS, wrong))
 
 
 def test_a_side_is_every_variant_of_qsas_from_another_folder(tmp_path: Path) -> None:
-    side = variants.side("new", tmp_path)
-    own = [v for v in (*variants.stage_variants("scores"), *variants.stage_variants("topk")) if v.qsa_own]
-    assert [v.name for v in side] == [f"new.{v.name}" for v in own]
+    own = qsa_catalog()
+    side = own.side("new", tmp_path)
+    assert [v.name for v in side] == [f"new.{v.name}" for v in own.variants if v.qsa_own]
     assert all(v.role == "variant" and v.folder == tmp_path and not v.qsa_own for v in side)
     split = next(v for v in side if v.name == "new.split")
     assert split.window_scorer == "new.halve"
-    with variants.registered(side):
-        # the folder's kernels are one compile per file of that folder, apart from the installed ones
-        assert variants.kernels_of("topk.cu", tmp_path) == variants.kernels_of("topk.cu")
+    both = own.adding(side)
+    # the folder's kernels are one compile per file of that folder, apart from the installed ones
+    assert both.kernels_of("topk.cu", tmp_path) == both.kernels_of("topk.cu")
 
 
 def test_switches_are_parsed_sorted_and_checked() -> None:

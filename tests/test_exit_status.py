@@ -69,7 +69,7 @@ def _small_topk_matrix(then: Inject | None = None) -> Inject:
     """topk-parity --selftest on one small prompt call instead of spec section 6's matrix."""
     def patch(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
         (folder / "selftest.yaml").write_text(SMALL_TOPK_MATRIX)
-        monkeypatch.setattr("qsa_cli.runs.SELFTEST_CONFIG", str(folder / "selftest.yaml"))
+        monkeypatch.setattr("qsa_cli.runs.selftest.SELFTEST_CONFIG", str(folder / "selftest.yaml"))
         if then is not None:
             then(monkeypatch, folder)
     return patch
@@ -78,8 +78,8 @@ def _small_topk_matrix(then: Inject | None = None) -> Inject:
 def _small_selftest(then: Inject | None = None) -> Inject:
     """qsa selftest on one small call of each stage."""
     def patch(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
-        monkeypatch.setattr("qsa_cli.runs.SELFTEST_SCORER_CASES", ((4099, 2, 8192),))
-        monkeypatch.setattr("qsa_cli.runs.SELFTEST_TOPK_CASES", ((4099, 8192),))
+        monkeypatch.setattr("qsa_cli.runs.selftest.SELFTEST_SCORER_CASES", ((4099, 2, 8192),))
+        monkeypatch.setattr("qsa_cli.runs.selftest.SELFTEST_TOPK_CASES", ((4099, 8192),))
         if then is not None:
             then(monkeypatch, folder)
     return patch

@@ -15,7 +15,7 @@ import pytest
 from record_factory import seed_record
 
 from qsa_cli.cli import main
-from qsa_cli.output.progress import QUIET_FOR_S, PlainProgress, counted, progress_on
+from qsa_cli.output.progress import QUIET_FOR_S, PlainProgress, progress_on
 from qsa_cli.record.load import load_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,8 +79,8 @@ def test_gate_selftest_info_and_sanitize_have_every_format(capsys, tmp_path) -> 
 
 
 def test_selftest_records_its_checks_and_prints_them_in_every_format(capsys, tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr("qsa_cli.runs.SELFTEST_SCORER_CASES", ((4099, 2, 8192),))
-    monkeypatch.setattr("qsa_cli.runs.SELFTEST_TOPK_CASES", ((4099, 8192),))
+    monkeypatch.setattr("qsa_cli.runs.selftest.SELFTEST_SCORER_CASES", ((4099, 2, 8192),))
+    monkeypatch.setattr("qsa_cli.runs.selftest.SELFTEST_TOPK_CASES", ((4099, 8192),))
     js = tmp_path / "s.json"
     code, out, _ = run(capsys, "selftest", "--format", "markdown", "--json", str(js))
     checks = load_record(js).checks
@@ -160,9 +160,8 @@ def test_a_runner_that_counts_no_steps_still_shows_progress() -> None:
     clock.now += 0
     progress = PlainProgress(stream, clock)
     clock.now += 5
-    step = counted(progress)
-    step("top-k decode ctx=9000 cap=9000")
-    step("top-k split in a CUDA graph")
+    progress(0, 0, "top-k decode ctx=9000 cap=9000")
+    progress(1, 0, "top-k split in a CUDA graph")
     assert stream.getvalue().splitlines() == ["[1] top-k decode ctx=9000 cap=9000, elapsed 5 s",
                                               "[2] top-k split in a CUDA graph, elapsed 5 s"]
 

@@ -11,9 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import fresh_seed
+from conftest import QSA, fresh_seed, scorer_launch
 
-from qsa_cli import variants
 from qsa_cli.core.geometry import (
     HALVE_MAX_QUERIES,
     IDX_DIM,
@@ -27,7 +26,7 @@ from qsa_cli.core.geometry import (
 )
 from qsa_cli.inputs import ADVERSARIAL_NANS, SCORE_POISON_BITS, ScorerInputs, score_poison, synthetic_scorer_inputs
 from qsa_cli.kernels import load
-from qsa_cli.launch.scores import SOURCE, DeviceScorerInputs, scorer_launcher
+from qsa_cli.launch.scores import SOURCE, DeviceScorerInputs
 from qsa_cli.model.scores import butterfly_sum, first_difference, lane_partials, score_blocks
 
 # (context, capacity): 2K-524K cells, the window's last n_kv % 4 = 2, 1, 3, 0, 1, 3; capacity above the context.
@@ -42,7 +41,7 @@ def sub_window(inputs: ScorerInputs, nq: int) -> ScorerInputs:
 
 def run_variant(cupy: Any, variant: str, dev: DeviceScorerInputs) -> np.ndarray:
     out = cupy.asarray(score_poison((dev.nq, dev.max_blocks)))
-    scorer_launcher(variant, dev, out)()
+    scorer_launch(variant, dev, out)()
     cupy.cuda.get_current_stream().synchronize()
     return out.get()
 
@@ -70,8 +69,8 @@ def check_window(cupy: Any, inputs: ScorerInputs, want_all: np.ndarray, label: s
         sub = sub_window(inputs, nq)
         dev = DeviceScorerInputs(dev_all.pooled, dev_all.dead, dev_all.q[-nq:], dev_all.steps[-nq:])
         want = want_all[-nq:]
-        got = {v: run_variant(cupy, v, dev) for v in variants.names("scores")}
-        for v in variants.names("scores"):
+        got = {v: run_variant(cupy, v, dev) for v in QSA.names("scores")}
+        for v in QSA.names("scores"):
             what = f"{label} {nq} queries, {v}"
             assert_written_exactly(got[v], sub.steps, what)
             assert_same_bytes(got[v], got["reference"], sub.steps, f"{what} vs reference")
@@ -97,7 +96,7 @@ def test_scorers_match_model_adversarial(cupy: Any, ctx: int, capacity: int) -> 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", variants.names("scores"))
+@pytest.mark.parametrize("variant", QSA.names("scores"))
 def test_graph_replay_follows_device_steps(cupy: Any, variant: str) -> None:
     """A launch captured into a CUDA graph reads every count from the device: replayed after the
     window's step records advance by one cell (a new block completes), it scores the new window."""
@@ -110,7 +109,7 @@ def test_graph_replay_follows_device_steps(cupy: Any, variant: str) -> None:
     out = cupy.empty_like(poison)
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
-        launch = scorer_launcher(variant, dev, out)
+        launch = scorer_launch(variant, dev, out)
         launch()  # any first-launch work happens outside the capture
         stream.begin_capture()
         launch()
@@ -205,22 +204,22 @@ def _host_dev(nq: int) -> DeviceScorerInputs:
 def test_launcher_rejects_unknown_variant() -> None:
     dev = _host_dev(1)
     with pytest.raises(ValueError, match="unknown scores variant 'fast'"):
-        scorer_launcher("fast", dev, np.zeros((1, dev.max_blocks), np.float32))
+        scorer_launch("fast", dev, np.zeros((1, dev.max_blocks), np.float32))
 
 
 @pytest.mark.parametrize("variant", ["multi", "halve"])
 def test_decode_scorers_reject_more_than_8_queries(variant: str) -> None:
     dev = _host_dev(MAX_QUERIES + 1)
     with pytest.raises(ValueError, match="at most 8 queries"):
-        scorer_launcher(variant, dev, np.zeros((dev.nq, dev.max_blocks), np.float32))
+        scorer_launch(variant, dev, np.zeros((dev.nq, dev.max_blocks), np.float32))
 
 
 def test_launcher_rejects_wrong_output() -> None:
     dev = _host_dev(2)
     with pytest.raises(ValueError, match="scores must be"):
-        scorer_launcher("reference", dev, np.zeros((2, dev.max_blocks - 1), np.float32))
+        scorer_launch("reference", dev, np.zeros((2, dev.max_blocks - 1), np.float32))
 
 
 def test_kernel_names_cover_variants() -> None:
-    assert {v.source for v in variants.stage_variants("scores")} == {SOURCE}
-    assert len(variants.get("scores", "halve").kernels) == HALVE_MAX_QUERIES  # one instantiation per sub-window size
+    assert {v.source for v in QSA.stage("scores")} == {SOURCE}
+    assert len(QSA.get("scores", "halve").kernels) == HALVE_MAX_QUERIES  # one instantiation per sub-window size

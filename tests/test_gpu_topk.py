@@ -11,9 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import fresh_seed
+from conftest import QSA, fresh_seed, topk_launch
 
-from qsa_cli import variants
 from qsa_cli.core.geometry import (
     MAX_QUERIES,
     PROMPT_QUERIES,
@@ -31,16 +30,12 @@ from qsa_cli.inputs import (
     id_poison,
     synthetic_scores,
 )
-from qsa_cli.launch.topk import (
-    SOURCE,
-    split_chunks,
-    topk_launcher,
-)
+from qsa_cli.launch.topk import SOURCE, split_chunks
 from qsa_cli.model.topk import first_difference, topk_ids
 
 CELLS_PER_CHUNK = SPLIT_CHUNK_BLOCKS * 4  # a chunk of blocks, in cells
 # topk.cu's variants (the cluster kernel, in a file of its own, is tests/test_gpu_topk_cluster.py's)
-TOPK_CU_VARIANTS = tuple(v.name for v in variants.stage_variants("topk") if v.source == SOURCE)
+TOPK_CU_VARIANTS = tuple(v.name for v in QSA.stage("topk") if v.source == SOURCE)
 
 # (context, capacity), each run as a decode call (8 queries, no active count) and a prompt call
 # (64 queries, ctx // 4 + 1 active blocks), with the three score sets.
@@ -102,7 +97,7 @@ def run_variants(cupy: Any, inputs: TopkInputs, active_blocks: int, label: str, 
     ids = cupy.empty_like(poison)
     for variant in TOPK_CU_VARIANTS:
         cupy.copyto(ids, poison)
-        topk_launcher(variant, scores, steps, ids, active_blocks=active_blocks)()
+        topk_launch(variant, scores, steps, ids, active_blocks)()
         got = ids.get()
         if models:
             assert_ids(got, topk_ids(inputs, variant, active_blocks), inputs, f"{variant} vs its model, {label}")
@@ -153,7 +148,7 @@ def test_split_is_clean_across_calls_and_graph_replays(cupy: Any) -> None:
         scores, steps = cupy.asarray(inputs.scores), cupy.asarray(inputs.steps)
         poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
         ids = cupy.empty_like(poison)
-        launch = topk_launcher("split", scores, steps, ids)
+        launch = topk_launch("split", scores, steps, ids)
         (hist,) = launch.accumulators
 
         def check(what: str) -> None:
@@ -175,10 +170,9 @@ def test_split_is_clean_across_calls_and_graph_replays(cupy: Any) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("pdl", ["0", "1"], ids=["plain", "programmatic"])
-def test_split_plain_and_programmatic_launches(cupy: Any, monkeypatch: pytest.MonkeyPatch, pdl: str) -> None:
+def test_split_plain_and_programmatic_launches(cupy: Any, pdl: str) -> None:
     """The split's launches 2-6 one after another (QSA_PDL=0) or overlapping (sm_90+): the oracle's ids
     either way, called back to back on one stream so that each call's first launch follows an emit."""
-    monkeypatch.setenv(ENV_PDL, pdl)
     seed = fresh_seed()
     cc = int(cupy.cuda.Device().compute_capability)
     for call in (Call(524288, MAX_QUERIES, 524288), Call(135176, PROMPT_QUERIES, 524288, True)):
@@ -188,7 +182,7 @@ def test_split_plain_and_programmatic_launches(cupy: Any, monkeypatch: pytest.Mo
             scores, steps = cupy.asarray(inputs.scores), cupy.asarray(inputs.steps)
             poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
             ids = cupy.empty_like(poison)
-            launch = topk_launcher("split", scores, steps, ids, active_blocks=call.active_blocks)
+            launch = topk_launch("split", scores, steps, ids, call.active_blocks, switches={ENV_PDL: pdl})
             assert launch.programmatic == programmatic_launches(cc, {ENV_PDL: pdl})
             for n in range(3):
                 cupy.copyto(ids, poison)
@@ -209,7 +203,7 @@ def test_split_graph_follows_a_growing_context(cupy: Any) -> None:
         steps = cupy.asarray(window_steps(start, MAX_QUERIES))
         poison = cupy.asarray(id_poison((MAX_QUERIES, SELECT_CAP)))
         ids = cupy.empty_like(poison)
-        launch = topk_launcher("split", scores, steps, ids)
+        launch = topk_launch("split", scores, steps, ids)
         launch()
         stream.begin_capture()
         launch()
@@ -224,9 +218,9 @@ def test_split_graph_follows_a_growing_context(cupy: Any) -> None:
 
 @pytest.mark.gpu
 def test_threads_match_launch_bounds(cupy: Any) -> None:
-    mod = variants.compiled(variants.get("topk", "reference"))  # topk.cu's kernels
+    mod = QSA.compiled(QSA.get("topk", "reference"))  # topk.cu's kernels
     for variant in TOPK_CU_VARIANTS:
-        v = variants.get("topk", variant)
+        v = QSA.get("topk", variant)
         for name in v.kernels:
             info = mod.info(name)
             assert info.max_threads == v.threads, f"{name}: launch bounds {info.max_threads}"
@@ -254,7 +248,7 @@ def test_launcher_rejects_bad_arguments() -> None:
     ]
     for args, kwargs, message in bad:
         with pytest.raises(ValueError, match=message) as info:
-            topk_launcher(*args, **kwargs)
+            topk_launch(*args, **kwargs)
         assert "\n" not in str(info.value)
 
 
@@ -262,8 +256,8 @@ def test_launcher_rejects_bad_arguments() -> None:
 @pytest.mark.parametrize(("ctx", "nq", "capacity", "prompt"), [
     (9000, 1, 524288, False), (2100, 3, 524288, False), (131072, 3, 131072, False), (524288, MAX_QUERIES, 524288, False),
     (135176, PROMPT_QUERIES, 135176, True)])
-def test_programmatic_split_stays_inside_its_buffers(cupy: Any, monkeypatch: pytest.MonkeyPatch, ctx: int, nq: int,
-                                                     capacity: int, prompt: bool) -> None:
+def test_programmatic_split_stays_inside_its_buffers(cupy: Any, ctx: int, nq: int, capacity: int,
+                                                     prompt: bool) -> None:
     """The split through the programmatic path (sm_90+) with guard zones around its scores, steps, ids and
     every scratch array, 100 calls and 20 graph replays: no guard byte written, the oracle's ids every time;
     and an array allocated from CuPy's pool after the launcher was built (where a freed scratch array's
@@ -271,7 +265,6 @@ def test_programmatic_split_stays_inside_its_buffers(cupy: Any, monkeypatch: pyt
     cc = int(cupy.cuda.Device().compute_capability)
     if not programmatic_launches(cc, {}):
         pytest.skip(f"programmatic launches need sm_90 or newer (this device is sm_{cc})")
-    monkeypatch.delenv(ENV_PDL, raising=False)
     from qsa_cli.core.integrity import GuardedBuffers
 
     seed = fresh_seed()
@@ -284,7 +277,7 @@ def test_programmatic_split_stays_inside_its_buffers(cupy: Any, monkeypatch: pyt
         scores, steps = buffers.asarray("scores", inputs.scores), buffers.asarray("steps", inputs.steps)
         poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
         ids = buffers.empty("ids", poison.shape, np.int32)
-        launch = topk_launcher("split", scores, steps, ids, active_blocks=call.active_blocks, scratch=buffers)
+        launch = topk_launch("split", scores, steps, ids, call.active_blocks, scratch=buffers)
         assert launch.programmatic
         neighbour = cupy.asarray(inputs.steps)  # the next case's step records, in the pool after the launcher's
         stream.begin_capture()

@@ -12,17 +12,24 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import QSA, topk_launch
 from topk_rows import EARLY_ENDS, early_end_inputs
 
-from qsa_cli import variants
-from qsa_cli.core.geometry import MAX_QUERIES, PROMPT_QUERIES, SELECT_CAP, STEP_NBID, Call, max_blocks, window_steps
-from qsa_cli.dispatch import CLUSTER_MIN_CC
+from qsa_cli.core.geometry import (
+    CLUSTER_MIN_CC,
+    MAX_QUERIES,
+    PROMPT_QUERIES,
+    SELECT_CAP,
+    STEP_NBID,
+    Call,
+    max_blocks,
+    window_steps,
+)
 from qsa_cli.inputs import SCORE_SETS, TopkInputs, id_poison, synthetic_scores
 from qsa_cli.launch.topk_cluster import (
     STATIC_SMEM_BYTES,
     THREADS,
     ClusterUnavailable,
-    cluster_launcher,
     cluster_max_capacity,
 )
 from qsa_cli.model.topk import first_difference, topk_ids
@@ -66,7 +73,7 @@ def seed(rng: np.random.Generator) -> int:
 def run_cluster(cupy: Any, inputs: TopkInputs, active_blocks: int = 0) -> np.ndarray:
     scores, steps = cupy.asarray(inputs.scores), cupy.asarray(inputs.steps)
     ids = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
-    cluster_launcher(scores, steps, ids, active_blocks=active_blocks)()
+    topk_launch("cluster", scores, steps, ids, active_blocks)()
     return cupy.asnumpy(ids)
 
 
@@ -189,7 +196,7 @@ def test_graph_replays_follow_the_device_steps(cupy: Any, seed: int) -> None:
         steps = cupy.asarray(window_steps(ctx, MAX_QUERIES))
         poison = cupy.asarray(id_poison((MAX_QUERIES, SELECT_CAP)))
         ids = cupy.empty_like(poison)
-        launch = cluster_launcher(scores, steps, ids)
+        launch = topk_launch("cluster", scores, steps, ids)
         launch()  # module loading and first-use work stay out of the capture
         stream.begin_capture()
         launch()
@@ -205,7 +212,7 @@ def test_graph_replays_follow_the_device_steps(cupy: Any, seed: int) -> None:
 
 @pytest.mark.gpu
 def test_compiled_kernel_matches_the_launcher(cupy: Any) -> None:
-    info = variants.compiled(variants.get("topk", "cluster")).info("block_topk_cluster_kernel")
+    info = QSA.compiled(QSA.get("topk", "cluster")).info("block_topk_cluster_kernel")
     print(info)
     assert info.max_threads == THREADS
     assert info.shared_bytes <= STATIC_SMEM_BYTES
@@ -221,6 +228,6 @@ def test_refuses_a_capacity_past_the_device(cupy: Any) -> None:
     steps = cupy.asarray(window_steps(9000, 1))
     ids = cupy.asarray(id_poison((1, SELECT_CAP)))
     with pytest.raises(ClusterUnavailable, match=f"capacity {capacity - capacity % 4} cells"):
-        cluster_launcher(scores, steps, ids)
+        topk_launch("cluster", scores, steps, ids)
     largest = TopkInputs(np.zeros((1, max_blocks(capacity - 1)), np.float32), window_steps(9000, 1))
     assert_ids(run_cluster(cupy, largest), topk_ids(largest, "oracle"), largest.steps, "the largest capacity that fits")

@@ -20,9 +20,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 @pytest.fixture
-def copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the installed kernels/; QSA_KERNELS, which --kernels sets, is restored afterwards."""
-    monkeypatch.delenv(kernels.ENV_KERNELS, raising=False)
+def copy(tmp_path: Path) -> Path:
+    """A copy of the installed kernels/."""
     installed = kernels.kernel_dir()
     target = tmp_path / "kernels"
     shutil.copytree(installed, target)
@@ -39,16 +38,17 @@ def test_a_run_records_the_copy_and_its_hash(capsys: pytest.CaptureFixture[str],
     assert code == 0, err
     data = json.loads(record.read_text())
     assert data["settings"]["kernels"] == str(copy.resolve())
-    assert data["kernel_source_hash"] == kernels.sources_hash() != installed_hash
-    assert "an edit of the copy" in kernels.source_text("topk.cu")
+    assert data["kernel_source_hash"] == kernels.sources_hash(copy) != installed_hash
+    # the folder is the run's (its catalog's), not the process's: nothing else compiles from it afterwards
+    assert kernels.kernel_dir() != copy.resolve() and kernels.sources_hash() == installed_hash
 
 
 def test_the_selftest_checks_the_copys_constants(capsys: pytest.CaptureFixture[str], copy: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from qsa_cli import runs
+    from qsa_cli.runs import selftest
 
-    monkeypatch.setattr(runs, "SELFTEST_SCORER_CASES", ())  # the constants row is what this test is about
-    monkeypatch.setattr(runs, "SELFTEST_TOPK_CASES", ())
+    monkeypatch.setattr(selftest, "SELFTEST_SCORER_CASES", ())  # the constants row is what this test is about
+    monkeypatch.setattr(selftest, "SELFTEST_TOPK_CASES", ())
     header = copy / "qsa_common.cuh"
     header.write_text(header.read_text().replace("#define QSA_TOP_K 2048", "#define QSA_TOP_K 1024"))
     code, out, err = run(capsys, "selftest", "--kernels", str(copy))

@@ -15,8 +15,10 @@ import weakref
 import numpy as np
 import pytest
 
-from qsa_cli import kernels, variants
-from qsa_cli.dispatch import ENV_PDL, PDL_MIN_CC, programmatic_launches
+from qsa_cli import kernels
+from qsa_cli.catalog import qsa_catalog
+from qsa_cli.core.geometry import PDL_MIN_CC
+from qsa_cli.dispatch import ENV_PDL, programmatic_launches
 from qsa_cli.launch import driver, topk
 
 
@@ -134,7 +136,7 @@ def test_every_split_launch_packs_its_kernels_parameters() -> None:
     common = (_FakeArray(256), _FakeArray(512), _FakeArray(768), np.int32(8), np.int32(131074), np.int32(0))
     scratch = topk.SplitScratch(_FakeArray(1024), _FakeArray(2048), _FakeArray(4096))
     args = topk.split_kernel_args(common, scratch)
-    names = variants.get("topk", "split").kernels
+    names = qsa_catalog().get("topk", "split").kernels
     assert len(args) == len(names) == 6
     for name, a in zip(names, args):
         packed = driver.packed_layout([driver.kernel_param(v) for v in a])
@@ -146,4 +148,4 @@ def test_the_declared_layout_reader_sees_a_wrong_type() -> None:
     a = (_FakeArray(256), _FakeArray(512), _FakeArray(768), np.uint64(8), np.int32(131074), np.int32(0),
          _FakeArray(1024), _FakeArray(4096))
     packed = driver.packed_layout([driver.kernel_param(v) for v in a])
-    assert packed != declared_layout(topk.SOURCE, variants.get("topk", "split").kernels[0])
+    assert packed != declared_layout(topk.SOURCE, qsa_catalog().get("topk", "split").kernels[0])

@@ -10,13 +10,13 @@ from topk_rows import EARLY_ENDS, NEAR, early_end_inputs
 
 from qsa_cli.core.geometry import SELECT_CAP, SPLIT_CHUNK_BLOCKS, Call, GeometryError, max_blocks, window_steps
 from qsa_cli.inputs import ID_POISON, SCORE_SETS, TopkInputs, rng_for, synthetic_scores
+from qsa_cli.model.order import order_keys
 from qsa_cli.model.topk import (
     ALGORITHMS,
     _digit_by_scan,
     cluster_passes,
     digit_rule,
     first_difference,
-    order_keys,
     select_oracle,
     select_split,
     topk_ids,

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from qsa_cli import variants
+from qsa_cli.catalog import STAGES, qsa_catalog
+from qsa_cli.core.geometry import CLUSTER_MIN_CC
 from qsa_cli.kernels import kernel_dir
 
 ARCHS = (75, 80, 86, 90)
@@ -88,12 +89,14 @@ def test_min_arch_rule(tmp_path: Path) -> None:
     cluster.write_text("// cluster kernel\n// qsa-min-arch: 90\n__global__ void k() {}\n")
     assert min_arch(plain) == 0
     assert min_arch(cluster) == 90
+    # the cluster kernel's marker is the card the header names for it (geometry.CLUSTER_MIN_CC mirrors it)
+    assert min_arch(kernel_dir() / "topk_cluster.cu") == CLUSTER_MIN_CC
 
 
 def _launcher_kernel_names() -> Iterator[tuple[str, str]]:
-    """(source, kernel name) of every variant's kernels in the registry (qsa_cli/variants.py)."""
-    for stage in variants.STAGES:
-        for v in variants.stage_variants(stage):
+    """(source, kernel name) of every variant's kernels in qsa's catalog (qsa_cli/catalog.py)."""
+    for stage in STAGES:
+        for v in qsa_catalog().stage(stage):
             for name in v.kernels:
                 yield v.source, name
 

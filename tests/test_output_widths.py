@@ -52,8 +52,8 @@ def cpu_records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunRecord
             "selftest": ("selftest",)}
     out = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("qsa_cli.runs.SELFTEST_SCORER_CASES", ((4099, 2, 8192),))
-        patch.setattr("qsa_cli.runs.SELFTEST_TOPK_CASES", ((4099, 8192),))
+        patch.setattr("qsa_cli.runs.selftest.SELFTEST_SCORER_CASES", ((4099, 2, 8192),))
+        patch.setattr("qsa_cli.runs.selftest.SELFTEST_TOPK_CASES", ((4099, 8192),))
         for name, argv in runs.items():
             path = folder / f"{name}.json"
             backend = () if name == "selftest" else ("--backend", "cpu")

@@ -13,7 +13,7 @@ import pytest
 
 from qsa_cli import sanitize
 from qsa_cli.cli import main
-from qsa_cli.sanitize_child import MARKER
+from qsa_cli.sanitize import MARKER
 
 DATA = Path(__file__).parent / "data"
 MEMCHECK = (DATA / "memcheck-split-freed-counts.txt").read_text()  # 51 errors, 3 printed, the child crashed
@@ -108,6 +108,18 @@ def test_the_matrix_covers_every_kind_of_call_input_and_variant() -> None:
     quick = sanitize.matrix({"scores": ("halve",), "topk": ("split",)}, sets, quick=True)
     assert [(c.stage, c.kind, c.score_set, c.keys) for c in quick] == [
         ("scores", "decode", None, "synthetic"), ("topk", "decode", "continuous", "synthetic")]
+
+
+def test_a_child_is_told_the_runs_kernels_folder_and_checkouts_in_its_job(tmp_path: Path) -> None:
+    """Not through the environment: the job the child is given names them, beside its cases."""
+    import json
+
+    case = sanitize.matrix({"topk": ("split",)}, ("continuous",), quick=True)[0]
+    command = sanitize.child_command(Path("/cuda/bin/compute-sanitizer"), "racecheck", [case], tmp_path, ("pr=/strata",))
+    assert command[:3] == ["/cuda/bin/compute-sanitizer", "--tool", "racecheck"]
+    job = json.loads(command[-1])
+    assert job["kernels"] == str(tmp_path) and job["engines"] == ["pr=/strata"]
+    assert sanitize.SanitizeCase(**job["cases"][0]) == case
 
 
 @pytest.mark.parametrize("argv", [

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import QSA, topk_launch
 
-from qsa_cli import variants
 from qsa_cli.core.geometry import (
+    CLUSTER_CHUNK_KEYS,
     CLUSTER_CTAS,
+    CLUSTER_MIN_CC,
     MAX_CAPACITY,
     SELECT_CAP,
     GeometryError,
@@ -15,14 +17,13 @@ from qsa_cli.core.geometry import (
     max_blocks,
     window_steps,
 )
-from qsa_cli.dispatch import CLUSTER_MIN_CC
+from qsa_cli.launch.shape import Card
 from qsa_cli.launch.topk_cluster import (
-    CHUNK_KEYS,
+    CLUSTER,
     MAX_CHUNKS,
     STATIC_SMEM_BYTES,
     ClusterUnavailable,
     cluster_fits,
-    cluster_launcher,
     cluster_max_capacity,
     cluster_smem_bytes,
     require_cluster,
@@ -45,7 +46,7 @@ def test_the_emit_scans_at_most_one_chunk_a_thread() -> None:
     huge = 1 << 30  # shared memory no card has: the chunk count bounds the slice
     cap = cluster_max_capacity(huge)
     assert cluster_fits(max_blocks(cap), huge) and not cluster_fits(max_blocks(cap + 1), huge)
-    assert cluster_slice_blocks(max_blocks(cap)) == MAX_CHUNKS * CHUNK_KEYS
+    assert cluster_slice_blocks(max_blocks(cap)) == MAX_CHUNKS * CLUSTER_CHUNK_KEYS
 
 
 @pytest.mark.parametrize("optin", [H200_OPTIN, 101376, 166912, 49152])  # sm_90, sm_86/89, sm_80, a 48 KB card
@@ -102,12 +103,22 @@ def test_launcher_checks_arrays_before_touching_a_device() -> None:
     steps = window_steps(9000, nq)
     ids = np.zeros((nq, SELECT_CAP), np.int32)
     with pytest.raises(GeometryError, match="scores must be"):
-        cluster_launcher(np.zeros((nq, mb), np.float64), steps, ids)
+        topk_launch("cluster", np.zeros((nq, mb), np.float64), steps, ids)
     with pytest.raises(GeometryError, match="ids must be"):
-        cluster_launcher(np.zeros((nq, mb), np.float32), steps, ids[:, :-1])
+        topk_launch("cluster", np.zeros((nq, mb), np.float32), steps, ids[:, :-1])
     with pytest.raises(GeometryError, match="active_blocks"):
-        cluster_launcher(np.zeros((nq, mb), np.float32), steps, ids, active_blocks=mb + 1)
+        topk_launch("cluster", np.zeros((nq, mb), np.float32), steps, ids, mb + 1)
 
 
 def test_kernel_names() -> None:
-    assert variants.get("topk", "cluster").kernels == ("block_topk_cluster_kernel",)
+    assert QSA.get("topk", "cluster").kernels == ("block_topk_cluster_kernel",)
+
+
+def test_the_shape_refuses_what_require_cluster_refuses() -> None:
+    """The cluster's launch shape carries its refusal: the oldest card, and a capacity past the card's memory."""
+    card = Card(90, H200_OPTIN)
+    assert CLUSTER.min_cc == CLUSTER_MIN_CC and QSA.get("topk", "cluster").min_cc == CLUSTER_MIN_CC
+    assert CLUSTER.refusal(card, max_blocks(1 << 20)) is None
+    assert "cannot hold capacity 4194304 cells" in CLUSTER.refusal(card, max_blocks(4 << 20))
+    assert "cannot hold 2501 active blocks" in CLUSTER.refusal(Card(90, 8192), max_blocks(9000), 2501)
+    assert "needs sm_90 or newer" in CLUSTER.refusal(Card(80, H200_OPTIN), max_blocks(9000))

@@ -20,15 +20,24 @@ MAX_QUERIES = 8  # queries of a decode call
 HALVE_MAX_QUERIES = 4
 SPLIT_CHUNK_BLOCKS = 2048
 CLUSTER_CTAS = 8
+CLUSTER_LANE_KEYS = 4  # order keys a lane of the cluster top-k reads at once (16 bytes)
 RADIX_BITS = 8
 RADIX_BINS = 256
 RADIX_PASSES = 4
 WARP = 32
+BUTTERFLY_OFFSETS = tuple(WARP >> s for s in range(1, WARP.bit_length()))  # a warp sum's xor offsets: 16 ... 1
+CLUSTER_CHUNK_KEYS = WARP * CLUSTER_LANE_KEYS  # keys a warp reads at once; the emit scans a count pair a chunk
 TOPK_REF_THREADS = 256
 TOPK_WIDE_THREADS = 1024
 TOPK_SPLIT_THREADS = 256
 TOPK_CLUSTER_THREADS = 1024
 TAIL_BONUS = np.float32(1e9)
+
+# The oldest cards (major * 10 + minor) whose instructions some kernels use (the header's), and the one card
+# the engine defaults its new decode kernels on (its dispatch policy, docs/spec.md section 4: no kernel's).
+PDL_MIN_CC = 90  # programmatic dependent launch (griddepcontrol)
+CLUSTER_MIN_CC = 90  # thread-block clusters and distributed shared memory
+NEW_KERNELS_CC = 75  # the seed measured (and defaults) its kernels on sm_75 only
 
 STEP_POS, STEP_NKV, STEP_NBID, STEP_WIDTH = range(4)
 STEP_INTS = 4

@@ -8,6 +8,6 @@ engine's work on the current CuPy stream, as qsa's launchers do, so they can be 
 One module a job, in the order a run meets them: ``checkout`` (naming a checkout ``[NAME=]PATH[@REV]``,
 its files, its commit, a revision's worktree), ``build`` (nvcc and the verified cache), ``library`` (the
 built library through ctypes), ``kinds`` (the variants every checkout may have), ``domains`` (where each
-kind runs), ``attach`` (a run's checkouts, their variants registered), ``switches`` (variants under the
+kind runs), ``attach`` (a run's checkouts loaded, and the variants they give the run's catalog), ``switches`` (variants under the
 engine's ``STRATA_*`` switches), ``launch`` (the host functions' launchers).
 """

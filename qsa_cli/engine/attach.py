@@ -1,84 +1,88 @@
-"""A run's engine checkouts: each built for the card, loaded, findable by name, and its variants that the
-checkout and the card run registered, for a block's length (a switched variants' child attaches the same
-libraries again from their builds)."""
+"""A run's engine checkouts: each built for the card and loaded, and the variants that the checkout and the
+card run, for the run's catalog to add (qsa_cli/catalog.py); a switched variants' child loads the same
+libraries again from their builds."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..catalog import Variant
 from ..core.errors import EngineError
-from ..variants import engine_variant, registered
 from .build import EngineBuild, build_engine
 from .checkout import EngineSpec, open_engine, parse_engine_spec
 from .domains import engine_variants
-from .kinds import ENGINE_SCORER
+from .kinds import ENGINE_KINDS, ENGINE_SCORER, EngineEntry
+from .launch import ENGINE_SHAPES
 from .library import EngineLibrary, load_engine
 
-_ATTACHED: dict[str, EngineLibrary] = {}
+
+@dataclass(frozen=True)
+class Attached:
+    """Engine checkouts ready to run: each one's loaded library by its name, the variants they give on this
+    card, and their provenance (the record's ``engines``: what each library was built from, and its variants)."""
+
+    libraries: dict[str, EngineLibrary]
+    variants: tuple[Variant, ...]
+    provenance: list[dict[str, Any]]
 
 
-def library(name: str) -> EngineLibrary:
-    """The loaded library of the attached checkout ``name``."""
-    try:
-        return _ATTACHED[name]
-    except KeyError:
-        raise EngineError(f"no engine checkout named {name!r} is attached to this run") from None
+def engine_variant(checkout: str, kind: str, switches: tuple[tuple[str, str], ...] = ()) -> Variant:
+    """An engine checkout's variant of ``kind`` (ENGINE_KINDS), named ``checkout.kind`` (``[K=V,...]`` after
+    it when it runs under switches)."""
+    k = ENGINE_KINDS[kind]
+    suffix = f"[{','.join(f'{key}={value}' for key, value in switches)}]" if switches else ""
+    scorer = f"{checkout}.{ENGINE_SCORER}{suffix}" if k.in_window else None
+    return Variant(k.stage, f"{checkout}.{kind}{suffix}", "variant", "", k.functions, k.model, ENGINE_SHAPES[k.stage],
+                   window_scorer=scorer, engine=EngineEntry(checkout, kind, switches))
 
 
-def attached_libraries() -> tuple[EngineLibrary, ...]:
-    """Every checkout attached to this run, loaded."""
-    return tuple(_ATTACHED.values())
+def _loaded(libraries: list[EngineLibrary], env: Mapping[str, str] | None) -> Attached:
+    """Each library's variants that run on the card it was built for (a top-k follows the checkout's scorer
+    in a window, where it has one)."""
+    variants: list[Variant] = []
+    provenance = []
+    for lib in libraries:
+        here = engine_variants(lib, lib.arch, env)
+        given = [engine_variant(lib.name, kind) for kind in here]
+        if ENGINE_SCORER not in here:  # nothing to follow in a window
+            given = [dataclasses.replace(v, window_scorer=None) for v in given]
+        variants += given
+        provenance.append({**lib.provenance, "variants": [v.name for v in given]})
+    return Attached({lib.name: lib for lib in libraries}, tuple(variants), provenance)
 
 
 @contextlib.contextmanager
 def attached(specs: tuple[str | EngineSpec, ...], compute_capability: int,
-             env: Mapping[str, str] | None = None) -> Iterator[list[dict[str, Any]]]:
-    """Each checkout of ``specs`` (``[NAME=]PATH[@REV]``) built for this card, loaded, and its variants that
-    the checkout and the card run registered, for the block's length. Yields each checkout's provenance
-    (the record's ``engines``: what its library was built from, and the variants it gave)."""
+             env: Mapping[str, str] | None = None) -> Iterator[Attached]:
+    """Each checkout of ``specs`` (``[NAME=]PATH[@REV]``) built for this card and loaded, with its variants
+    that the checkout and the card run (under the switches of ``env``, default this process's), for the
+    block's length (a ``PATH@REV`` checkout lives in a temporary worktree until then)."""
     parsed = [parse_engine_spec(spec) if isinstance(spec, str) else spec for spec in specs]
     names = [spec.name for spec in parsed]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice is not None:
         raise EngineError(f"two engine checkouts are named {twice!r}: name them (--engine NAME=PATH)")
     with contextlib.ExitStack() as stack:
-        provenance = []
+        libraries = []
         for spec in parsed:
             checkout = stack.enter_context(open_engine(spec))
-            lib = load_engine(build_engine(checkout, compute_capability))
-            provenance.append(_attach(stack, lib, compute_capability, env))
-        yield provenance
+            libraries.append(load_engine(build_engine(checkout, compute_capability)))
+        yield _loaded(libraries, env)
 
 
-def _attach(stack: contextlib.ExitStack, lib: EngineLibrary, compute_capability: int,
-            env: Mapping[str, str] | None) -> dict[str, Any]:
-    """``lib``'s variants that run here registered, and ``lib`` findable by name, until ``stack`` closes;
-    its provenance, with the variants it gave."""
-    here = engine_variants(lib, compute_capability, env)
-    variants = [engine_variant(lib.name, kind) for kind in here]
-    if ENGINE_SCORER not in here:  # nothing to follow in a window
-        variants = [dataclasses.replace(v, window_scorer=None) for v in variants]
-    stack.enter_context(registered(variants))
-    _ATTACHED[lib.name] = lib
-    stack.callback(_ATTACHED.pop, lib.name, None)
-    return {**lib.provenance, "variants": [v.name for v in variants]}
-
-
-def engine_builds() -> list[dict[str, Any]]:
-    """The attached checkouts' libraries, as a child process attaches them again (``attach_builds``)."""
+def engine_builds(libraries: Iterable[EngineLibrary]) -> list[dict[str, Any]]:
+    """Loaded libraries as another process loads them again (``attach_builds``)."""
     return [{"name": lib.name, "library": str(lib.build.library), "arch": lib.arch, "provenance": lib.provenance}
-            for lib in _ATTACHED.values()]
+            for lib in libraries]
 
 
-@contextlib.contextmanager
-def attach_builds(builds: list[dict[str, Any]]) -> Iterator[None]:
-    """The libraries ``engine_builds`` listed in another process, attached here (a switched variants' child)."""
-    with contextlib.ExitStack() as stack:
-        for b in builds:
-            lib = load_engine(EngineBuild(b["name"], Path(b["library"]), int(b["arch"]), b["provenance"], False))
-            _attach(stack, lib, lib.arch, None)
-        yield
+def attach_builds(builds: list[dict[str, Any]]) -> Attached:
+    """The libraries ``engine_builds`` listed in another process, loaded here (a switched variants' child)."""
+    libraries = [load_engine(EngineBuild(b["name"], Path(b["library"]), int(b["arch"]), b["provenance"], False))
+                 for b in builds]
+    return _loaded(libraries, None)

@@ -7,13 +7,13 @@ import os
 from collections.abc import Mapping
 
 from ..core.errors import EngineError
-from ..dispatch import CLUSTER_MIN_CC
+from ..core.geometry import CLUSTER_MIN_CC
 from .kinds import ENGINE_KINDS
 from .library import EngineLibrary
 
 ENV_EMULATE_CC = "STRATA_EMULATE_CC"
 ENV_CLUSTER = "STRATA_QSA_CLUSTER"
-SPLIT_MIN_CC, SPLIT_END_CC = 70, 90  # the split top-k: sm_70 to sm_89; the cluster's is dispatch.CLUSTER_MIN_CC
+SPLIT_MIN_CC, SPLIT_END_CC = 70, 90  # the split top-k: sm_70 to sm_89; the cluster's is geometry.CLUSTER_MIN_CC
 CLUSTER_MAX_QUERIES = 16
 
 

@@ -1,5 +1,5 @@
 """The variants every engine checkout may have (docs/spec.md section 8): ``NAME.KIND`` for a checkout named
-NAME. Plain data, read by the catalog of variants (variants.py) and by the rest of the engine package."""
+NAME. Plain data, read by the rest of the engine package (attach.py makes a run's catalog entries of them)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
 """The launchers of a loaded checkout's host functions: closures that check their arrays and the card,
-then only enqueue the engine's work on the current CuPy stream (so a CUDA graph can capture them).
+then only enqueue the engine's work on the current CuPy stream (so a CUDA graph can capture them); and the
+launch shapes of an engine checkout's variants (launch/shape.py), which call them.
 
 CuPy is imported inside the functions that launch, never at import.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +18,10 @@ from ..core.errors import EngineError, EngineRefused, GeometryError
 from ..core.geometry import IDX_DIM, IDX_HEADS, MAX_QUERIES, SELECT_CAP
 from ..core.integrity import Allocator, PlainAllocator
 from ..inputs import ScorerInputs
+from ..launch.shape import ScorerShape, TopkShape
+from ..launch.topk import TopkLaunch, check_arrays
 from .domains import variant_refusal
-from .kinds import engine_kinds
+from .kinds import EngineEntry, engine_kinds
 from .library import EngineLibrary
 
 NO_ACTIVE_COUNT = -1  # the engine's "no active block count": a decode call
@@ -98,9 +102,7 @@ def engine_topk_launcher(lib: EngineLibrary, variant: str, scores: Any, steps: A
     """
     if variant not in engine_kinds("topk"):
         raise ValueError(f"unknown engine top-k variant {variant!r} (expected one of {', '.join(engine_kinds('topk'))})")
-    from ..launch.topk import TopkLaunch, _check
-
-    nq, mb = _check(scores, steps, ids, active_blocks)
+    nq, mb = check_arrays(scores, steps, ids, active_blocks)
     _require_runs(lib, variant, nq)
     arrays: tuple[Any, ...] = (scores, steps, ids)
     head = (scores.data.ptr, steps.data.ptr, nq, mb, SELECT_CAP, ids.data.ptr)
@@ -116,3 +118,37 @@ def engine_topk_launcher(lib: EngineLibrary, variant: str, scores: Any, steps: A
     buffer = scratch.zeros(f"{lib.name} split scratch", (lib.split_bytes(nq),), np.uint8)
     call = EngineCall(lib, "qsa_block_topk_split", (*head, buffer.data.ptr), (), (*arrays, buffer))
     return TopkLaunch((call,), accumulators=(buffer,))
+
+
+def require_switches(entry: EngineEntry, env: Mapping[str, str] | None = None) -> None:
+    """A variant with switches runs only in a process whose environment has them (the engine reads each
+    once per process): anywhere else its launcher would measure the switches' defaults."""
+    env = os.environ if env is None else env
+    wrong = [f"{k}={v}" for k, v in entry.switches if env.get(k) != v]
+    if wrong:
+        raise EngineError(f"{entry.checkout}.{entry.kind} under {', '.join(wrong)} runs in a child process with "
+                          "those switches set, not in this one")
+
+
+class EngineScorer(ScorerShape):
+    """An engine checkout's scorer kinds: its qsa_block_scores (``code()``: the checkout's loaded library)."""
+
+    name, title, engine = "engine-scores", "engine scorer", True
+
+    def build(self, variant: Any, code: Callable[[], Any], dev: ScorerInputs, out: Any) -> Callable[[], None]:
+        require_switches(variant.engine)
+        return engine_scorer_launcher(code(), variant.engine.kind, dev, out)
+
+
+class EngineTopk(TopkShape):
+    """An engine checkout's top-k kinds: its top-k host functions (``code()``: the checkout's loaded library)."""
+
+    name, title, engine = "engine-topk", "engine top-k", True
+
+    def build(self, variant: Any, code: Callable[[], Any], scores: Any, steps: Any, ids: Any, *, active_blocks: int,
+              scratch: Allocator | None, switches: Mapping[str, str]) -> Callable[[], None]:
+        require_switches(variant.engine)
+        return engine_topk_launcher(code(), variant.engine.kind, scores, steps, ids, active_blocks, scratch)
+
+
+ENGINE_SHAPES = {"scores": EngineScorer(), "topk": EngineTopk()}  # an engine variant's, by its stage

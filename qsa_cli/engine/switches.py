@@ -1,17 +1,18 @@
-"""Variants under the engine's ``STRATA_*`` switches: ``NAME.KIND[K=V,...]`` parsed, resolved against the
-attached checkouts, and refused in a process whose environment does not have its switches."""
+"""Variants under the engine's ``STRATA_*`` switches: ``NAME.KIND[K=V,...]`` parsed and resolved against a
+run's loaded checkouts (engine/launch.py refuses one in a process whose environment does not have its
+switches)."""
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable
 
+from ..catalog import Variant
 from ..core.errors import EngineError
-from ..variants import Variant, engine_variant
-from .attach import attached_libraries
+from .attach import engine_variant
 from .domains import ENV_EMULATE_CC, variant_refusal
-from .kinds import ENGINE_KINDS, EngineEntry
+from .kinds import ENGINE_KINDS
+from .library import EngineLibrary
 
 # The engine's switches (docs/spec.md section 8), each read once per process.
 ENGINE_SWITCHES = ("STRATA_SCORES_MULTI", "STRATA_SCORES_RS", "STRATA_TOPK_SPLIT", "STRATA_QSA_CLUSTER",
@@ -34,13 +35,14 @@ def parse_switched(name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return m["base"], tuple(sorted(switches))
 
 
-def switched_variant(name: str, compute_capability: int) -> Variant | None:
-    """The attached checkout's variant ``NAME.KIND[K=V,...]`` runs under those switches (None when ``name``
-    has none): an EngineError when no checkout has it, or it does not run on this card under them."""
+def switched_variant(name: str, libraries: Iterable[EngineLibrary], compute_capability: int) -> Variant | None:
+    """The variant ``NAME.KIND[K=V,...]`` of the checkout NAME among ``libraries`` (a run's), under those
+    switches (None when ``name`` has none): an EngineError when no checkout has it, or it does not run on
+    this card under them."""
     base, switches = parse_switched(name)
     if not switches:
         return None
-    found = next(((lib, base[len(lib.name) + 1:]) for lib in attached_libraries()
+    found = next(((lib, base[len(lib.name) + 1:]) for lib in libraries
                   if base.startswith(lib.name + ".") and base[len(lib.name) + 1:] in ENGINE_KINDS), None)
     if found is None:
         raise EngineError(f"variant {name!r}: no attached engine checkout has a variant {base!r}")
@@ -49,13 +51,3 @@ def switched_variant(name: str, compute_capability: int) -> Variant | None:
     if refusal is not None:
         raise EngineError(f"variant {name!r} does not run here: {refusal}")
     return engine_variant(lib.name, kind, switches=switches)
-
-
-def require_switches(entry: EngineEntry, env: Mapping[str, str] | None = None) -> None:
-    """A variant with switches runs only in a process whose environment has them (the engine reads each
-    once per process): anywhere else its launcher would measure the switches' defaults."""
-    env = os.environ if env is None else env
-    wrong = [f"{k}={v}" for k, v in entry.switches if env.get(k) != v]
-    if wrong:
-        raise EngineError(f"{entry.checkout}.{entry.kind} under {', '.join(wrong)} runs in a child process with "
-                          "those switches set, not in this one")

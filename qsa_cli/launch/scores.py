@@ -1,12 +1,13 @@
-"""Launchers of the three block scorers in ``kernels/scores.cu`` (spec section 2).
+"""The launch shapes of the three block scorers in ``kernels/scores.cu`` (spec section 2).
 
-``scorer_launcher`` resolves the kernels, grids and arguments once and returns a closure that only
-enqueues launches on the current CuPy stream: no host sync, no allocation, so it can be captured
-into a CUDA graph and replayed while the context grows (every count the kernels need is on the device).
+Each shape resolves the kernels, grids and arguments once and returns a closure that only enqueues
+launches on the current CuPy stream: no host sync, no allocation, so it can be captured into a CUDA
+graph and replayed while the context grows (every count the kernels need is on the device).
 """
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,10 +16,9 @@ import numpy as np
 
 from ..core.geometry import HALVE_MAX_QUERIES, MAX_QUERIES, WARP
 from ..inputs import ScorerInputs
-from ..variants import compiled, get
+from .shape import ScorerShape
 
 SOURCE = "scores.cu"
-STAGE = "scores"
 
 WARPS_PER_CTA = 8  # the reference and the old decode scorer (spec section 2)
 MULTI_CTAS = 256  # the old decode scorer's fixed grid (spec section 2)
@@ -47,49 +47,77 @@ def _resident_grid(kernel: Any, threads: int) -> int:
     return sms * max(1, int(per_sm))
 
 
-def scorer_launcher(variant: str, dev: ScorerInputs, out: Any) -> Callable[[], None]:
-    """A closure launching ``variant`` on ``dev`` into ``out`` (float32 [nq, max_blocks], poisoned by the caller).
+# (kernel, grid, block, arguments) of one launch
+KernelLaunch = tuple[Any, tuple[int, ...], tuple[int, ...], tuple[Any, ...]]
 
-    Blocks 0..n_bid of each query's row are written, no others. An engine checkout's variant calls its host
-    function (engine/launch.py); for qsa's, the variant's launch shape (variants.py)
-    decides the grid: "halving" runs 5-8 queries as two launches (queries 0..3, then 4..nq-1) on pointer
-    offsets into q, steps and out, its kernels indexed by the launch's queries.
-    """
-    v = get(STAGE, variant)
-    if v.engine is not None:
-        from ..engine.attach import library
-        from ..engine.launch import engine_scorer_launcher
-        from ..engine.switches import require_switches
 
-        require_switches(v.engine)
-        return engine_scorer_launcher(library(v.engine.checkout), v.engine.kind, dev, out)
-    nq, mb = dev.nq, dev.max_blocks
-    if v.launch != "per-block" and nq > MAX_QUERIES:
-        raise ValueError(f"the {variant} scorer is a decode kernel: at most {MAX_QUERIES} queries (got {nq})")
-    if out.dtype != np.float32 or out.shape != (nq, mb) or not out.flags.c_contiguous:
-        raise ValueError(f"scores must be C-contiguous float32 [{nq}, {mb}] (got {out.dtype} {list(out.shape)})")
-    mod = compiled(v)
-    launches: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[Any, ...]]] = []
-    if v.launch == "per-block":
-        grid = (-(-mb // WARPS_PER_CTA), nq)
-        args = (dev.pooled, dev.dead, dev.q, dev.steps, out, np.int32(nq), np.int32(mb))
-        launches.append((mod.function(v.kernels[0]), grid, (WARPS_PER_CTA * WARP,), args))
-    elif v.launch == "striding":
-        args = (dev.pooled, dev.dead, dev.q, dev.steps, out, np.int32(nq), np.int32(mb))
-        launches.append((mod.function(v.kernels[0]), (MULTI_CTAS,), (WARPS_PER_CTA * WARP,), args))
-    else:
+class QsaScorerShape(ScorerShape):
+    """A shape of qsa's own scorer kernels: the arrays checked, then the shape's launches."""
+
+    decode_only = True  # at most MAX_QUERIES queries (a decode call's)
+
+    def build(self, variant: Any, code: Callable[[], Any], dev: ScorerInputs, out: Any) -> Callable[[], None]:
+        nq, mb = dev.nq, dev.max_blocks
+        if self.decode_only and nq > MAX_QUERIES:
+            raise ValueError(f"the {variant.name} scorer is a decode kernel: at most {MAX_QUERIES} queries (got {nq})")
+        if out.dtype != np.float32 or out.shape != (nq, mb) or not out.flags.c_contiguous:
+            raise ValueError(f"scores must be C-contiguous float32 [{nq}, {mb}] (got {out.dtype} {list(out.shape)})")
+        launches = self.launches(variant, code(), dev, out)
+
+        def launch() -> None:
+            for kernel, grid, block, args in launches:
+                kernel(grid, block, args)
+
+        return launch
+
+    @abstractmethod
+    def launches(self, variant: Any, module: Any, dev: ScorerInputs, out: Any) -> list[KernelLaunch]:
+        """The shape's launches of ``variant``'s kernels (of ``module``, a kernels.Module) on checked arrays."""
+
+
+def _whole_call(dev: ScorerInputs, out: Any) -> tuple[Any, ...]:
+    return (dev.pooled, dev.dead, dev.q, dev.steps, out, np.int32(dev.nq), np.int32(dev.max_blocks))
+
+
+class PerBlock(QsaScorerShape):
+    """A warp per (query, block): ``(max_blocks / 8, nq)`` CTAs of 8 warps; any number of queries."""
+
+    name, title, decode_only = "per-block", "per-block scorer", False
+
+    def launches(self, variant: Any, module: Any, dev: ScorerInputs, out: Any) -> list[KernelLaunch]:
+        grid = (-(-dev.max_blocks // WARPS_PER_CTA), dev.nq)
+        return [(module.function(variant.kernels[0]), grid, (WARPS_PER_CTA * WARP,), _whole_call(dev, out))]
+
+
+class Striding(QsaScorerShape):
+    """MULTI_CTAS CTAs of 8 warps striding over the blocks, every query of a block in one warp."""
+
+    name, title = "striding", "striding scorer"
+
+    def launches(self, variant: Any, module: Any, dev: ScorerInputs, out: Any) -> list[KernelLaunch]:
+        return [(module.function(variant.kernels[0]), (MULTI_CTAS,), (WARPS_PER_CTA * WARP,), _whole_call(dev, out))]
+
+
+class Halving(QsaScorerShape):
+    """Calls of up to HALVE_MAX_QUERIES queries (5-8: queries 0..3, then 4..nq-1, on pointer offsets into
+    q, steps and out), each kernel ``variant.kernels[n - 1]`` for its call's n queries, on a grid that
+    fills the card once."""
+
+    name, title = "halving", "halving scorer"
+
+    def launches(self, variant: Any, module: Any, dev: ScorerInputs, out: Any) -> list[KernelLaunch]:
+        nq, mb = dev.nq, dev.max_blocks
         block = (HALVE_WARPS_PER_CTA * WARP,)
+        launches = []
         for start in range(0, nq, HALVE_MAX_QUERIES):
             n = min(HALVE_MAX_QUERIES, nq - start)
-            kernel = mod.function(v.kernels[n - 1])
+            kernel = module.function(variant.kernels[n - 1])
             # more CTAs than there are blocks for their warps would only launch idle warps
             grid = (min(_resident_grid(kernel, block[0]), -(-mb // HALVE_WARPS_PER_CTA)),)
             sub = slice(start, start + n)
             args = (dev.pooled, dev.dead, dev.q[sub], dev.steps[sub], out[sub], np.int32(n), np.int32(mb))
             launches.append((kernel, grid, block, args))
+        return launches
 
-    def launch() -> None:
-        for kernel, grid, block, args in launches:
-            kernel(grid, block, args)
 
-    return launch
+PER_BLOCK, STRIDING, HALVING = PerBlock(), Striding(), Halving()

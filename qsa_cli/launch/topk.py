@@ -1,16 +1,17 @@
-"""Launchers of the top-k kernels in ``kernels/topk.cu`` (spec section 3).
+"""The launch shapes of the top-k kernels in ``kernels/topk.cu`` (spec section 3): one CTA a query, and the
+split's six launches.
 
-``topk_launcher`` resolves the kernels, grids and arguments once and allocates (zeroed) the split's
-scratch once, then returns a callable that only enqueues launches on the current CuPy stream: no
-host sync, no allocation, so it can be captured into a CUDA graph and replayed while the context
-grows (every count the kernels need is on the device, in the step records).
+Each resolves the kernels, grids and arguments once and allocates (zeroed) the split's scratch once, then
+returns a callable that only enqueues launches on the current CuPy stream: no host sync, no allocation,
+so it can be captured into a CUDA graph and replayed while the context grows (every count the kernels
+need is on the device, in the step records). The step records are the caller's to validate
+(``geometry.validate_steps``): reading them here would need a host sync.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +27,10 @@ from ..core.geometry import (
 )
 from ..core.integrity import Allocator, PlainAllocator
 from ..dispatch import programmatic_launches
-from ..variants import compiled, get
 from .driver import ProgrammaticLaunch
+from .shape import TopkShape
 
 SOURCE = "topk.cu"
-STAGE = "topk"
 MAX_GRID_Y = 65535  # the split's grid is (chunks, nq)
 
 
@@ -52,7 +52,9 @@ class TopkLaunch:
             launch()
 
 
-def _check(scores: Any, steps: Any, ids: Any, active_blocks: int) -> tuple[int, int]:
+def check_arrays(scores: Any, steps: Any, ids: Any, active_blocks: int) -> tuple[int, int]:
+    """(nq, max_blocks) of a top-k call's arrays; a GeometryError (one line) naming one that does not fit
+    (every top-k launcher's check, an engine checkout's too)."""
     if scores.dtype != np.float32 or scores.ndim != 2 or not scores.flags.c_contiguous:
         raise GeometryError(f"scores must be C-contiguous float32 [nq, max_blocks] (got {scores.dtype} {list(scores.shape)})")
     nq, mb = (int(n) for n in scores.shape)
@@ -66,54 +68,52 @@ def _check(scores: Any, steps: Any, ids: Any, active_blocks: int) -> tuple[int, 
     return nq, mb
 
 
-def topk_launcher(variant: str, scores: Any, steps: Any, ids: Any, *, active_blocks: int = 0,
-                  scratch: Allocator | None = None) -> Callable[[], None]:
-    """A callable launching ``variant`` on ``scores`` (float32 [nq, max_blocks]) and ``steps`` (int32 [nq, 4])
-    into ``ids`` (int32 [nq, SELECT_CAP], poisoned by the caller): each query's entries 0..width-1.
+class OneCta(TopkShape):
+    """One CTA of ``variant.threads`` a query: grid ``(nq,)``."""
 
-    ``active_blocks`` is a prompt call's largest n_bid + 1 (0 for a decode call, whose grid is sized by
-    max_blocks); only the split's grid depends on it. ``scratch`` allocates the split's scratch (the
-    stages give guarded buffers; default: plain CuPy arrays). The step records are the caller's to
-    validate (``geometry.validate_steps``): reading them here would need a host sync.
-    """
-    v = get(STAGE, variant)
-    if v.engine is not None:
-        from ..engine.attach import library
-        from ..engine.launch import engine_topk_launcher
-        from ..engine.switches import require_switches
+    name, title = "one-cta", "one-CTA top-k"
 
-        require_switches(v.engine)
-        return engine_topk_launcher(library(v.engine.checkout), v.engine.kind, scores, steps, ids, active_blocks,
-                                    scratch)
-    if v.launch == "cluster":
-        from .topk_cluster import cluster_launcher
+    def build(self, variant: Any, code: Callable[[], Any], scores: Any, steps: Any, ids: Any, *, active_blocks: int,
+              scratch: Allocator | None, switches: Mapping[str, str]) -> TopkLaunch:
+        nq, mb = check_arrays(scores, steps, ids, active_blocks)
+        args = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
+        return TopkLaunch((functools.partial(code().function(variant.kernels[0]), (nq,), (variant.threads,), args),))
 
-        return cluster_launcher(scores, steps, ids, active_blocks=active_blocks, variant=v)
-    nq, mb = _check(scores, steps, ids, active_blocks)
-    mod = compiled(v)
-    kernels = [mod.function(name) for name in v.kernels]
-    block = (v.threads,)
-    common = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
-    if v.launch == "one-cta":
-        return TopkLaunch((functools.partial(kernels[0], (nq,), block, common),))
 
-    import cupy
+class Split(TopkShape):
+    """The split's six launches (``variant.kernels`` in launch order: four passes, the count, the emit) on a
+    ``(chunks, nq)`` grid of CTAs of ``variant.threads``, their scratch zeroed once; on sm_90 and newer
+    launches 2-6 are programmatic dependent launches unless ``QSA_PDL=0`` (dispatch.programmatic_launches)."""
 
-    if scratch is None:
-        scratch = PlainAllocator(cupy)
-    chunks = split_chunks(mb, active_blocks)
-    buffers = split_scratch(scratch, nq, chunks)
-    (first, first_args), *rest = zip(kernels, split_kernel_args(common, buffers))
-    grid = (chunks, nq)
-    # The first launch waits for whatever the stream ran before (the scores' writer, the previous
-    # call's emit, which zeroes the histograms) as usual; the others may overlap the launch before them.
-    programmatic = programmatic_launches(int(cupy.cuda.Device().compute_capability), os.environ)
-    later = ProgrammaticLaunch if programmatic else functools.partial
-    return TopkLaunch(
-        (functools.partial(first, grid, block, first_args), *(later(k, grid, block, a) for k, a in rest)),
-        accumulators=(buffers.hist,),
-        programmatic=programmatic,
-    )
+    name, title = "split", "split top-k"
+
+    def build(self, variant: Any, code: Callable[[], Any], scores: Any, steps: Any, ids: Any, *, active_blocks: int,
+              scratch: Allocator | None, switches: Mapping[str, str]) -> TopkLaunch:
+        nq, mb = check_arrays(scores, steps, ids, active_blocks)
+        module = code()
+        kernels = [module.function(name) for name in variant.kernels]
+        block = (variant.threads,)
+        common = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
+        import cupy
+
+        if scratch is None:
+            scratch = PlainAllocator(cupy)
+        chunks = split_chunks(mb, active_blocks)
+        buffers = split_scratch(scratch, nq, chunks)
+        (first, first_args), *rest = zip(kernels, split_kernel_args(common, buffers))
+        grid = (chunks, nq)
+        # The first launch waits for whatever the stream ran before (the scores' writer, the previous
+        # call's emit, which zeroes the histograms) as usual; the others may overlap the launch before them.
+        programmatic = programmatic_launches(int(cupy.cuda.Device().compute_capability), switches)
+        later = ProgrammaticLaunch if programmatic else functools.partial
+        return TopkLaunch(
+            (functools.partial(first, grid, block, first_args), *(later(k, grid, block, a) for k, a in rest)),
+            accumulators=(buffers.hist,),
+            programmatic=programmatic,
+        )
+
+
+ONE_CTA, SPLIT = OneCta(), Split()
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def split_scratch(scratch: Allocator, nq: int, chunks: int) -> SplitScratch:
 
 
 def split_kernel_args(common: tuple[Any, ...], s: SplitScratch) -> list[tuple[Any, ...]]:
-    """The arguments of the split's six launches, in its kernels' order (variants.py: four passes, the
+    """The arguments of the split's six launches, in its kernels' order (catalog.py: four passes, the
     count, the emit), as their kernels declare them."""
     return [*((*common, s.hist, s.select) for _ in range(RADIX_PASSES)),
             (*common, s.hist, s.counts, s.select),

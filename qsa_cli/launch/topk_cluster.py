@@ -1,8 +1,8 @@
-"""Launcher of the cluster top-k in ``kernels/topk_cluster.cu`` (spec section 3; sm_90 and newer).
+"""The launch shape of the cluster top-k in ``kernels/topk_cluster.cu`` (spec section 3; sm_90 and newer).
 
 A cluster of ``CLUSTER_CTAS`` CTAs per query, grid ``(CLUSTER_CTAS, nq)``; each CTA keeps its slice of
 the query's order keys in dynamic shared memory, one uint32 a block (padded to 16 bytes: a lane reads
-4 keys at once), then two uint32 a chunk of ``CHUNK_KEYS`` keys and two more (the emit's counts and
+4 keys at once), then two uint32 a chunk of ``CLUSTER_CHUNK_KEYS`` keys and two more (the emit's counts and
 their scan), sized by the capacity (a decode call: ``max_blocks``) or by a prompt call's active block
 count. A capacity whose slice does not fit the device's opt-in shared memory per CTA is refused with
 ``ClusterUnavailable``, as is a card older than sm_90.
@@ -10,7 +10,7 @@ count. A capacity whose slice does not fit the device's opt-in shared memory per
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -18,20 +18,23 @@ import numpy as np
 from ..core.errors import ClusterUnavailable, KernelError
 from ..core.geometry import (
     BLOCK_CELLS,
+    CLUSTER_CHUNK_KEYS,
     CLUSTER_CTAS,
+    CLUSTER_LANE_KEYS,
+    CLUSTER_MIN_CC,
     RADIX_BINS,
     TOPK_CLUSTER_THREADS,
     WARP,
     capacity_of,
     cluster_slice_blocks,
 )
-from ..dispatch import CLUSTER_MIN_CC
+from ..core.integrity import Allocator
+from .shape import Card, TopkShape
+from .topk import check_arrays
 
 SOURCE = "topk_cluster.cu"
 THREADS = TOPK_CLUSTER_THREADS
 WORD_BYTES = 4  # a uint32: one block's order key, one histogram bin
-LANE_KEYS = 4  # keys a lane reads at once (16 bytes): the slice is padded to a multiple
-CHUNK_KEYS = WARP * LANE_KEYS  # keys a warp reads at once; the emit scans one count pair a chunk
 CHUNK_WORDS = 2  # a chunk's cells above and at the threshold
 MAX_CHUNKS = THREADS  # the emit's scan over the chunks: one thread a chunk
 HIST_BUFFERS = 2  # the CTA's histogram of pass p is in buffer p % 2 (the cluster reads it remotely)
@@ -47,23 +50,24 @@ def cluster_smem_bytes(max_blocks: int) -> int:
     """Dynamic shared memory per CTA for a call of ``max_blocks`` blocks: ceil(max_blocks / 8) keys,
     rounded up to a multiple of 4, then two words for each chunk of 128 of them and two more."""
     keys = cluster_slice_blocks(max_blocks)
-    return (-(-keys // LANE_KEYS) * LANE_KEYS + CHUNK_WORDS * (-(-keys // CHUNK_KEYS) + 1)) * WORD_BYTES
+    padded = -(-keys // CLUSTER_LANE_KEYS) * CLUSTER_LANE_KEYS
+    return (padded + CHUNK_WORDS * (-(-keys // CLUSTER_CHUNK_KEYS) + 1)) * WORD_BYTES
 
 
 def cluster_fits(max_blocks: int, device_max_smem_optin: int) -> bool:
     """Whether a CTA's slice and the kernel's static shared memory fit the device's opt-in limit
     (and the slice the emit's one-thread-a-chunk scan)."""
     return (cluster_smem_bytes(max_blocks) + STATIC_SMEM_BYTES <= device_max_smem_optin
-            and cluster_slice_blocks(max_blocks) <= MAX_CHUNKS * CHUNK_KEYS)
+            and cluster_slice_blocks(max_blocks) <= MAX_CHUNKS * CLUSTER_CHUNK_KEYS)
 
 
 def cluster_max_capacity(device_max_smem_optin: int) -> int:
     """The largest capacity in cells whose ``max_blocks = capacity // 4 + 2`` fits (0 when none does)."""
     room = (device_max_smem_optin - STATIC_SMEM_BYTES) // WORD_BYTES - CHUNK_WORDS  # keys and chunk counts
-    # whole chunks first (CHUNK_KEYS + CHUNK_WORDS words each), then the keys of a last, partial one
-    chunks, rest = divmod(max(0, room), CHUNK_KEYS + CHUNK_WORDS)
-    keys = chunks * CHUNK_KEYS + max(0, rest - CHUNK_WORDS) // LANE_KEYS * LANE_KEYS
-    keys = min(keys, MAX_CHUNKS * CHUNK_KEYS)
+    # whole chunks first (CLUSTER_CHUNK_KEYS + CHUNK_WORDS words each), then the keys of a last, partial one
+    chunks, rest = divmod(max(0, room), CLUSTER_CHUNK_KEYS + CHUNK_WORDS)
+    keys = chunks * CLUSTER_CHUNK_KEYS + max(0, rest - CHUNK_WORDS) // CLUSTER_LANE_KEYS * CLUSTER_LANE_KEYS
+    keys = min(keys, MAX_CHUNKS * CLUSTER_CHUNK_KEYS)
     return max(0, capacity_of(keys * CLUSTER_CTAS) + BLOCK_CELLS - 1)
 
 
@@ -88,38 +92,42 @@ def require_cluster(compute_capability: int, max_blocks: int, device_max_smem_op
     return cluster_smem_bytes(blocks)
 
 
-def cluster_launcher(scores: Any, steps: Any, ids: Any, *, active_blocks: int = 0,
-                     variant: Any = None) -> Callable[[], None]:
-    """A closure launching the cluster top-k on ``scores`` (float32 [nq, max_blocks]) and ``steps``
-    (int32 [nq, 4]) into ``ids`` (int32 [nq, SELECT_CAP], poisoned by the caller): each query's entries
-    0..width-1. It only enqueues one launch on the current stream, so it can be captured into a CUDA graph.
-    """
-    # here, not at import: launch/topk.py may import this module
-    from .topk import _check
+class Cluster(TopkShape):
+    """A cluster of CLUSTER_CTAS CTAs a query (sm_90 and newer), its dynamic shared memory sized by the
+    capacity (a decode call) or a prompt call's active blocks: refused where that does not fit the card."""
 
-    nq, mb = _check(scores, steps, ids, active_blocks)
-    import cupy
+    name, title, min_cc = "cluster", "cluster top-k", CLUSTER_MIN_CC
 
-    device = cupy.cuda.Device()
-    optin = int(cupy.cuda.runtime.getDeviceProperties(device.id)["sharedMemPerBlockOptin"])
-    dynamic = require_cluster(int(device.compute_capability), mb, optin, active_blocks)
-    from ..variants import (  # here: variants.py reads the models, which read this module's sizes
-        compiled,
-        get,
-        with_launch,
-    )
+    def refusal(self, card: Card, max_blocks: int, active_blocks: int = 0) -> str | None:
+        try:
+            require_cluster(card.compute_capability, max_blocks, card.shared_optin_bytes, active_blocks)
+        except ClusterUnavailable as refused:
+            return str(refused)
+        return None
 
-    variant = variant or get("topk", with_launch("topk", "cluster"))  # a variants.Variant of the cluster's launch
-    kernel = compiled(variant).function(variant.kernels[0])
-    static = int(kernel.attributes["shared_size_bytes"])
-    if static > STATIC_SMEM_BYTES:
-        raise KernelError(f"{SOURCE}: {static} B of static shared memory, over the {STATIC_SMEM_BYTES} B the launcher sizes for")
-    # The limit belongs to the kernel, shared by every launcher: only ever raise it.
-    kernel.max_dynamic_shared_size_bytes = max(kernel.max_dynamic_shared_size_bytes, dynamic)
-    grid, block = (CLUSTER_CTAS, nq), (THREADS,)
-    args = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
+    def build(self, variant: Any, code: Callable[[], Any], scores: Any, steps: Any, ids: Any, *, active_blocks: int,
+              scratch: Allocator | None, switches: Mapping[str, str]) -> Callable[[], None]:
+        """One launch on the current stream, so it can be captured into a CUDA graph."""
+        nq, mb = check_arrays(scores, steps, ids, active_blocks)
+        import cupy
 
-    def launch() -> None:
-        kernel(grid, block, args, shared_mem=dynamic)
+        device = cupy.cuda.Device()
+        optin = int(cupy.cuda.runtime.getDeviceProperties(device.id)["sharedMemPerBlockOptin"])
+        dynamic = require_cluster(int(device.compute_capability), mb, optin, active_blocks)
+        kernel = code().function(variant.kernels[0])
+        static = int(kernel.attributes["shared_size_bytes"])
+        if static > STATIC_SMEM_BYTES:
+            raise KernelError(f"{SOURCE}: {static} B of static shared memory, over the {STATIC_SMEM_BYTES} B the "
+                              "launcher sizes for")
+        # The limit belongs to the kernel, shared by every launcher: only ever raise it.
+        kernel.max_dynamic_shared_size_bytes = max(kernel.max_dynamic_shared_size_bytes, dynamic)
+        grid, block = (CLUSTER_CTAS, nq), (THREADS,)
+        args = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
 
-    return launch
+        def launch() -> None:
+            kernel(grid, block, args, shared_mem=dynamic)
+
+        return launch
+
+
+CLUSTER = Cluster()

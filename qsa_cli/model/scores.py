@@ -24,6 +24,7 @@ import numpy.typing as npt
 from ..core.errors import GeometryError
 from ..core.geometry import (
     BLOCK_CELLS,
+    BUTTERFLY_OFFSETS,
     HALVE_MAX_QUERIES,
     IDX_DIM,
     IDX_HEADS,
@@ -39,7 +40,6 @@ from ..inputs import ScorerInputs, score_poison
 ORDERS = ("butterfly", "halve")
 
 LANE_DIMS = IDX_DIM // WARP  # 4: a lane's float4 of the key and of a query head
-OFFSETS = (16, 8, 4, 2, 1)  # the butterfly's xor offsets, in order
 _CHUNK_PARTIALS = 1 << 20  # lane partials per chunk of blocks (4 MB of float32): bounds memory, fits caches
 _LOW28 = np.uint64((1 << 28) - 1)
 _IEEE_QUIET = {"over": "ignore", "invalid": "ignore", "under": "ignore"}  # inf and NaN are data here
@@ -128,7 +128,7 @@ def lane_partials(keys: np.ndarray, qh: np.ndarray) -> np.ndarray:
 
 def _butterfly(v: np.ndarray) -> np.ndarray:
     """butterfly_sum with the lanes on axis 0 (the scorer's layout: blocks stay the long inner axis)."""
-    for o in OFFSETS:
+    for o in BUTTERFLY_OFFSETS:
         v = v[:o] + v[o : 2 * o]
     return v[0]
 
@@ -152,7 +152,7 @@ def _halving(v: np.ndarray) -> np.ndarray:
     """halving_sums with layout f32 [m values, 32 lanes, ...] -> f32 [m, ...]."""
     m = v.shape[0]
     rest = v.shape[2:]
-    for o in OFFSETS:
+    for o in BUTTERFLY_OFFSETS:
         held = v.shape[0]
         # lane l = (hi, bit, lo) with l = hi*2o + bit*o + lo: bit is l & o, and lane l ^ o flips only bit.
         g = v.reshape(held, WARP // (2 * o), 2, o, *rest)

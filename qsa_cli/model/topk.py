@@ -32,6 +32,7 @@ from ..core.geometry import (
     validate_steps,
 )
 from ..inputs import TopkInputs, id_poison
+from .order import order_keys
 
 ALGORITHMS = ("oracle", "reference", "wide", "split", "cluster")
 
@@ -40,22 +41,6 @@ _DIGIT_MASK = RADIX_BINS - 1
 _KEY_BITS = RADIX_BITS * RADIX_PASSES  # 32
 # The cluster kernel's pass that also finds each digit's least and greatest key (kTrackedPass).
 TRACKED_PASS = RADIX_PASSES - 2
-
-
-def order_keys(scores: np.ndarray) -> np.ndarray:
-    """The ranking key of each score (``qsa_order_key``): a larger key is a larger score.
-
-    ``+ 0.0f`` turns -0 into +0; NaN maps to 0, below every other key (-inf's is 0x007FFFFF).
-    """
-    scores = np.asarray(scores)
-    if scores.dtype != np.float32:
-        raise TypeError(f"scores must be float32 (got {scores.dtype})")
-    with np.errstate(invalid="ignore"):  # a signalling NaN raises "invalid"; its key is 0 all the same
-        v = scores + np.float32(0.0)
-    u = v.view(np.uint32)
-    keys = np.where(u & np.uint32(0x80000000), ~u, u | np.uint32(0x80000000))
-    keys[np.isnan(v)] = 0
-    return keys.astype(np.uint32, copy=False)
 
 
 def digit_rule(hist: np.ndarray, above: int, width: int) -> tuple[int, int]:

@@ -14,12 +14,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
-Progress = Callable[[int, int, str], None]
+from ..core.progress import Progress, no_progress
+
 QUIET_FOR_S = 2.0  # a run shorter than this shows no plain progress lines
-
-
-def no_progress(done: int, total: int, message: str) -> None:
-    """The callback of ``--quiet``."""
 
 
 class PlainProgress:
@@ -75,9 +72,3 @@ def progress_on(quiet: bool, stream: TextIO | None = None) -> Iterator[Progress]
     else:
         yield PlainProgress(stream)
 
-
-def counted(progress: Progress) -> Callable[[str], None]:
-    """A ``progress(message)`` callback (a runner that names its steps but not how many) as steps of an
-    unknown total."""
-    steps = iter(range(sys.maxsize))
-    return lambda message: progress(next(steps), 0, message)

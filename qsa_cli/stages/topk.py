@@ -8,20 +8,22 @@ it neither weighs cells nor breaks ties by index, so it takes no part in parity.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from .. import variants as registry
-from ..core.errors import EngineRefused
+from ..catalog import Launcher, Variant
 from ..core.geometry import BLOCK_CELLS, SELECT_CAP, STEP_WIDTH, blocks_read
 from ..core.integrity import GuardedBuffers
 from ..inputs import TopkInputs, id_poison
 from ..model.topk import first_difference, topk_ids
+from ..record.schema import Measurement
 from ..record.vocabulary import ARGPARTITION, CPU_ORACLE
 from ..record.vocabulary import TOPK as STAGE
-from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, call_case, to_host
+from ..timing import Launch
+from .base import Placed, StageBase, poisoned, run_stage
+from .common import Measurer, StageOutcome, call_case
 
 
 def describe_difference(steps: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
@@ -32,72 +34,54 @@ def describe_difference(steps: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
     return f"query {q} position {j}: id {int(a[q, j])} vs {int(b[q, j])}"
 
 
-def run_topk(
-    inputs: TopkInputs,
-    measurer: Measurer,
-    variants: tuple[str, ...],
-    active_blocks: int = 0,
-    check_model: bool = True,
-    argpartition: bool = False,
-    roles: Mapping[str, str] | None = None,
-    same_bits: tuple[tuple[str, str], ...] = (),
-) -> StageOutcome:
-    """Run ``variants`` on ``inputs`` (a decode call when ``active_blocks`` is 0, else a prompt call).
+class TopkStage(StageBase):
+    """A call's top-k on one score set (a decode call when ``active_blocks`` is 0, else a prompt call);
+    ``argpartition``: cupy.argpartition over the same scores timed beside the variants (GPU only)."""
 
-    ``roles`` (default: the registry's) name the reference every variant is checked against and the
-    baseline and candidate checked against each other. The inputs, the ids and every scratch array sit
-    between guard zones; each variant's integrity is checked after its runs (stages/common.py,
-    Integrity). An engine variant that refuses the call is noted, not run. ``same_bits``: (subject,
-    against) pairs checked against each other too (qsa compare's candidate against its base)."""
-    case = call_case(inputs.steps, inputs.capacity, "prompt" if active_blocks else "decode", measurer.l2,
-                     score_set=inputs.score_set)
-    out = StageOutcome()
-    on_gpu = measurer.timer is not None
-    xp = array_module(on_gpu)
-    buffers = GuardedBuffers(xp)
-    placed = TopkInputs(buffers.asarray("scores", inputs.scores), buffers.asarray("steps", inputs.steps),
-                        inputs.score_set)
-    ids = buffers.empty("ids", (inputs.nq, SELECT_CAP), np.int32)
-    poison = xp.asarray(id_poison(ids.shape))
-    repoison = lambda: xp.copyto(ids, poison)  # noqa: E731
-    integrity = Integrity(buffers, {"scores": (placed.scores, inputs.scores), "steps": (placed.steps, inputs.steps)})
-    diff = lambda a, b: describe_difference(inputs.steps, a, b)  # noqa: E731
-    for v in variants:
-        try:
-            if on_gpu:
-                from ..launch.topk import topk_launcher
+    name, model_name = STAGE, CPU_ORACLE
 
-                launch = topk_launcher(v, placed.scores, placed.steps, ids, active_blocks=active_blocks,
-                                       scratch=buffers)
-            else:
-                launch = lambda v=v: np.copyto(ids, topk_ids(placed, registry.get(STAGE, v).model, active_blocks))  # noqa: E731
-            repoison()
-            launch()
-        except EngineRefused as refused:
-            out.refused(v, refused)
-            continue
-        out.outputs[v] = to_host(ids)
-        timed = measurer.measure(STAGE, v, case, launch, before_last=repoison)
-        out.add(timed)
-        out.parity += integrity.checks(STAGE, case, v, out.outputs[v], to_host(ids) if timed else None, diff)
-    if argpartition and on_gpu:
-        out.add(measurer.measure(STAGE, ARGPARTITION, case, _argpartition_launcher(placed.scores, inputs)))
+    def __init__(self, inputs: TopkInputs, active_blocks: int, argpartition: bool, launcher: Launcher | None) -> None:
+        self.inputs = inputs
+        self.launcher = launcher  # the GPU's (catalog.Launcher)
+        self.active_blocks = active_blocks
+        self.argpartition = argpartition
 
-    roles = roles or registry.roles(STAGE)
-    reference, old, new = roles["reference"], roles["baseline"], roles["candidate"]
-    ran = out.ran(variants)
-    against = [reference] if reference in ran else []
-    if check_model:
-        out.outputs[CPU_ORACLE] = topk_ids(inputs, "oracle")
-        against.append(CPU_ORACLE)
-    for ref in against:
-        for v in ran:
-            if v != ref:
-                out.parity.append(bitwise_check(STAGE, case, v, ref, out.outputs, diff))
-    for subject, against in dict.fromkeys(((new, old), *same_bits)):
-        if subject in ran and against in ran:
-            out.parity.append(bitwise_check(STAGE, case, subject, against, out.outputs, diff))
-    return out
+    def case(self, l2: str) -> dict[str, Any]:
+        kind = "prompt" if self.active_blocks else "decode"
+        return call_case(self.inputs.steps, self.inputs.capacity, kind, l2, score_set=self.inputs.score_set)
+
+    def place(self, buffers: GuardedBuffers) -> Placed:
+        self.placed = TopkInputs(buffers.asarray("scores", self.inputs.scores),
+                                 buffers.asarray("steps", self.inputs.steps), self.inputs.score_set)
+        self.ids = buffers.empty("ids", (self.inputs.nq, SELECT_CAP), np.int32)
+        watched = {"scores": (self.placed.scores, self.inputs.scores), "steps": (self.placed.steps, self.inputs.steps)}
+        return Placed(watched, self.ids, poisoned(buffers.xp, self.ids, id_poison(self.ids.shape)))
+
+    def launch(self, variant: Variant, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
+        if on_gpu:  # any scratch between guard zones too
+            return self.launcher.topk(variant, self.placed.scores, self.placed.steps, self.ids, self.active_blocks,
+                                      scratch=buffers)
+        return lambda: np.copyto(self.ids, topk_ids(self.placed, variant.model, self.active_blocks))
+
+    def model(self) -> np.ndarray:
+        return topk_ids(self.inputs, "oracle")
+
+    def describe(self, a: np.ndarray, b: np.ndarray) -> str:
+        return describe_difference(self.inputs.steps, a, b)
+
+    def reference_points(self, measurer: Measurer, case: dict[str, Any], on_gpu: bool) -> Iterator[Measurement | None]:
+        if self.argpartition and on_gpu:
+            yield measurer.measure(STAGE, ARGPARTITION, case, _argpartition_launcher(self.placed.scores, self.inputs))
+
+
+def run_topk(inputs: TopkInputs, measurer: Measurer, variants: tuple[Variant, ...], roles: Mapping[str, str],
+             launcher: Launcher | None, active_blocks: int = 0, check_model: bool = True, argpartition: bool = False,
+             same_bits: tuple[tuple[str, str], ...] = ()) -> StageOutcome:
+    """``variants`` on ``inputs`` (through ``launcher`` on the GPU, as their CPU models on the CPU), each
+    timed, its ids checked bit for bit against the reference, the CPU oracle, and the roles' baseline
+    against their candidate (stages/base.py)."""
+    return run_stage(TopkStage(inputs, active_blocks, argpartition, launcher), variants, measurer, roles,
+                     check_model, same_bits)
 
 
 def _argpartition_launcher(scores: Any, inputs: TopkInputs) -> Any:
@@ -111,15 +95,13 @@ def _argpartition_launcher(scores: Any, inputs: TopkInputs) -> Any:
     return lambda: cupy.argpartition(view, kth, axis=1)
 
 
-def graph_replay_check(inputs: TopkInputs, replays: int, variant: str) -> tuple[bool, str]:
+def graph_replay_check(inputs: TopkInputs, replays: int, variant: Variant, launcher: Launcher) -> tuple[bool, str]:
     """Capture ``variant`` as a CUDA graph and replay it: every replay must give the oracle's ids.
 
     The engine replays its decode graph every step, so a kernel's scratch must be left clean by
     each run; the output is re-poisoned before every replay, so stale ids cannot pass.
     """
     import cupy
-
-    from ..launch.topk import topk_launcher
 
     expected = topk_ids(inputs, "oracle")
     stream = cupy.cuda.Stream(non_blocking=True)
@@ -129,7 +111,7 @@ def graph_replay_check(inputs: TopkInputs, replays: int, variant: str) -> tuple[
         steps = buffers.asarray("steps", inputs.steps)
         poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
         ids = buffers.empty("ids", poison.shape, np.int32)
-        launch = topk_launcher(variant, scores, steps, ids, scratch=buffers)
+        launch = launcher.topk(variant, scores, steps, ids, scratch=buffers)
         launch()  # module loading and first-use work stay out of the capture
         stream.begin_capture()
         launch()

@@ -1,81 +1,107 @@
 """The whole decode window's selection, as the engine replays it: scores then top-k in one CUDA graph.
 
-Each pair (a top-k variant after the scorer it follows, variants.window_pairs) is captured once
-and its replays are timed. A replay from poisoned outputs must give the CPU oracle's ids on the CPU
-model's scores, and the last timed replay (its outputs poisoned before it) the same ids, so a kernel
-whose scratch a replay leaves dirty cannot pass.
+Each pair (a top-k variant after the scorer it follows, catalog.window_pairs) is captured once and its
+replays are timed (stages/base.py runs them). A replay from poisoned outputs must give the CPU oracle's
+ids on the CPU model's scores, and the last timed replay (its outputs poisoned before it) the same ids,
+so a kernel whose scratch a replay leaves dirty cannot pass.
 """
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
-from ..core.errors import EngineRefused
+from ..catalog import Launcher, Variant
 from ..core.geometry import SELECT_CAP
 from ..core.integrity import GuardedBuffers
+from ..core.progress import Progress, no_progress
 from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
 from ..model.scores import score_blocks
 from ..model.topk import topk_ids
 from ..record.vocabulary import CPU_ORACLE, pair_name
 from ..record.vocabulary import WINDOW as STAGE
-from .common import Measurer, StageOutcome, bitwise_check, call_case, keys_case
+from ..timing import Launch
+from .base import Placed, StageBase, poisoned, run_stage
+from .common import Measurer, StageOutcome, call_case, keys_case
 from .scores import place_scorer_inputs
 from .topk import describe_difference
 
 
-def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[tuple[str, str], ...],
-               same_bits: tuple[tuple[str, str], ...] = ()) -> StageOutcome:
-    """Capture each pair as one graph on a non-blocking stream, time its replays, check its ids.
+@dataclass(frozen=True)
+class WindowPair:
+    """A top-k variant after the scorer it follows, as one graph."""
 
-    The inputs, the scores, the ids and the split's scratch sit between guard zones; each pair's
-    integrity is checked after its replays (stages/common.py, Integrity). ``same_bits``: (subject,
-    against) pairs of pair names whose ids are checked against each other too (qsa compare)."""
-    import cupy
+    scorer: Variant
+    topk: Variant
 
-    from ..launch.scores import scorer_launcher
-    from ..launch.topk import topk_launcher
+    @property
+    def name(self) -> str:
+        return pair_name(self.scorer.name, self.topk.name)
 
-    case = call_case(inputs.steps, inputs.capacity, "decode", measurer.l2, **keys_case(inputs))
-    out = StageOutcome()
-    expected = topk_ids(TopkInputs(score_blocks(inputs, "butterfly"), inputs.steps), "oracle")
-    out.outputs[CPU_ORACLE] = expected
-    diff = lambda a, b: describe_difference(inputs.steps, a, b)  # noqa: E731
-    stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
-        buffers = GuardedBuffers(cupy)
-        placed, integrity = place_scorer_inputs(buffers, inputs)
-        scores = buffers.empty("scores", (inputs.nq, inputs.max_blocks), np.float32)
-        ids = buffers.empty("ids", (inputs.nq, SELECT_CAP), np.int32)
-        poisons = ((scores, cupy.asarray(score_poison(scores.shape))), (ids, cupy.asarray(id_poison(ids.shape))))
+
+class WindowStage(StageBase):
+    """A decode call's window on its keys and queries, on a non-blocking stream of its own (a graph is
+    captured from one); the key bytes are its GB/s."""
+
+    name, model_name = STAGE, CPU_ORACLE
+
+    def __init__(self, inputs: ScorerInputs, launcher: Launcher) -> None:
+        import cupy
+
+        self.inputs = inputs
+        self.launcher = launcher
+        self.bytes_read = inputs.key_bytes()
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    def case(self, l2: str) -> dict[str, Any]:
+        return call_case(self.inputs.steps, self.inputs.capacity, "decode", l2, **keys_case(self.inputs))
+
+    def scope(self) -> contextlib.AbstractContextManager[Any]:
+        return self.stream
+
+    def place(self, buffers: GuardedBuffers) -> Placed:
+        self.placed, watched = place_scorer_inputs(buffers, self.inputs)
+        self.scores = buffers.empty("scores", (self.inputs.nq, self.inputs.max_blocks), np.float32)
+        self.ids = buffers.empty("ids", (self.inputs.nq, SELECT_CAP), np.int32)
+        scores = poisoned(buffers.xp, self.scores, score_poison(self.scores.shape))
+        ids = poisoned(buffers.xp, self.ids, id_poison(self.ids.shape))
 
         def repoison() -> None:
-            for array, poison in poisons:
-                cupy.copyto(array, poison)
+            scores()
+            ids()
 
-        for scorer, topk in pairs:
-            name = pair_name(scorer, topk)
-            try:
-                score = scorer_launcher(scorer, placed, scores)
-                select = topk_launcher(topk, scores, placed.steps, ids, active_blocks=0, scratch=buffers)
-                score()
-                select()  # first use (module load, attributes) stays out of the capture
-            except EngineRefused as refused:
-                out.refused(name, refused)
-                continue
-            stream.begin_capture()
-            score()
-            select()
-            graph = stream.end_capture()
-            replay = lambda graph=graph: graph.launch(stream)  # noqa: E731
-            repoison()
-            replay()
-            out.outputs[name] = cupy.asnumpy(ids, stream=stream)
-            timed = measurer.measure(STAGE, name, case, replay, bytes_read=inputs.key_bytes(), before_last=repoison)
-            out.add(timed)
-            last = cupy.asnumpy(ids, stream=stream) if timed else None
-            out.parity += integrity.checks(STAGE, case, name, out.outputs[name], last, diff)
-            out.parity.append(bitwise_check(STAGE, case, name, CPU_ORACLE, out.outputs, diff))
-    for subject, against in same_bits:
-        if subject in out.outputs and against in out.outputs:
-            out.parity.append(bitwise_check(STAGE, case, subject, against, out.outputs, diff))
-    return out
+        return Placed(watched, self.ids, repoison)
+
+    def launch(self, variant: WindowPair, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
+        score = self.launcher.scorer(variant.scorer, self.placed, self.scores)
+        select = self.launcher.topk(variant.topk, self.scores, self.placed.steps, self.ids, scratch=buffers)
+        score()
+        select()  # first use (module load, attributes) stays out of the capture
+        self.stream.begin_capture()
+        score()
+        select()
+        graph = self.stream.end_capture()
+        return lambda: graph.launch(self.stream)
+
+    def host(self, output: Any) -> np.ndarray:
+        import cupy
+
+        return cupy.asnumpy(output, stream=self.stream)
+
+    def model(self) -> np.ndarray:
+        return topk_ids(TopkInputs(score_blocks(self.inputs, "butterfly"), self.inputs.steps), "oracle")
+
+    def describe(self, a: np.ndarray, b: np.ndarray) -> str:
+        return describe_difference(self.inputs.steps, a, b)
+
+
+def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[WindowPair, ...], launcher: Launcher,
+               same_bits: tuple[tuple[str, str], ...] = (), progress: Progress = no_progress) -> StageOutcome:
+    """Capture each pair as one graph, time its replays, check its ids against the CPU oracle's.
+
+    The inputs, the scores, the ids and the split's scratch sit between guard zones. ``same_bits``:
+    (subject, against) pairs of pair names whose ids are checked against each other too (qsa compare)."""
+    return run_stage(WindowStage(inputs, launcher), pairs, measurer, None, True, same_bits, progress)

@@ -1,0 +1,74 @@
+"""Launch shapes: how a variant's kernels are launched, on which cards, and which calls they refuse.
+
+Every catalog entry (qsa_cli/catalog.py) names its variant's shape. A shape carries its own refusal: the
+oldest card it runs on (``min_cc``: an older card runs none of its variants, and no note says so), and a
+call it cannot take on a card it runs on (``refusal``: the variant is left out of that call, and the
+record's notes say why). It builds the launch: the kernels, grid, block and shared memory resolved once,
+and a callable returned that only enqueues launches on the current CuPy stream (no host sync, no
+allocation), so a CUDA graph can capture it and replay it while the context grows.
+
+A new shape is one module with its shape object, and the catalog entries that name it
+(docs/adding-a-variant.md).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.integrity import Allocator
+from ..inputs import ScorerInputs
+from ..timing import Launch
+
+
+@dataclass(frozen=True)
+class Card:
+    """What a shape's refusal reads of a device (the record's device fields)."""
+
+    compute_capability: int  # major * 10 + minor
+    shared_optin_bytes: int  # the opt-in shared memory a CTA may have
+
+
+class LaunchShape(ABC):
+    """What every shape says of itself; a shape of one stage builds as ScorerShape or TopkShape does."""
+
+    name: str  # what the catalog finds a variant of this shape by (Catalog.with_launch)
+    title: str  # how the record's notes name a variant of this shape left out of a call
+    stage: str
+    min_cc: int = 0  # the oldest card (major * 10 + minor) it runs on
+    engine: bool = False  # an engine checkout's host functions: its variants carry an EngineEntry
+
+    def refusal(self, card: Card, max_blocks: int, active_blocks: int = 0) -> str | None:
+        """Why a call of ``max_blocks`` (a prompt call's ``active_blocks``) cannot run on ``card``, or None."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<{self.stage} launch shape {self.name!r}>"
+
+
+class ScorerShape(LaunchShape):
+    stage = "scores"
+
+    @abstractmethod
+    def build(self, variant: Any, code: Callable[[], Any], dev: ScorerInputs, out: Any) -> Launch:
+        """``variant`` (catalog.Variant) on ``dev`` (device arrays) into ``out`` (float32 [nq, max_blocks],
+        poisoned by the caller): blocks 0..n_bid of each query's row written, no others. ``code()`` gives the
+        variant's compiled kernels (kernels.Module) or its engine checkout's loaded library; it is called
+        once the arrays passed their checks, so a bad argument is refused before any device is touched."""
+
+
+class TopkShape(LaunchShape):
+    stage = "topk"
+
+    @abstractmethod
+    def build(self, variant: Any, code: Callable[[], Any], scores: Any, steps: Any, ids: Any, *,
+              active_blocks: int, scratch: Allocator | None, switches: Mapping[str, str]) -> Launch:
+        """``variant`` (``code()`` as for a scorer) on ``scores`` (float32 [nq, max_blocks]) and ``steps``
+        (int32 [nq, 4]) into ``ids`` (int32 [nq, SELECT_CAP], poisoned by the caller): each query's entries
+        0..width-1.
+
+        ``active_blocks`` is a prompt call's largest n_bid + 1 (0: a decode call, sized by max_blocks);
+        ``scratch`` allocates any scratch (the stages give guarded buffers; None: plain CuPy arrays);
+        ``switches``: the run's environment switches (dispatch.SWITCHES), read once where it began."""

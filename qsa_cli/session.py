@@ -1,0 +1,279 @@
+"""A run's session: its settings, the device (or the CPU), NVML and the optional clock lock, the catalog of
+its variants, its roles, and the record everything lands in.
+
+``session`` opens one and builds, once, what the runs read and never change: the run's catalog (qsa's own
+variants from the kernels folder in use, an engine checkout's, a ``qsa compare`` side's, engine variants
+under switches), the roles (the tables' "before" and "after"), the variants ``--variants`` picks, the
+environment's switches (read here, once) and the card's limits. The record's settings are written through
+``Session.record_settings`` only. The runs (qsa_cli/runs/) take the session and fill its record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from .catalog import STAGES, Catalog, Launcher, Variant, qsa_catalog
+from .clocks import ClockMonitor, lock_clocks
+from .core.errors import EngineError, SideError, VariantError
+from .core.geometry import NEW_KERNELS_CC
+from .device import environment, require
+from .dispatch import Dispatch, dispatch, read_switches
+from .engine.attach import attached
+from .engine.switches import switched_variant
+from .kernels import sources_hash
+from .launch.shape import Card
+from .record.schema import RunRecord, RunSettings
+from .record.vocabulary import pair_name
+from .sides import SideSpec, open_sides, side_pairs
+from .stages.common import Measurer, StageOutcome
+from .timing import DEFAULT_WARMUP, DeviceTimer
+
+BACKENDS = ("gpu", "cpu")
+
+
+@dataclass(frozen=True)
+class Settings:
+    backend: str = "gpu"
+    l2: str = "cold"
+    warmup: int = DEFAULT_WARMUP
+    seed: int = 0
+    check_model: bool = True
+    device_id: int = 0
+    engines: tuple[str, ...] = ()  # --engine [NAME=]PATH[@REV]: checkouts whose variants run beside qsa's
+    variants: tuple[str, ...] | None = None  # --variants: only these (each stage runs those of its own)
+    baseline: str | None = None  # --baseline / --candidate: the "before" and "after" (default: the catalog's)
+    candidate: str | None = None
+    kernels: Path | None = None  # --kernels DIR: qsa's kernel sources from this folder (None: the installed)
+    sides: tuple[SideSpec, SideSpec] | None = None  # qsa compare: the base and the candidate side
+
+
+@dataclass(frozen=True)
+class Compared:
+    """``qsa compare``'s two sides in a run: per stage (the window's too) the (base, candidate) pairs of the
+    variants both run, in the catalog's order."""
+
+    base: str
+    candidate: str
+    pairs: dict[str, tuple[tuple[str, str], ...]]
+
+
+_SETTING_KEYS = frozenset(get_type_hints(RunSettings))
+
+
+@dataclass
+class Session:
+    """One run: its settings, catalog and roles (fixed when it opened), the device (or the CPU), its timer
+    and clocks, and the record everything lands in."""
+
+    settings: Settings
+    record: RunRecord
+    catalog: Catalog = field(default_factory=qsa_catalog)
+    roles: dict[str, dict[str, str]] = field(default_factory=dict)  # stage -> role -> variant
+    picked: tuple[str, ...] | None = None  # --variants (or compare's sides), as the catalog spells them
+    switches: Mapping[str, str] = field(default_factory=dict)  # the environment's dispatch.SWITCHES, read once
+    card: Card | None = None  # the device's limits (GPU backend)
+    compared: Compared | None = None
+    clocks: Any = None
+    _timer: Any = None
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.settings.backend == "gpu"
+
+    @property
+    def compute_capability(self) -> int | None:
+        return self.card.compute_capability if self.card is not None else None
+
+    def record_settings(self, **values: Any) -> None:
+        """The one place the record's settings are written (record/schema.py RunSettings names them)."""
+        unknown = sorted(set(values) - _SETTING_KEYS)
+        if unknown:
+            raise ValueError(f"no run setting {unknown[0]!r} in the record's schema")
+        self.record.settings.update(values)  # type: ignore[typeddict-item]
+
+    @property
+    def launcher(self) -> Launcher | None:
+        """How the GPU backend launches the run's variants (None on the CPU backend: the models run)."""
+        return Launcher(self.catalog, self.switches) if self.on_gpu else None
+
+    def compared_bits(self, stage: str) -> tuple[tuple[str, str], ...]:
+        """(subject, against) pairs of ``stage`` whose outputs must be the same bits besides the roles':
+        qsa compare's candidate against its base."""
+        return tuple((c, b) for b, c in self.compared.pairs[stage]) if self.compared else ()
+
+    def measurer(self, iters: int) -> Measurer:
+        if self.on_gpu and self._timer is None:
+            self._timer = DeviceTimer(l2=self.settings.l2, warmup=self.settings.warmup,
+                                      kernels=self.catalog.kernel_folder)
+        return Measurer(iters=iters, timer=self._timer, clocks=self.clocks)
+
+    def take(self, outcome: StageOutcome) -> StageOutcome:
+        self.record.measurements += outcome.measurements
+        self.record.parity += outcome.parity
+        self.record.notes += [n for n in dict.fromkeys(outcome.notes) if n not in self.record.notes]
+        return outcome
+
+    def note(self, text: str) -> None:
+        if text not in self.record.notes:
+            self.record.notes.append(text)
+
+    def chosen(self, variants: tuple[str, ...]) -> tuple[str, ...]:
+        """``variants`` less those ``--variants`` leaves out."""
+        return variants if self.picked is None else tuple(v for v in variants if v in self.picked)
+
+    def variants(self, stage: str, names: tuple[str, ...]) -> tuple[Variant, ...]:
+        """The catalog's ``stage`` variants of these names."""
+        return tuple(self.catalog.get(stage, n) for n in names)
+
+    def here(self, stage: str, max_blocks: int, active_blocks: int = 0) -> tuple[str, ...]:
+        """The variants of ``stage`` this card runs for a call of this size (every one on the CPU, whose
+        models take any call), less those ``--variants`` leaves out: a variant whose launch shape refuses
+        the call is left out, and a note in the record says why."""
+        if self.card is None:
+            return self.chosen(self.catalog.names(stage))
+        kept = []
+        for name in self.chosen(self.catalog.runs_on(stage, self.card.compute_capability)):
+            shape = self.catalog.get(stage, name).launch
+            refusal = shape.refusal(self.card, max_blocks, active_blocks)
+            if refusal is None:
+                kept.append(name)
+            else:
+                self.note(f"{shape.title} left out: {refusal}")
+        return tuple(kept)
+
+    def dispatch(self, kind: str, max_blocks: int = 0) -> Dispatch:
+        """The engine's choice for this device and call size (sm_75 on the CPU backend, where the new
+        kernels default); a capacity the cluster top-k cannot hold falls back as the engine does."""
+        cc = self.compute_capability or NEW_KERNELS_CC
+        refusal = None
+        if self.card is not None and max_blocks:
+            cluster = self.catalog.get("topk", self.catalog.with_launch("topk", "cluster"))
+            if cluster.runs_on(cc):
+                refusal = cluster.launch.refusal(self.card, max_blocks)
+        return dispatch(self.catalog, cc, kind, self.switches, refusal)
+
+    def dispatch_summary(self, kind: str, max_blocks: int = 0) -> dict[str, Any]:
+        d = self.dispatch(kind, max_blocks)
+        return {"kind": kind, "scores": d.scores, "topk": d.topk, "reasons": dict(d.reasons)}
+
+
+@contextlib.contextmanager
+def session(
+    settings: Settings,
+    command: str,
+    argv: list[str],
+    lock: tuple[int, int | None] | None = None,
+    lock_optional: bool = False,
+    warn: Callable[[str], None] = lambda msg: None,
+) -> Iterator[Session]:
+    """Open the device (GPU backend), NVML and the optional clock lock, build the run's catalog and roles;
+    restore everything on exit."""
+    if settings.backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)} (got {settings.backend!r})")
+    catalog = qsa_catalog(settings.kernels)
+    switches = read_switches()
+    record = RunRecord(command=command, argv=argv, backend=settings.backend,
+                       kernel_source_hash=sources_hash(catalog.kernel_folder))
+    record.environment = environment(switches)
+    s = Session(settings, record, catalog, switches=switches)
+    s.record_settings(l2=settings.l2, warmup=settings.warmup, seed=settings.seed, check_model=settings.check_model)
+    if settings.kernels is not None:
+        s.record_settings(kernels=str(catalog.kernel_folder))
+    if not s.on_gpu:
+        if settings.engines:
+            raise EngineError("--engine runs an engine checkout's kernels: it needs --backend gpu")
+        _cast(s, {})
+        yield s
+        return
+    found = require(settings.device_id)  # a one-line NoDeviceError before anything imports CuPy
+    import cupy
+
+    record.device = found.info
+    s.card = Card(found.compute_capability, int(found.info["shared_optin_bytes"]))
+    with cupy.cuda.Device(settings.device_id), contextlib.ExitStack() as stack:
+        _cast(s, _add_parts(s, stack))
+        monitor = ClockMonitor.for_pci_bus_id(found.info["pci_bus_id"])
+        stack.callback(monitor.close)
+        record.device["nvml"] = monitor.device_info()
+        s.clocks = monitor if monitor.available else None
+        if lock is not None:
+            state = stack.enter_context(lock_clocks(monitor, lock[0], lock[1], optional=lock_optional, warn=warn))
+            s.record_settings(clock_lock=state.to_dict())
+        yield s
+
+
+def _add_parts(s: Session, stack: contextlib.ExitStack) -> dict[str, str]:
+    """The run's engine checkouts, compare sides and (with ``--engine``) the switched variants it names added
+    to its catalog, in that order, each checkout built and loaded for the card, for the session's length.
+    Returns the catalog's spelling of each switched variant named (``NAME.KIND[K=V,...]``, its switches
+    sorted) by the name given."""
+    cc = s.card.compute_capability if s.card else 0
+    engines: list[dict[str, Any]] = []
+    if s.settings.engines:
+        found = stack.enter_context(attached(s.settings.engines, cc))
+        s.catalog = s.catalog.adding(found.variants, found.libraries)
+        engines += found.provenance
+    if s.settings.sides:
+        sides = open_sides(stack, s.settings.sides, s.catalog, cc)
+        s.catalog = s.catalog.adding(sides.variants, sides.libraries)
+        engines += sides.engines
+        s.record_settings(sides=sides.described)
+    if engines:
+        s.record_settings(engines=engines)
+    if not s.settings.engines:
+        return {}
+    named = [*(s.settings.variants or ()), s.settings.baseline, s.settings.candidate]
+    switched = {name: v for name in filter(None, named)
+                if (v := switched_variant(name, s.catalog.libraries.values(), cc)) is not None}
+    s.catalog = s.catalog.adding({v.name: v for v in switched.values()}.values())
+    return {name: v.name for name, v in switched.items()}
+
+
+def _cast(s: Session, spelled: Mapping[str, str]) -> None:
+    """The run's roles (the catalog's, ``--baseline`` / ``--candidate`` over them, or compare's first pair
+    of each stage) and the variants it picks (``spelled``: a switched variant's name as the catalog has it),
+    each name checked against the catalog: a VariantError naming one it lacks."""
+    baseline, candidate = (spelled.get(n, n) if n else n for n in (s.settings.baseline, s.settings.candidate))
+    known = s.catalog.known()
+    for option, value in (("--baseline", baseline), ("--candidate", candidate)):
+        if value is not None and value not in known:
+            raise VariantError(f"{option}: no variant {value!r} (expected one of {', '.join(sorted(known))})")
+    for name in s.settings.variants or ():
+        if spelled.get(name, name) not in known:
+            raise VariantError(f"--variants: no variant {name!r} (expected one of {', '.join(sorted(known))})")
+    roles = {stage: s.catalog.roles(stage) for stage in STAGES}
+    for stage, cast in roles.items():
+        names = s.catalog.names(stage)
+        for role, value in (("baseline", baseline), ("candidate", candidate)):
+            if value in names:
+                cast[role] = value
+    if s.settings.variants is not None:
+        s.picked = tuple(spelled.get(n, n) for n in s.settings.variants)
+    if s.settings.sides:
+        s.compared = _compared(s.catalog, *(side.name for side in s.settings.sides))
+        for stage in STAGES:
+            if s.compared.pairs[stage]:
+                roles[stage].update({"baseline": s.compared.pairs[stage][0][0],
+                                     "candidate": s.compared.pairs[stage][0][1]})
+        # both sides' variants, and qsa's references to check each against
+        s.picked = tuple(dict.fromkeys([*(name for stage in STAGES for pair in s.compared.pairs[stage] for name in pair),
+                                        *(roles[stage]["reference"] for stage in STAGES)]))
+    s.roles = roles
+    s.record_settings(roles=roles)
+
+
+def _compared(catalog: Catalog, base: str, candidate: str) -> Compared:
+    """The (base, candidate) pairs of every stage's variants both sides run, the window's of the top-k's
+    pairs whose variants both follow a scorer; a SideError when there are none."""
+    pairs = {stage: side_pairs(catalog, stage, base, candidate) for stage in STAGES}
+    if not any(pairs.values()):
+        raise SideError(f"{base} and {candidate} have no variant in common that runs here")
+    topk = {v.name: v for v in catalog.stage("topk")}
+    pairs["window"] = tuple((pair_name(topk[b].window_scorer, b), pair_name(topk[c].window_scorer, c))
+                            for b, c in pairs["topk"] if topk[b].window_scorer and topk[c].window_scorer)
+    return Compared(base, candidate, pairs)
+
