@@ -153,3 +153,39 @@ def test_commands_md_describes_every_command() -> None:
     text = (ROOT / "docs" / "commands.md").read_text()
     assert len(commands()) >= 11
     assert [c for c in commands() if f"| `qsa {c}" not in text] == []
+
+
+RESULTS = "docs/results/h200-2026-11-30"
+SHIPPED_RUNS = (  # what the README shows of the shipped H200 records, as qsa prints it into a pipe
+    ("report", f"{RESULTS}/scores-420000-4.json"),
+    ("report", f"{RESULTS}/topk-524288-8.json"),
+    ("gate", "--baseline", f"{RESULTS}/ci.json", "--results", f"{RESULTS}/ci-2.json"),
+    ("gate", "--baseline", f"{RESULTS}/ci-slowed.json", "--results", f"{RESULTS}/ci.json"),
+)
+
+
+@cache
+def shipped_output(argv: tuple[str, ...]) -> str:
+    env = {**os.environ, "COLUMNS": "80"}
+    res = subprocess.run([sys.executable, "-m", "qsa_cli", *argv], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert res.returncode in (0, 1), res.stderr
+    return res.stdout + res.stderr
+
+
+def _readme_blocks_of_records() -> list[str]:
+    """The README's code blocks of output from a shipped record: those that are no shell lines and no run of
+    this machine's (a run's own first line, or the self-test's summary)."""
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)
+    return [b for b in blocks if not b.startswith(("$ ", "qsa selftest", "python3 "))]
+
+
+def test_the_readme_shows_the_shipped_records_as_qsa_prints_them() -> None:
+    blocks = _readme_blocks_of_records()
+    assert len(blocks) == len(SHIPPED_RUNS)
+    for block, argv in zip(blocks, SHIPPED_RUNS):
+        printed = shipped_output(argv)
+        at = 0
+        for part in re.split(r"^\.\.\.\n", block, flags=re.M):  # "..." marks lines left out
+            found = printed.find(part, at)
+            assert found >= 0, f"qsa {' '.join(argv)} no longer prints, where the README shows it:\n{part}"
+            at = found + len(part)
