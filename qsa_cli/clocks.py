@@ -66,7 +66,7 @@ class ClockReading:
 
 
 def _pynvml() -> Any:
-    import pynvml
+    import pynvml  # only when a run opens a device: the CPU backend and the renderers never load NVML
 
     return pynvml
 

@@ -6,6 +6,9 @@ import platform
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy
+
+from . import __version__
 from .core.errors import NoDeviceError
 
 
@@ -64,10 +67,6 @@ def require(device_id: int = 0) -> DeviceProbe:
 def environment(switches: dict[str, str]) -> dict[str, Any]:
     """Versions, the host, and the switches set for this run (session.read_switches: they change what runs,
     never the bits)."""
-    import numpy
-
-    from . import __version__
-
     return {"python": platform.python_version(), "numpy": numpy.__version__, "qsa": __version__,
             "host": platform.node(), "switches": switches}
 

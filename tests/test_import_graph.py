@@ -110,7 +110,7 @@ def circles() -> list[list[str]]:
 def test_the_graph_is_read_from_every_module() -> None:
     assert {"qsa_cli.cli", "qsa_cli.output.rows", "qsa_cli.record.load", "qsa_cli.stages.topk"} <= set(MODULES)
     assert "qsa_cli.record.schema" in imports("qsa_cli.output.rows")
-    assert "qsa_cli.runs.stages" in imports("qsa_cli.cli")  # inside the commands' functions: read too
+    assert "qsa_cli.runs.stages" in imports("qsa_cli.commands.select_bench")
     assert _is_runner("qsa_cli.stages.topk") and _is_runner("qsa_cli.runs") and not _is_runner("qsa_cli.output.gate")
 
 
@@ -126,3 +126,34 @@ def test_no_modules_import_each_other_in_a_circle() -> None:
 
 def test_output_and_record_are_in_no_circle() -> None:
     assert [c for c in circles() if any(m.split(".")[1] in READERS for m in c)] == []
+
+
+
+@pytest.mark.parametrize("command", ["qsa_cli.commands.report", "qsa_cli.commands.plot"])
+def test_a_command_that_reads_records_loads_no_runner(command: str) -> None:
+    runners = sorted(m for m in loaded(command) if _is_runner(m))
+    assert not runners, f"{command} loads {', '.join(runners)}"
+
+OPTIONAL_HEAVY = ("cupy", "matplotlib", "pynvml")  # imported where used: everything else runs without them
+
+
+def _function_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import inside a function of ``path`` (a relative one with its dots)."""
+    found = []
+    for fn in ast.walk(ast.parse(path.read_text())):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    found += [(node.lineno, alias.name) for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    found.append((node.lineno, "." * node.level + (node.module or "")))
+    return found
+
+
+def test_a_function_imports_only_an_optional_heavy_dependency() -> None:
+    """No import circle or start-up cost needs a function-local import (cli.py loads a command's module only
+    when it runs): the rest are at module level."""
+    local = [f"{name}:{line} imports {module}" for name, path in sorted(MODULES.items())
+             for line, module in _function_imports(path) if module.split(".")[0] not in OPTIONAL_HEAVY]
+    assert local == []
+    assert ("qsa_cli.device", "cupy") in {(n, m) for n, p in MODULES.items() for _, m in _function_imports(p)}

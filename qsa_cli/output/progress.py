@@ -14,6 +14,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as Bar
+
 from ..core.progress import Progress, no_progress
 
 QUIET_FOR_S = 2.0  # a run shorter than this shows no plain progress lines
@@ -44,10 +48,6 @@ class PlainProgress:
 
 @contextlib.contextmanager
 def _bar(stream: TextIO) -> Iterator[Progress]:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-    from rich.progress import Progress as Bar
-
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
     with Bar(*columns, console=Console(file=stream), transient=True) as bar:

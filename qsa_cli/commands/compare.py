@@ -1,0 +1,57 @@
+"""``qsa compare``: two sides (engine checkouts, kernel folders or revisions of either) on the same inputs
+in one run, judged by the gate's rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..config import config_path, load_config
+from ..output import compare
+from ..output.printed import of_compare
+from ..runs.compare import compare_run
+from ..sides import SIDE_NAMES, SideSpec
+from .exit_status import UsageProblem
+from .finish import chosen_format, finish
+from .measuring import open_session
+from .positional import POSITIONAL_NEGATIVES, decode_call
+from .run_options import RUN_OPTIONS
+
+
+@click.command("compare", context_settings=POSITIONAL_NEGATIVES)
+@click.argument("base_side", metavar="BASE")
+@click.argument("candidate_side", metavar="CANDIDATE")
+@click.argument("args", nargs=-1, metavar="(CTX Q ITERS CAP | --config C)")
+@click.option("--config", "config_name", metavar="CONFIG", help="Run the cases of a YAML sweep instead of one call.")
+@click.option("--tolerance", type=click.FloatRange(0, 1, max_open=True), default=0.05, show_default=True,
+              help="A candidate median slower than the base's by more than this (and outside both spreads) is SLOW.")
+@RUN_OPTIONS
+def command(base_side: str, candidate_side: str, args: tuple[str, ...], config_name: str | None, tolerance: float,
+            **opts: Any) -> int:
+    """BASE against CANDIDATE on the same inputs in one run: the candidate's bits against the base's (the
+    change's promise), both against qsa's reference and the CPU model, and before / after times, FAST /
+    SLOW / SAME by the gate's rule. Exit 1 on any difference in bits or a SLOW row.
+
+    Each side is [NAME=]PATH[@REV]: an engine checkout, a folder of qsa's kernel sources (or a checkout of
+    qsa), or a git revision of either (checked out into a temporary worktree). A call CTX Q ITERS CAP
+    runs the scorer, the top-k on four score sets and the window; --config runs a sweep's cases.
+    """
+    fmt = chosen_format(opts)
+    if opts["backend"] != "gpu":
+        raise UsageProblem("compare runs the sides' kernels: it needs --backend gpu")
+    taken = [o for o in ("engines", "variants", "baseline", "candidate") if opts[o]]
+    if taken:
+        raise UsageProblem(f"compare takes its variants from BASE and CANDIDATE, not --{taken[0].rstrip('s')}")
+    sides = tuple(SideSpec.parse(text, name) for text, name in zip((base_side, candidate_side), SIDE_NAMES))
+    config = None
+    if config_name:
+        if args:
+            raise UsageProblem("--config takes no CTX Q ITERS CAP")
+        config = load_config(config_path(config_name))
+        call, iters = None, config.iterations
+    else:
+        call, iters = decode_call(args, "compare")
+    with open_session(opts, "compare", config, sides) as s:
+        compare_run(s, call, iters, config, tolerance)
+    return finish(of_compare(compare.judge(s.record), s.record), fmt, opts["json_path"])

@@ -1,0 +1,78 @@
+"""``qsa gate``: a run (or a saved record) against a baseline record, for CI."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from .. import session
+from ..config import config_path, load_config
+from ..core.files import atomic_write
+from ..output import gate
+from ..output.printed import of_gate
+from ..output.progress import progress_on
+from ..record.load import load_record
+from ..runs.sweep import sweep
+from .exit_status import UsageProblem
+from .finish import chosen_format, finish
+from .measuring import kept_if_interrupted
+from .options import DEVICE_OPTION, FORMAT_OPTIONS, OUTPUT, QUIET_OPTION, RECORD
+from .run_options import ENGINE_OPTION, KERNELS_OPTION
+
+
+@click.command("gate")
+@KERNELS_OPTION
+@ENGINE_OPTION
+@click.option("--baseline", "baseline_path", required=True, type=click.Path(dir_okay=False),
+              help="The baseline record.")
+@click.option("--results", "results_path", type=click.Path(dir_okay=False),
+              help="Compare this saved record instead of running the config.")
+@click.option("--config", "config_name", default="ci", show_default=True, help="The sweep to run when no --results.")
+@click.option("--tolerance", type=click.FloatRange(min=0), default=0.05, show_default=True,
+              help="A median slower than the baseline's by more than this (and outside both spreads) is SLOW.")
+@click.option("--force", is_flag=True, help="Compare with a baseline from another device (or, when it holds no output "
+              "hashes, other kernel sources).")
+@click.option("--allow-missing", is_flag=True,
+              help="A (case, variant) of the baseline that the run lacks is shown, not a failure.")
+@click.option("--allow-bit-changes", is_flag=True,
+              help="An output with other bits than the baseline's on the same inputs is shown, not a failure.")
+@click.option("--junit", "junit_path", type=OUTPUT, help="Write JUnit XML here.")
+@DEVICE_OPTION
+@click.option("--json", "json_path", type=RECORD,
+              help="Write the record of the run the gate makes (- for stdout; not with --results: that run is "
+                   "recorded).")
+@FORMAT_OPTIONS
+@QUIET_OPTION
+def command(baseline_path: str, results_path: str | None, config_name: str, tolerance: float, force: bool,
+            allow_missing: bool, allow_bit_changes: bool, junit_path: str | None, device_id: int,
+            json_path: str | None, engines: tuple[str, ...], **opts: Any) -> int:
+    """CI regression gate: parity must hold, thresholds too, and every timing of the baseline must be in
+    the run and not SLOW."""
+    fmt = chosen_format(opts)
+    if results_path and (json_path or engines):
+        raise UsageProblem(f"{'--json records' if json_path else '--engine adds variants to'} the run the gate makes; "
+                           "with --results it makes none")
+    baseline = load_record(baseline_path)
+    if results_path:
+        record = load_record(results_path)
+        gate.check_comparable(record, baseline, force)
+    else:
+        config = load_config(config_path(config_name))
+        settings = session.Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id,
+                                    engines=(*config.engines, *engines), kernels=opts["kernels"])
+        with (kept_if_interrupted(session.session(settings, "gate", sys.argv[1:]), json_path) as s,
+              progress_on(opts["quiet"]) as progress):
+            gate.check_comparable(s.record, baseline, force)  # refuse before measuring
+            sweep(s, config, progress=progress)
+            record = s.record
+    result = gate.compare(record, baseline, tolerance=tolerance, force=force, allow_missing=allow_missing,
+                          allow_bit_changes=allow_bit_changes)
+
+    def junit() -> None:
+        if junit_path:
+            with atomic_write(junit_path) as fh:
+                fh.write(gate.junit_xml(result))
+
+    return finish(of_gate(result, record, baseline), fmt, json_path, junit)
