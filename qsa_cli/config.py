@@ -32,12 +32,12 @@ import yaml
 
 from .catalog import STAGES, Catalog, qsa_catalog
 from .core.errors import ConfigError, GeometryError
-from .core.geometry import BLOCK_CELLS, Call, check_call, check_queries
+from .core.geometry import Call, check_call, check_capacity, check_queries
 from .dispatch import CALL_KINDS
 from .engine.kinds import engine_kinds
 from .inputs import SCORE_SETS
 from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
-from .timing import DEFAULT_WARMUP, L2_MODES
+from .timing import DEFAULT_WARMUP, L2_MODES, MAX_ITERATIONS, MAX_WARMUP
 
 SIZE_SUFFIXES = {"K": 1024, "M": 1024 * 1024}
 THRESHOLD_KEYS = {"scores": ("min_speedup", "max_floor_ratio"), "topk": ("min_speedup",)}
@@ -165,12 +165,14 @@ class _Reader:
             raise self.error(node, f"{what} must be a value or a list of values, not a mapping")
         return [node]
 
-    def integer(self, node: Any, what: str, minimum: int) -> int:
+    def integer(self, node: Any, what: str, minimum: int, maximum: int | None = None) -> int:
         v = self.value(node)
         if isinstance(v, bool) or not isinstance(v, int):
             raise self.error(node, f"{what} must be an integer (got {v!r})")
         if v < minimum:
             raise self.error(node, f"{what} must be >= {minimum} (got {v})")
+        if maximum is not None and v > maximum:
+            raise self.error(node, f"{what} must be <= {maximum} (got {v})")
         return v
 
     def number(self, node: Any, what: str) -> float:
@@ -200,6 +202,16 @@ class _Reader:
 # ---- loading ------------------------------------------------------------------------------------------
 
 
+def yaml_problem(source: str, exc: yaml.YAMLError) -> str:
+    """PyYAML's message of several lines (the problem, its context, each with a mark and an excerpt) as one:
+    ``FILE:LINE: not valid YAML (the problem)``."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    line = f":{mark.line + 1}" if mark else ""
+    what = (getattr(exc, "problem", None) or getattr(exc, "context", None) or getattr(exc, "reason", None)
+            or " ".join(str(exc).split()))
+    return f"{source}{line}: not valid YAML ({what})"
+
+
 def load_config(path: str | Path) -> SweepConfig:
     """Read and check a sweep file (a path, or the name of a shipped config such as ``sm75-decode``)."""
     path = config_path(path)
@@ -208,13 +220,11 @@ def load_config(path: str | Path) -> SweepConfig:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{source}: cannot read ({exc})") from None
-    loader = yaml.SafeLoader(text)
     try:
+        loader = yaml.SafeLoader(text)  # which refuses a control character at once
         root = loader.get_single_node()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{source}{line}: not valid YAML ({exc.problem or exc.context})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(yaml_problem(source, exc)) from None
     try:
         if root is None:
             raise ConfigError(f"{source}: empty file (a sweep needs at least stages, contexts, queries, capacity)")
@@ -249,8 +259,8 @@ def _parse(r: _Reader, root: Any) -> SweepConfig:
     return SweepConfig(
         source=r.source,
         description=str(r.value(top["description"])) if "description" in top else "",
-        iterations=setting("iterations", lambda n: r.integer(n, "iterations", 0)),
-        warmup=setting("warmup", lambda n: r.integer(n, "warmup", 0)),
+        iterations=setting("iterations", lambda n: r.integer(n, "iterations", 0, MAX_ITERATIONS)),
+        warmup=setting("warmup", lambda n: r.integer(n, "warmup", 0, MAX_WARMUP)),
         l2=setting("l2", lambda n: r.choice(n, "l2", L2_MODES)),
         seed=setting("seed", lambda n: r.integer(n, "seed", 0)),
         blocks=blocks,
@@ -301,8 +311,10 @@ def _block(r: _Reader, keys: dict[str, Any], where: Any) -> SweepBlock:
                                          "(give one capacity, or one per context)")
     capacities = tuple(r.size(n, "capacity") for n in capacity_nodes)
     for node, cap in zip(capacity_nodes, capacities):
-        if cap % BLOCK_CELLS:
-            raise r.error(node, f"capacity {cap} is not a multiple of {BLOCK_CELLS} cells (one block holds {BLOCK_CELLS})")
+        try:
+            check_capacity(cap)
+        except GeometryError as exc:
+            raise r.error(node, str(exc)) from None
     query_nodes = r.items(keys["queries"], "queries")
     queries = tuple(r.integer(n, "queries", 1) for n in query_nodes)
 

@@ -35,7 +35,11 @@ class Named(Protocol):
 
 def read_switches(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The switches set in ``env`` (the process's): read once, where a run begins (session.py, a child
-    process), recorded, and passed down from there."""
+    process), recorded, and passed down from there. Each is checked against its domain (0 or 1, spec
+    section 4) whether or not it decides anything in the run, so that a record never lists a value the
+    harness did not understand: a SwitchError before anything runs."""
+    for name in SWITCHES:
+        _switch(env, name)
     return {k: env[k] for k in SWITCHES if k in env}
 
 
@@ -126,4 +130,4 @@ def dispatch(catalog: Named, cc: int, kind: str, env: Mapping[str, str],
 def programmatic_launches(compute_capability: int, env: Mapping[str, str]) -> bool:
     """Whether the split's launches 2-6 are programmatic dependent launches: on sm_90 and newer, unless
     ``QSA_PDL=0``. Their bits cannot differ (the kernels wait before touching their call's scratch)."""
-    return compute_capability >= PDL_MIN_CC and env.get(ENV_PDL, "1") != "0"
+    return compute_capability >= PDL_MIN_CC and _switch(env, ENV_PDL) is not False

@@ -10,6 +10,7 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -373,14 +374,48 @@ _SCORER_ARRAYS = {"pooled": np.float32, "dead": np.float32, "q": np.float32, "st
 _TOPK_ARRAYS = {"scores": np.float32, "steps": np.int32}
 
 
+NPY_MAGIC = b"\x93NUMPY"  # the first bytes of a .npy file (numpy.lib.format.MAGIC_PREFIX)
+
+
+def _not_npz(path: Path) -> str | None:
+    """Why ``path`` is not an .npz archive at all (None when it is a zip archive)."""
+    with open(path, "rb") as fh:
+        head = fh.read(len(NPY_MAGIC))
+    if not head:
+        return "an empty file"
+    if zipfile.is_zipfile(path):
+        return None
+    if head == NPY_MAGIC:
+        return "a single .npy array; an .npz holds named arrays, as numpy.savez writes them"
+    return "not a zip archive of .npy arrays, as numpy.savez writes them"
+
+
+def _member(path: Path, npz: Any, name: str) -> np.ndarray:
+    """One array of an open .npz archive."""
+    try:
+        value = npz[name]
+    except ValueError as exc:
+        # numpy's words for an object array advise allow_pickle, which qsa never uses
+        what = "holds Python objects (an object array)" if "allow_pickle" in str(exc) else f"cannot be read ({exc})"
+        raise InputError(f"{path}: not a readable .npz file (array {name!r} {what})") from None
+    if not isinstance(value, np.ndarray):  # numpy hands over a member that is not a .npy file as its bytes
+        raise InputError(f"{path}: not a readable .npz file (member {name!r} is not a .npy array)")
+    return value
+
+
 def _read_npz(path: Path, expected: dict[str, type]) -> dict[str, np.ndarray]:
     try:
+        why = _not_npz(path)
+        if why is not None:
+            raise InputError(f"{path}: not a readable .npz file ({why})")
         with np.load(path, allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
+            arrays = {name: _member(path, npz, name) for name in npz.files}
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
+    except InputError:
+        raise
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise InputError(f"{path}: not a readable .npz file ({exc})") from None
+        raise InputError(f"{path}: not a readable .npz file ({' '.join(str(exc).split())})") from None
     missing = [n for n in expected if n not in arrays]
     if missing:
         raise InputError(f"{path}: missing array(s) {', '.join(missing)} (has {', '.join(sorted(arrays)) or 'none'})")

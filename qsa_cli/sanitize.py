@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from .config import SweepCase
+from .config import SweepCase, yaml_problem
 from .core.errors import SanitizerError
 from .core.geometry import MAX_QUERIES
 from .kernels import ENV_LINEINFO
@@ -116,8 +116,10 @@ def load_known(path: str | os.PathLike[str]) -> list[KnownHazard]:
         data = yaml.safe_load(Path(path).read_text())
     except OSError as exc:
         raise SanitizerError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise SanitizerError(f"{path}: cannot read ({exc})") from None
     except yaml.YAMLError as exc:
-        raise SanitizerError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+        raise SanitizerError(yaml_problem(str(path), exc)) from None
     if data is None:
         return []
     if not isinstance(data, list):

@@ -18,6 +18,11 @@ from .kernels import load
 
 L2_MODES = ("cold", "warm")
 DEFAULT_WARMUP = 5
+# The most timed samples (ITERS, a sweep's iterations) and untimed runs (--warmup, a sweep's warmup) a case
+# takes, on the command line and in a YAML alike: past 10,000 samples a median gains nothing the clocks'
+# drift does not swamp, and a larger number is a typo that would run for hours and fill the record.
+MAX_ITERATIONS = 10_000
+MAX_WARMUP = 10_000
 _BATCH = 32  # samples queued behind one hold of the stream
 _HOLD_NS_PER_SAMPLE = 60_000  # host time to enqueue a sample (events, flush and up to 6 launches), generously
 _FLOOR_THREADS = 256

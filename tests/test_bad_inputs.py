@@ -8,7 +8,9 @@ exist); the command runs in that folder.
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -70,6 +72,20 @@ def _truncated(write: Callable[[Path], None]) -> Callable[[Path], None]:
     return cut
 
 
+def _zip(members: dict[str, bytes | None]) -> Callable[[Path], None]:
+    """A zip archive of these members (None: the top-k array of that name, as numpy.savez writes it)."""
+    def write(path: Path) -> None:
+        arrays = _topk_arrays()
+        with zipfile.ZipFile(path, "w") as z:
+            for name, data in members.items():
+                if data is None:
+                    buffer = io.BytesIO()
+                    np.save(buffer, arrays[name.removesuffix(".npy")])
+                    data = buffer.getvalue()
+                z.writestr(name, data)
+    return write
+
+
 def _set(changes: dict[str, object]) -> Callable[[dict], None]:
     return lambda a: a.update(changes)
 
@@ -91,6 +107,7 @@ def _steps(change: Callable[[np.ndarray], object]) -> Callable[[dict], None]:
 FILES: dict[str, Callable[[Path], None]] = {
     # records
     "good.json": _record(),
+    "good-copy.json": _record(),
     "other-card.json": _record(lambda d: d["device"].update(name="NVIDIA H200")),
     "incomplete.json": _record(lambda d: d.update(incomplete=True)),
     "parity-only.json": _record(lambda d: d.update(measurements=[])),
@@ -135,6 +152,12 @@ FILES: dict[str, Callable[[Path], None]] = {
     "prompt-scores.yaml": _sweep("kind: prompt\n"),
     "matrix-number.yaml": _sweep("matrix: 5\n"),
     "binary.yaml": lambda path: path.write_bytes(b"stages: \xff\xfe\n"),
+    "control-character.yaml": _sweep("description: a bell \x07\n"),
+    "huge-iterations.yaml": _sweep("iterations: 100000000000\n"),
+    "huge-warmup.yaml": _sweep("warmup: 100000000000\n"),
+    "negative-seed.yaml": _sweep("seed: -1\n"),
+    "known-not-yaml.yaml": _text("- variant: cluster\n  tool: racecheck: memcheck\n"),
+    "known-unclosed.yaml": _text("- {variant: cluster, tool: racecheck\n"),
     "topk-only.yaml": _sweep("stages: [topk]\n"),
     "engine-list.yaml": _sweep("engine: [../strata]\n"),
     "engine-name.yaml": _sweep("engine:\n  base.pr: ../strata\n"),
@@ -145,6 +168,10 @@ FILES: dict[str, Callable[[Path], None]] = {
     "scorer.npz": _npz(_scorer_arrays),
     "topk.npz": _npz(_topk_arrays),
     "text.npz": _text("not a zip\n"),
+    "npy-renamed.npz": lambda path: np.save(open(path, "wb"), _topk_arrays()["scores"]),
+    "empty-file.npz": _text(""),
+    "zip-of-text.npz": _zip({"scores.npy": None, "steps": b"not an array\n"}),
+    "bad-header.npz": _zip({"scores.npy": b"\x93NUMPY\x01\x00garbage", "steps.npy": None}),
     "truncated.npz": _truncated(_npz(_topk_arrays)),
     "empty.npz": _npz(dict),
     "no-steps.npz": _npz(_topk_arrays, lambda a: a.pop("steps")),
@@ -257,10 +284,14 @@ BAD: list[tuple[tuple[str, ...], str]] = [
         ("prompt-scores.yaml", "a prompt call is a top-k case only"),
         ("matrix-number.yaml", "a matrix entry must be a mapping"),
         ("binary.yaml", "binary.yaml: cannot read"),
+        ("control-character.yaml", "control-character.yaml: not valid YAML (special characters are not allowed)"),
+        ("huge-iterations.yaml", "huge-iterations.yaml:5: iterations must be <= 10000 (got 100000000000)"),
+        ("huge-warmup.yaml", "huge-warmup.yaml:6: warmup must be <= 10000 (got 100000000000)"),
+        ("negative-seed.yaml", "negative-seed.yaml:6: seed must be >= 0 (got -1)"),
     ]),
     # bad input files
     *((("topk-parity", "--inputs", f"@{name}", "--iters", "1", *CPU), message) for name, message in [
-        ("text.npz", "not a readable .npz file"),
+        ("text.npz", "not a readable .npz file (not a zip archive of .npy arrays"),
         ("truncated.npz", "not a readable .npz file"),
         ("empty.npz", "missing array(s) scores, steps (has none)"),
         ("no-steps.npz", "missing array(s) steps"),
@@ -271,7 +302,11 @@ BAD: list[tuple[tuple[str, ...], str]] = [
         ("steps-n_kv.npz", "breaks n_kv == pos + 1"),
         ("steps-past-capacity.npz", "breaks n_bid < max_blocks - 1"),
         ("steps-other-rows.npz", "array 'steps' must have shape [2, 4] (got [1, 4])"),
-        ("object-array.npz", "not a readable .npz file"),
+        ("object-array.npz", "not a readable .npz file (array 'scores' holds Python objects (an object array))"),
+        ("npy-renamed.npz", "not a readable .npz file (a single .npy array; an .npz holds named arrays"),
+        ("empty-file.npz", "not a readable .npz file (an empty file)"),
+        ("zip-of-text.npz", "not a readable .npz file (member 'steps' is not a .npy array)"),
+        ("bad-header.npz", "not a readable .npz file (array 'scores' cannot be read"),
         ("scorer.npz", "missing array(s) scores (has dead, pooled, q, steps)"),
         ("dir", "Invalid value for '--inputs': File 'dir' is a directory"),
     ]),
@@ -283,6 +318,8 @@ BAD: list[tuple[tuple[str, ...], str]] = [
         ("dead-int32.npz", "array 'dead' must be float32"),
         ("nine-queries.npz", "a decode call has at most 8 queries"),
         ("topk.npz", "missing array(s) pooled, dead, q"),
+        ("npy-renamed.npz", "npy-renamed.npz: not a readable .npz file (a single .npy array"),
+        ("text.npz", "text.npz: not a readable .npz file (not a zip archive"),
     ]),
     # output paths: refused before anything runs
     (("select-bench", *SMALL, *CPU, "--json", "%missing/run.json"), "--json missing/run.json: no such folder missing"),
@@ -334,13 +371,54 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("sanitize", "--known", "%none.yaml"), "none.yaml: cannot read"),
     (("sanitize", "--known", "@known-no-reason.yaml"), "entry 0: needs exactly variant, tool, match and reason"),
     (("sanitize", "--known", "@known-mapping.yaml"), "a list of known hazards expected"),
+    (("sanitize", "--known", "@known-not-yaml.yaml"), "known-not-yaml.yaml:2: not valid YAML (mapping values are not "
+                                                       "allowed here)"),
+    (("sanitize", "--known", "@known-unclosed.yaml"), "known-unclosed.yaml:2: not valid YAML (expected ',' or '}'"),
+    (("sanitize", "--known", "@binary.yaml"), "binary.yaml: cannot read ('utf-8' codec can't decode"),
+    # a capacity is whole blocks, and ITERS and the warm-up are bounded, as in a sweep file
+    (("select-bench", "100", "2", "1", "102", *CPU), "capacity 102 is not a multiple of 4 cells (one block holds 4)"),
+    (("topk-parity", "100", "2", "1", "32767", "0", *CPU), "capacity 32767 is not a multiple of 4 cells"),
+    (("window-bench", "100", "2", "1", "102"), "capacity 102 is not a multiple of 4 cells"),
+    (("compare", "%a", "%b", "100", "2", "1", "102"), "capacity 102 is not a multiple of 4 cells"),
+    (("select-bench", "100", "2", "10001", "100", *CPU), "ITERS must be <= 10000 (got 10001)"),
+    (("topk-parity", "--inputs", "@topk.npz", "--iters", "100000000000", *CPU), "ITERS must be <= 10000"),
+    (("compare", "%a", "%b", "100", "2", "10001", "100"), "ITERS must be <= 10000 (got 10001)"),
+    (("select-bench", *SMALL, *CPU, "--warmup", "1000000000000"), "Invalid value for '--warmup': 1000000000000 is "
+                                                                  "not in the range 0<=x<=10000"),
+    (("sweep", "@topk-only.yaml", *CPU, "--warmup", "10001"), "Invalid value for '--warmup'"),
+    # a seed numpy cannot take, named by its option
+    (("select-bench", *SMALL, *CPU, "--seed", "-1"), "Invalid value for '--seed': -1 is not in the range x>=0"),
+    (("topk-parity", *SMALL, *CPU, "--seed", "-1"), "Invalid value for '--seed'"),
+    (("selftest", "--seed", "-1"), "Invalid value for '--seed'"),
+    (("sanitize", "--seed", "-1"), "Invalid value for '--seed'"),
+    # the switches of the environment, each in its domain, whether or not it decides anything in the run
+    (("STRATA_SCORES_HALVE=banana", "select-bench", *SMALL, *CPU), "STRATA_SCORES_HALVE must be 0 or 1 (got 'banana')"),
+    (("QSA_PDL=banana", "select-bench", *SMALL, *CPU), "QSA_PDL must be 0 or 1 (got 'banana')"),
+    (("QSA_PDL=2", "topk-parity", *SMALL, *CPU), "QSA_PDL must be 0 or 1 (got '2')"),
+    (("STRATA_TOPK_SPLIT=7", "select-bench", *SMALL, *CPU), "STRATA_TOPK_SPLIT must be 0 or 1 (got '7')"),
+    (("STRATA_TOPK_SPLIT=yes", "sweep", "@topk-only.yaml", *CPU), "STRATA_TOPK_SPLIT must be 0 or 1 (got 'yes')"),
+    (("STRATA_SCORES_HALVE=2", "selftest"), "STRATA_SCORES_HALVE must be 0 or 1 (got '2')"),
+    # report --merge: each (case, variant) from one file, never twice
+    (("report", "--merge", "@good.json", "@good.json"), "cannot merge: multi on scores ctx=32768 nq=1 "
+                                                        "capacity=524288 kind=decode l2=cold twice (good.json is given twice)"),
+    (("report", "--merge", "@good.json", "@good-copy.json"), "(good.json and good-copy.json both hold it)"),
+    (("report", "--merge", "@parity-only.json", "@parity-only.json"), "(parity-only.json is given twice)"),
 ]
+
+
+def _command(args: tuple[str, ...]) -> tuple[str, ...]:
+    """A row's command line less the ``NAME=VALUE`` environment settings that lead it, as in a shell."""
+    return args[next(i for i, arg in enumerate(args) if "=" not in arg or not arg[:1].isupper()):]
+
+
+def _environment(args: tuple[str, ...]) -> dict[str, str]:
+    return dict(arg.split("=", 1) for arg in args[:len(args) - len(_command(args))])
 
 
 def _argv(args: tuple[str, ...], folder: Path) -> list[str]:
     """The command line with its files made: ``@name`` (a FILES entry, possibly with a path under it)."""
     out = []
-    for arg in args:
+    for arg in _command(args):
         if arg.startswith("@"):
             name = arg[1:].split("/")[0]
             if not (folder / name).exists():
@@ -359,14 +437,16 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, bytes | None]]:
 
 
 def test_the_table_is_long_enough() -> None:
-    assert len(BAD) >= 60 and len({args for args, _ in BAD}) == len(BAD)
-    assert {args[0] for args, _ in BAD} >= {"select-bench", "topk-parity", "selftest", "sweep", "window-bench", "gate",
-                                            "report", "plot", "info", "sanitize", "compare"}
+    assert len(BAD) >= 120 and len({args for args, _ in BAD}) == len(BAD)
+    assert {_command(args)[0] for args, _ in BAD} >= {"select-bench", "topk-parity", "selftest", "sweep", "window-bench",
+                                                     "gate", "report", "plot", "info", "sanitize", "compare"}
 
 
 @pytest.mark.parametrize(("args", "message"), BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch, args, message) -> None:
     monkeypatch.chdir(tmp_path)
+    for name, value in _environment(args).items():
+        monkeypatch.setenv(name, value)
     argv = _argv(args, tmp_path)
     before = _snapshot(tmp_path)
     with pytest.raises(SystemExit) as ended:
@@ -376,6 +456,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch, args, m
     assert ended.value.code == 2, (out, err)
     assert err.startswith("qsa: error: ") and err.count("\n") == 1 and err.endswith("\n"), err
     assert message in err, err
+    assert "allow_pickle" not in err  # numpy's advice, for a file qsa must never unpickle
     assert out == ""
     assert _snapshot(tmp_path) == before
 

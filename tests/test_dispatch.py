@@ -7,11 +7,16 @@ import itertools
 import pytest
 
 from qsa_cli.catalog import qsa_catalog
+from qsa_cli.core.errors import SwitchError
 from qsa_cli.dispatch import (
+    ENV_PDL,
     ENV_SCORES_HALVE,
     ENV_TOPK_SPLIT,
+    SWITCHES,
     Dispatch,
     dispatch,
+    programmatic_launches,
+    read_switches,
 )
 
 QSA = qsa_catalog()
@@ -93,6 +98,25 @@ def test_invalid_switch_values(name: str, value: str, kind: str) -> None:
         with pytest.raises(ValueError, match=name) as err:
             dispatch(QSA, cc, kind, {name: value})
         assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", SWITCHES)
+@pytest.mark.parametrize("value", ["banana", "2", " 0", "true"])
+def test_every_switch_a_record_lists_is_checked(name: str, value: str) -> None:
+    """What the record's environment.switches lists: each in its domain, QSA_PDL's too (which decides
+    only on sm_90+, where the split top-k runs)."""
+    env = {ENV_SCORES_HALVE: "0", ENV_TOPK_SPLIT: "", "PATH": "/usr/bin"}
+    assert read_switches(env) == {ENV_SCORES_HALVE: "0", ENV_TOPK_SPLIT: ""}
+    with pytest.raises(SwitchError, match=f"^{name} must be 0 or 1 \\(got {value!r}\\)$"):
+        read_switches({**env, name: value})
+
+
+def test_pdl_is_on_unless_it_is_switched_off() -> None:
+    assert [programmatic_launches(90, env) for env in ({}, {ENV_PDL: ""}, {ENV_PDL: "1"}, {ENV_PDL: "0"})] == [
+        True, True, True, False]
+    assert not programmatic_launches(89, {})
+    with pytest.raises(SwitchError, match="QSA_PDL must be 0 or 1"):
+        programmatic_launches(90, {ENV_PDL: "banana"})
 
 
 @pytest.mark.parametrize("cc", [7, 0, -75, 7.5, "75", True, 1000])

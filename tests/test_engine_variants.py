@@ -14,7 +14,7 @@ from qsa_cli.catalog import QSA_VARIANTS, STAGES, Catalog, Variant, qsa_catalog
 from qsa_cli.cli import main
 from qsa_cli.config import ConfigError, load_config
 from qsa_cli.core.errors import EngineError
-from qsa_cli.engine.attach import engine_variant
+from qsa_cli.engine.attach import attached, engine_variant
 from qsa_cli.engine.kinds import ENGINE_KINDS
 from qsa_cli.engine.launch import ENGINE_SHAPES
 from qsa_cli.engine.switches import parse_switched
@@ -68,6 +68,20 @@ def test_switches_are_parsed_sorted_and_checked() -> None:
         parse_switched("b.topk[STRATA_FAST=1]")
     with pytest.raises(EngineError, match="'STRATA_TOPK_OLD' is not a switch K=V"):
         parse_switched("b.topk[STRATA_TOPK_OLD]")
+    with pytest.raises(EngineError, match=r"^variant 'b.topk\[STRATA_TOPK_OLD=2\]': STRATA_TOPK_OLD must be 0 or 1 "
+                                          r"\(got '2'\)$"):
+        parse_switched("b.topk[STRATA_TOPK_OLD=2]")
+    with pytest.raises(EngineError, match="STRATA_EMULATE_CC must be a compute capability such as 86 .got 'sm_86'."):
+        parse_switched("b.topk[STRATA_EMULATE_CC=sm_86]")
+
+
+@pytest.mark.parametrize(("name", "value"), [("STRATA_QSA_CLUSTER", "banana"), ("STRATA_SCORES_RS", "2"),
+                                             ("STRATA_EMULATE_CC", "eighty-six")])
+def test_the_engines_switches_in_the_environment_are_checked_before_a_checkout_is_opened(name, value) -> None:
+    """The engine reads them in this process; a value outside its domain would run the engine's reading of it."""
+    with pytest.raises(EngineError, match=f"^{name} must be"):
+        with attached(("no/such/checkout",), 90, env={name: value}):
+            pytest.fail("attached")
 
 
 def test_a_sweep_names_its_checkouts_relative_to_its_folder(tmp_path: Path) -> None:

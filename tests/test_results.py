@@ -227,15 +227,31 @@ def test_a_failed_selftest_check_fails_the_record_and_a_skipped_one_does_not(rng
 
 def test_merge_records(rng):
     a, b = _record(rng), _record(rng)
-    b.measurements[0].case = {**b.measurements[0].case, "ctx": 131072}
+    for row in (*b.measurements, *b.parity):
+        row.case = {**row.case, "ctx": 131072}
     b.kernel_source_hash = "f" * 64
-    merged = merge_records([a, b])
+    merged = merge_records([("a.json", a), ("b.json", b)])
     assert len(merged.measurements) == 2 and len(merged.parity) == 2
     assert "merged from 2 runs" in merged.notes[0] and "kernel sources differ" in merged.notes[1]
     other = _record(rng)
     other.device = {"name": "Another GPU", "compute_capability": "8.0"}
-    with pytest.raises(InputError, match="cannot merge"):
-        merge_records([a, other])
+    with pytest.raises(InputError, match="cannot merge runs of"):
+        merge_records([("a.json", a), ("other.json", other)])
+
+
+def test_a_merge_of_two_runs_holding_one_case_and_variant_is_refused(rng):
+    """Which run's numbers the table showed would depend on the order of the files; a file given twice
+    would count its checks twice."""
+    a, b = _record(rng), _record(rng)
+    with pytest.raises(InputError) as refused:
+        merge_records([("a.json", a), ("b.json", b)])
+    assert str(refused.value) == ("cannot merge: halve on scores ctx=9000 nq=4 capacity=9000 kind=decode l2=cold "
+                                  "twice (a.json and b.json both hold it); give each (case, variant) once")
+    b.measurements = []  # its parity row alone is a second (case, variant) too
+    with pytest.raises(InputError, match="a.json and b.json both hold it"):
+        merge_records([("a.json", a), ("b.json", b)])
+    with pytest.raises(InputError, match=r"\(a.json is given twice\)"):
+        merge_records([("a.json", a), ("a.json", a)])
 
 
 @pytest.mark.parametrize("argv", [

@@ -43,6 +43,10 @@ DEVICE_OPTION = click.option("--device", "device_id", type=click.IntRange(min=0)
 
 QUIET_OPTION = click.option("--quiet", is_flag=True, help="No progress on stderr.")
 
+# numpy seeds its generators with non-negative integers only, as a sweep's ``seed`` is
+SEED_OPTION = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                           help="Seed of the synthetic inputs.")
+
 
 def with_options(options: list[Decorator]) -> Decorator:
     """The decorators of ``options`` as one, in the order given (the first listed first in the help)."""

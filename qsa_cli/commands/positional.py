@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..core.geometry import Call, check_queries
+from ..core.geometry import Call, check_capacity, check_queries
+from ..timing import MAX_ITERATIONS
 from .exit_status import UsageProblem
 
 DEFAULT_ITERS = 50  # ITERS of a call whose inputs come from a file (--iters)
@@ -32,6 +33,7 @@ def decode_call(args: tuple[str, ...], command: str) -> tuple[Call, int]:
         raise UsageProblem(f"{command} takes CTX Q ITERS CAP (got {len(args)} argument(s))")
     ctx, nq, iters, cap = ints
     call = Call(ctx, nq, cap)
+    check_capacity(cap)
     check_queries(nq, prompt=False)
     check_iters(iters)
     return call, iters
@@ -40,3 +42,5 @@ def decode_call(args: tuple[str, ...], command: str) -> tuple[Call, int]:
 def check_iters(iters: int) -> None:
     if iters <= 0:
         raise UsageProblem(f"ITERS must be > 0 (got {iters})")
+    if iters > MAX_ITERATIONS:
+        raise UsageProblem(f"ITERS must be <= {MAX_ITERATIONS} (got {iters})")

@@ -21,6 +21,6 @@ def command(paths: tuple[str, ...], merge: bool, **opts: Any) -> int:
     """Re-render saved result records (a qsa compare run's with its before / after table first)."""
     fmt = chosen_format(opts)
     records = [load_record(path) for path in paths]
-    named = [("merged", merge_records(records))] if merge else list(zip(paths, records))
+    named = [("merged", merge_records(list(zip(paths, records))))] if merge else list(zip(paths, records))
     judged = [(name, r, compare.judge(r) if "compare" in r.settings else None) for name, r in named]
     return finish(of_saved(judged), fmt)

@@ -12,9 +12,9 @@ from ..catalog import check_kernels
 from ..core.errors import EngineError, KernelError
 from ..engine.checkout import parse_engine_spec
 from ..record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
-from ..timing import DEFAULT_WARMUP
+from ..timing import DEFAULT_WARMUP, MAX_WARMUP
 from .exit_status import UsageProblem
-from .options import DEVICE_OPTION, FORMAT_OPTION_LIST, QUIET_OPTION, RECORD, with_options
+from .options import DEVICE_OPTION, FORMAT_OPTION_LIST, QUIET_OPTION, RECORD, SEED_OPTION, with_options
 
 
 def _kernels_folder(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
@@ -68,9 +68,9 @@ RUN_OPTIONS = with_options([
                  help="gpu: the CUDA kernels; cpu: the exact CPU models of the same arithmetic."),
     click.option("--l2", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
                  help="cold: flush the L2 before every sample; warm: repeat on the same data."),
-    click.option("--warmup", type=click.IntRange(min=0), default=DEFAULT_WARMUP, show_default=True,
+    click.option("--warmup", type=click.IntRange(0, MAX_WARMUP), default=DEFAULT_WARMUP, show_default=True,
                  help="Untimed runs first."),
-    click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs."),
+    SEED_OPTION,
     click.option("--no-model", is_flag=True, help="Skip the check against the exact CPU model."),
     DEVICE_OPTION,
     click.option("--lock-clocks", "lock_spec", metavar="SM_MHZ[,MEM_MHZ]",

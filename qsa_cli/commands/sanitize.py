@@ -14,7 +14,7 @@ from ..runs.sanitizer import sanitize_run, sanitize_variants
 from ..sanitize import TOOLS, find_sanitizer, load_known
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish
-from .options import DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD
+from .options import DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD, SEED_OPTION
 from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
 
@@ -29,7 +29,7 @@ from .run_options import ENGINE_OPTION, KERNELS_OPTION
 @click.option("--known", "known_path", type=click.Path(dir_okay=False),
               help="A YAML list of known hazards (variant, tool, match, reason): listed, not failed.")
 @click.option("--jobs", type=click.IntRange(1, 64), default=4, show_default=True, help="Children at a time.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs.")
+@SEED_OPTION
 @DEVICE_OPTION
 @click.option("--json", "json_path", type=RECORD,
               help="Write the run's record (every row) to this file (- for stdout).")

@@ -11,7 +11,7 @@ from ..runs.selftest import selftest
 from ..session import Settings
 from .finish import chosen_format
 from .measuring import finish_selftest
-from .options import DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD
+from .options import DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD, SEED_OPTION
 from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
 
@@ -20,7 +20,7 @@ from .run_options import ENGINE_OPTION, KERNELS_OPTION
 @ENGINE_OPTION
 @click.option("--require-gpu", is_flag=True,
               help="A missing CUDA device is an error, exit 2 (default: skip the GPU checks).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@SEED_OPTION
 @DEVICE_OPTION
 @click.option("--json", "json_path", type=RECORD,
               help="Write the run's record (every check) to this file (- for stdout).")

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..core.geometry import Call, blocks_read, check_queries
+from ..core.geometry import Call, blocks_read, check_capacity, check_queries
 from ..inputs import load_topk_inputs, save_npz_atomic
 from ..output.progress import progress_on
 from ..runs.selftest import topk_selftest
@@ -66,6 +66,7 @@ def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iter
         if count not in (0, 1):
             raise UsageProblem(f"COUNT must be 0 (decode call) or 1 (prompt call with the count) (got {count})")
         call = Call(ctx, nq, cap, prompt=bool(count))
+        check_capacity(cap)
         check_queries(nq, prompt=bool(count))
         active = call.active_blocks
         sets = None

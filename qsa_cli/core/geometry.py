@@ -107,6 +107,13 @@ def check_call(ctx: int, nq: int, capacity: int) -> None:
         raise GeometryError(f"capacity must be <= {MAX_CAPACITY} cells (got {capacity})")
 
 
+def check_capacity(capacity: int) -> None:
+    """A capacity a user gives (CAP, a sweep's ``capacity``) is whole blocks: the kernels size a call by
+    ``capacity // 4 + 2`` blocks, so any other value would run, and be recorded, as the multiple of 4 below it."""
+    if capacity % BLOCK_CELLS:
+        raise GeometryError(f"capacity {capacity} is not a multiple of {BLOCK_CELLS} cells (one block holds {BLOCK_CELLS})")
+
+
 def check_queries(nq: int, prompt: bool) -> None:
     """A decode call is a verify window of 1-8 queries; a prompt call may have many."""
     limit = MAX_PROMPT_QUERIES if prompt else MAX_QUERIES

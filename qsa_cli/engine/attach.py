@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from ..catalog import Variant
 from ..core.errors import EngineError
 from .build import EngineBuild, build_engine
 from .checkout import EngineSpec, open_engine, parse_engine_spec
-from .domains import engine_variants
+from .domains import check_engine_environment, engine_variants
 from .kinds import ENGINE_KINDS, ENGINE_SCORER, EngineEntry
 from .launch import ENGINE_SHAPES
 from .library import EngineLibrary, load_engine
@@ -62,6 +63,7 @@ def attached(specs: tuple[str | EngineSpec, ...], compute_capability: int,
     """Each checkout of ``specs`` (``[NAME=]PATH[@REV]``) built for this card and loaded, with its variants
     that the checkout and the card run (under the switches of ``env``, default this process's), for the
     block's length (a ``PATH@REV`` checkout lives in a temporary worktree until then)."""
+    check_engine_environment(os.environ if env is None else env)
     parsed = [parse_engine_spec(spec) if isinstance(spec, str) else spec for spec in specs]
     names = [spec.name for spec in parsed]
     twice = next((n for n in names if names.count(n) > 1), None)

@@ -13,18 +13,36 @@ from .library import EngineLibrary
 
 ENV_EMULATE_CC = "STRATA_EMULATE_CC"
 ENV_CLUSTER = "STRATA_QSA_CLUSTER"
+# The engine's switches (docs/spec.md section 8), each read once per process: every one is 0 or 1 (or unset,
+# or empty) but STRATA_EMULATE_CC, a compute capability.
+ENGINE_SWITCHES = ("STRATA_SCORES_MULTI", "STRATA_SCORES_RS", "STRATA_TOPK_SPLIT", ENV_CLUSTER,
+                   "STRATA_TOPK_OLD", "STRATA_TOPK_WIDE", "STRATA_TOPK_ACTIVE_ANY", ENV_EMULATE_CC)
 SPLIT_MIN_CC, SPLIT_END_CC = 70, 90  # the split top-k: sm_70 to sm_89; the cluster's is geometry.CLUSTER_MIN_CC
 CLUSTER_MAX_QUERIES = 16
+
+
+def check_engine_switch(name: str, value: str) -> None:
+    """An EngineError when ``value`` is not in the domain of the engine's switch ``name``."""
+    if value == "":
+        return
+    if name == ENV_EMULATE_CC:
+        if not value.isdigit():
+            raise EngineError(f"{ENV_EMULATE_CC} must be a compute capability such as 86 (got {value!r})")
+    elif value not in ("0", "1"):
+        raise EngineError(f"{name} must be 0 or 1 (got {value!r})")
+
+
+def check_engine_environment(env: Mapping[str, str]) -> None:
+    """The engine's switches ``env`` sets (the engine reads this process's), each in its domain."""
+    for name in ENGINE_SWITCHES:
+        check_engine_switch(name, env.get(name, ""))
 
 
 def answered_cc(compute_capability: int, env: Mapping[str, str]) -> int:
     """The compute capability the engine's host side answers: ``STRATA_EMULATE_CC`` where it is set."""
     value = env.get(ENV_EMULATE_CC, "")
-    if value == "":
-        return compute_capability
-    if not value.isdigit():
-        raise EngineError(f"{ENV_EMULATE_CC} must be a compute capability such as 86 (got {value!r})")
-    return int(value)
+    check_engine_switch(ENV_EMULATE_CC, value)
+    return int(value) if value else compute_capability
 
 
 def variant_refusal(lib: EngineLibrary, variant: str, compute_capability: int,

@@ -10,13 +10,10 @@ from collections.abc import Iterable
 from ..catalog import Variant
 from ..core.errors import EngineError
 from .attach import engine_variant
-from .domains import ENV_EMULATE_CC, variant_refusal
+from .domains import ENGINE_SWITCHES, check_engine_switch, variant_refusal
 from .kinds import ENGINE_KINDS
 from .library import EngineLibrary
 
-# The engine's switches (docs/spec.md section 8), each read once per process.
-ENGINE_SWITCHES = ("STRATA_SCORES_MULTI", "STRATA_SCORES_RS", "STRATA_TOPK_SPLIT", "STRATA_QSA_CLUSTER",
-                   "STRATA_TOPK_OLD", "STRATA_TOPK_WIDE", "STRATA_TOPK_ACTIVE_ANY", ENV_EMULATE_CC)
 _SWITCHED = re.compile(r"^(?P<base>[^\[\]]+)\[(?P<switches>[^\[\]]*)\]$")
 
 
@@ -31,6 +28,10 @@ def parse_switched(name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
         if not eq or key not in ENGINE_SWITCHES:
             raise EngineError(f"variant {name!r}: {item.strip()!r} is not a switch K=V of the engine's "
                               f"({', '.join(ENGINE_SWITCHES)})")
+        try:
+            check_engine_switch(key, value.strip())
+        except EngineError as bad:
+            raise EngineError(f"variant {name!r}: {bad}") from None
         switches.append((key, value.strip()))
     return m["base"], tuple(sorted(switches))
 

@@ -113,29 +113,54 @@ def load_record(path: str | os.PathLike[str]) -> RunRecord:
         raise InputError(f"{path}: {exc}") from None
 
 
-def merge_records(records: list[RunRecord]) -> RunRecord:
-    """Many runs of one device as one record (e.g. a benchmark table built from one command per case).
+def _row_names(record: RunRecord) -> dict[tuple[str, str], str]:
+    """What each of a record's rows is about, as (case, variant) -> how a message names it: a measurement's
+    or parity row's variant, a sanitizer row's variant and tool, a selftest check."""
+    out: dict[tuple[str, str], str] = {}
+    for m in record.measurements:
+        out.setdefault((m.key, m.variant), f"{m.variant} on {m.key}")
+    for p in record.parity:
+        out.setdefault((p.key, p.subject), f"{p.subject} on {p.key}")
+    for s in record.sanitizer:
+        out.setdefault((s.key, f"{s.variant} {s.tool}"), f"{s.variant} under {s.tool} on {s.key}")
+    for c in record.checks:
+        out.setdefault(("selftest", c.check), f"the check {c.check!r}")
+    return out
 
-    Refuses runs of different devices or backends; runs of different kernel sources are merged with a
-    note naming each hash, since a table of them compares more than one version.
+
+def merge_records(named: list[tuple[str, RunRecord]]) -> RunRecord:
+    """Many runs of one device as one record (e.g. a benchmark table built from one command per case), each
+    given with its file's name.
+
+    Refuses runs of different devices or backends, and two runs that both hold a (case, variant): the merged
+    table would show one of them by the order of the files, or both counted twice (a file given twice).
+    Runs of different kernel sources are merged with a note naming each hash, since a table of them
+    compares more than one version.
     """
-    first = records[0]
-    for r in records[1:]:
+    first = named[0][1]
+    for _, r in named[1:]:
         if (r.backend, r.device.get("name"), r.device.get("compute_capability")) != (
                 first.backend, first.device.get("name"), first.device.get("compute_capability")):
             raise InputError(f"cannot merge runs of {first.device.get('name', first.backend)} and "
                              f"{r.device.get('name', r.backend)}")
+    held: dict[tuple[str, str], str] = {}  # (case, variant) -> the file that holds it
+    for path, r in named:
+        for row, what in _row_names(r).items():
+            if row in held:
+                files = f"{path} is given twice" if held[row] == path else f"{held[row]} and {path} both hold it"
+                raise InputError(f"cannot merge: {what} twice ({files}); give each (case, variant) once")
+            held[row] = path
     merged = RunRecord.from_dict(first.to_dict())
     merged.command, merged.argv = "report", []
-    merged.notes = [f"merged from {len(records)} runs, the first: `qsa {' '.join(first.argv)}`"]
-    hashes = sorted({r.kernel_source_hash for r in records})
+    merged.notes = [f"merged from {len(named)} runs, the first: `qsa {' '.join(first.argv)}`"]
+    hashes = sorted({r.kernel_source_hash for _, r in named})
     if len(hashes) > 1:
         merged.notes.append("kernel sources differ between the merged runs: " + ", ".join(h[:12] for h in hashes))
-    for r in records[1:]:
+    for _, r in named[1:]:
         merged.measurements += r.measurements
         merged.parity += r.parity
         merged.thresholds += r.thresholds
         merged.sanitizer += r.sanitizer
         merged.checks += r.checks
-    merged.created = max(r.created for r in records)
+    merged.created = max(r.created for _, r in named)
     return merged
