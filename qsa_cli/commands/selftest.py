@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from ..output.progress import progress_on
 from ..runs.selftest import selftest
 from ..session import Settings
 from .finish import chosen_format
@@ -32,5 +33,6 @@ def command(require_gpu: bool, seed: int, device_id: int, json_path: str | None,
     a device is found."""
     fmt = chosen_format(opts)
     settings = Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"])
-    record, rows = selftest(settings, require_gpu, sys.argv[1:])
+    with progress_on(opts["quiet"]) as progress:
+        record, rows = selftest(settings, require_gpu, sys.argv[1:], progress)
     return finish_selftest(record, rows, fmt, json_path)
