@@ -91,7 +91,7 @@ def test_a_keys_examples_load_and_its_bad_value_gets_the_quoted_error(key: str, 
         assert str(caught.value) == error
 
 
-def test_the_readme_links_the_page_where_it_names_qsa_sweep() -> None:
-    readme = (PAGE.parent.parent / "README.md").read_text()
-    (line,) = [line for line in readme.splitlines() if line.startswith("| `qsa sweep CONFIG`")]
-    assert "docs/configs.md" in line
+def test_the_commands_page_links_the_page_where_it_names_qsa_sweep() -> None:
+    commands = (PAGE.parent / "commands.md").read_text()
+    (line,) = [line for line in commands.splitlines() if line.startswith("| `qsa sweep CONFIG`")]
+    assert "(configs.md)" in line

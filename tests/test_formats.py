@@ -3,7 +3,9 @@ a reader that closes the pipe early, and the progress lines of a run in a log.""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import importlib
 import io
 import json
 import os
@@ -39,7 +41,8 @@ def test_csv_is_a_line_per_stage_case_and_variant(capsys, tmp_path) -> None:
     record = load_record(js)
     assert [(x["stage"], x["variant"]) for x in lines] == [("scores", m.variant) for m in record.measurements]
     assert [float(x["median_us"]) for x in lines] == [m.median_us for m in record.measurements]
-    assert all(x["checks"] == "PASS" and len(x["output_hash"]) == 64 for x in lines)
+    compared = {name: h for c in record.parity for name, h in c.hashes.items() if name not in ("inputs", "output")}
+    assert all(x["checks"] == "PASS" and x["hash"] == compared[x["variant"]] for x in lines)  # the scores' hash
 
 
 def test_json_is_the_record_itself(capsys, tmp_path) -> None:
@@ -194,3 +197,26 @@ def test_a_sweep_longer_than_a_couple_of_seconds_reports_its_cases(capsys, tmp_p
     assert "elapsed" not in out
     code, out, err = run(capsys, "sweep", str(tmp_path / "sweep.yaml"), "--backend", "cpu", "--quiet")
     assert code == 0 and err == ""
+
+
+@pytest.mark.parametrize("command, argv", [
+    ("select_bench", SMALL),
+    ("topk_parity", ("topk-parity", "4099", "2", "2", "8192", "0", "--backend", "cpu")),
+    ("selftest", ("selftest",)),
+])
+def test_every_measuring_command_reports_its_progress(capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch, command: str,
+                                                      argv: tuple[str, ...]) -> None:
+    """select-bench, topk-parity and selftest hand the runner a progress callback, which it calls up to
+    done == total (window-bench's is the same line, but it needs a GPU)."""
+    calls: list[tuple[int, int, str]] = []
+
+    @contextlib.contextmanager
+    def recorder(quiet: bool, stream: object = None):  # type: ignore[no-untyped-def]
+        assert not quiet
+        yield lambda done, total, message: calls.append((done, total, message))
+
+    monkeypatch.setattr(importlib.import_module(f"qsa_cli.commands.{command}"), "progress_on", recorder)
+    code, _, _ = run(capsys, *argv)
+    assert code == 0 and calls, calls
+    assert calls[-1][0] == calls[-1][1] and all(0 <= d <= t for d, t, _ in calls)

@@ -36,7 +36,7 @@ def test_synthetic_scorer_inputs_are_seeded_and_shaped(rng):
         assert getattr(a, name).tobytes() == getattr(b, name).tobytes()
     c = synthetic_scorer_inputs(call, seed + 1)
     assert a.pooled.tobytes() != c.pooled.tobytes()
-    assert np.all(a.pooled != 0)
+    assert np.count_nonzero(a.pooled) > 0.999 * a.pooled.size  # drawn, not a zero buffer (a sum may cancel to 0)
     # the queries share the keys' direction, so scores spread like an indexer's (not centred on 0)
     d = np.einsum("bd,hd->bh", a.pooled[:1000], a.q[0])
     assert np.std(d) > 0.1

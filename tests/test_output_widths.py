@@ -119,13 +119,17 @@ def _median_word(samples: list[float], throttled: bool) -> str:
 
 
 def record_words(r: RunRecord) -> list[str]:
-    """What a record's tables must show, read from its JSON form: every median, every output's hash in 12
-    digits, every variant's name, and every check's verdict."""
+    """What a record's tables must show, read from its JSON form: every median, every variant's hash in 12
+    digits (the one its checks compared, else its whole output's), every variant's name, and every check's
+    verdict."""
     data = r.to_dict()
     words = [_median_word(m["samples_us"], m["throttled"]) for m in data["measurements"]]
     words += [m["variant"] for m in data["measurements"]]
+    compared = {name: h for p in data["parity"] for name, h in p["hashes"].items() if name not in ("inputs", "output")}
     for p in data["parity"]:
-        words += [h[:12] for name, h in p["hashes"].items() if name == "output"]
+        if p["against"] == "inputs" and "output" in p["hashes"]:
+            words.append(compared.get(p["subject"], p["hashes"]["output"])[:12])
+        words += [h[:12] for name, h in p["hashes"].items() if name == p["subject"]]
         words.append("PASS" if p["equal"] else "FAIL")
     return words
 
@@ -194,7 +198,7 @@ def test_a_wide_console_draws_tables_and_a_narrow_one_folds(cpu_records: dict[st
     narrow = _rendered(out, 60, monkeypatch)
     assert "┃" not in narrow and "  multi  baseline  median " in narrow
     rows = result_rows(cpu_records["select-bench"])
-    assert all(f"hash {r.output_hash[:12]}" in narrow for r in rows)
+    assert all(f"hash {r.shown_hash[:12]}" in narrow for r in rows)
 
 
 @pytest.mark.parametrize("width", (60, 80, 250))

@@ -68,7 +68,7 @@ def test_every_variant_is_a_row_with_its_measures() -> None:
     assert (halve.role, halve.dispatched, halve.median_us, halve.samples, halve.throttled) == ("candidate", True, 15.0,
                                                                                               50, True)
     assert halve.floor_ratio == pytest.approx(15.0 / 9.0) and halve.gbps == pytest.approx(8193 * 512 / 15.0e-6 / 1e9)
-    assert halve.output_hash == "0000800000000004" and halve.verdict == "PASS"
+    assert halve.shown_hash == "0000800000000004" and halve.verdict == "PASS"
     assert halve.vs_model.against == "cpu-model" and halve.vs_pair.against == "multi" and halve.vs_reference is None
     floor = row(r, "scores", 32768, 4, "read-floor")
     assert floor.role == "reference point" and floor.floor_ratio is None and floor.verdict is None
@@ -270,7 +270,7 @@ def test_csv_is_a_line_per_stage_case_and_variant_with_the_numbers_whole() -> No
     assert len(lines) == len(result_rows(r)) == 75
     first = lines[0]
     assert (first["stage"], first["ctx"], first["variant"], first["role"]) == ("scores", "32768", "multi", "baseline")
-    assert float(first["median_us"]) == r.measurements[0].median_us and first["output_hash"] == "0000800000000001"
+    assert float(first["median_us"]) == r.measurements[0].median_us and first["hash"] == "0000800000000001"
     two = list(csv.DictReader(io.StringIO(report.result_csv([("a.json", r), ("b.json", r)]))))
     assert len(two) == 150 and {x["file"] for x in two} == {"a.json", "b.json"}
 

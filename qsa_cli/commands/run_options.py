@@ -111,6 +111,6 @@ RUN_OPTIONS = with_options([
                  help="Run only these variants (names as qsa info and the tables show them; an engine "
                       "checkout's are NAME.scores, NAME.topk-split, ...)."),
     click.option("--baseline", metavar="V", help="The \"before\" of the tables and thresholds (default: the "
-                 "registry's baseline of the stage)."),
-    click.option("--candidate", metavar="V", help="The \"after\" (default: the registry's candidate)."),
+                 "catalog's baseline of the stage)."),
+    click.option("--candidate", metavar="V", help="The \"after\" (default: the catalog's candidate)."),
 ])

@@ -9,6 +9,7 @@ import click
 
 from ..core.geometry import check_queries
 from ..inputs import load_scorer_inputs, save_npz_atomic
+from ..output.progress import progress_on
 from ..record.vocabulary import DEFAULT_KEYS
 from ..runs.stages import scorer_inputs, select_bench
 from .exit_status import UsageProblem
@@ -54,9 +55,9 @@ def command(args: tuple[str, ...], inputs_path: str | None, iters_opt: int, dump
     else:
         call, iters = decode_call(args, "select-bench")  # checks ITERS too
         given = None
-    with open_session(opts, "select-bench") as s:
+    with open_session(opts, "select-bench") as s, progress_on(opts["quiet"]) as progress:
         inputs = given if given is not None else scorer_inputs(call, opts["seed"], keys)
-        outcome = select_bench(s, inputs, iters)
+        outcome = select_bench(s, inputs, iters, progress)
         if dump_path:
             arrays = {k.replace("-", "_"): v for k, v in outcome.outputs.items()}
             save_npz_atomic(dump_path, steps=inputs.steps, **arrays)

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from ..device import probe
+from ..output.progress import progress_on
 from ..runs.selftest import SelftestSoFar, selftest
 from ..session import Settings
 from .exit_status import UsageProblem
@@ -41,7 +42,8 @@ def command(require_gpu: bool, seed: int, device_id: int, json_path: str | None,
     settings = Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"])
     so_far = SelftestSoFar()
     try:
-        record, rows = selftest(settings, require_gpu, sys.argv[1:], so_far=so_far)
+        with progress_on(opts["quiet"]) as progress:
+            record, rows = selftest(settings, require_gpu, sys.argv[1:], progress, so_far)
     except KeyboardInterrupt as stop:
         if so_far.record is None or not json_path:
             raise

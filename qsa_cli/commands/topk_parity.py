@@ -74,9 +74,9 @@ def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iter
         active = call.active_blocks
         sets = None
     check_iters(iters)
-    with open_session(opts, "topk-parity") as s:
+    with open_session(opts, "topk-parity") as s, progress_on(opts["quiet"]) as progress:
         sets = sets if sets is not None else topk_score_sets(call, opts["seed"])
-        outcome = topk_parity(s, sets, iters, active)
+        outcome = topk_parity(s, sets, iters, active, progress)
         if dump_path:
             save_npz_atomic(dump_path, **{k.replace("-", "_").replace(".", "__"): v
                                           for k, v in outcome.outputs.items()})

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ..output.progress import progress_on
 from ..runs.stages import window_bench
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish_record
@@ -24,6 +25,6 @@ def command(args: tuple[str, ...], keys: str, **opts: Any) -> int:
     call, iters = decode_call(args, "window-bench")
     if opts["backend"] != "gpu":
         raise UsageProblem("window-bench replays CUDA graphs: it needs --backend gpu")
-    with open_session(opts, "window-bench", cpu_runs=False) as s:
-        window_bench(s, call, iters, keys)
+    with open_session(opts, "window-bench", cpu_runs=False) as s, progress_on(opts["quiet"]) as progress:
+        window_bench(s, call, iters, keys, progress)
     return finish_record(s.record, fmt, opts["json_path"])

@@ -33,7 +33,7 @@ def _device_items(info: InfoReport) -> list[tuple[str, str]]:
 
 
 def info_blocks(info: InfoReport) -> list[Block]:
-    device = Sheet("Device", (Column("what", bare=True), Column("value here")))
+    device = Sheet("Device", (Column("what", bare=True), Column("value here", bare=True)))
     for name, value in _device_items(info):
         device.add(name, value)
     kernels = Sheet("Kernels as compiled for this device", (

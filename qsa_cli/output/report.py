@@ -75,7 +75,7 @@ def _result_cells(r: ResultRow) -> tuple[str, ...]:
     return (
         r.variant, r.role + (", dispatched" if r.dispatched else ""), time_cell(r.measurement),
         MISSING if spread is None else f"{spread[0]:.1f}-{spread[1]:.1f}", str(r.samples) if r.measurement else MISSING,
-        number_cell(r.gbps, "{:.0f}" if (r.gbps or 0) >= 100 else "{:.3g}"), number_cell(r.floor_ratio, "{:.2f}x"), short_hash(r.output_hash),
+        number_cell(r.gbps, "{:.0f}" if (r.gbps or 0) >= 100 else "{:.3g}"), number_cell(r.floor_ratio, "{:.2f}x"), short_hash(r.shown_hash),
         check_cell(r.vs_reference), check_cell(r.vs_model),
         MISSING if pair is None else f"{pair.against}: {check_cell(pair)}", r.verdict or MISSING,
         "; ".join(failure_detail(p) for p in r.failed) or MISSING,
@@ -243,7 +243,7 @@ def blocks(record: RunRecord, with_header: bool = True) -> list[Block]:
 # ---- CSV ----------------------------------------------------------------------------------------------------------
 
 RESULT_CSV = ("stage", "ctx", "nq", "capacity", "kind", "score_set", "keys", "l2", "variant", "role", "dispatched",
-              "median_us", "p10_us", "p90_us", "samples", "throttled", "gbps", "floor_ratio", "output_hash",
+              "median_us", "p10_us", "p90_us", "samples", "throttled", "gbps", "floor_ratio", "hash",
               "vs_reference", "vs_model", "pair", "vs_pair", "checks", "bad_samples", "detail")
 
 
@@ -262,7 +262,7 @@ def result_csv(records: Sequence[tuple[str | None, RunRecord]]) -> str:
             pair = r.vs_pair
             lines.append([*([name] if with_file else []), r.stage, *(r.case.get(k) for k in RESULT_CSV[1:8]), r.variant,
                           r.role, r.dispatched, r.median_us, *spread, r.samples, r.throttled, r.gbps, r.floor_ratio,
-                          r.output_hash, _equal(r.vs_reference), _equal(r.vs_model), pair.against if pair else None,
+                          r.shown_hash, _equal(r.vs_reference), _equal(r.vs_model), pair.against if pair else None,
                           _equal(pair), r.verdict, r.problem, "; ".join(failure_detail(p) for p in r.failed) or None])
     return csv_text([*(["file"] if with_file else []), *RESULT_CSV], lines)
 

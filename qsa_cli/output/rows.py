@@ -142,7 +142,7 @@ class ResultRow:
     dispatched: bool  # what the engine runs for this kind of call on the run's card
     measurement: Measurement | None  # None: checked, not timed
     floor: Measurement | None  # the case's read floor (the scorer's), for the ratio
-    output_hash: str | None  # the sha256 of its output (its inputs row), else the hash its checks recorded
+    shown_hash: str | None  # the hash its checks compared, else the sha256 of its output (its inputs row)
     checks: tuple[ParityCheck, ...]  # every check of its output, its integrity rows included
     reference: str | None  # the run's reference variant of the stage: what ``vs_reference`` is against
 
@@ -216,12 +216,14 @@ class ResultRow:
         return "FAIL" if self.failed else "PASS"
 
 
-def _output_hash(variant: str, checks: list[ParityCheck]) -> str | None:
-    for p in checks:
-        if p.subject == variant and p.against == INPUTS and OUTPUT_HASH in p.hashes:
-            return p.hashes[OUTPUT_HASH]
-    # an older record keeps only the hashes its checks compared (the scorer's, over each query's blocks)
-    return next((p.hashes[variant] for p in checks if variant in p.hashes), None)
+def _shown_hash(variant: str, checks: list[ParityCheck]) -> str | None:
+    """The hash its checks compared (the scorer's: over exactly each query's blocks 0..n_bid, what the
+    README's "hash of its scores" means), else the sha256 of its whole output (its inputs row)."""
+    compared = next((p.hashes[variant] for p in checks if variant in p.hashes), None)
+    if compared is not None:
+        return compared
+    return next((p.hashes[OUTPUT_HASH] for p in checks
+                 if p.subject == variant and p.against == INPUTS and OUTPUT_HASH in p.hashes), None)
 
 
 def result_rows(record: RunRecord, stage: str | None = None) -> list[ResultRow]:
@@ -249,7 +251,7 @@ def result_rows(record: RunRecord, stage: str | None = None) -> list[ResultRow]:
                 mine = tuple(p for p in checks if subject_variant(p.subject) == variant)
                 role = REFERENCE_POINT if variant in REFERENCE_POINTS else by_role.get(variant, "variant")
                 rows.append(ResultRow(st, case, variant, role, variant == dispatched, index.get((key, variant)),
-                                      index.get((key, REFERENCE_POINTS[0])), _output_hash(variant, checks), mine,
+                                      index.get((key, REFERENCE_POINTS[0])), _shown_hash(variant, checks), mine,
                                       roles.get("reference")))
     return rows
 

@@ -87,7 +87,7 @@ class ClockLockRecord(TypedDict):
 
 
 class Dispatch(TypedDict):
-    """The engine's choice for one kind of call (``runs._dispatch_summary``)."""
+    """The engine's choice for one kind of call (``session.Session.dispatch_summary``)."""
 
     kind: str
     scores: str
@@ -96,7 +96,7 @@ class Dispatch(TypedDict):
 
 
 class Roles(TypedDict, total=False):
-    """A stage's variants in their roles for this run (variants.py ROLES; ``--baseline`` / ``--candidate``)."""
+    """A stage's variants in their roles for this run (record.vocabulary ROLES; ``--baseline`` / ``--candidate``)."""
 
     reference: str
     baseline: str
