@@ -157,3 +157,28 @@ def test_a_function_imports_only_an_optional_heavy_dependency() -> None:
              for line, module in _function_imports(path) if module.split(".")[0] not in OPTIONAL_HEAVY]
     assert local == []
     assert ("qsa_cli.device", "cupy") in {(n, m) for n, p in MODULES.items() for _, m in _function_imports(p)}
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _qsa_imports_in_tests() -> list[tuple[str, str, str]]:
+    """Every ``from qsa_cli... import name`` in the tests, inside functions too (a GPU test's local import runs
+    only on a device, so a stale one would first fail there)."""
+    found = []
+    for path in sorted(TESTS.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("qsa_cli"):
+                found += [(f"{path.name}:{node.lineno}", node.module, alias.name) for alias in node.names]
+    return found
+
+
+def test_every_name_the_tests_import_from_qsa_exists() -> None:
+    import importlib
+
+    missing = []
+    for where, module, name in _qsa_imports_in_tests():
+        imported = importlib.import_module(module)
+        if not hasattr(imported, name) and f"{module}.{name}" not in MODULES:
+            missing.append(f"{where}: {module} has no {name}")
+    assert not missing, "\n".join(missing)

@@ -13,6 +13,7 @@ import pytest
 
 from qsa_cli import sanitize
 from qsa_cli.cli import main
+from qsa_cli.record.load import load_record
 from qsa_cli.sanitize import MARKER
 
 DATA = Path(__file__).parent / "data"
@@ -189,7 +190,6 @@ def test_qsa_sanitize_reports_nothing_over_every_variant(cupy, tmp_path: Path) -
     done = subprocess.run([sys.executable, "-m", "qsa_cli", "sanitize", "--json", str(record)],
                           capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    from qsa_cli.record.schema import load_record
 
     rows = load_record(record).sanitizer
     assert rows and all(r.errors == 0 for r in rows)
