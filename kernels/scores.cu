@@ -1,4 +1,4 @@
-// scores.cu: the three block scorers of the QSA selection (spec section 2). All give identical bits.
+// scores.cu: the four block scorers of the QSA selection (spec section 2). All give identical bits.
 //
 // Arguments of every scorer:
 //   pooled [max_blocks, QSA_IDX_DIM]  block keys          dead [QSA_IDX_DIM]  the tail block's key
@@ -208,18 +208,18 @@ struct HalveLane {
 
 }  // namespace
 
-// `nq` is NQ: the launcher passes the sub-window's q, steps and scores.
+namespace {
+
+// The halving scorer's loop for one warp of `warps`: NQ queries (those of q, steps and scores), blocks
+// warp * kBatch, + warps * kBatch, ... up to their largest n_bid.
 template <int NQ>
-__global__ void block_scores_halve_kernel(const float* __restrict__ pooled, const float* __restrict__ dead,
-                                          const float* __restrict__ q, const int* __restrict__ steps,
-                                          float* __restrict__ scores, int nq, int max_blocks) {
+__device__ __forceinline__ void halve_warp(const float* pooled, const float* dead, const float* q, const int* steps,
+                                           float* scores, int max_blocks, int warp, int warps) {
     using Lane = HalveLane<NQ>;
     const Lane w(dead, q, steps, scores, max_blocks);
     int first_tail = steps[QSA_STEP_NBID];
 #pragma unroll
     for (int i = 1; i < NQ; ++i) first_tail = min(first_tail, steps[i * QSA_STEP_INTS + QSA_STEP_NBID]);
-    const int warps = gridDim.x * (blockDim.x / QSA_WARP);
-    const int warp = blockIdx.x * (blockDim.x / QSA_WARP) + threadIdx.x / QSA_WARP;
     const int stride = warps * Lane::kBatch;
     float4 next[Lane::kBatch];
     w.load_keys(pooled, warp * Lane::kBatch, next);
@@ -233,7 +233,50 @@ __global__ void block_scores_halve_kernel(const float* __restrict__ pooled, cons
     }
 }
 
+}  // namespace
+
+// `nq` is NQ: the launcher passes the sub-window's q, steps and scores.
+template <int NQ>
+__global__ void block_scores_halve_kernel(const float* __restrict__ pooled, const float* __restrict__ dead,
+                                          const float* __restrict__ q, const int* __restrict__ steps,
+                                          float* __restrict__ scores, int nq, int max_blocks) {
+    const int warps_per_cta = blockDim.x / QSA_WARP;
+    halve_warp<NQ>(pooled, dead, q, steps, scores, max_blocks, blockIdx.x * warps_per_cta + threadIdx.x / QSA_WARP,
+                   gridDim.x * warps_per_cta);
+}
+
+// Paired decode scorer, NA + NB queries in one pass over the keys: the warps of a CTA go in pairs, and both
+// warps of a pair score the same blocks in the same order, the even one queries 0..NA-1, the odd one
+// NA..NA+NB-1 (none when NB is 0), each exactly as block_scores_halve_kernel scores its sub-window (hence its
+// bits). A block's key comes from memory once: the pair's second read of it moments later hits the cache.
+// 5-8 queries then take one pass over the keys where the halving scorer takes two calls, each a full read.
+template <int NA, int NB>
+__global__ void block_scores_paired_kernel(const float* __restrict__ pooled, const float* __restrict__ dead,
+                                           const float* __restrict__ q, const int* __restrict__ steps,
+                                           float* __restrict__ scores, int nq, int max_blocks) {
+    const int pairs_per_cta = blockDim.x / (2 * QSA_WARP);
+    const int pair = blockIdx.x * pairs_per_cta + threadIdx.x / (2 * QSA_WARP);
+    const int pairs = gridDim.x * pairs_per_cta;
+    if ((threadIdx.x / QSA_WARP) % 2 == 0) {
+        halve_warp<NA>(pooled, dead, q, steps, scores, max_blocks, pair, pairs);
+    } else if constexpr (NB > 0) {
+        halve_warp<NB>(pooled, dead, q + NA * QSA_IDX_HEADS * QSA_IDX_DIM, steps + NA * QSA_STEP_INTS,
+                       scores + (size_t)NA * max_blocks, max_blocks, pair, pairs);
+    }
+}
+
 template __global__ void block_scores_halve_kernel<1>(const float*, const float*, const float*, const int*, float*, int, int);
 template __global__ void block_scores_halve_kernel<2>(const float*, const float*, const float*, const int*, float*, int, int);
 template __global__ void block_scores_halve_kernel<3>(const float*, const float*, const float*, const int*, float*, int, int);
 template __global__ void block_scores_halve_kernel<4>(const float*, const float*, const float*, const int*, float*, int, int);
+#define QSA_PAIRED(NA, NB) \
+    template __global__ void block_scores_paired_kernel<NA, NB>(const float*, const float*, const float*, const int*, \
+                                                                float*, int, int)
+QSA_PAIRED(1, 0);
+QSA_PAIRED(1, 1);
+QSA_PAIRED(2, 1);
+QSA_PAIRED(2, 2);
+QSA_PAIRED(4, 1);
+QSA_PAIRED(4, 2);
+QSA_PAIRED(4, 3);
+QSA_PAIRED(4, 4);

@@ -1,4 +1,4 @@
-"""The three scorer kernels on the GPU: identical bytes to each other and to the exact CPU model.
+"""The scorer kernels on the GPU (every scorer of the catalog): identical bytes to each other and to the exact CPU model.
 
 GPU tests (``-m gpu``) skip cleanly without cupy or a device. Each draws a fresh seed, printed;
 ``QSA_TEST_SEED=N`` replays one. Every output is poisoned before its kernel runs, and exactly blocks
@@ -207,7 +207,7 @@ def test_launcher_rejects_unknown_variant() -> None:
         scorer_launch("fast", dev, np.zeros((1, dev.max_blocks), np.float32))
 
 
-@pytest.mark.parametrize("variant", ["multi", "halve"])
+@pytest.mark.parametrize("variant", ["multi", "halve", "paired"])
 def test_decode_scorers_reject_more_than_8_queries(variant: str) -> None:
     dev = _host_dev(MAX_QUERIES + 1)
     with pytest.raises(ValueError, match="at most 8 queries"):
@@ -223,3 +223,4 @@ def test_launcher_rejects_wrong_output() -> None:
 def test_kernel_names_cover_variants() -> None:
     assert {v.source for v in QSA.stage("scores")} == {SOURCE}
     assert len(QSA.get("scores", "halve").kernels) == HALVE_MAX_QUERIES  # one instantiation per sub-window size
+    assert len(QSA.get("scores", "paired").kernels) == MAX_QUERIES  # one per window size

@@ -16,12 +16,14 @@ from qsa_cli.inputs import ADVERSARIAL_NANS, SCORE_POISON_BITS, ScorerInputs, rn
 from qsa_cli.model import scores as scores_model
 from qsa_cli.model.scores import (
     CUDA_NAN_BITS,
+    ORDERS,
     butterfly_sum,
     first_difference,
     fma_f32,
     halve_calls,
     halving_sums,
     lane_partials,
+    paired_calls,
     score_blocks,
     scores_hash,
 )
@@ -386,16 +388,20 @@ def window_cases(seed: int) -> list[tuple[int, int, int]]:
 def test_halve_equals_butterfly_adversarial(seed: int) -> None:
     for ctx, nq, cap in window_cases(seed):
         inp = synthetic_scorer_inputs(Call(ctx, nq, cap), seed, "adversarial")
-        a, b = score_blocks(inp, "butterfly"), score_blocks(inp, "halve")
-        assert a.tobytes() == b.tobytes(), (seed, ctx, nq, cap, first_difference(a, b, inp.steps))
+        a = score_blocks(inp, "butterfly")
+        for order in ("halve", "paired"):
+            b = score_blocks(inp, order)
+            assert a.tobytes() == b.tobytes(), (seed, ctx, nq, cap, order, first_difference(a, b, inp.steps))
 
 
 @pytest.mark.parametrize("seed", [91])
 def test_halve_equals_butterfly_synthetic(seed: int) -> None:
     for ctx, nq, cap in window_cases(seed)[::3] + [(40000, 8, 65536), (9000, 5, 9000)]:
         inp = synthetic_scorer_inputs(Call(ctx, nq, cap), seed)
-        a, b = score_blocks(inp, "butterfly"), score_blocks(inp, "halve")
-        assert a.tobytes() == b.tobytes(), (seed, ctx, nq, cap, first_difference(a, b, inp.steps))
+        a = score_blocks(inp, "butterfly")
+        for order in ("halve", "paired"):
+            b = score_blocks(inp, order)
+            assert a.tobytes() == b.tobytes(), (seed, ctx, nq, cap, order, first_difference(a, b, inp.steps))
 
 
 @pytest.mark.parametrize("kind,seed", [("adversarial", 101), ("adversarial", 102), ("synthetic", 103)])
@@ -405,7 +411,7 @@ def test_scores_match_slow_reference(kind: str, seed: int) -> None:
         ctx = int(rng.integers(3, 12)) * 4 + tail + nq
         inp = synthetic_scorer_inputs(Call(ctx, nq, ctx + 8), seed, kind)
         want = scores_ref(inp)
-        for order in ("butterfly", "halve"):
+        for order in ORDERS:
             got = score_blocks(inp, order)
             assert got.tobytes() == want.tobytes(), (seed, ctx, nq, order, first_difference(got, want, inp.steps))
 
@@ -420,7 +426,7 @@ def test_chunks_split_the_window(blocks_per_chunk: int, seed: int, monkeypatch: 
         inp = synthetic_scorer_inputs(Call(ctx, nq, ctx + 12), seed, "adversarial")
         monkeypatch.setattr(scores_model, "_CHUNK_PARTIALS", blocks_per_chunk * nq * IDX_HEADS * 32)
         want = scores_ref(inp)
-        for order in ("butterfly", "halve"):
+        for order in ORDERS:
             got = score_blocks(inp, order)
             assert got.tobytes() == want.tobytes(), (seed, ctx, nq, order, first_difference(got, want, inp.steps))
 
@@ -474,7 +480,7 @@ def unit_heads_inputs(ctx: int, block_keys: list[list[float]], dead: list[float]
     return ScorerInputs(pooled, dead_key, q, window_steps(ctx, 1))
 
 
-@pytest.mark.parametrize("order", ["butterfly", "halve"])
+@pytest.mark.parametrize("order", ORDERS)
 def test_relu_and_tail_rules(order: str) -> None:
     blocks = [[2, -3, 0.5, 4], [np.nan, 1, 1, 1], [-np.inf, 1, 2, 3], [1.5, 0.25, 1, 8], [np.inf, 0, 0, 0]]
     blocks.append([-1, -2, -0.0, -5])
@@ -493,10 +499,17 @@ def test_halve_calls_and_errors() -> None:
     assert halve_calls(4) == [(0, 4)]
     assert halve_calls(5) == [(0, 4), (4, 5)]
     assert halve_calls(8) == [(0, 4), (4, 8)]
+    assert paired_calls(1) == [(0, 1)]  # one query: the odd warp of each pair has none
+    assert paired_calls(4) == [(0, 2), (2, 4)]
+    assert paired_calls(5) == [(0, 4), (4, 5)]
+    assert paired_calls(8) == [(0, 4), (4, 8)]
+    for nq in range(1, 9):  # the two warps of a pair take the window's queries in order, none twice
+        assert [q for a, b in paired_calls(nq) for q in range(a, b)] == list(range(nq))
     inp = synthetic_scorer_inputs(Call(100, 8, 100), 131)
     big = ScorerInputs(inp.pooled, inp.dead, np.concatenate([inp.q, inp.q]), window_steps(100, 16))
-    with pytest.raises(GeometryError):
-        score_blocks(big, "halve")
+    for order in ("halve", "paired"):
+        with pytest.raises(GeometryError):
+            score_blocks(big, order)
     assert score_blocks(big).shape == (16, inp.max_blocks)  # the butterfly takes a prompt call's queries
     with pytest.raises(ValueError):
         score_blocks(inp, "sequential")

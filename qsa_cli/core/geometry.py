@@ -18,6 +18,10 @@ TOP_K = 2048
 SELECT_CAP = TOP_K + BLOCK_CELLS - 1  # 2051: the widest selection and the row stride of ids
 MAX_QUERIES = 8  # queries of a decode call
 HALVE_MAX_QUERIES = 4
+# The paired decode scorer's queries for the even and the odd warp of a pair, by a window's queries (1-8):
+# the kernels instantiated in kernels/scores.cu. For 5-8 the even warp takes 4 (fewest shuffles: a warp's
+# values are padded to a power of two), which measured faster on an H200 than 3 + 2 and 3 + 3.
+PAIRED_SPLITS = ((1, 0), (1, 1), (2, 1), (2, 2), (4, 1), (4, 2), (4, 3), (4, 4))
 SPLIT_CHUNK_BLOCKS = 2048
 CLUSTER_CTAS = 8
 CLUSTER_LANE_KEYS = 4  # order keys a lane of the cluster top-k reads at once (16 bytes)

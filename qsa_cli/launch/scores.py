@@ -120,4 +120,19 @@ class Halving(QsaScorerShape):
         return launches
 
 
-PER_BLOCK, STRIDING, HALVING = PerBlock(), Striding(), Halving()
+class Paired(QsaScorerShape):
+    """One call of the whole window: kernel ``variant.kernels[nq - 1]``, its warps in pairs that score the
+    same blocks (each pair half of the queries), HALVE_WARPS_PER_CTA warps a CTA, on a grid that fills the
+    card once."""
+
+    name, title = "paired", "paired scorer"
+
+    def launches(self, variant: Any, module: Any, dev: ScorerInputs, out: Any) -> list[KernelLaunch]:
+        kernel = module.function(variant.kernels[dev.nq - 1])
+        block = (HALVE_WARPS_PER_CTA * WARP,)
+        pairs_per_cta = HALVE_WARPS_PER_CTA // 2
+        grid = (min(_resident_grid(kernel, block[0]), -(-dev.max_blocks // pairs_per_cta)),)
+        return [(kernel, grid, block, _whole_call(dev, out))]
+
+
+PER_BLOCK, STRIDING, HALVING, PAIRED = PerBlock(), Striding(), Halving(), Paired()

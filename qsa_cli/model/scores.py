@@ -29,6 +29,7 @@ from ..core.geometry import (
     IDX_DIM,
     IDX_HEADS,
     MAX_QUERIES,
+    PAIRED_SPLITS,
     STEP_NBID,
     STEP_NKV,
     TAIL_BONUS,
@@ -37,7 +38,7 @@ from ..core.geometry import (
 )
 from ..inputs import ScorerInputs, score_poison
 
-ORDERS = ("butterfly", "halve")
+ORDERS = ("butterfly", "halve", "paired")
 
 LANE_DIMS = IDX_DIM // WARP  # 4: a lane's float4 of the key and of a query head
 _CHUNK_PARTIALS = 1 << 20  # lane partials per chunk of blocks (4 MB of float32): bounds memory, fits caches
@@ -209,6 +210,15 @@ def halve_calls(nq: int) -> list[tuple[int, int]]:
     return [(s, min(s + HALVE_MAX_QUERIES, nq)) for s in range(0, nq, HALVE_MAX_QUERIES)]
 
 
+def paired_calls(nq: int) -> list[tuple[int, int]]:
+    """The paired scorer's sub-windows for ``nq`` queries: ``(first query, end)`` of the even warp's and,
+    where it has any, the odd warp's (``PAIRED_SPLITS``); each reduced as one halving call."""
+    if not 1 <= nq <= MAX_QUERIES:
+        raise GeometryError(f"the paired scorer takes 1-{MAX_QUERIES} queries (got {nq})")
+    even, odd = PAIRED_SPLITS[nq - 1]
+    return [(0, even), *([(even, even + odd)] if odd else [])]
+
+
 def _pad_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
@@ -228,15 +238,16 @@ def _reduce_halve(part: np.ndarray, calls: list[tuple[int, int]]) -> np.ndarray:
 def score_blocks(inputs: ScorerInputs, order: str = "butterfly") -> np.ndarray:
     """The scores a scorer kernel writes: f32 [nq, max_blocks], the poison past each query's ``n_bid``.
 
-    ``order`` is the reduction: ``"butterfly"`` (reference and old decode scorer) or ``"halve"`` (new decode
-    scorer, 1-8 queries, launched as ``halve_calls(nq)``). Both give the same bits; computing both is the test.
+    ``order`` is the reduction: ``"butterfly"`` (reference and old decode scorer), ``"halve"`` (new decode
+    scorer, 1-8 queries, launched as ``halve_calls(nq)``) or ``"paired"`` (its sub-windows ``paired_calls(nq)``).
+    All give the same bits; computing each is the test.
     """
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r} (expected one of {', '.join(ORDERS)})")
     steps = inputs.steps
     validate_steps(steps, inputs.max_blocks)
     nq = inputs.nq
-    calls = halve_calls(nq) if order == "halve" else []
+    calls = {"halve": halve_calls, "paired": paired_calls}[order](nq) if order != "butterfly" else []
     n_kv = steps[:, STEP_NKV].astype(np.int64)
     n_bid = steps[:, STEP_NBID].astype(np.int64)
     n_active = int(n_bid.max()) + 1
