@@ -1,5 +1,7 @@
 """The commands end to end on the CPU backend (the exact models): records, dumps, replays, reports, gate."""
 
+import csv
+import io
 import json
 import re
 
@@ -123,11 +125,20 @@ def test_report_and_gate_on_saved_cpu_records(capsys, tmp_path):
         m["samples_us"] = [s / 10 for s in m["samples_us"]]
     base = tmp_path / "fast-baseline.json"
     base.write_text(json.dumps(slowed))
-    code, out, _ = run(capsys, "gate", "--baseline", str(base), "--results", str(js))
-    summary, *slow = out.rstrip().splitlines()[-3:]
-    assert code == 1 and summary == "GATE FAIL (2 SLOW)" and all(line.startswith("GATE FAIL ") for line in slow)
-    assert [line.split(": ")[1] for line in slow] == ["SLOW", "SLOW"] and {line.split(", ")[1].split(":")[0]
-                                                                        for line in slow} == {"multi", "halve"}
+    code, out, _ = run(capsys, "gate", "--baseline", str(base), "--results", str(js), "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    # 10x slower than the baseline, on CPU times: shown, never judged (the sweep's rule), so the gate passes
+    assert code == 0 and [(r["variant"], r["verdict"]) for r in rows] == [("multi", "NOT-JUDGED"), ("halve", "NOT-JUDGED")]
+    assert all(r["detail"] == "not judged: CPU times (the CPU models' on the host; 10.00x the baseline)" for r in rows)
+    broken = json.loads(js.read_text())
+    broken["thresholds"] = [{"stage": "scores", "case": broken["measurements"][0]["case"], "name": "min_speedup",
+                             "value": 0.5, "limit": 1.0, "passed": False}]
+    broken["parity"][0]["equal"] = False
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    code, out, _ = run(capsys, "gate", "--baseline", str(base), "--results", str(tmp_path / "broken.json"))
+    # parity is judged on the CPU backend too; the threshold on CPU times is not
+    assert code == 1 and out.rstrip().splitlines()[-2:][0] == "GATE FAIL (1 PARITY-FAIL)", out
+    assert "the run's thresholds not judged: CPU times" in words(out)
 
 
 def test_selftest_without_a_device(capsys):

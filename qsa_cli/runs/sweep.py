@@ -10,7 +10,7 @@ from ..core.errors import VariantError
 from ..core.progress import Progress, no_progress
 from ..inputs import synthetic_scores
 from ..record.schema import RunRecord, ThresholdCheck
-from ..record.vocabulary import DEFAULT_KEYS, READ_FLOOR
+from ..record.vocabulary import CPU_TIMES, DEFAULT_KEYS, READ_FLOOR, times_judged
 from ..session import Session
 from .stages import run_scorer_case, run_topk_case, scorer_inputs
 
@@ -43,11 +43,10 @@ def sweep(s: Session, config: Any, stage: str | None = None, progress: Progress 
             variants = tuple(v for v in config.variants_for("topk", s.catalog) if v in available)
             run_topk_case(s, inputs_t, config.iterations, variants, call.active_blocks)
     progress(len(cases), len(cases), "done")
-    if s.on_gpu:
+    if times_judged(s.record.backend):
         check_thresholds(s.record, config.thresholds)
-    elif config.thresholds:  # the CPU models' Python times say nothing of the kernels'
-        s.note(f"thresholds not judged: CPU times (the CPU models' on the host; {config.source}'s thresholds "
-               "are judged on the GPU backend)")
+    elif config.thresholds:
+        s.note(f"thresholds {CPU_TIMES}; {config.source}'s thresholds are judged on the GPU backend)")
 
 
 def check_thresholds(record: RunRecord, thresholds: Any) -> None:
