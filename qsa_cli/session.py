@@ -33,6 +33,10 @@ from .stages.common import Measurer, StageOutcome
 from .timing import DEFAULT_WARMUP, DeviceTimer
 
 BACKENDS = ("gpu", "cpu")
+# The settings of the GPU's timer, and what each would not do on the CPU backend: a run there records neither
+# (the command line refuses them; a sweep config's are noted as not applied, runs/sweep.py).
+GPU_TIMER_SETTINGS = {"warmup": "the CPU backend times its models after one untimed run of each",
+                      "l2": "the CPU backend has no L2 to flush or keep warm"}
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,9 @@ def session(
                        kernel_source_hash=sources_hash(catalog.kernel_folder))
     record.environment = environment(switches)
     s = Session(settings, record, catalog, switches=switches)
-    s.record_settings(l2=settings.l2, warmup=settings.warmup, seed=settings.seed, check_model=settings.check_model)
+    s.record_settings(seed=settings.seed, check_model=settings.check_model)
+    if s.on_gpu:  # the timer's settings, applied only there
+        s.record_settings(l2=settings.l2, warmup=settings.warmup)
     if settings.kernels is not None:
         s.record_settings(kernels=str(catalog.kernel_folder))
     if not s.on_gpu:

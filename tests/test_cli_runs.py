@@ -189,6 +189,26 @@ def test_thresholds_are_not_judged_on_cpu_times(capsys, tmp_path):
     assert json.loads(js.read_text())["thresholds"] == []
 
 
+@pytest.mark.parametrize(("settings", "note"), [
+    ("warmup: 3\nl2: warm\n", "warmup 3 and l2 warm (the CPU backend times its models after one untimed run of each; "
+                              "the CPU backend has no L2 to flush or keep warm)"),
+    ("l2: cold\n", "l2 cold (the CPU backend has no L2 to flush or keep warm)"),
+    ("", None),
+])
+def test_a_cpu_sweep_records_no_gpu_timer_setting(capsys, tmp_path, settings, note):
+    """The CPU backend applies no warm-up count and no L2 state: its record names neither, and a note says
+    which of the file's were not applied (the defaults were not applied either, and are not recorded)."""
+    config = tmp_path / "sweep.yaml"
+    config.write_text(f"iterations: 2\n{settings}stages: [scores]\ncontexts: [4099]\nqueries: [1]\ncapacity: 8192\n")
+    js = tmp_path / "run.json"
+    assert run(capsys, "sweep", str(config), "--backend", "cpu", "--json", str(js))[0] == 0
+    record = load_record(js)
+    assert "warmup" not in record.settings and "l2" not in record.settings
+    assert record.settings["iterations"] == 2 and record.settings["seed"] == 0
+    assert [n for n in record.notes if n.startswith("not applied")] == ([f"not applied: {config}'s {note}"] if note else [])
+    assert {m.case["l2"] for m in record.measurements} == {"host"}
+
+
 def _interrupted_on_call(monkeypatch, module: str, name: str, call: int) -> None:
     """``module.name`` runs as it does until its ``call``-th call, which is Ctrl-C."""
     import importlib
