@@ -22,7 +22,7 @@ from .core.errors import EngineError, SideError, VariantError
 from .core.geometry import NEW_KERNELS_CC
 from .device import environment, require
 from .dispatch import Dispatch, dispatch, read_switches
-from .engine.attach import attached
+from .engine.attach import attached, check_engines
 from .engine.switches import switched_variant
 from .kernels import sources_hash
 from .launch.shape import Card
@@ -189,6 +189,8 @@ def session(
         s.record_settings(l2=settings.l2, warmup=settings.warmup)
     if settings.kernels is not None:
         s.record_settings(kernels=str(catalog.kernel_folder))
+    if settings.engines:  # a checkout's own problem first: it is what a device or the GPU backend would meet
+        check_engines(settings.engines)
     if not s.on_gpu:
         if settings.engines:
             raise EngineError("--engine runs an engine checkout's kernels: it needs --backend gpu")

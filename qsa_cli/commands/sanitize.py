@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from .. import session
+from ..engine.attach import check_engines
 from ..output.printed import of_sanitize
 from ..output.progress import progress_on
 from ..runs.sanitizer import sanitize_run, sanitize_variants
@@ -47,6 +48,8 @@ def command(tools: str, variants_opt: str | None, quick: bool, known_path: str |
         raise UsageProblem(f"--tools: unknown tool {unknown[0] if unknown else tools!r} (expected {', '.join(TOOLS)})")
     chosen = tuple(dict.fromkeys(v.strip() for v in variants_opt.split(","))) if variants_opt else None
     known = load_known(known_path) if known_path else []
+    if engines:  # a checkout's own problem first, before the tools or the device are looked for
+        check_engines(engines)
     sanitizer = find_sanitizer()
     settings = session.Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"])
     with session.session(settings, "sanitize", sys.argv[1:]) as s:
