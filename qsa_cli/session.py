@@ -161,8 +161,7 @@ class Session:
         return dispatch(self.catalog, cc, kind, self.switches, refusal)
 
     def dispatch_summary(self, kind: str, max_blocks: int = 0) -> dict[str, Any]:
-        d = self.dispatch(kind, max_blocks)
-        return {"kind": kind, "scores": d.scores, "topk": d.topk, "reasons": dict(d.reasons)}
+        return self.dispatch(kind, max_blocks).summary(kind)
 
 
 @contextlib.contextmanager

@@ -396,6 +396,12 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("selftest", "--require-gpu", "--engine", "%strata"), "engine checkout strata: no such directory"),
     (("sanitize", "--engine", "@engine-not-text"), "engine-not-text: cannot read include/strata/kernels/qsa_select.hpp"),
     (("gate", "--baseline", "@good.json", "--engine", "@engine-open-brace"), "'{' is never closed"),
+    (("info", "--engine", "%strata"), "engine checkout strata: no such directory"),
+    (("info", "--engine", "@engine-open-brace"), "engine-open-brace: include/strata/kernels/qsa_select.hpp: line 29"),
+    (("info", "--engine", "@engine-no-functions"), "it declares none of qsa's host functions"),
+    (("info", "--engine", "a=strata", "--engine", "a=strata2"), "two engine checkouts are named 'a'"),
+    (("STRATA_QSA_CLUSTER=banana", "info"), "STRATA_QSA_CLUSTER must be 0 or 1 (got 'banana')"),
+    (("QSA_PDL=banana", "info"), "QSA_PDL must be 0 or 1 (got 'banana')"),
     (("PATH=/nonexistent", "CUDA_HOME=/nonexistent", "select-bench", *SMALL, "--engine", "@engine-good"),
      "nvcc not found on PATH or in $CUDA_HOME/bin"),
     (("topk-parity", *SMALL, *CPU, "--variants", "wide,fast"), "--variants: no variant 'fast'"),
@@ -561,7 +567,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch, args, m
 
 
 # a command that needs a device, without one: its one line never advises --backend cpu, which it lacks or refuses
-NEEDS_A_DEVICE = [("window-bench", *SMALL), ("info",), ("gate", "--baseline", "@good.json"),
+NEEDS_A_DEVICE = [("window-bench", *SMALL), ("gate", "--baseline", "@good.json"),
                   ("select-bench", *SMALL, "--engine", "@engine-good"), ("selftest", "--engine", "@engine-good"),
                   ("sweep", "@topk-only.yaml", "--engine", "@engine-good")]
 

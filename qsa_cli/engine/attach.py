@@ -57,7 +57,7 @@ def _loaded(libraries: list[EngineLibrary], env: Mapping[str, str] | None) -> At
     return Attached({lib.name: lib for lib in libraries}, tuple(variants), provenance)
 
 
-def _named(specs: tuple[str | EngineSpec, ...], env: Mapping[str, str] | None) -> list[EngineSpec]:
+def engine_specs(specs: tuple[str | EngineSpec, ...], env: Mapping[str, str] | None = None) -> list[EngineSpec]:
     """``specs`` parsed, each name once, the engine's switches of ``env`` (default this process's) in their
     domains: an EngineError naming the first that is not."""
     check_engine_environment(os.environ if env is None else env)
@@ -73,7 +73,7 @@ def check_engines(specs: tuple[str | EngineSpec, ...], env: Mapping[str, str] | 
     """Each checkout of ``specs`` as its build would find it, without building: the switches, the folder (a
     ``PATH@REV``'s worktree, made and removed), its files and header (engine/checkout.py), and nvcc. An
     EngineError naming the first problem: what a run reports before it says that no device can run them."""
-    for spec in _named(specs, env):
+    for spec in engine_specs(specs, env):
         with open_engine(spec):
             pass
     find_nvcc()
@@ -87,7 +87,7 @@ def attached(specs: tuple[str | EngineSpec, ...], compute_capability: int,
     block's length (a ``PATH@REV`` checkout lives in a temporary worktree until then)."""
     with contextlib.ExitStack() as stack:
         libraries = []
-        for spec in _named(specs, env):
+        for spec in engine_specs(specs, env):
             checkout = stack.enter_context(open_engine(spec))
             libraries.append(load_engine(build_engine(checkout, compute_capability)))
         yield _loaded(libraries, env)
