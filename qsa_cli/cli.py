@@ -49,8 +49,9 @@ COMMANDS = {
     "sanitize": Entry("sanitize", "compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over one call of "
                                   "every variant on every case kind, each (variant, case, tool) in its own child "
                                   "process with CuPy's memory pool off."),
-    "info": Entry("info", "The device, its clocks and limits, every kernel as compiled for it, and what the engine "
-                          "dispatches here."),
+    "info": Entry("info", "The catalog of variants, what the engine dispatches on each card and an engine checkout's "
+                          "functions (no device needed); the device, its clocks and limits and every kernel as compiled "
+                          "for it, where there is one."),
     "selftest": Entry("selftest", "Every check this machine can run: the CPU models always, the kernels (an engine "
                                   "checkout's too) when a device is found."),
 }

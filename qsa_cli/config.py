@@ -108,6 +108,7 @@ class SweepConfig:
     variants: Mapping[str, tuple[str, ...]]  # only the stages the file names
     thresholds: Mapping[str, Thresholds]
     engines: tuple[str, ...] = ()  # NAME=PATH[@REV] of each engine checkout the file names
+    given: frozenset[str] = frozenset()  # the settings (SETTING_KEYS) the file sets, not left at DEFAULTS
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -267,6 +268,7 @@ def _parse(r: _Reader, root: Any) -> SweepConfig:
         variants=variants,
         thresholds=thresholds,
         engines=tuple(f"{name}={spec}" for name, spec in engines.items()),
+        given=frozenset(key for key in SETTING_KEYS if key in top),
     )
 
 

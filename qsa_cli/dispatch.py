@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from .core.errors import SwitchError
 from .core.geometry import CLUSTER_MIN_CC, NEW_KERNELS_CC, PDL_MIN_CC
@@ -48,6 +48,10 @@ class Dispatch:
     scores: str
     topk: str
     reasons: Mapping[str, str]  # stage -> one line saying why
+
+    def summary(self, kind: str) -> dict[str, Any]:
+        """The choice for a ``kind`` call as a record holds it (record.schema.Dispatch)."""
+        return {"kind": kind, "scores": self.scores, "topk": self.topk, "reasons": dict(self.reasons)}
 
 
 def _switch(env: Mapping[str, str], name: str) -> bool | None:

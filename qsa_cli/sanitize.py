@@ -13,11 +13,13 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 MARKER = "qsa-sanitize-case"  # a child's line before each case it runs (qsa_cli/sanitize_child.py)
 ENV_CUDA_HOME = "CUDA_HOME"
 CHILD_TIMEOUT_S = 600
+END_GRACE_S = 5  # a child's group ended by SIGTERM gets this long before SIGKILL
 # the totals ("ERROR SUMMARY: 51 errors"), not the line after them ("48 errors were not printed")
 _SUMMARY = re.compile(r"^=+ (?:ERROR SUMMARY: (\d+) errors?\s*$|RACECHECK SUMMARY: (\d+) hazards? displayed)", re.M)
 _PREFIX = re.compile(r"^=+ ?")
@@ -217,27 +220,92 @@ def child_command(sanitizer: Path, tool: str, cases: list[SanitizeCase], kernels
             sys.executable, "-m", "qsa_cli.sanitize_child", payload]
 
 
-def run_tool(command: list[str], env: dict[str, str], timeout: float = CHILD_TIMEOUT_S) -> tuple[str, int, float]:
-    """Run a child under the sanitizer: its whole output, exit status and seconds."""
-    t0 = time.perf_counter()
+class ChildrenStopped(Exception):
+    """The run stopped (a signal, an error) before this child could start."""
+
+
+class Children:
+    """The sanitizer's children running now. Each is started in a process group of its own, so that ending the
+    run (a signal, an error in the parent) ends it with the child it runs under the tool (``stop``): SIGTERM,
+    then SIGKILL after END_GRACE_S. A CI runner's SIGTERM goes to qsa alone; without this, the children would
+    run on, and the run would wait for them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[str]] = set()
+        self.stopped = False
+
+    def start(self, command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+        with self._lock:  # no child starts once stop() has begun
+            if self.stopped:
+                raise ChildrenStopped
+            # one stream, so that the sanitizer's reports stay in order with the child's case markers
+            child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+            self._running.add(child)
+            return child
+
+    def finished(self, child: subprocess.Popen[str]) -> None:
+        with self._lock:
+            self._running.discard(child)
+
+    def stop(self) -> None:
+        """No child starts from now on; every one running is ended, with its process group."""
+        with self._lock:
+            self.stopped = True
+            running = list(self._running)
+        end_groups(running)
+
+
+def _signal_group(child: subprocess.Popen[str], signum: int) -> None:
     try:
-        # one stream, so that the sanitizer's reports stay in order with the child's case markers
-        done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=timeout)
-        output, code = done.stdout, done.returncode
-    except subprocess.TimeoutExpired as exc:
-        output = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        output, code = output + f"\ntimed out after {timeout:.0f} s", -1
+        os.killpg(child.pid, signum)
+    except ProcessLookupError:  # the whole group is gone already
+        pass
+
+
+def end_groups(children: list[subprocess.Popen[str]]) -> None:
+    """SIGTERM to each child's process group, then, after at most END_GRACE_S for them all to end, SIGKILL to
+    what is left of each group (a process that outlived its group's leader, too); each child waited for."""
+    for child in children:
+        _signal_group(child, signal.SIGTERM)
+    deadline = time.monotonic() + END_GRACE_S
+    for child in children:
+        try:
+            child.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(child, signal.SIGKILL)
+        child.wait()
+
+
+def run_tool(command: list[str], env: dict[str, str], timeout: float = CHILD_TIMEOUT_S,
+             children: Children | None = None) -> tuple[str, int, float]:
+    """Run a child under the sanitizer (one of ``children``, which a stopping run ends): its whole output,
+    exit status and seconds."""
+    t0 = time.perf_counter()
+    children = children if children is not None else Children()
+    child = children.start(command, env)
+    try:
+        try:
+            output, _ = child.communicate(timeout=timeout)
+            code = child.returncode
+        except subprocess.TimeoutExpired:
+            end_groups([child])
+            output, code = (child.communicate()[0] or "") + f"\ntimed out after {timeout:.0f} s", -1
+    finally:
+        children.finished(child)
     return output, code, time.perf_counter() - t0
 
 
 def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownHazard], sanitizer: Path,
-             kernels: Path, jobs: int = 2, device_id: int = 0,
+             kernels: Path, kept: Callable[[list[SanitizerRun]], None], jobs: int = 2, device_id: int = 0,
              progress: Callable[[int, int, str], None] = lambda done, total, msg: None,
-             engines: tuple[str, ...] = ()) -> list[SanitizerRun]:
-    """Every (case, tool) in its own child, ``jobs`` at a time; rows in (case, tool) order. ``kernels``: the
-    run's folder of kernel sources; ``engines``: its engine checkouts, which each child attaches (their
-    libraries come from the cache)."""
+             engines: tuple[str, ...] = ()) -> None:
+    """Every (case, tool) in its own child, ``jobs`` at a time; ``kept`` is given, each time a child ends, the
+    rows of every child ended so far, in (case, tool) order. ``kernels``: the run's folder of kernel sources;
+    ``engines``: its engine checkouts, which each child attaches (their libraries come from the cache). When
+    the run stops (Ctrl-C, SIGTERM, an error), the children running are ended and their rows never kept."""
     env = {**os.environ, ENV_LINEINFO: "1", "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", str(device_id)),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                         os.environ.get("PYTHONPATH")]))}
@@ -245,16 +313,28 @@ def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownH
     # spread over the jobs; the rows keep the cases' order
     work = [(tool, [case]) for case in cases for tool in tools]
     order = sorted(range(len(work)), key=lambda i: (work[i][0] != "racecheck", -work[i][1][0].ctx * work[i][1][0].nq))
-    results: list[list[SanitizerRun]] = [[] for _ in work]
+    results: list[list[SanitizerRun] | None] = [None for _ in work]
+    children = Children()
 
-    def one(i: int) -> None:
+    def one(i: int) -> list[SanitizerRun] | None:
         tool, group = work[i]
-        output, code, seconds = run_tool(child_command(sanitizer, tool, group, kernels, engines), env)
-        results[i] = judge(group, tool, output, code, known, seconds)
+        try:
+            output, code, seconds = run_tool(child_command(sanitizer, tool, group, kernels, engines), env,
+                                             children=children)
+        except ChildrenStopped:
+            return None
+        # a child the stopping run ended says nothing of its case
+        return None if children.stopped else judge(group, tool, output, code, known, seconds)
 
-    done = 0
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for _ in pool.map(one, order):
-            done += 1
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
+        running = {pool.submit(one, i): i for i in order}
+        for done, future in enumerate(as_completed(running), 1):
+            results[running[future]] = future.result()
+            kept([row for rows in results if rows is not None for row in rows])
             progress(done, len(work), "compute-sanitizer")
-    return [row for rows in results for row in rows]
+    except BaseException:
+        children.stop()  # the workers' children end, so the pool's shutdown below does not wait for them
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -22,7 +22,7 @@ from .core.errors import EngineError, SideError, VariantError
 from .core.geometry import NEW_KERNELS_CC
 from .device import environment, require
 from .dispatch import Dispatch, dispatch, read_switches
-from .engine.attach import attached
+from .engine.attach import attached, check_engines
 from .engine.switches import switched_variant
 from .kernels import sources_hash
 from .launch.shape import Card
@@ -33,6 +33,10 @@ from .stages.common import Measurer, StageOutcome
 from .timing import DEFAULT_WARMUP, DeviceTimer
 
 BACKENDS = ("gpu", "cpu")
+# The settings of the GPU's timer, and what each would not do on the CPU backend: a run there records neither
+# (the command line refuses them; a sweep config's are noted as not applied, runs/sweep.py).
+GPU_TIMER_SETTINGS = {"warmup": "the CPU backend times its models after one untimed run of each",
+                      "l2": "the CPU backend has no L2 to flush or keep warm"}
 
 
 @dataclass(frozen=True)
@@ -157,8 +161,7 @@ class Session:
         return dispatch(self.catalog, cc, kind, self.switches, refusal)
 
     def dispatch_summary(self, kind: str, max_blocks: int = 0) -> dict[str, Any]:
-        d = self.dispatch(kind, max_blocks)
-        return {"kind": kind, "scores": d.scores, "topk": d.topk, "reasons": dict(d.reasons)}
+        return self.dispatch(kind, max_blocks).summary(kind)
 
 
 @contextlib.contextmanager
@@ -180,9 +183,13 @@ def session(
                        kernel_source_hash=sources_hash(catalog.kernel_folder))
     record.environment = environment(switches)
     s = Session(settings, record, catalog, switches=switches)
-    s.record_settings(l2=settings.l2, warmup=settings.warmup, seed=settings.seed, check_model=settings.check_model)
+    s.record_settings(seed=settings.seed, check_model=settings.check_model)
+    if s.on_gpu:  # the timer's settings, applied only there
+        s.record_settings(l2=settings.l2, warmup=settings.warmup)
     if settings.kernels is not None:
         s.record_settings(kernels=str(catalog.kernel_folder))
+    if settings.engines:  # a checkout's own problem first: it is what a device or the GPU backend would meet
+        check_engines(settings.engines)
     if not s.on_gpu:
         if settings.engines:
             raise EngineError("--engine runs an engine checkout's kernels: it needs --backend gpu")

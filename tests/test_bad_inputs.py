@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_engine import SELECT_HPP, write_fake_engine
 from record_factory import seed_record
 
 from qsa_cli.cli import main
@@ -92,6 +93,21 @@ def _zip(members: dict[str, bytes | None]) -> Callable[[Path], None]:
 def _broken_kernels(path: Path) -> None:
     shutil.copytree(kernel_dir(), path)
     (path / "scores.cu").write_text((path / "scores.cu").read_text() + "garbage !!! {{\n")
+
+
+def _engine(header: Callable[[str], str] | None = lambda text: text, *, remove: str = "") -> Callable[[Path], None]:
+    """A fake engine checkout (tests/fake_engine.py), its qsa_select.hpp's text changed by ``header`` (None: its
+    bytes made not UTF-8), ``remove``: a file of it deleted."""
+    def write(path: Path) -> None:
+        write_fake_engine(path)
+        hpp = path / SELECT_HPP
+        if header is None:
+            hpp.write_bytes(hpp.read_bytes() + b"\xff\xfe\n")
+        else:
+            hpp.write_text(header(hpp.read_text()))
+        if remove:
+            (path / remove).unlink()
+    return write
 
 
 def _set(changes: dict[str, object]) -> Callable[[dict], None]:
@@ -197,6 +213,16 @@ FILES: dict[str, Callable[[Path], None]] = {
     "dead-int32.npz": _npz(_scorer_arrays, lambda a: a.update(dead=a["dead"].astype(np.int32))),
     "nine-queries.npz": _npz(_scorer_arrays, lambda a: a.update(q=np.repeat(a["q"][:1], 9, axis=0),
                                                                 steps=np.repeat(a["steps"][1:], 9, axis=0))),
+    # engine checkouts
+    "engine-good": _engine(),
+    "engine-empty": lambda path: path.mkdir(),
+    "engine-no-header": _engine(remove=SELECT_HPP),
+    "engine-open-brace": _engine(lambda text: text + "garbage !!! {{\n"),
+    "engine-open-comment": _engine(lambda text: text + "/* a note left open\n"),
+    "engine-stray-paren": _engine(lambda text: text + "int x);\n"),
+    "engine-no-functions": _engine(lambda text: "// nothing here\n#pragma once\n"),
+    "engine-not-text": _engine(None),
+    "engine-missing.yaml": _sweep("engine:\n  base: nowhere\n"),
     # output targets
     "dir": lambda path: path.mkdir(),
     # a copy of qsa's kernels whose scorer does not compile
@@ -350,7 +376,34 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("selftest", "--kernels", "@dir"), "--kernels dir: no qsa_common.cuh"),
     # engine checkouts, variants and roles, before any device is looked for
     (("select-bench", *SMALL, *CPU, "--engine", "x@"), "--engine: engine 'x@': no revision after '@'"),
-    (("select-bench", *SMALL, *CPU, "--engine", "%strata"), "--engine runs an engine checkout's kernels: it needs --backend gpu"),
+    (("select-bench", *SMALL, *CPU, "--engine", "@engine-good"), "--engine runs an engine checkout's kernels: it "
+                                                                  "needs --backend gpu"),
+    # a checkout's own problem, before the backend, the device or the sanitizer is said to be missing
+    (("select-bench", *SMALL, *CPU, "--engine", "%strata"), "engine checkout strata: no such directory"),
+    (("select-bench", *SMALL, "--engine", "%strata"), "engine checkout strata: no such directory"),
+    (("select-bench", *SMALL, "--engine", "@engine-empty"), "engine-empty: missing src/kernels/cuda/qsa_select.cu"),
+    (("topk-parity", *SMALL, "--engine", "@engine-no-header"), "missing include/strata/kernels/qsa_select.hpp"),
+    (("topk-parity", *SMALL, *CPU, "--engine", "@engine-open-brace"),
+     "engine-open-brace: include/strata/kernels/qsa_select.hpp: line 29: '{' is never closed"),
+    (("window-bench", "4099", "2", "2", "8192", "--engine", "@engine-open-comment"),
+     "qsa_select.hpp: line 29: a /* comment is never closed"),
+    (("sweep", "@topk-only.yaml", "--engine", "@engine-stray-paren"), "qsa_select.hpp: line 29: ')' closes nothing"),
+    (("sweep", "@topk-only.yaml", *CPU, "--engine", "@engine-no-functions"),
+     "qsa_select.hpp: it declares none of qsa's host functions (qsa_block_scores, "),
+    (("sweep", "@engine-missing.yaml"), "/nowhere: no such directory"),
+    (("sweep", "@engine-missing.yaml", *CPU), "/nowhere: no such directory"),
+    (("selftest", "--engine", "@engine-empty"), "engine-empty: missing src/kernels/cuda/qsa_select.cu"),
+    (("selftest", "--require-gpu", "--engine", "%strata"), "engine checkout strata: no such directory"),
+    (("sanitize", "--engine", "@engine-not-text"), "engine-not-text: cannot read include/strata/kernels/qsa_select.hpp"),
+    (("gate", "--baseline", "@good.json", "--engine", "@engine-open-brace"), "'{' is never closed"),
+    (("info", "--engine", "%strata"), "engine checkout strata: no such directory"),
+    (("info", "--engine", "@engine-open-brace"), "engine-open-brace: include/strata/kernels/qsa_select.hpp: line 29"),
+    (("info", "--engine", "@engine-no-functions"), "it declares none of qsa's host functions"),
+    (("info", "--engine", "a=strata", "--engine", "a=strata2"), "two engine checkouts are named 'a'"),
+    (("STRATA_QSA_CLUSTER=banana", "info"), "STRATA_QSA_CLUSTER must be 0 or 1 (got 'banana')"),
+    (("QSA_PDL=banana", "info"), "QSA_PDL must be 0 or 1 (got 'banana')"),
+    (("PATH=/nonexistent", "CUDA_HOME=/nonexistent", "select-bench", *SMALL, "--engine", "@engine-good"),
+     "nvcc not found on PATH or in $CUDA_HOME/bin"),
     (("topk-parity", *SMALL, *CPU, "--variants", "wide,fast"), "--variants: no variant 'fast'"),
     (("topk-parity", *SMALL, *CPU, "--variants", ","), "--variants: no variant named"),
     (("select-bench", *SMALL, *CPU, "--variants", "halve,x.scores[STRATA_SCORES_RS=0,STRATA_TOPK_OLD=1]"),
@@ -514,8 +567,9 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, monkeypatch, args, m
 
 
 # a command that needs a device, without one: its one line never advises --backend cpu, which it lacks or refuses
-NEEDS_A_DEVICE = [("window-bench", *SMALL), ("info",), ("gate", "--baseline", "@good.json"),
-                  ("select-bench", *SMALL, "--engine", "%strata")]
+NEEDS_A_DEVICE = [("window-bench", *SMALL), ("gate", "--baseline", "@good.json"),
+                  ("select-bench", *SMALL, "--engine", "@engine-good"), ("selftest", "--engine", "@engine-good"),
+                  ("sweep", "@topk-only.yaml", "--engine", "@engine-good")]
 
 
 @pytest.mark.skipif(probe().available, reason="a machine without a CUDA device")
@@ -527,6 +581,17 @@ def test_without_a_device_no_command_advises_an_option_it_lacks(capsys, tmp_path
     out, err = capsys.readouterr()
     assert ended.value.code == 2 and out == "" and err.startswith("qsa: error: ") and err.count("\n") == 1, err
     assert "--backend cpu" not in err
+
+
+@pytest.mark.skipif(probe().available, reason="a machine without a CUDA device")
+def test_without_a_device_a_good_checkout_is_refused_for_the_device_it_lacks(capsys, tmp_path, monkeypatch) -> None:
+    """Its files and header pass, so what is said is the device: the selftest would run only the CPU models."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        main(_argv(("selftest", "--engine", "@engine-good"), tmp_path))
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and err.startswith("qsa: error: --engine engine-good: no device here to "
+                                                    "compile and run its kernels (CuPy is not installed"), err
 
 
 @pytest.mark.skipif(probe().available, reason="a machine without a CUDA device")

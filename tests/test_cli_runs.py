@@ -1,5 +1,7 @@
 """The commands end to end on the CPU backend (the exact models): records, dumps, replays, reports, gate."""
 
+import csv
+import io
 import json
 import re
 
@@ -123,11 +125,20 @@ def test_report_and_gate_on_saved_cpu_records(capsys, tmp_path):
         m["samples_us"] = [s / 10 for s in m["samples_us"]]
     base = tmp_path / "fast-baseline.json"
     base.write_text(json.dumps(slowed))
-    code, out, _ = run(capsys, "gate", "--baseline", str(base), "--results", str(js))
-    summary, *slow = out.rstrip().splitlines()[-3:]
-    assert code == 1 and summary == "GATE FAIL (2 SLOW)" and all(line.startswith("GATE FAIL ") for line in slow)
-    assert [line.split(": ")[1] for line in slow] == ["SLOW", "SLOW"] and {line.split(", ")[1].split(":")[0]
-                                                                        for line in slow} == {"multi", "halve"}
+    code, out, _ = run(capsys, "gate", "--baseline", str(base), "--results", str(js), "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    # 10x slower than the baseline, on CPU times: shown, never judged (the sweep's rule), so the gate passes
+    assert code == 0 and [(r["variant"], r["verdict"]) for r in rows] == [("multi", "NOT-JUDGED"), ("halve", "NOT-JUDGED")]
+    assert all(r["detail"] == "not judged: CPU times (the CPU models' on the host; 10.00x the baseline)" for r in rows)
+    broken = json.loads(js.read_text())
+    broken["thresholds"] = [{"stage": "scores", "case": broken["measurements"][0]["case"], "name": "min_speedup",
+                             "value": 0.5, "limit": 1.0, "passed": False}]
+    broken["parity"][0]["equal"] = False
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    code, out, _ = run(capsys, "gate", "--baseline", str(base), "--results", str(tmp_path / "broken.json"))
+    # parity is judged on the CPU backend too; the threshold on CPU times is not
+    assert code == 1 and out.rstrip().splitlines()[-2:][0] == "GATE FAIL (1 PARITY-FAIL)", out
+    assert "the run's thresholds not judged: CPU times" in words(out)
 
 
 def test_selftest_without_a_device(capsys):
@@ -176,6 +187,26 @@ def test_thresholds_are_not_judged_on_cpu_times(capsys, tmp_path):
     assert f"thresholds not judged: CPU times (the CPU models' on the host; {config}'s thresholds are judged on " \
            "the GPU backend)." in out
     assert json.loads(js.read_text())["thresholds"] == []
+
+
+@pytest.mark.parametrize(("settings", "note"), [
+    ("warmup: 3\nl2: warm\n", "warmup 3 and l2 warm (the CPU backend times its models after one untimed run of each; "
+                              "the CPU backend has no L2 to flush or keep warm)"),
+    ("l2: cold\n", "l2 cold (the CPU backend has no L2 to flush or keep warm)"),
+    ("", None),
+])
+def test_a_cpu_sweep_records_no_gpu_timer_setting(capsys, tmp_path, settings, note):
+    """The CPU backend applies no warm-up count and no L2 state: its record names neither, and a note says
+    which of the file's were not applied (the defaults were not applied either, and are not recorded)."""
+    config = tmp_path / "sweep.yaml"
+    config.write_text(f"iterations: 2\n{settings}stages: [scores]\ncontexts: [4099]\nqueries: [1]\ncapacity: 8192\n")
+    js = tmp_path / "run.json"
+    assert run(capsys, "sweep", str(config), "--backend", "cpu", "--json", str(js))[0] == 0
+    record = load_record(js)
+    assert "warmup" not in record.settings and "l2" not in record.settings
+    assert record.settings["iterations"] == 2 and record.settings["seed"] == 0
+    assert [n for n in record.notes if n.startswith("not applied")] == ([f"not applied: {config}'s {note}"] if note else [])
+    assert {m.case["l2"] for m in record.measurements} == {"host"}
 
 
 def _interrupted_on_call(monkeypatch, module: str, name: str, call: int) -> None:

@@ -137,7 +137,8 @@ STATUS = [
     (("report", "missing.json"), None, 2, "qsa: error: missing.json: no such file"),
     (("plot", "good.json", "-o", "good.png"), None, 0, "good.png"),
     (("plot", "good.json", "-o", "missing/good.png"), None, 2, "qsa: error: -o/--output missing/good.png: no such"),
-    (("info",), None, 2, "qsa: error: "),
+    (("info",), None, 0, "Switches set: none."),  # the catalog and the dispatch on each card need no device
+    (("info", "--engine", "nowhere"), None, 2, "qsa: error: engine checkout nowhere: no such directory"),
     (("select-bench", *SMALL), _interrupted("qsa_cli.stages.scores", "run_scores", signal.SIGTERM), 143,
      "qsa: interrupted by SIGTERM"),
     (("topk-parity", *SMALL, "--json", "run.json"), _interrupted("qsa_cli.stages.topk", "run_topk", signal.SIGTERM),
@@ -198,4 +199,4 @@ def test_every_code_of_every_family_is_in_the_table() -> None:
     for argv, _, code, _ in STATUS:
         codes.setdefault(argv[0], set()).add(code)
     assert all(codes[c] == {0, 1, 2, 130, 143} for c in ("select-bench", "topk-parity", "sweep", "selftest", "gate"))
-    assert codes["report"] == codes["plot"] == {0, 2} and codes["window-bench"] == codes["info"] == {2}
+    assert codes["report"] == codes["plot"] == {0, 2} and codes["info"] == {0, 2} and codes["window-bench"] == {2}

@@ -17,12 +17,14 @@ from typing import Any
 import pytest
 from rich.cells import cell_len
 
+from qsa_cli.catalog import qsa_catalog
 from qsa_cli.cli import main
 from qsa_cli.output import compare, gate, printed
 from qsa_cli.output.layout import MISSING, Sheet
 from qsa_cli.output.rows import result_rows
 from qsa_cli.record.load import load_record
 from qsa_cli.record.schema import InfoReport, RunRecord
+from qsa_cli.runs.info import ARCHITECTURES, architectures, catalog_entries
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 SHIPPED = sorted(RESULTS.glob("**/*.json"))
@@ -71,6 +73,9 @@ def _shipped(command: str) -> list[tuple[str, RunRecord]]:
     return [(name, r) for name, r in _loaded() if r.command.split()[0] == command]
 
 
+ARCHITECTURES_SHOWN = [f"sm_{cc}" for cc in ARCHITECTURES]
+
+
 def _info(record: RunRecord) -> InfoReport:
     """What ``qsa info`` shows, from a record's device and dispatch (an H200 run's); the one kernel entry is
     this test's own (no record keeps kernel resources)."""
@@ -106,6 +111,12 @@ def outputs(cpu: dict[str, RunRecord]) -> Iterator[tuple[str, Any, list[str]]]:
     info = _info(h200)
     yield "info", printed.of_info(info), [*info.device["name"].split(), info.device["compute_capability"],
                                           *(d[k] for d in info.dispatch.values() for k in ("scores", "topk"))]
+    catalog = qsa_catalog()
+    bare = InfoReport({}, None, [], {}, [], no_device="CuPy is not installed (cupy); install qsa[cuda12] or qsa[cuda13]",
+                      catalog=catalog_entries(catalog), architectures=architectures(catalog, {}),
+                      switches={"STRATA_TOPK_SPLIT": "1"})
+    yield "info without a device", printed.of_info(bare), [*(v.name for v in catalog.variants), *ARCHITECTURES_SHOWN,
+                                                           "STRATA_TOPK_SPLIT=1."]
     several = [(name, r, compare.judge(r) if "compare" in r.settings else None)
                for name, r in [*_shipped("compare")[:1], *_shipped("select-bench")[:2], *_shipped("window-bench")[:1]]]
     yield "report", printed.of_saved(several), [w for _, r, _ in several for w in record_words(r)]

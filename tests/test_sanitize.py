@@ -4,9 +4,11 @@ and the verdicts; the CPU tests read outputs the H200 printed (tests/data), the 
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,6 +145,115 @@ def test_a_missing_sanitizer_is_one_line_exit_2(capsys: pytest.CaptureFixture[st
         main(["sanitize"])
     err = capsys.readouterr().err
     assert info.value.code == 2 and "compute-sanitizer not found" in err and len(err.strip().splitlines()) == 1
+
+
+# ---- signals: the children ended, the record so far kept --------------------------------------------------
+
+# A compute-sanitizer that records its pid and that of a grandchild it starts (the tool's target, in its
+# process group), then prints a clean summary: at once for racecheck (the tool qsa starts first), after
+# sleeping for the others, so that a run interrupted a few seconds in has finished rows and running children.
+FAKE_SANITIZER = """#!{python}
+import os, subprocess, sys, time
+tool = sys.argv[sys.argv.index("--tool") + 1]
+target = subprocess.Popen(["sleep", "120"])
+with open(os.path.join({pids!r}, f"{{os.getpid()}}-{{target.pid}}"), "w"):
+    pass
+if tool != "racecheck":
+    time.sleep(120)
+target.kill()
+print("========= COMPUTE-SANITIZER\\n{marker} 0\\ndone\\n========= ERROR SUMMARY: 0 errors", flush=True)
+"""
+
+# qsa sanitize with its session on the CPU backend (there is no device here) and three variants, as the H200
+# runs them; what it runs under the sanitizer is the fake above
+CPU_SANITIZE = """
+import dataclasses, sys
+from qsa_cli.interrupts import hold_signals
+hold_signals()
+import qsa_cli.runs.sanitizer as runs
+import qsa_cli.session as session
+opened = session.session
+session.session = lambda settings, *a, **k: opened(dataclasses.replace(settings, backend="cpu"), *a, **k)
+runs.sanitize_variants = lambda s: {"scores": ("multi", "halve"), "topk": ("wide",)}
+from qsa_cli.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_every_childs_rows_are_kept_as_it_ends_in_case_and_tool_order(tmp_path: Path) -> None:
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text(f"#!{sys.executable}\nprint('{MARKER} 0\\n========= ERROR SUMMARY: 0 errors')\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    cases = sanitize.matrix({"scores": ("halve",), "topk": ("split", "wide")}, ("continuous", "levels64"))
+    seen: list[list[tuple[str, str, str]]] = []
+    sanitize.sanitize(cases, ("racecheck", "memcheck"), [], fake, tmp_path,
+                      lambda rows: seen.append([(r.variant, r.key, r.tool) for r in rows]), jobs=3)
+    every = [(c.variant, sanitize.SanitizerRun(c.stage, c.case(), c.variant, "", 0, 0, "", 0).key, tool)
+             for c in cases for tool in ("racecheck", "memcheck")]
+    assert [len(rows) for rows in seen] == list(range(1, len(every) + 1)) and seen[-1] == every
+    assert all(rows == [row for row in every if row in rows] for rows in seen)  # in order at every step
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, which a container's init may never reap, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+SIGNAL_POINTS = [(signal.SIGTERM, 0.3), (signal.SIGINT, 1.0), (signal.SIGTERM, 2.5), (signal.SIGINT, 5.0),
+                 (signal.SIGTERM, 8.0)]
+
+
+@pytest.mark.parametrize(("signum", "after"), SIGNAL_POINTS,
+                         ids=[f"{signal.Signals(s).name}-{t}s" for s, t in SIGNAL_POINTS])
+def test_a_signal_ends_the_sanitizers_children_and_keeps_the_record_so_far(tmp_path: Path, signum: int,
+                                                                           after: float) -> None:
+    pids, bin_dir = tmp_path / "pids", tmp_path / "bin"
+    pids.mkdir()
+    bin_dir.mkdir()
+    fake = bin_dir / "compute-sanitizer"
+    fake.write_text(FAKE_SANITIZER.format(python=sys.executable, pids=str(pids), marker=MARKER))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    child = subprocess.Popen([sys.executable, "-c", CPU_SANITIZE, "sanitize", "--tools", "racecheck,memcheck",
+                              "--jobs", "2", "--quiet", "--json", "run.json"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    time.sleep(after)
+    child.send_signal(signum)
+    try:
+        _, err = child.communicate(timeout=30)  # the grace of SIGTERM to each child, and far more
+    except subprocess.TimeoutExpired:
+        child.kill()
+        pytest.fail("still running 30 s after the signal: it waited for the sanitizer's children")
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err, err
+    started = [int(pid) for name in os.listdir(pids) for pid in name.split("-")]
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in started) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in started if _alive(pid)], "a sanitizer or its target outlived the run"
+    if child.returncode == -signum:  # before the interpreter ran qsa's first line (a loaded machine)
+        return
+    name = "" if signum == signal.SIGINT else " by SIGTERM"
+    assert child.returncode == 128 + signum and len(lines) == 1, (child.returncode, lines)
+    record = tmp_path / "run.json"
+    if not record.exists():  # the signal came before the session opened
+        assert lines == [f"qsa: interrupted{name}"] and not started
+        return
+    kept = load_record(record)
+    assert kept.incomplete and kept.command == "sanitize"
+    # only the children that ended by themselves: the racechecks, each clean; none of those the signal ended
+    assert all(r.tool == "racecheck" and r.errors == 0 for r in kept.sanitizer), kept.sanitizer
+    assert len(kept.sanitizer) <= 6 * 2  # 6 cases of the top-k's wide, 3 of each scorer: 12 racechecks
+    counted = f"{len(kept.sanitizer)} sanitizer run" + ("" if len(kept.sanitizer) == 1 else "s")
+    so_far = counted if kept.sanitizer else "nothing measured yet"
+    assert lines == [f"qsa: interrupted{name}: the record so far ({so_far}) is in run.json, marked incomplete"]
+    if after >= 5.0:  # by then the racechecks are done, the others running
+        assert kept.sanitizer and started
 
 
 # ---- on a device ----------------------------------------------------------------------------------------

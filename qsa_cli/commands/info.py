@@ -1,4 +1,5 @@
-"""``qsa info``: the device, its kernels as compiled for it, and the engine's dispatch on it."""
+"""``qsa info``: the catalog, the engine's dispatch on each card and each engine checkout's header (no device
+needed), and the device, its kernels as compiled for it and the engine's dispatch on it where there is one."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ from typing import Any
 
 import click
 
+from ..device import probe
 from ..output.printed import of_info
-from ..record.schema import InfoReport
-from ..runs.info import device_report
+from ..runs.info import info_report
 from ..session import Settings
+from .exit_status import UsageProblem
 from .finish import chosen_format, finish
 from .options import DEVICE_OPTION, FORMAT_OPTIONS
 from .run_options import ENGINE_OPTION, KERNELS_OPTION
@@ -21,10 +23,12 @@ from .run_options import ENGINE_OPTION, KERNELS_OPTION
 @DEVICE_OPTION
 @FORMAT_OPTIONS
 def command(device_id: int, engines: tuple[str, ...], **opts: Any) -> int:
-    """The device, its clocks and limits, every kernel as compiled for it, and what the engine dispatches here."""
+    """The catalog of variants, what the engine dispatches on each card and an engine checkout's functions (no
+    device needed); the device, its clocks and limits and every kernel as compiled for it, where there is one."""
     fmt = chosen_format(opts)
-    found = device_report(Settings(device_id=device_id, engines=engines, kernels=opts["kernels"]))
-    info = InfoReport(found.device, found.clocks, [dict(name=k.name, registers=k.registers, shared_bytes=k.shared_bytes,
-                                                        local_bytes=k.local_bytes, max_threads=k.max_threads)
-                                                   for k in found.kernels], found.dispatch, found.notes)
-    return finish(of_info(info), fmt)
+    if opts["kernels"] is not None:
+        found = probe(device_id)
+        if not found.available:  # the folder's kernels are listed as compiled for a device: none would be
+            raise UsageProblem(f"--kernels {opts['kernels']}: no device here to compile its kernels ({found.reason}); "
+                               "qsa info lists the catalog without one")
+    return finish(of_info(info_report(Settings(device_id=device_id, engines=engines, kernels=opts["kernels"]))), fmt)

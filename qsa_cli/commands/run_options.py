@@ -13,6 +13,7 @@ from ..catalog import check_kernels
 from ..core.errors import EngineError, KernelError
 from ..engine.checkout import parse_engine_spec
 from ..record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
+from ..session import GPU_TIMER_SETTINGS
 from ..timing import DEFAULT_WARMUP, MAX_WARMUP
 from .exit_status import UsageProblem
 from .options import DEVICE_OPTION, FORMAT_OPTION_LIST, QUIET_OPTION, RECORD, SEED_OPTION, given, with_options
@@ -65,8 +66,7 @@ KEYS_OPTION = click.option(
 
 # what each run option, given with --backend cpu, would not do there
 NOT_ON_THE_CPU = {
-    "warmup": ("--warmup", "the CPU backend times its models after one untimed run of each"),
-    "l2": ("--l2", "the CPU backend has no L2 to flush or keep warm"),
+    **{name: (f"--{name}", why) for name, why in GPU_TIMER_SETTINGS.items()},
     "lock_spec": ("--lock-clocks", "the CPU backend has no GPU clocks to lock"),
     "lock_clocks_optional": ("--lock-clocks-optional", "the CPU backend has no GPU clocks to lock"),
     "device_id": ("--device", "the CPU backend runs on no CUDA device"),

@@ -8,12 +8,14 @@ from typing import Any
 import click
 
 from .. import session
+from ..engine.attach import check_engines
 from ..output.printed import of_sanitize
 from ..output.progress import progress_on
 from ..runs.sanitizer import sanitize_run, sanitize_variants
 from ..sanitize import TOOLS, find_sanitizer, load_known
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish
+from .measuring import kept_if_interrupted
 from .options import DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD, SEED_OPTION, check_distinct
 from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
@@ -47,9 +49,11 @@ def command(tools: str, variants_opt: str | None, quick: bool, known_path: str |
         raise UsageProblem(f"--tools: unknown tool {unknown[0] if unknown else tools!r} (expected {', '.join(TOOLS)})")
     chosen = tuple(dict.fromkeys(v.strip() for v in variants_opt.split(","))) if variants_opt else None
     known = load_known(known_path) if known_path else []
+    if engines:  # a checkout's own problem first, before the tools or the device are looked for
+        check_engines(engines)
     sanitizer = find_sanitizer()
     settings = session.Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"])
-    with session.session(settings, "sanitize", sys.argv[1:]) as s:
+    with kept_if_interrupted(session.session(settings, "sanitize", sys.argv[1:]), json_path) as s:
         if chosen is not None:
             runnable = {v for names in sanitize_variants(s).values() for v in names}
             missing = [v for v in chosen if v not in runnable]

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from ..device import probe
+from ..engine.attach import check_engines
 from ..output.progress import progress_on
 from ..runs.selftest import SelftestSoFar, selftest
 from ..session import Settings
@@ -34,10 +35,14 @@ def command(require_gpu: bool, seed: int, device_id: int, json_path: str | None,
     """Every check this machine can run: the CPU models always, the kernels (an engine checkout's too) when
     a device is found."""
     fmt = chosen_format(opts)
-    if opts["kernels"] is not None and not require_gpu:
+    if engines:  # a checkout's own problem first, before any device is looked for
+        check_engines(engines)
+    named = [*([f"--kernels {opts['kernels']}"] if opts["kernels"] is not None else []),
+             *(f"--engine {e}" for e in engines)]
+    if named and not require_gpu:
         found = probe(device_id)
-        if not found.available:  # the CPU models alone would run: the folder's kernels would not
-            raise UsageProblem(f"--kernels {opts['kernels']}: no device here to compile and run its kernels "
+        if not found.available:  # the CPU models alone would run: the folder's or checkout's kernels would not
+            raise UsageProblem(f"{named[0]}: no device here to compile and run its kernels "
                                f"({found.reason}); the CPU models selftest runs without one do not use them")
     settings = Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"])
     so_far = SelftestSoFar()

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..catalog import Variant
 from ..core.errors import EngineError
-from .build import EngineBuild, build_engine
+from .build import EngineBuild, build_engine, find_nvcc
 from .checkout import EngineSpec, open_engine, parse_engine_spec
 from .domains import check_engine_environment, engine_variants
 from .kinds import ENGINE_KINDS, ENGINE_SCORER, EngineEntry
@@ -57,21 +57,37 @@ def _loaded(libraries: list[EngineLibrary], env: Mapping[str, str] | None) -> At
     return Attached({lib.name: lib for lib in libraries}, tuple(variants), provenance)
 
 
-@contextlib.contextmanager
-def attached(specs: tuple[str | EngineSpec, ...], compute_capability: int,
-             env: Mapping[str, str] | None = None) -> Iterator[Attached]:
-    """Each checkout of ``specs`` (``[NAME=]PATH[@REV]``) built for this card and loaded, with its variants
-    that the checkout and the card run (under the switches of ``env``, default this process's), for the
-    block's length (a ``PATH@REV`` checkout lives in a temporary worktree until then)."""
+def engine_specs(specs: tuple[str | EngineSpec, ...], env: Mapping[str, str] | None = None) -> list[EngineSpec]:
+    """``specs`` parsed, each name once, the engine's switches of ``env`` (default this process's) in their
+    domains: an EngineError naming the first that is not."""
     check_engine_environment(os.environ if env is None else env)
     parsed = [parse_engine_spec(spec) if isinstance(spec, str) else spec for spec in specs]
     names = [spec.name for spec in parsed]
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice is not None:
         raise EngineError(f"two engine checkouts are named {twice!r}: name them (--engine NAME=PATH)")
+    return parsed
+
+
+def check_engines(specs: tuple[str | EngineSpec, ...], env: Mapping[str, str] | None = None) -> None:
+    """Each checkout of ``specs`` as its build would find it, without building: the switches, the folder (a
+    ``PATH@REV``'s worktree, made and removed), its files and header (engine/checkout.py), and nvcc. An
+    EngineError naming the first problem: what a run reports before it says that no device can run them."""
+    for spec in engine_specs(specs, env):
+        with open_engine(spec):
+            pass
+    find_nvcc()
+
+
+@contextlib.contextmanager
+def attached(specs: tuple[str | EngineSpec, ...], compute_capability: int,
+             env: Mapping[str, str] | None = None) -> Iterator[Attached]:
+    """Each checkout of ``specs`` (``[NAME=]PATH[@REV]``) built for this card and loaded, with its variants
+    that the checkout and the card run (under the switches of ``env``, default this process's), for the
+    block's length (a ``PATH@REV`` checkout lives in a temporary worktree until then)."""
     with contextlib.ExitStack() as stack:
         libraries = []
-        for spec in parsed:
+        for spec in engine_specs(specs, env):
             checkout = stack.enter_context(open_engine(spec))
             libraries.append(load_engine(build_engine(checkout, compute_capability)))
         yield _loaded(libraries, env)

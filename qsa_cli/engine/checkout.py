@@ -23,6 +23,48 @@ HOST_FUNCTIONS = ("qsa_block_scores", "qsa_block_topk", "qsa_block_topk_cluster"
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+# what the header's brackets are checked without: comments, literals, preprocessor lines (a macro may open a brace)
+_NOT_CODE = re.compile(r"//[^\n]*|/\*.*?(?:\*/|\Z)|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'"
+                       r"|^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", re.DOTALL | re.MULTILINE)
+_PAIRS = {")": "(", "}": "{", "]": "["}
+
+
+def header_problem(text: str) -> str | None:
+    """Why the text of a checkout's qsa_select.hpp is not a header qsa can read (one line), or None: a comment
+    left open, a bracket that does not close or was never opened, no host function of qsa's declared."""
+    left_open: list[int] = []  # the line of a /* comment that runs to the end
+
+    def blank(m: re.Match[str]) -> str:
+        found = m.group()
+        if found.startswith("/*") and (len(found) < 4 or not found.endswith("*/")):
+            left_open.append(text[:m.start()].count("\n") + 1)
+        return "\n" * found.count("\n")
+
+    code = _NOT_CODE.sub(blank, text)
+    if left_open:
+        return f"line {left_open[0]}: a /* comment is never closed"
+    opened: list[tuple[str, int]] = []
+    for line_number, line in enumerate(code.splitlines(), 1):
+        for char in line:
+            if char in "({[":
+                opened.append((char, line_number))
+            elif char in _PAIRS:
+                if not opened:
+                    return f"line {line_number}: {char!r} closes nothing"
+                if opened[-1][0] != _PAIRS[char]:
+                    return f"line {line_number}: {char!r} closes the {opened[-1][0]!r} of line {opened[-1][1]}"
+                opened.pop()
+    if opened:
+        return f"line {opened[-1][1]}: {opened[-1][0]!r} is never closed"
+    if not declared_in(text):
+        return f"it declares none of qsa's host functions ({', '.join(HOST_FUNCTIONS)})"
+    return None
+
+
+def declared_in(header: str) -> tuple[str, ...]:
+    """The host functions (of HOST_FUNCTIONS) that the text of a qsa_select.hpp declares outside comments."""
+    text = _COMMENT.sub(" ", header)
+    return tuple(name for name in HOST_FUNCTIONS if re.search(rf"\b{name}\s*\(", text))
 
 
 class EngineCheckout:
@@ -40,14 +82,20 @@ class EngineCheckout:
         for relative in ENGINE_FILES:
             if not (self.path / relative).is_file():
                 raise EngineError(f"engine checkout {self.path}: missing {relative}")
+        try:
+            self._header = (self.path / HEADER).read_bytes().decode()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise EngineError(f"engine checkout {self.path}: cannot read {HEADER} ({exc})") from None
+        problem = header_problem(self._header)
+        if problem is not None:
+            raise EngineError(f"engine checkout {self.path}: {HEADER}: {problem}")
         self.name = name or self.path.name
         self.origin = Path(origin).resolve() if origin is not None else self.path
         self.revision = revision
 
     def declared_functions(self) -> tuple[str, ...]:
         """The host functions (of HOST_FUNCTIONS) that the checkout's qsa_select.hpp declares outside comments."""
-        text = _COMMENT.sub(" ", (self.path / HEADER).read_text(errors="replace"))
-        return tuple(name for name in HOST_FUNCTIONS if re.search(rf"\b{name}\s*\(", text))
+        return declared_in(self._header)
 
     def build_files(self) -> dict[str, Path]:
         """Every file the build reads that the checkout provides, by its path in the checkout: the four files

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Protocol
 
 from ..core.errors import EngineError
 from ..core.geometry import CLUSTER_MIN_CC
 from .kinds import ENGINE_KINDS
-from .library import EngineLibrary
 
 ENV_EMULATE_CC = "STRATA_EMULATE_CC"
 ENV_CLUSTER = "STRATA_QSA_CLUSTER"
@@ -45,7 +45,15 @@ def answered_cc(compute_capability: int, env: Mapping[str, str]) -> int:
     return int(value) if value else compute_capability
 
 
-def variant_refusal(lib: EngineLibrary, variant: str, compute_capability: int,
+class Declares(Protocol):
+    """What the domains read of a checkout: its name and its host functions (a loaded library's, or those an
+    unbuilt checkout's header declares)."""
+
+    name: str
+    functions: tuple[str, ...]
+
+
+def variant_refusal(lib: Declares, variant: str, compute_capability: int,
                     env: Mapping[str, str] | None = None, nq: int | None = None) -> str | None:
     """Why ``variant`` of ``lib`` does not run on an sm_``compute_capability`` card (one line), or None.
 
@@ -73,7 +81,7 @@ def variant_refusal(lib: EngineLibrary, variant: str, compute_capability: int,
     return None
 
 
-def engine_variants(lib: EngineLibrary, compute_capability: int,
+def engine_variants(lib: Declares, compute_capability: int,
                     env: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """The variants of ``lib`` that run on an sm_``compute_capability`` card (the arch it was built for)."""
     return tuple(v for v in ENGINE_KINDS if variant_refusal(lib, v, compute_capability, env) is None)

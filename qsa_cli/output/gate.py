@@ -5,11 +5,13 @@ two runs' 10th-90th percentile spreads do not overlap, so noise alone never fail
 the mirror image. Any parity failure or broken threshold in the run fails the gate whatever the
 times say. The gate fails closed: a (case, variant) of the baseline that the run lacks is MISSING
 and fails (unless missing rows are allowed: MISSING-ALLOWED), samples that are empty, NaN or
-infinite (or with a median not above 0) in either record are BAD-SAMPLES, and a run with no timing
-the gate can judge against the baseline is NOTHING-COMPARED. A row only the run has is NEW and
+infinite (or with a median not above 0) in either record are BAD-SAMPLES, and a run with no timing in
+common with the baseline is NOTHING-COMPARED. A row only the run has is NEW and
 passes. A library's reference point (``cupy.argpartition``, timed beside the kernels for scale, with
 CuPy's own host work and allocations inside) is compared and shown but never fails the gate on its
-time: its verdict is REFERENCE.
+time: its verdict is REFERENCE. Times of the CPU backend (in either record) are the CPU models' on the host
+and say nothing of the kernels': they are shown, NOT-JUDGED, and so are a sweep's thresholds on them, as
+the sweep itself does not judge them; parity and the rest are judged as on the GPU.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from dataclasses import dataclass
 
 from ..core.errors import GateError
 from ..record.schema import Measurement, RunRecord
-from ..record.vocabulary import ARGPARTITION, INPUTS, INPUTS_HASH, OUTPUT_HASH
+from ..record.vocabulary import ARGPARTITION, CPU_TIMES, INPUTS, INPUTS_HASH, OUTPUT_HASH, times_judged
 from .layout import MISSING, Block, Column, Prose, Sheet, csv_text
 from .report import header, numbered
 from .rows import measurement_index, sample_problem
 
 FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD", "MISSING", "BAD-SAMPLES", "NOTHING-COMPARED", "BITS-CHANGED")
 JUDGED = ("SAME", "FAST", "SLOW")  # a timing compared with the baseline's and judged
-VERDICTS = (*FAILING, "MISSING-ALLOWED", "BITS-CHANGED-ALLOWED", *JUDGED[:2], "NEW", "REFERENCE")  # a summary's order
+NOT_JUDGED = "NOT-JUDGED"  # a timing in both runs, of the CPU backend: compared, never judged
+VERDICTS = (*FAILING, "MISSING-ALLOWED", "BITS-CHANGED-ALLOWED", *JUDGED[:2], "NEW", "REFERENCE", NOT_JUDGED)  # a summary's order
 REFERENCE_POINTS = (ARGPARTITION,)  # variants the gate shows but does not judge
 
 
@@ -36,7 +39,7 @@ class GateRow:
     variant: str  # a measured variant, or "subject vs against" for a parity failure
     baseline_us: float | None
     median_us: float | None
-    verdict: str  # FAST, SLOW, SAME, PARITY-FAIL, THRESHOLD (a sweep's), MISSING or MISSING-ALLOWED (baseline
+    verdict: str  # FAST, SLOW, SAME, NOT-JUDGED (CPU times), PARITY-FAIL, THRESHOLD (a sweep's), MISSING or MISSING-ALLOWED (baseline
     # only), NEW (run only), REFERENCE (a library's reference point), BAD-SAMPLES, NOTHING-COMPARED (no row judged),
     # BITS-CHANGED or BITS-CHANGED-ALLOWED (another output than the baseline's on the same inputs)
     detail: str = ""
@@ -126,7 +129,10 @@ def timing_verdict(m: Measurement, b: Measurement, tolerance: float) -> tuple[st
     return "SAME", "beyond the tolerance but within the runs' spread" if abs(ratio - 1) > tolerance else ""
 
 
-def _timing_row(key: str, variant: str, m: Measurement, b: Measurement, tolerance: float) -> GateRow:
+def _timing_row(key: str, variant: str, m: Measurement, b: Measurement, tolerance: float, judged: bool) -> GateRow:
+    if not judged:
+        return GateRow(key, variant, b.median_us, m.median_us, NOT_JUDGED,
+                       f"{CPU_TIMES}; {m.median_us / b.median_us:.2f}x the baseline)")
     if variant in REFERENCE_POINTS:
         return GateRow(key, variant, b.median_us, m.median_us, "REFERENCE",
                        f"a library's reference point, not gated ({m.median_us / b.median_us:.2f}x the baseline)")
@@ -146,6 +152,11 @@ def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, for
     if not 0 <= tolerance < 1:
         raise GateError(f"tolerance must be a fraction in [0, 1) such as 0.05 (got {tolerance})")
     notes = check_comparable(record, baseline, force)
+    judged = times_judged(record.backend) and times_judged(baseline.backend)
+    if not judged:
+        notes.append(f"times {CPU_TIMES}; the gate judges times on the GPU backend)")
+        if record.thresholds:
+            notes.append(f"the run's thresholds {CPU_TIMES})")
     ours, theirs = measurement_index(record), measurement_index(baseline)
     rows = []
     for key, variant in dict.fromkeys([*ours, *theirs]):
@@ -161,15 +172,15 @@ def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, for
         elif b is None:
             rows.append(GateRow(key, variant, None, median, "NEW", "not in the baseline"))
         else:
-            rows.append(_timing_row(key, variant, m, b, tolerance))
-    if not any(r.verdict in JUDGED for r in rows):
+            rows.append(_timing_row(key, variant, m, b, tolerance, judged))
+    if not any(r.verdict in (*JUDGED, NOT_JUDGED) for r in rows):
         rows.append(GateRow("gate", "timings", None, None, "NOTHING-COMPARED",
                             "no (case, variant) is timed in both the run and the baseline"))
     rows += _bits_rows(record, baseline, allow_bit_changes)
     rows += [GateRow(p.key, f"{p.subject} vs {p.against}", None, None, "PARITY-FAIL", p.detail)
              for p in record.parity if not p.equal]
     rows += [GateRow(t.key, t.name, None, None, "THRESHOLD", f"{t.value:.2f}, the limit is {t.limit:.2f}")
-             for t in record.thresholds if not t.passed]
+             for t in record.thresholds if judged and not t.passed]
     return GateResult(tuple(rows), tolerance, tuple(notes))
 
 

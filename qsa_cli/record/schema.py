@@ -322,16 +322,49 @@ class KernelResources(TypedDict):
     max_threads: int
 
 
+class CatalogEntry(TypedDict):
+    """A variant of the run's catalog (catalog.Variant) as ``qsa info`` lists it."""
+
+    stage: str
+    name: str
+    role: str
+    source: str  # the file of kernels/ its kernels are in ("" for an engine checkout's)
+    kernels: list[str]
+    launch: str  # its launch shape's name
+    min_cc: int  # the oldest card it runs on (major * 10 + minor; 0: any)
+    model: str  # the CPU model its bits must equal
+
+
+class EngineDeclared(TypedDict):
+    """An engine checkout as ``qsa info`` reads it, unbuilt: what its qsa_select.hpp declares, and the variants
+    that gives on each card under the environment's switches."""
+
+    name: str
+    path: str
+    revision: str | None
+    functions: list[str]  # the host functions its header declares
+    lacks: list[str]  # those it does not
+    variants: dict[str, list[str]]  # "sm_XX" -> its variants that card would run
+    nvcc: str | None  # the release line of the nvcc a build would use; None: none found
+
+
 @dataclass
 class InfoReport:
-    """What ``qsa info`` found: the device and its clocks now, every kernel as compiled for it, the
-    engine's choice for each kind of call, and notes (an engine checkout's variants, the cluster's reach)."""
+    """What ``qsa info`` found: the device and its clocks now (or why there is none), every kernel as compiled
+    for it, the engine's choice for each kind of call there; the catalog, the engine's choice on each card,
+    the engine checkouts' headers and the switches set, which need no device; notes (an engine checkout's
+    built variants, the cluster's reach)."""
 
-    device: DeviceInfo
+    device: DeviceInfo  # {} when there is no device
     clocks: Clocks | None
     kernels: list[KernelResources]
-    dispatch: dict[str, Dispatch]
+    dispatch: dict[str, Dispatch]  # on this device ({} without one)
     notes: list[str]
+    no_device: str | None = None  # why there is no device (no CuPy, no CUDA device); None: one was found
+    catalog: list[CatalogEntry] = field(default_factory=list)
+    architectures: dict[str, dict[str, Dispatch]] = field(default_factory=dict)  # "sm_XX" -> kind -> choice
+    engines: list[EngineDeclared] = field(default_factory=list)
+    switches: dict[str, str] = field(default_factory=dict)  # qsa's and the engine's switches the environment sets
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": INFO_SCHEMA, "schema_version": 1, **asdict(self)}

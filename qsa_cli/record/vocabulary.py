@@ -35,6 +35,15 @@ DEFAULT_KEYS = SCORER_KEYS[0]
 # change under review; variant: any other implementation, checked and timed beside them.
 ROLES = ("reference", "baseline", "candidate", "variant")
 
+# A run's times are judged (a sweep's thresholds, the gate's SLOW and FAST) only on the GPU backend: the CPU
+# backend's are the Python models' on the host, and say nothing of the kernels'.
+CPU_TIMES = "not judged: CPU times (the CPU models' on the host"
+
+
+def times_judged(backend: str) -> bool:
+    """Whether the times of a run on ``backend`` (a record's) are judged: the GPU backend's only."""
+    return backend == "gpu"
+
 
 def pair_name(scorer: str, topk: str) -> str:
     """A window pair's name: the scorer it runs, then the top-k."""

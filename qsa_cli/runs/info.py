@@ -1,51 +1,123 @@
-"""qsa info's run: the device and its clocks, every kernel's resources as compiled for it, what the engine
-dispatches here and why, and each engine checkout's variants."""
+"""qsa info's run: what needs no device (the catalog, the engine's dispatch on each card, each engine checkout's
+header and the variants it gives there, the switches set), then, where a device is found, the device and its
+clocks, every kernel's resources as compiled for it, what the engine dispatches there and why, and each engine
+checkout as built for it. Without a device the report says why there is none."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import os
+import subprocess
+from typing import Any, NamedTuple
 
-from ..catalog import STAGES
-from ..dispatch import ENV_PDL, programmatic_launches
+from ..catalog import STAGES, Catalog, qsa_catalog
+from ..core.errors import EngineError
+from ..device import probe
+from ..dispatch import ENV_PDL, dispatch, programmatic_launches, read_switches
+from ..engine.attach import engine_specs
+from ..engine.build import find_nvcc, nvcc_release, nvcc_version
+from ..engine.checkout import HOST_FUNCTIONS, open_engine
+from ..engine.domains import ENGINE_SWITCHES, engine_variants
 from ..launch import topk_cluster
-from ..session import Settings, session
+from ..record.schema import CatalogEntry, EngineDeclared, InfoReport, KernelResources
+from ..session import Session, Settings, session
+
+# the cards the engine's dispatch is shown for without one: Turing to Blackwell
+ARCHITECTURES = (75, 80, 86, 89, 90, 100, 120)
 
 
-@dataclass
-class DeviceReport:
-    device: dict[str, Any]
-    clocks: dict[str, Any] | None
-    kernels: list[Any]  # kernels.KernelInfo, as compiled for this device
-    dispatch: dict[str, Any]  # kind -> summary
-    notes: list[str]
+class _Declared(NamedTuple):
+    """An unbuilt checkout as engine/domains.py reads it: its name and the host functions its header declares."""
+
+    name: str
+    functions: tuple[str, ...]
 
 
-def device_report(settings: Settings) -> DeviceReport:
+def catalog_entries(catalog: Catalog) -> list[CatalogEntry]:
+    return [CatalogEntry(stage=v.stage, name=v.name, role=v.role, source=v.source, kernels=list(v.kernels),
+                         launch=v.launch.name, min_cc=v.min_cc, model=v.model) for v in catalog.variants]
+
+
+def architectures(catalog: Catalog, switches: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Per card of ARCHITECTURES, the engine's choice for each kind of call (dispatch.py: a pure function of the
+    card), under the environment's switches."""
+    return {f"sm_{cc}": {kind: dispatch(catalog, cc, kind, switches).summary(kind) for kind in ("decode", "prompt")}
+            for cc in ARCHITECTURES}
+
+
+def _nvcc() -> str | None:
+    try:
+        return nvcc_release(nvcc_version(find_nvcc()))
+    except (EngineError, OSError, subprocess.SubprocessError):  # none, or one that does not answer
+        return None
+
+
+def declared_engines(specs: tuple[str, ...]) -> list[EngineDeclared]:
+    """Each checkout of ``specs`` read, not built (its files and header checked, engine/checkout.py): what its
+    header declares, and the variants that gives on each card under this process's switches."""
+    out = []
+    nvcc = _nvcc() if specs else None
+    for spec in engine_specs(specs):
+        with open_engine(spec) as checkout:
+            declared = _Declared(checkout.name, checkout.declared_functions())
+            out.append(EngineDeclared(
+                name=checkout.name, path=str(checkout.origin), revision=checkout.revision,
+                functions=list(declared.functions), lacks=[f for f in HOST_FUNCTIONS if f not in declared.functions],
+                variants={f"sm_{cc}": [f"{checkout.name}.{kind}" for kind in engine_variants(declared, cc, os.environ)]
+                          for cc in ARCHITECTURES},
+                nvcc=nvcc))
+    return out
+
+
+def _device_notes(s: Session, cc: int) -> list[str]:
+    """The built checkouts' variants here, the cluster top-k's reach, the split's launches."""
+    notes = [f"engine checkout {c['name']} ({c['path']}, commit {c['commit']}), as built for sm_{cc}: "
+             f"{', '.join(c['variants']) or 'no variant runs here'}" for c in s.record.settings.get("engines", [])]
+    if any(s.catalog.get("topk", v).launch.name == "cluster" for v in s.catalog.runs_on("topk", cc)):
+        optin = int(s.record.device.get("shared_optin_bytes", 0))
+        notes.append(f"cluster top-k: capacities up to {topk_cluster.cluster_max_capacity(optin)} cells fit "
+                     f"{optin} B of shared memory per CTA")
+    else:
+        notes.append(f"cluster top-k: needs sm_90 or newer (this device is sm_{cc})")
+    if programmatic_launches(cc, s.switches):
+        notes.append(f"split top-k: launches 2-6 are programmatic dependent launches ({ENV_PDL}=0 "
+                     "runs them one after another)")
+    else:
+        notes.append("split top-k: launches one after another (programmatic launches need sm_90 or newer, "
+                     f"or {ENV_PDL} is 0)")
+    return notes
+
+
+def info_report(settings: Settings) -> InfoReport:
     """What ``qsa info`` shows for ``settings``' device, kernels folder and engine checkouts."""
+    switches = read_switches()
+    engines = declared_engines(settings.engines)
+    catalog = qsa_catalog(settings.kernels)
+    report = InfoReport(device={}, clocks=None, kernels=[], dispatch={}, notes=[], catalog=catalog_entries(catalog),
+                        architectures=architectures(catalog, switches), engines=engines,
+                        switches={**switches, **{k: os.environ[k] for k in ENGINE_SWITCHES if k in os.environ}})
+    for e in engines:
+        if e["nvcc"] is None:
+            report.notes.append(f"engine checkout {e['name']}: no nvcc found on PATH or in $CUDA_HOME/bin to build it")
+    found = probe(settings.device_id)
+    if not found.available:
+        report.no_device = found.reason
+        return report
     with session(settings, "info", []) as s:
         cc = s.compute_capability or 0
-        kernels, notes = [], []
         for stage in STAGES:
             for name in s.catalog.runs_on(stage, cc):
                 v = s.catalog.get(stage, name)
                 if v.engine is None:
-                    kernels += [s.catalog.compiled(v).info(k) for k in v.kernels]
-        for checkout in s.record.settings.get("engines", []):
-            notes.append(f"engine checkout {checkout['name']} ({checkout['path']}, commit {checkout['commit']}): "
-                         f"{', '.join(checkout['variants']) or 'no variant runs here'}")
-        if any(s.catalog.get("topk", v).launch.name == "cluster" for v in s.catalog.runs_on("topk", cc)):
-            optin = int(s.record.device.get("shared_optin_bytes", 0))
-            notes.append(f"cluster top-k: capacities up to {topk_cluster.cluster_max_capacity(optin)} cells fit "
-                         f"{optin} B of shared memory per CTA")
-        else:
-            notes.append(f"cluster top-k: needs sm_90 or newer (this device is sm_{cc})")
-        if programmatic_launches(cc, s.switches):
-            notes.append(f"split top-k: launches 2-6 are programmatic dependent launches ({ENV_PDL}=0 "
-                         "runs them one after another)")
-        else:
-            notes.append("split top-k: launches one after another (programmatic launches need sm_90 or newer, "
-                         f"or {ENV_PDL} is 0)")
-        clocks = s.clocks.read().to_dict() if s.clocks is not None else None
-        choices = {kind: s.dispatch_summary(kind) for kind in ("decode", "prompt")}
-        return DeviceReport(s.record.device, clocks, kernels, choices, notes)
+                    report.kernels += [_resources(s.catalog.compiled(v).info(k)) for k in v.kernels]
+        report.device = s.record.device
+        report.clocks = s.clocks.read().to_dict() if s.clocks is not None else None
+        report.dispatch = {kind: s.dispatch_summary(kind) for kind in ("decode", "prompt")}
+        report.catalog = catalog_entries(s.catalog)  # the built checkouts' variants too
+        report.notes += _device_notes(s, cc)
+    return report
+
+
+def _resources(k: Any) -> KernelResources:
+    """A kernels.KernelInfo as the report holds it."""
+    return KernelResources(name=k.name, registers=k.registers, shared_bytes=k.shared_bytes, local_bytes=k.local_bytes,
+                           max_threads=k.max_threads)

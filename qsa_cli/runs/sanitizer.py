@@ -20,11 +20,16 @@ def sanitize_variants(s: Session) -> dict[str, tuple[str, ...]]:
 def sanitize_run(s: Session, tools: tuple[str, ...], chosen: tuple[str, ...] | None, known: list[Any],
                  sanitizer: Any, quick: bool = False, jobs: int = 4, progress: Progress = no_progress) -> None:
     """compute-sanitizer over every case of the chosen variants (all this device runs by default) into
-    the session's record; ``progress``: each child that ended."""
+    the session's record, each child's rows as it ends; ``progress``: each child that ended."""
     variants = sanitize_variants(s)
     if chosen is not None:
         variants = {stage: tuple(v for v in names if v in chosen) for stage, names in variants.items()}
     cases = matrix(variants, SCORE_SETS, s.settings.seed, quick=quick)
     s.record_settings(sanitizer=str(sanitizer), tools=list(tools), quick=quick)
-    s.record.sanitizer += sanitize(cases, tools, known, sanitizer, s.catalog.kernel_folder, jobs, s.settings.device_id,
-                                   progress, s.settings.engines)
+    start = len(s.record.sanitizer)
+
+    def kept(rows: list[Any]) -> None:  # the rows so far: what an interrupted run's record keeps
+        s.record.sanitizer[start:] = rows
+
+    sanitize(cases, tools, known, sanitizer, s.catalog.kernel_folder, kept, jobs, s.settings.device_id, progress,
+             s.settings.engines)

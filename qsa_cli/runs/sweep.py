@@ -10,8 +10,8 @@ from ..core.errors import VariantError
 from ..core.progress import Progress, no_progress
 from ..inputs import synthetic_scores
 from ..record.schema import RunRecord, ThresholdCheck
-from ..record.vocabulary import DEFAULT_KEYS, READ_FLOOR
-from ..session import Session
+from ..record.vocabulary import CPU_TIMES, DEFAULT_KEYS, READ_FLOOR, times_judged
+from ..session import GPU_TIMER_SETTINGS, Session
 from .stages import run_scorer_case, run_topk_case, scorer_inputs
 
 
@@ -19,6 +19,10 @@ def sweep(s: Session, config: Any, stage: str | None = None, progress: Progress 
     """Run every case of a sweep (only ``stage``'s when given) into the session's record, then its thresholds;
     ``progress``: each case."""
     s.record_settings(config=config.source, iterations=config.iterations)
+    not_applied = [name for name in GPU_TIMER_SETTINGS if name in config.given] if not s.on_gpu else []
+    if not_applied:
+        s.note(f"not applied: {config.source}'s " + " and ".join(f"{n} {getattr(config, n)}" for n in not_applied)
+               + " (" + "; ".join(GPU_TIMER_SETTINGS[n] for n in not_applied) + ")")
     for named_stage, named in config.variants.items():
         unknown = [v for v in named if v not in s.catalog.names(named_stage)]
         if unknown:
@@ -43,11 +47,10 @@ def sweep(s: Session, config: Any, stage: str | None = None, progress: Progress 
             variants = tuple(v for v in config.variants_for("topk", s.catalog) if v in available)
             run_topk_case(s, inputs_t, config.iterations, variants, call.active_blocks)
     progress(len(cases), len(cases), "done")
-    if s.on_gpu:
+    if times_judged(s.record.backend):
         check_thresholds(s.record, config.thresholds)
-    elif config.thresholds:  # the CPU models' Python times say nothing of the kernels'
-        s.note(f"thresholds not judged: CPU times (the CPU models' on the host; {config.source}'s thresholds "
-               "are judged on the GPU backend)")
+    elif config.thresholds:
+        s.note(f"thresholds {CPU_TIMES}; {config.source}'s thresholds are judged on the GPU backend)")
 
 
 def check_thresholds(record: RunRecord, thresholds: Any) -> None:

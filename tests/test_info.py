@@ -1,0 +1,114 @@
+"""qsa info on a machine without a GPU: the catalog, the engine's dispatch on each card and an engine
+checkout's header, which need no device, and a device section that says why there is none."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fake_engine import write_fake_engine
+
+from qsa_cli.catalog import qsa_catalog
+from qsa_cli.cli import main
+from qsa_cli.device import probe
+from qsa_cli.dispatch import dispatch
+from qsa_cli.engine.checkout import HOST_FUNCTIONS
+from qsa_cli.kernels import kernel_dir
+from qsa_cli.output.info import info_blocks, kernel_names
+from qsa_cli.output.layout import text_of
+from qsa_cli.record.schema import InfoReport
+
+no_device = pytest.mark.skipif(probe().available, reason="a machine without a CUDA device")
+CARDS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
+
+
+def info(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    with pytest.raises(SystemExit) as ended:
+        main(["info", "--format", "json", *args])
+    out, err = capsys.readouterr()
+    assert ended.value.code == 0 and err == "", err
+    return json.loads(out)
+
+
+@no_device
+def test_info_without_a_device_lists_the_catalog_and_the_dispatch_of_every_card(capsys, monkeypatch) -> None:
+    for name in ("STRATA_SCORES_HALVE", "STRATA_TOPK_SPLIT", "QSA_PDL"):
+        monkeypatch.delenv(name, raising=False)
+    report = info(capsys)
+    assert report["no_device"] == probe().reason and report["no_device"].startswith(("CuPy is not installed",
+                                                                                       "no CUDA device"))
+    # nothing of a device is claimed: no device, clocks, compiled kernels or dispatch "here"
+    assert (report["device"], report["clocks"], report["kernels"], report["dispatch"]) == ({}, None, [], {})
+    catalog = qsa_catalog()
+    assert [(v["stage"], v["name"], v["role"], v["kernels"], v["launch"], v["min_cc"]) for v in report["catalog"]] == [
+        (v.stage, v.name, v.role, list(v.kernels), v.launch.name, v.min_cc) for v in catalog.variants]
+    assert set(CARDS) <= set(report["architectures"])
+    for card, kinds in report["architectures"].items():
+        cc = int(card.removeprefix("sm_"))
+        assert kinds == {kind: dispatch(catalog, cc, kind, {}).summary(kind) for kind in ("decode", "prompt")}
+    assert report["architectures"]["sm_75"]["decode"]["topk"] == "split"
+    assert report["architectures"]["sm_90"]["decode"]["topk"] == "cluster"
+    assert report["engines"] == [] and report["switches"] == {}
+
+
+@no_device
+def test_the_switches_set_change_the_dispatch_shown_and_are_recorded(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("STRATA_TOPK_SPLIT", "1")
+    report = info(capsys)
+    assert report["switches"] == {"STRATA_TOPK_SPLIT": "1"}
+    assert report["architectures"]["sm_86"]["decode"]["topk"] == "split"
+    assert "STRATA_TOPK_SPLIT=1 turns the split top-k on" in report["architectures"]["sm_86"]["decode"]["reasons"]["topk"]
+
+
+@no_device
+def test_info_reads_an_engine_checkouts_header_without_building_it(capsys, monkeypatch, tmp_path: Path) -> None:
+    root = write_fake_engine(tmp_path / "strata", without=("qsa_block_topk_split", "qsa_topk_split_bytes"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvcc: info needs none to read the header
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.setenv("STRATA_QSA_CLUSTER", "0")
+    report = info(capsys, "--engine", f"pr={root}")
+    (engine,) = report["engines"]
+    assert (engine["name"], engine["path"], engine["revision"], engine["nvcc"]) == ("pr", str(root), None, None)
+    assert engine["functions"] == [f for f in HOST_FUNCTIONS if "split" not in f]
+    assert engine["lacks"] == ["qsa_topk_split_bytes", "qsa_block_topk_split"]
+    # no split (the header lacks it) and no cluster (STRATA_QSA_CLUSTER=0) on any card
+    assert set(CARDS) <= set(engine["variants"])
+    assert all(v == ["pr.scores", "pr.scores-ref", "pr.topk", "pr.topk-ref"] for v in engine["variants"].values())
+    assert report["switches"] == {"STRATA_QSA_CLUSTER": "0"}
+    assert "engine checkout pr: no nvcc found on PATH or in $CUDA_HOME/bin to build it" in report["notes"]
+    monkeypatch.delenv("STRATA_QSA_CLUSTER")
+    sm90 = info(capsys, "--engine", f"pr={root}")["engines"][0]["variants"]["sm_90"]
+    assert sm90 == ["pr.scores", "pr.scores-ref", "pr.topk", "pr.topk-ref", "pr.topk-cluster"]
+
+
+@no_device
+def test_kernels_without_a_device_is_refused(capsys) -> None:
+    with pytest.raises(SystemExit) as ended:
+        main(["info", "--kernels", str(kernel_dir())])
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"qsa: error: --kernels {kernel_dir()}: no device here to compile its kernels"), err
+
+
+def test_without_a_device_the_text_says_so_and_lists_the_catalog() -> None:
+    catalog = [{"stage": "topk", "name": "cluster", "role": "variant", "source": "topk_cluster.cu",
+                "kernels": ["block_topk_cluster_kernel"], "launch": "cluster", "min_cc": 90, "model": "cluster"}]
+    decode = {"kind": "decode", "scores": "multi", "topk": "wide", "reasons": {"scores": "old scorer", "topk": "old"}}
+    report = InfoReport({}, None, [], {}, [], no_device="CuPy is not installed (cupy)", catalog=catalog,
+                        architectures={"sm_86": {"decode": decode}}, switches={"QSA_PDL": "0"})
+    text = text_of(info_blocks(report), 100)
+    assert text.startswith("Device: none here: CuPy is not installed (cupy). What follows needs none.\n")
+    assert "Kernels as compiled" not in text and "dispatches here" not in text
+    rows = [line.split("│")[1:-1] for line in text.splitlines() if line.startswith("│")]
+    assert [c.strip() for c in rows[0]] == ["topk", "cluster", "variant", "block_topk_cluster_kernel", "cluster",
+                                            "sm_90", "cluster"]
+    assert [c.strip() for c in rows[1]] == ["sm_86", "decode", "multi", "wide", "old scorer; old"]
+    assert text.rstrip().endswith("Switches set: QSA_PDL=0.")
+
+
+def test_a_templates_instances_are_named_once() -> None:
+    assert kernel_names([f"k<{n}>" for n in range(1, 5)]) == "k<1..4>"
+    assert kernel_names(["p<0>", "p<1>", "count", "emit"]) == "p<0..1>, count, emit"
+    assert kernel_names(["a<1>", "a<3>", "b"]) == "a<1>, a<3>, b"
+    assert kernel_names([]) == ""
