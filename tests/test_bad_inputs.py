@@ -452,7 +452,7 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("gate", "--baseline", "@good.json", "--results", "@good.json", "--device", "1"), "--device picks the device of"),
     # report --merge: each (case, variant) from one file, never twice
     (("report", "--merge", "@good.json", "@good.json"), "cannot merge: multi on scores ctx=32768 nq=1 "
-                                                        "capacity=524288 kind=decode l2=cold twice (good.json is given twice)"),
+                                                        "capacity=524288 kind=decode l2=clean twice (good.json is given twice)"),
     (("report", "--merge", "@good.json", "@good-copy.json"), "(good.json and good-copy.json both hold it)"),
     (("report", "--merge", "@parity-only.json", "@parity-only.json"), "(parity-only.json is given twice)"),
 ]

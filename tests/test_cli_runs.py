@@ -13,6 +13,7 @@ from qsa_cli.core.geometry import Call
 from qsa_cli.inputs import SCORE_SETS, save_npz_atomic, synthetic_scorer_inputs, synthetic_scores
 from qsa_cli.output.printed import of_record
 from qsa_cli.record.load import load_record
+from qsa_cli.record.schema import SCHEMA_VERSION
 from qsa_cli.runs.sweep import check_thresholds
 
 
@@ -207,7 +208,7 @@ def test_ctrl_c_keeps_what_was_measured_as_an_incomplete_record(capsys, tmp_path
     checks = len(record["parity"])
     assert err == (f"\nqsa: interrupted: the record so far ({taken} measurements, {checks} parity checks) is in "
                    f"{js}, marked incomplete\n")
-    assert record["schema_version"] == 3 and record["incomplete"] is True and "interrupted" in record["notes"][-1]
+    assert record["schema_version"] == SCHEMA_VERSION and record["incomplete"] is True and "interrupted" in record["notes"][-1]
     assert {m["case"]["nq"] for m in record["measurements"]} == {1, 2}
     code, out, _ = run(capsys, "report", "--markdown", str(js))
     assert code == 0 and "interrupted: the run stopped here" in out
