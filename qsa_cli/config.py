@@ -1,8 +1,8 @@
 """YAML sweeps: which stages, contexts, query counts and variants a run measures, and its thresholds.
 
-A sweep file is a mapping. Run settings: ``iterations`` (0 = parity only), ``warmup``, ``l2``
-(cold / warm), ``seed``, ``description``, ``engine`` (NAME -> an engine checkout, ``PATH[@REV]``, a
-relative PATH from the file's folder: its variants ``NAME.scores`` ... run beside qsa's), ``variants``
+A sweep file is a mapping. Run settings: ``iterations`` (0 = parity only; ``auto``: the stopping rule's
+count), ``warmup``, ``l2`` (clean / dirty / warm), ``seed``, ``description``, ``engine`` (NAME -> an
+engine checkout, ``PATH[@REV]``, a relative PATH from the file's folder: its variants ``NAME.scores`` ... run beside qsa's), ``variants``
 (stage -> the variants to run, an engine checkout's among them; default: all of the stage's) and ``thresholds`` (stage -> ``min_speedup``, new vs old, and for the scorer
 ``max_floor_ratio``, new vs the read floor). Case keys: ``stages``, ``contexts``, ``queries``,
 ``capacity``, ``kind`` (decode / prompt), ``score_sets`` (top-k only) and ``keys`` (the scorer's
@@ -36,8 +36,8 @@ from .core.geometry import Call, check_call, check_capacity, check_queries
 from .dispatch import CALL_KINDS
 from .engine.kinds import engine_kinds
 from .inputs import SCORE_SETS
-from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
-from .timing import DEFAULT_WARMUP, L2_MODES, MAX_ITERATIONS, MAX_WARMUP
+from .record.vocabulary import DEFAULT_KEYS, DEFAULT_L2, L2_STATES, RENAMED_L2, SCORER_KEYS
+from .timing import AUTO, DEFAULT_WARMUP, MAX_ITERATIONS, MAX_WARMUP, Iters
 
 SIZE_SUFFIXES = {"K": 1024, "M": 1024 * 1024}
 THRESHOLD_KEYS = {"scores": ("min_speedup", "max_floor_ratio"), "topk": ("min_speedup",)}
@@ -46,7 +46,7 @@ CASE_KEYS = ("stages", "contexts", "queries", "capacity", "kind", "score_sets", 
 SETTING_KEYS = ("description", "iterations", "warmup", "l2", "seed", "engine", "variants", "thresholds")
 TOP_KEYS = (*SETTING_KEYS, *CASE_KEYS, "matrix")
 # 50 iterations: the seed's
-DEFAULTS: dict[str, Any] = {"iterations": 50, "warmup": DEFAULT_WARMUP, "l2": "cold", "seed": 0, "kind": "decode",
+DEFAULTS: dict[str, Any] = {"iterations": 50, "warmup": DEFAULT_WARMUP, "l2": DEFAULT_L2, "seed": 0, "kind": "decode",
                             "score_sets": ("continuous",), "keys": (DEFAULT_KEYS,)}
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)\s*$")
@@ -100,7 +100,7 @@ class Thresholds:
 class SweepConfig:
     source: str
     description: str
-    iterations: int
+    iterations: Iters
     warmup: int
     l2: str
     seed: int
@@ -260,9 +260,9 @@ def _parse(r: _Reader, root: Any) -> SweepConfig:
     return SweepConfig(
         source=r.source,
         description=str(r.value(top["description"])) if "description" in top else "",
-        iterations=setting("iterations", lambda n: r.integer(n, "iterations", 0, MAX_ITERATIONS)),
+        iterations=setting("iterations", lambda n: _iterations(r, n)),
         warmup=setting("warmup", lambda n: r.integer(n, "warmup", 0, MAX_WARMUP)),
-        l2=setting("l2", lambda n: r.choice(n, "l2", L2_MODES)),
+        l2=setting("l2", lambda n: _l2(r, n)),
         seed=setting("seed", lambda n: r.integer(n, "seed", 0)),
         blocks=blocks,
         variants=variants,
@@ -270,6 +270,24 @@ def _parse(r: _Reader, root: Any) -> SweepConfig:
         engines=tuple(f"{name}={spec}" for name, spec in engines.items()),
         given=frozenset(key for key in SETTING_KEYS if key in top),
     )
+
+
+def _iterations(r: _Reader, node: Any) -> Iters:
+    """``iterations``: a count, or ``auto`` (the stopping rule decides, docs/timing.md)."""
+    v = r.value(node)
+    if v == AUTO:
+        return AUTO
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise r.error(node, f"iterations must be an integer or {AUTO} (got {v!r})")
+    return r.integer(node, "iterations", 0, MAX_ITERATIONS)
+
+
+def _l2(r: _Reader, node: Any) -> str:
+    """``l2``: a state's name; the name it had before (``cold``) refused with its new one."""
+    v = r.value(node)
+    if v in RENAMED_L2:
+        raise r.error(node, f"l2 {v!r} is now {RENAMED_L2[v]!r} (the read flush; 'dirty' flushes by writing)")
+    return r.choice(node, "l2", L2_STATES)
 
 
 _ENGINE_NAME = re.compile(r"[A-Za-z0-9_-]+")

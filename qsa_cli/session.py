@@ -27,10 +27,10 @@ from .engine.switches import switched_variant
 from .kernels import sources_hash
 from .launch.shape import Card
 from .record.schema import RunRecord, RunSettings
-from .record.vocabulary import pair_name
+from .record.vocabulary import DEFAULT_L2, pair_name
 from .sides import SideSpec, open_sides, side_pairs
 from .stages.common import Measurer, StageOutcome
-from .timing import DEFAULT_WARMUP, DeviceTimer
+from .timing import AUTO, DEFAULT_WARMUP, DeviceTimer, Iters, StoppingRule
 
 BACKENDS = ("gpu", "cpu")
 # The settings of the GPU's timer, and what each would not do on the CPU backend: a run there records neither
@@ -42,8 +42,9 @@ GPU_TIMER_SETTINGS = {"warmup": "the CPU backend times its models after one unti
 @dataclass(frozen=True)
 class Settings:
     backend: str = "gpu"
-    l2: str = "cold"
+    l2: str = DEFAULT_L2
     warmup: int = DEFAULT_WARMUP
+    stopping: StoppingRule = StoppingRule()  # how many samples ITERS auto takes
     seed: int = 0
     check_model: bool = True
     device_id: int = 0
@@ -109,11 +110,15 @@ class Session:
         qsa compare's candidate against its base."""
         return tuple((c, b) for b, c in self.compared.pairs[stage]) if self.compared else ()
 
-    def measurer(self, iters: int) -> Measurer:
+    def measurer(self, iters: Iters) -> Measurer:
+        """What times a case's variants: ``iters`` samples each, or (ITERS auto) the run's stopping rule's,
+        which the record's settings then name."""
         if self.on_gpu and self._timer is None:
             self._timer = DeviceTimer(l2=self.settings.l2, warmup=self.settings.warmup,
                                       kernels=self.catalog.kernel_folder)
-        return Measurer(iters=iters, timer=self._timer, clocks=self.clocks)
+        if iters == AUTO:
+            self.record_settings(stopping=self.settings.stopping.to_dict())
+        return Measurer(iters=iters, timer=self._timer, clocks=self.clocks, rule=self.settings.stopping)
 
     def take(self, outcome: StageOutcome) -> StageOutcome:
         self.record.measurements += outcome.measurements

@@ -1,33 +1,216 @@
-"""Measurement: CUDA-event timing of launch closures with warm-up and an explicit L2 state.
+"""Measurement: CUDA-event timing of launch closures with warm-up, a named L2 state, a stopping rule and
+batch timing.
 
-Only measures; never prints. Modelled on nvbench's cold measurement: before each cold sample the
-L2 is flushed (a read of a buffer twice the L2's size, outside the timed region); each sample is
-bracketed by its own pair of events; a batch of samples is queued behind a kernel that holds the
-stream, so the host's launch rate never shows up in the times.
+Only measures; never prints. Modelled on nvbench's measurements. Before each sample the L2 is put in the
+run's state, outside the timed region: ``clean`` reads a buffer twice the L2's size (the L2 then holds clean
+lines of other data), ``dirty`` writes it, as nvbench's cold measurement flushes (the measured kernel must
+first write dirty lines back), ``warm`` leaves what the previous call left. Each sample is bracketed by its
+own pair of events; samples are queued in rounds behind a kernel that holds the stream, so the host's launch
+rate never shows in the times. ITERS is an exact count, or ``auto``: rounds until the stopping rule holds
+(or its timeout). Beside the isolated samples, batches of back-to-back launches are each timed by one pair of
+events (their mean per launch), as nvbench's batch measurement: where a kernel's launches overlap or queue
+behind one another, the batch differs from the samples.
+
+The loop (``sample``) runs against an ``EventStream``: the GPU's (``DeviceTimer``: CuPy events on the current
+stream), the host's (``HOST``: the CPU backend's models, which run synchronously) or a test's fake.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from .kernels import load
+from .record.schema import BatchTiming, StopOutcome, StoppingSettings
+from .record.vocabulary import L2_STATES
 
-L2_MODES = ("cold", "warm")
 DEFAULT_WARMUP = 5
-# The most timed samples (ITERS, a sweep's iterations) and untimed runs (--warmup, a sweep's warmup) a case
-# takes, on the command line and in a YAML alike: past 10,000 samples a median gains nothing the clocks'
-# drift does not swamp, and a larger number is a typo that would run for hours and fill the record.
+# The most timed samples (ITERS, a sweep's iterations, the stopping rule's cap) and untimed runs (--warmup, a
+# sweep's warmup) a case takes, on the command line and in a YAML alike: past 10,000 samples a median gains
+# nothing the clocks' drift does not swamp, and a larger number is a typo that would run for hours and fill
+# the record.
 MAX_ITERATIONS = 10_000
 MAX_WARMUP = 10_000
-_BATCH = 32  # samples queued behind one hold of the stream
-_HOLD_NS_PER_SAMPLE = 60_000  # host time to enqueue a sample (events, flush and up to 6 launches), generously
+AUTO = "auto"  # ITERS spelled so: as many samples as the stopping rule takes
+Iters = int | Literal["auto"]
+
+ROUND = 32  # samples queued behind one hold of the stream
+BATCH_LAUNCHES = 32  # launches of one batch: one round's worth, so one hold covers their enqueueing
+BATCHES = 5  # batches a GPU measurement times, so the batch's spread shows beside its median
+_HOLD_NS_PER_LAUNCH = 60_000  # host time to enqueue a sample (events, flush and up to 6 launches), generously
 _FLOOR_THREADS = 256
 
+# The stopping rule's defaults and bounds (docs/timing.md says why each).
+DEFAULT_MIN_SAMPLES = 20
+MIN_SAMPLES_LEAST = 10  # fewer: the median's interval (median_noise_pct) spans most of the samples
+DEFAULT_MAX_NOISE_PCT = 0.5
+DEFAULT_MIN_TIME_S = 0.0
+DEFAULT_TIMEOUT_S = 15.0
+MAX_TIMEOUT_S = 3600.0  # an hour on one measurement is a typo
+
 Launch = Callable[[], None]
+
+
+def median_noise_pct(samples_us: list[float]) -> float:
+    """The noise of the samples' median, in percent of it: half the width of the distribution-free interval
+    between the order statistics at ranks n/2 -/+ sqrt(n)/2 (the median's rank is binomial, of standard
+    deviation sqrt(n)/2), which is one standard error of the median for any distribution of samples.
+    Infinite when the median is not above 0."""
+    s = sorted(samples_us)
+    n = len(s)
+    middle, half = (n - 1) / 2, math.sqrt(n) / 2
+    lo, hi = max(0, math.floor(middle - half)), min(n - 1, math.ceil(middle + half))
+    median = (s[math.floor(middle)] + s[math.ceil(middle)]) / 2
+    return 100 * (s[hi] - s[lo]) / 2 / median if median > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """When ITERS is ``auto``: at least ``min_samples``, then rounds until the median's noise is at most
+    ``max_noise_pct`` percent and the samples hold ``min_time_s`` of measured time; whatever the noise, the
+    sampling stops after ``timeout_s`` seconds of wall time or at MAX_ITERATIONS samples, and the outcome
+    says that the rule was not met."""
+
+    min_samples: int = DEFAULT_MIN_SAMPLES
+    max_noise_pct: float = DEFAULT_MAX_NOISE_PCT
+    min_time_s: float = DEFAULT_MIN_TIME_S
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def to_dict(self) -> StoppingSettings:
+        return StoppingSettings(**asdict(self))  # type: ignore[typeddict-item]
+
+    def next_round(self, taken: int) -> int:
+        """How many samples the next round takes: up to ``min_samples`` first, then a round at a time."""
+        wanted = self.min_samples - taken if taken < self.min_samples else ROUND
+        return min(ROUND, wanted, MAX_ITERATIONS - taken)
+
+    def outcome(self, samples_us: list[float], wall_s: float) -> StopOutcome | None:
+        """After a round: how the sampling ends, or None to take another round. The timeout holds even
+        before ``min_samples`` (as nvbench's does): a measurement never runs past it."""
+        noise = median_noise_pct(samples_us)
+        measured_s = sum(samples_us) * 1e-6
+        enough = len(samples_us) >= self.min_samples
+        if enough and noise <= self.max_noise_pct and measured_s >= self.min_time_s:
+            reason = "met"
+        elif wall_s >= self.timeout_s:
+            reason = "timeout"
+        elif len(samples_us) >= MAX_ITERATIONS:
+            reason = "sample cap"
+        else:
+            return None
+        return StopOutcome(met=reason == "met", reason=reason, noise_pct=noise, measured_s=measured_s, wall_s=wall_s)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A measurement's times: the isolated samples, the batches (None: not taken), the rule's outcome (None:
+    ITERS was a count)."""
+
+    samples_us: list[float]
+    batch: BatchTiming | None = None
+    stop: StopOutcome | None = None
+
+
+class EventStream(Protocol):
+    """What the sampling loop needs of a stream of work: the L2 put in its state, a hold while the host
+    enqueues, events and their elapsed time."""
+
+    def settle(self) -> None:
+        """Put the L2 in the run's state (before a sample or a batch)."""
+
+    def hold(self, launches: int) -> None:
+        """Hold the stream while the host enqueues ``launches`` timed launches."""
+
+    def mark(self) -> Any:
+        """An event recorded on the stream now."""
+
+    def wait(self) -> None:
+        """Until the stream has run all that is queued."""
+
+    def elapsed_us(self, start: Any, end: Any) -> float: ...
+
+
+def _round(stream: EventStream, launch: Launch, count: int, before_last: Launch | None) -> list[float]:
+    """``count`` samples behind one hold; ``before_last`` before the last (outside its events)."""
+    stream.hold(count)
+    marks = []
+    for i in range(count):
+        if before_last and i == count - 1:
+            before_last()
+        stream.settle()
+        start = stream.mark()
+        launch()
+        marks.append((start, stream.mark()))
+    stream.wait()
+    return [stream.elapsed_us(start, end) for start, end in marks]
+
+
+def _batches(stream: EventStream, launch: Launch, batches: int) -> BatchTiming:
+    """``batches`` batches of BATCH_LAUNCHES back-to-back launches, each after the L2 is put in its state and
+    timed by one pair of events: the launches after the first meet what the one before left."""
+    means = []
+    for _ in range(batches):
+        stream.settle()
+        stream.hold(BATCH_LAUNCHES)
+        start = stream.mark()
+        for _ in range(BATCH_LAUNCHES):
+            launch()
+        end = stream.mark()
+        stream.wait()
+        means.append(stream.elapsed_us(start, end) / BATCH_LAUNCHES)
+    return BatchTiming(launches=BATCH_LAUNCHES, means_us=means)
+
+
+def sample(stream: EventStream, launch: Launch, iters: int | StoppingRule, *, warmup: int, batches: int = 0,
+           before_last: Launch | None = None, wall: Callable[[], float] = time.monotonic) -> Timed:
+    """``warmup`` untimed runs, ``batches`` batches, then the samples: exactly ``iters`` of them, or as many as
+    the stopping rule takes (its timeout by ``wall``, from the first sample on). ``before_last`` runs before
+    the last sample (outside its events, before the L2 is settled), e.g. to poison the output again so that
+    what it holds afterwards is the last timed call's; under the rule, before each round's last, since any
+    round may be the last."""
+    for _ in range(warmup):
+        stream.settle()
+        launch()
+    batch = _batches(stream, launch, batches) if batches else None
+    samples: list[float] = []
+    if not isinstance(iters, StoppingRule):
+        while len(samples) < iters:
+            count = min(ROUND, iters - len(samples))
+            samples += _round(stream, launch, count, before_last if len(samples) + count == iters else None)
+        return Timed(samples, batch)
+    started = wall()
+    while True:
+        samples += _round(stream, launch, iters.next_round(len(samples)), before_last)
+        stop = iters.outcome(samples, wall() - started)
+        if stop is not None:
+            return Timed(samples, batch, stop)
+
+
+class _HostStream:
+    """The host as a stream: the CPU backend's models run synchronously, so a mark is the time now, and
+    there is no L2 to settle and no queue to hold."""
+
+    def settle(self) -> None:
+        pass
+
+    def hold(self, launches: int) -> None:
+        pass
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def wait(self) -> None:
+        pass
+
+    def elapsed_us(self, start: float, end: float) -> float:
+        return (end - start) * 1e6
+
+
+HOST = _HostStream()
 
 
 def _bench_module(kernels: Path | None) -> Any:
@@ -36,18 +219,19 @@ def _bench_module(kernels: Path | None) -> Any:
 
 @dataclass
 class DeviceTimer:
-    """Times launch closures on the current CuPy stream of the current device; its read floor and stream hold
-    are ``kernels``' bench.cu (the run's folder of kernel sources; None: the installed one)."""
+    """Times launch closures on the current CuPy stream of the current device, the L2 in state ``l2``; its
+    read floor and stream hold are ``kernels``' bench.cu (the run's folder of kernel sources; None: the
+    installed one)."""
 
-    l2: str = "cold"
+    l2: str
     warmup: int = DEFAULT_WARMUP
     kernels: Path | None = None
 
     def __post_init__(self) -> None:
         import cupy
 
-        if self.l2 not in L2_MODES:
-            raise ValueError(f"l2 must be one of {', '.join(L2_MODES)} (got {self.l2!r})")
+        if self.l2 not in L2_STATES:
+            raise ValueError(f"l2 must be one of {', '.join(L2_STATES)} (got {self.l2!r})")
         self._cupy = cupy
         props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
         self.sms = int(props["multiProcessorCount"])
@@ -56,8 +240,10 @@ class DeviceTimer:
         self._read = module.function("read_floor_kernel")
         self._hold = module.function("hold_stream_kernel")
         self._sink = cupy.zeros(1, dtype=cupy.float32)
-        flush_floats = 2 * self.l2_bytes // 4 if self.l2 == "cold" else 4
+        # twice the L2, so that none of what the previous call left survives the flush
+        flush_floats = 2 * self.l2_bytes // 4 if self.l2 != "warm" else 0
         self._flush_buf = cupy.random.default_rng(0).random(flush_floats, dtype=cupy.float32)
+        self._flush_read = self.read_launcher(self._flush_buf) if self.l2 == "clean" else None
 
     def read_launcher(self, array: Any, nbytes: int | None = None) -> Launch:
         """A plain float4 read of the first ``nbytes`` of ``array``: the read floor of those bytes."""
@@ -67,54 +253,27 @@ class DeviceTimer:
         args = (array, cupy.int64(n4), self._sink)
         return lambda: self._read((blocks,), (_FLOOR_THREADS,), args)
 
-    def flush_l2(self) -> None:
-        if self.l2 == "cold":
-            self.read_launcher(self._flush_buf)()
+    def settle(self) -> None:
+        if self._flush_read is not None:
+            self._flush_read()
+        elif self.l2 == "dirty":  # a write of every line, as nvbench's flush (cudaMemsetAsync)
+            stream = self._cupy.cuda.get_current_stream()
+            self._cupy.cuda.runtime.memsetAsync(self._flush_buf.data.ptr, 0, self._flush_buf.nbytes, stream.ptr)
 
-    def measure(self, launch: Launch, iters: int, before_each: Launch | None = None,
-                before_last: Launch | None = None) -> list[float]:
-        """``iters`` samples in microseconds, after ``warmup`` untimed runs.
+    def hold(self, launches: int) -> None:
+        self._hold((1,), (1,), (self._cupy.int64(launches * _HOLD_NS_PER_LAUNCH),))
 
-        ``before_each`` runs before every sample outside the timed region (e.g. to reset state);
-        ``before_last`` before the last one only (e.g. to re-poison the output, so that what it holds
-        afterwards is the last timed call's). The L2 flush of cold mode comes after them.
-        """
-        cupy = self._cupy
-        stream = cupy.cuda.get_current_stream()
-        for _ in range(self.warmup):
-            if before_each:
-                before_each()
-            self.flush_l2()
-            launch()
-        samples: list[float] = []
-        for first in range(0, iters, _BATCH):
-            count = min(_BATCH, iters - first)
-            events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(count)]
-            self._hold((1,), (1,), (cupy.int64(count * _HOLD_NS_PER_SAMPLE),))
-            for i, (start, end) in enumerate(events):
-                if before_each:
-                    before_each()
-                if before_last and first + i == iters - 1:
-                    before_last()
-                self.flush_l2()
-                start.record(stream)
-                launch()
-                end.record(stream)
-            stream.synchronize()
-            samples += [cupy.cuda.get_elapsed_time(s, e) * 1e3 for s, e in events]
-        return samples
+    def mark(self) -> Any:
+        event = self._cupy.cuda.Event()
+        event.record(self._cupy.cuda.get_current_stream())
+        return event
 
+    def wait(self) -> None:
+        self._cupy.cuda.get_current_stream().synchronize()
 
-def measure_host(run: Callable[[], object], iters: int, warmup: int = 1,
-                 before_last: Callable[[], object] | None = None) -> list[float]:
-    """Wall-clock samples in microseconds of a host function (the CPU backend's models)."""
-    for _ in range(warmup):
-        run()
-    samples = []
-    for i in range(iters):
-        if before_last and i == iters - 1:
-            before_last()
-        t0 = time.perf_counter()
-        run()
-        samples.append((time.perf_counter() - t0) * 1e6)
-    return samples
+    def elapsed_us(self, start: Any, end: Any) -> float:
+        return self._cupy.cuda.get_elapsed_time(start, end) * 1e3
+
+    def measure(self, launch: Launch, iters: int | StoppingRule, before_last: Launch | None = None) -> Timed:
+        """The samples (``iters`` of them, or by the stopping rule) and BATCHES batches of ``launch``."""
+        return sample(self, launch, iters, warmup=self.warmup, batches=BATCHES, before_last=before_last)

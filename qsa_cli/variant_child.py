@@ -34,7 +34,7 @@ from .stages import scores as scores_stage
 from .stages import topk as topk_stage
 from .stages import window as window_stage
 from .stages.common import Measurer, StageOutcome
-from .timing import DeviceTimer
+from .timing import DeviceTimer, StoppingRule
 
 CHILD_TIMEOUT_S = 1800
 JOB_FILE, INPUTS_FILE, RECORD_FILE = "job.json", "inputs.npz", "record.json"
@@ -63,7 +63,8 @@ def run_switched(catalog: Catalog, stage: str, switches: tuple[tuple[str, str], 
         label = inputs.score_set if isinstance(inputs, TopkInputs) else inputs.keys
         (work / JOB_FILE).write_text(json.dumps({
             **job, "stage": stage, "variants": names, "switched": switched, "label": label,
-            "iters": measurer.iters, "l2": measurer.timer.l2, "warmup": measurer.timer.warmup,
+            "iters": measurer.iters, "rule": measurer.rule.to_dict(), "l2": measurer.timer.l2,
+            "warmup": measurer.timer.warmup,
             "engines": engine_builds(catalog.libraries.values())}))
         env = {**os.environ, **dict(switches),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
@@ -99,7 +100,7 @@ def main(argv: list[str]) -> int:
         launcher = Launcher(catalog, read_switches())  # this process's: the parent's and the variants' switches
         monitor = ClockMonitor.for_pci_bus_id(job["pci_bus_id"])
         timer = DeviceTimer(l2=job["l2"], warmup=job["warmup"], kernels=catalog.kernel_folder)
-        measurer = Measurer(job["iters"], timer, monitor if monitor.available else None)
+        measurer = Measurer(job["iters"], timer, monitor if monitor.available else None, StoppingRule(**job["rule"]))
         with np.load(work / INPUTS_FILE) as a:
             arrays = {k: a[k] for k in a.files}
         if stage == "topk":

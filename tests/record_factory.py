@@ -29,12 +29,12 @@ SEED_TOPK = {
 READ_FLOOR_US = {32768: 9.0, 131072: 13.0, 420000: 20.0}
 
 
-def scores_case(ctx: int, nq: int, capacity: int = CAPACITY, l2: str = "cold") -> dict[str, Any]:
+def scores_case(ctx: int, nq: int, capacity: int = CAPACITY, l2: str = "clean") -> dict[str, Any]:
     return {"ctx": ctx, "nq": nq, "capacity": capacity, "kind": "decode", "l2": l2}
 
 
 def topk_case(ctx: int, nq: int, capacity: int = CAPACITY, kind: str = "decode", score_set: str = "continuous",
-              l2: str = "cold") -> dict[str, Any]:
+              l2: str = "clean") -> dict[str, Any]:
     return {"ctx": ctx, "nq": nq, "capacity": capacity, "kind": kind, "score_set": score_set, "l2": l2}
 
 
@@ -64,7 +64,7 @@ def record(measurements: list[Measurement], checks: list[ParityCheck], **kw: Any
     base: dict[str, Any] = {
         "command": "sweep", "argv": ["sweep", "sm75-decode", "--lock-clocks", "1650"], "backend": "gpu",
         "device": {"name": "NVIDIA GeForce RTX 2080 Ti", "compute_capability": "7.5", "sms": 68},
-        "settings": {"iterations": 50, "warmup": 5, "l2": "cold", "seed": 0,
+        "settings": {"iterations": 50, "warmup": 5, "l2": "clean", "seed": 0,
                      "clock_lock": {"sm_mhz": 1650, "mem_mhz": None, "locked": True, "reason": None},
                      "dispatch": {"kind": "decode", "scores": "halve", "topk": "split", "reasons": {}},
                      "roles": {stage: dict(r) for stage, r in ROLES_BEFORE_RECORDED.items()}},  # as a session records

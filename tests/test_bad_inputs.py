@@ -169,6 +169,7 @@ FILES: dict[str, Callable[[Path], None]] = {
     "small-capacity.yaml": _sweep("contexts: [200]\n"),
     "negative-iterations.yaml": _sweep("iterations: -1\n"),
     "bad-l2.yaml": _sweep("l2: tepid\n"),
+    "cold-l2.yaml": _sweep("l2: cold\n"),
     "threshold-stage.yaml": _sweep("thresholds:\n  topk:\n    min_speedup: 1\n"),
     "threshold-text.yaml": _sweep("thresholds:\n  scores:\n    min_speedup: fast\n"),
     "bad-variant.yaml": _sweep("variants:\n  scores: [quick]\n"),
@@ -245,6 +246,28 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("select-bench", "--config", "ci", "--dump", "%scores.npz"), "--config takes no"),
     (("select-bench", "--config", "@topk-only.yaml", *CPU), "has no scores cases"),
     (("select-bench", *SMALL, "--l2", "lukewarm", *CPU), "Invalid value for '--l2'"),
+    (("select-bench", *SMALL, "--l2", "cold"), "Invalid value for '--l2': 'cold' is now 'clean' (the read flush; "
+                                               "'dirty' flushes by writing)"),
+    # the stopping rule: its bounds, a rule that could never be met, and its options with an exact ITERS
+    (("select-bench", "100", "2", "many", "100", *CPU), "ITERS must be an integer or auto (got 'many')"),
+    (("select-bench", "--inputs", "@scorer.npz", "--iters", "some", *CPU), "Invalid value for '--iters': 'some' is "
+                                                                          "not an integer or auto"),
+    (("select-bench", "100", "2", "auto", "100", *CPU, "--max-noise", "0"), "Invalid value for '--max-noise'"),
+    (("select-bench", "100", "2", "auto", "100", *CPU, "--max-noise", "nan"), "Invalid value for '--max-noise': "
+                                                                            "'nan' is not a number"),
+    (("select-bench", "100", "2", "auto", "100", *CPU, "--max-noise", "101"), "Invalid value for '--max-noise'"),
+    (("select-bench", "100", "2", "auto", "100", *CPU, "--min-samples", "9"), "Invalid value for '--min-samples': 9 "
+                                                                             "is not in the range 10<=x<=10000"),
+    (("select-bench", "100", "2", "auto", "100", *CPU, "--timeout", "0"), "Invalid value for '--timeout'"),
+    (("select-bench", "100", "2", "auto", "100", *CPU, "--timeout", "inf"), "Invalid value for '--timeout'"),
+    (("select-bench", "100", "2", "auto", "100", *CPU, "--min-time", "-1"), "Invalid value for '--min-time'"),
+    (("select-bench", "100", "2", "auto", "100", *CPU, "--min-time", "20"), "--min-time 20 s is more than --timeout "
+                                                                           "15 s: the stopping rule could never be met"),
+    (("select-bench", *SMALL, *CPU, "--max-noise", "1"), "--max-noise is the stopping rule's: it applies when ITERS is "
+                                                        "auto (here ITERS is 1, an exact count)"),
+    (("topk-parity", "--selftest", *CPU, "--timeout", "5"), "--timeout is the stopping rule's: it applies when ITERS "
+                                                          "is auto (here ITERS is 0, an exact count, parity only)"),
+    (("sweep", "@topk-only.yaml", *CPU, "--min-samples", "30"), "--min-samples is the stopping rule's"),
     (("topk-parity", *SMALL, "3", *CPU), "COUNT must be 0"),
     (("topk-parity", "2000", "1025", "1", "2000", "1", *CPU), "a prompt call has at most 1024 queries"),
     (("topk-parity", "--selftest", "--inputs", "@topk.npz", *CPU), "--selftest takes no"),
@@ -310,6 +333,7 @@ BAD: list[tuple[tuple[str, ...], str]] = [
         ("small-capacity.yaml", "capacity must be >= context"),
         ("negative-iterations.yaml", "iterations must be >= 0"),
         ("bad-l2.yaml", "l2 must be one of"),
+        ("cold-l2.yaml", "l2 'cold' is now 'clean'"),
         ("threshold-stage.yaml", "thresholds for stage 'topk', which no case runs"),
         ("threshold-text.yaml", "min_speedup must be a number > 0"),
         ("bad-variant.yaml", "a scores variant must be one of"),
@@ -505,7 +529,7 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("gate", "--baseline", "@good.json", "--results", "@good.json", "--device", "1"), "--device picks the device of"),
     # report --merge: each (case, variant) from one file, never twice
     (("report", "--merge", "@good.json", "@good.json"), "cannot merge: multi on scores ctx=32768 nq=1 "
-                                                        "capacity=524288 kind=decode l2=cold twice (good.json is given twice)"),
+                                                        "capacity=524288 kind=decode l2=clean twice (good.json is given twice)"),
     (("report", "--merge", "@good.json", "@good-copy.json"), "(good.json and good-copy.json both hold it)"),
     (("report", "--merge", "@parity-only.json", "@parity-only.json"), "(parity-only.json is given twice)"),
 ]

@@ -15,6 +15,7 @@ from qsa_cli.core.geometry import Call
 from qsa_cli.inputs import SCORE_SETS, save_npz_atomic, synthetic_scorer_inputs, synthetic_scores
 from qsa_cli.output.printed import of_record
 from qsa_cli.record.load import load_record
+from qsa_cli.record.schema import SCHEMA_VERSION
 from qsa_cli.runs.sweep import check_thresholds
 
 
@@ -192,7 +193,7 @@ def test_thresholds_are_not_judged_on_cpu_times(capsys, tmp_path):
 @pytest.mark.parametrize(("settings", "note"), [
     ("warmup: 3\nl2: warm\n", "warmup 3 and l2 warm (the CPU backend times its models after one untimed run of each; "
                               "the CPU backend has no L2 to flush or keep warm)"),
-    ("l2: cold\n", "l2 cold (the CPU backend has no L2 to flush or keep warm)"),
+    ("l2: clean\n", "l2 clean (the CPU backend has no L2 to flush or keep warm)"),
     ("", None),
 ])
 def test_a_cpu_sweep_records_no_gpu_timer_setting(capsys, tmp_path, settings, note):
@@ -238,7 +239,7 @@ def test_ctrl_c_keeps_what_was_measured_as_an_incomplete_record(capsys, tmp_path
     checks = len(record["parity"])
     assert err == (f"\nqsa: interrupted: the record so far ({taken} measurements, {checks} parity checks) is in "
                    f"{js}, marked incomplete\n")
-    assert record["schema_version"] == 3 and record["incomplete"] is True and "interrupted" in record["notes"][-1]
+    assert record["schema_version"] == SCHEMA_VERSION and record["incomplete"] is True and "interrupted" in record["notes"][-1]
     assert {m["case"]["nq"] for m in record["measurements"]} == {1, 2}
     code, out, _ = run(capsys, "report", "--markdown", str(js))
     assert code == 0 and "interrupted: the run stopped here" in out

@@ -77,7 +77,7 @@ def test_a_slowed_candidate_is_slow_and_fails() -> None:
     result = judge(compare_record(scale=1.3))
     assert result.count("SLOW") == ROWS and not result.passed
     failures = result.failures()
-    assert len(failures) == ROWS and failures[0].startswith("scores 32K (32768), 1 query, capacity 524288, scores: SLOW: 1.30x")
+    assert len(failures) == ROWS and failures[0].startswith("scores 32K (32768), 1 query, capacity 524288, L2 clean, scores: SLOW: 1.30x")
 
 
 def test_a_flipped_bit_differs_naming_the_position_and_fails() -> None:
@@ -88,7 +88,7 @@ def test_a_flipped_bit_differs_naming_the_position_and_fails() -> None:
     (row,) = [row for row in result.rows if row.bits != "same"]
     assert row.bits == f"DIFFER: {FLIP}" and row.case == CASES["scores"][1] and row.verdict == "FAST"
     assert not result.passed
-    assert result.failures() == [f"scores 131K (131072), 4 queries, capacity 524288: pr.scores vs base.scores: {FLIP}"]
+    assert result.failures() == [f"scores 131K (131072), 4 queries, capacity 524288, L2 clean: pr.scores vs base.scores: {FLIP}"]
 
 
 def test_a_side_unlike_the_reference_is_named_in_its_cell_and_fails() -> None:
@@ -99,7 +99,7 @@ def test_a_side_unlike_the_reference_is_named_in_its_cell_and_fails() -> None:
     row = next(row for row in result.rows if row.stage == "topk")
     assert row.reference == ("yes", "NO: query 0 position 3: id 12 vs 13") and row.bits == "same"
     assert "base yes, pr NO: query 0 position 3: id 12 vs 13" in text(result)
-    assert result.failures() == ["topk 131K (131072), 1 query, capacity 524288, continuous: pr.topk-split vs reference: "
+    assert result.failures() == ["topk 131K (131072), 1 query, capacity 524288, continuous, L2 clean: pr.topk-split vs reference: "
                                  "query 0 position 3: id 12 vs 13"]
 
 
@@ -133,7 +133,7 @@ def test_a_sides_missing_measurement_is_missing_and_fails() -> None:
     (row,) = [row for row in result.rows if row.verdict == "MISSING"]
     assert row.case == dropped.case and row.candidate is None and row.ratio is None and row.bits == "same"
     assert row.detail == "timed on base, not on pr" and not result.passed
-    assert result.failures() == ["topk 131K (131072), 1 query, capacity 524288, continuous, topk-split: MISSING: "
+    assert result.failures() == ["topk 131K (131072), 1 query, capacity 524288, continuous, L2 clean, topk-split: MISSING: "
                                  "timed on base, not on pr"]
 
 
@@ -154,7 +154,7 @@ def test_unusable_samples_fail(samples: list[float], why: str) -> None:
     result = judge(r)
     (row,) = [row for row in result.rows if row.verdict == "BAD-SAMPLES"]
     assert row.detail == why and row.ratio is None and not result.passed
-    assert result.failures() == [f"scores 32K (32768), 1 query, capacity 524288, scores: BAD-SAMPLES: {why}"]
+    assert result.failures() == [f"scores 32K (32768), 1 query, capacity 524288, L2 clean, scores: BAD-SAMPLES: {why}"]
 
 
 def test_a_parity_only_run_compares_bits() -> None:
@@ -196,8 +196,8 @@ def test_markdown_has_the_sides_the_summary_and_the_rows() -> None:
     assert "**NVIDIA GeForce RTX 2080 Ti (sm_75)**" in md
     assert f"**PASS**: {ROWS} pairs, bits identical, {ROWS} FAST" in md.splitlines()
     assert "| case | variant | base µs | candidate µs | change | verdict | bits | = reference | = model |" in md
-    assert "| scores 32K (32768), 1 query, capacity 524288 | scores | 40.0 | 24.8 | 0.62x | FAST | same | yes | yes |" in md
-    assert ("| topk 524K (524288), 6 queries, capacity 524288, adversarial | topk-split | 30.0 | 18.6 | 0.62x | FAST "
+    assert "| scores 32K (32768), 1 query, capacity 524288, L2 clean | scores | 40.0 | 24.8 | 0.62x | FAST | same | yes | yes |" in md
+    assert ("| topk 524K (524288), 6 queries, capacity 524288, adversarial, L2 clean | topk-split | 30.0 | 18.6 | 0.62x | FAST "
             "| same | yes | yes |") in md
 
 
@@ -208,19 +208,19 @@ def test_markdown_of_a_failure_says_why() -> None:
     md = compare_markdown(judge(r), r)
     (line,) = [line for line in md.splitlines() if line.startswith("**FAIL**")]
     assert line.startswith(f"**FAIL**: {ROWS} pairs, bits identical in {ROWS - 1}, bits differ in 1, {ROWS} SLOW; "
-                           f"{ROWS + 1} failures, the first: scores 32K (32768), 1 query, capacity 524288, scores: SLOW")
+                           f"{ROWS + 1} failures, the first: scores 32K (32768), 1 query, capacity 524288, L2 clean, scores: SLOW")
     assert f"| DIFFER: {FLIP} |" in md
     summary, *lines = compare_verdict(judge(r))
     assert summary == f"COMPARE FAIL ({ROWS + 1} failures)" and len(lines) == ROWS + 1
-    assert f"COMPARE FAIL 2/{ROWS + 1}: scores 32K (32768), 1 query, capacity 524288: pr.scores vs base.scores: {FLIP}" in lines
-    assert lines[0].startswith(f"COMPARE FAIL 1/{ROWS + 1}: scores 32K (32768), 1 query, capacity 524288, scores: SLOW: 1.30x")
+    assert f"COMPARE FAIL 2/{ROWS + 1}: scores 32K (32768), 1 query, capacity 524288, L2 clean: pr.scores vs base.scores: {FLIP}" in lines
+    assert lines[0].startswith(f"COMPARE FAIL 1/{ROWS + 1}: scores 32K (32768), 1 query, capacity 524288, L2 clean, scores: SLOW: 1.30x")
 
 
 def test_a_throttled_side_is_marked() -> None:
     r = compare_record(scale=0.62)
     next(m for m in r.measurements if m.variant == f"{PR}.scores").throttled = True
     md = compare_markdown(judge(r), r)
-    assert "| scores 32K (32768), 1 query, capacity 524288 | scores | 40.0 | 24.8* | 0.62x |" in md
+    assert "| scores 32K (32768), 1 query, capacity 524288, L2 clean | scores | 40.0 | 24.8* | 0.62x |" in md
     assert "throttled: a thermal, power or hardware slowdown" in md
     assert "throttled: a thermal" in text(judge(r))
 
@@ -230,7 +230,7 @@ def test_the_table_renders_the_rows() -> None:
     assert "Compare: PASS, pr against base" in rendered and "tolerance 5%" in rendered
     line = next(line for line in rendered.splitlines() if "32K (32768)" in line)
     assert [c.strip() for c in line.strip()[1:-1].split("│")] == [
-        "scores 32K (32768), 1 query, capacity 524288", "scores", "40.0", "24.8", "0.62x", "FAST", "same", "yes", "yes"]
+        "scores 32K (32768), 1 query, capacity 524288, L2 clean", "scores", "40.0", "24.8", "0.62x", "FAST", "same", "yes", "yes"]
     assert compare_verdict(judge(compare_record(scale=0.62))) == [f"COMPARE PASS: {ROWS} pairs, bits identical, {ROWS} FAST"]
 
 

@@ -39,7 +39,7 @@ def test_every_shipped_config_loads() -> None:
 
 def test_sm75_decode_is_the_seeds_tables() -> None:
     c = load_config("sm75-decode")
-    assert (c.iterations, c.l2) == (50, "cold")
+    assert (c.iterations, c.l2) == (50, "clean")  # the state its earlier records were measured in
     scores = {(x.ctx, x.nq) for x in c.cases("scores")}
     assert scores == {(ctx, nq) for ctx in (32768, 131072, 420000) for nq in (1, 3, 4, 6, 8)}
     topk = {(x.ctx, x.nq, x.kind, x.score_set) for x in c.cases("topk")}
@@ -59,9 +59,13 @@ def test_selftest_is_spec_section_6() -> None:
     assert c.iterations == 0 and c.stages == ("topk",)
 
 
+def test_iterations_auto_is_the_stopping_rules_count(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, MINIMAL + "iterations: auto\n")).iterations == "auto"
+
+
 def test_minimal_sweep_uses_defaults(tmp_path: Path) -> None:
     c = load_config(write(tmp_path, MINIMAL))
-    assert (c.iterations, c.warmup, c.l2, c.seed, c.description) == (50, 5, "cold", 0, "")
+    assert (c.iterations, c.warmup, c.l2, c.seed, c.description) == (50, 5, "dirty", 0, "")
     assert c.cases() == [SweepCase("scores", 32768, 1, 524288), SweepCase("scores", 32768, 4, 524288)]
     assert c.variants_for("scores", qsa_catalog()) == qsa_catalog().names("scores")  # all of them
 
@@ -121,10 +125,11 @@ def test_matrix_blocks_override_the_top_level_and_repeat_cases_once(tmp_path: Pa
     ("text", "line", "message"),
     [
         (MINIMAL + "contxts: [1]\n", 5, "unknown key 'contxts' (expected one of description, iterations"),
-        (MINIMAL + "iterations: fifty\n", 5, "iterations must be an integer (got 'fifty')"),
+        (MINIMAL + "iterations: fifty\n", 5, "iterations must be an integer or auto (got 'fifty')"),
         (MINIMAL + "iterations: 2.5\n", 5, "iterations must be an integer"),
         (MINIMAL + "warmup: -1\n", 5, "warmup must be >= 0"),
-        (MINIMAL + "l2: hot\n", 5, "l2 must be one of cold, warm (got 'hot')"),
+        (MINIMAL + "l2: hot\n", 5, "l2 must be one of clean, dirty, warm (got 'hot')"),
+        (MINIMAL + "l2: cold\n", 5, "l2 'cold' is now 'clean' (the read flush; 'dirty' flushes by writing)"),
         (MINIMAL + "seed: [1]\n", 5, "expected a single value"),
         (MINIMAL + "queries: 2\n", 5, "key 'queries' given twice"),
         ("stages: [scores, window]\ncontexts: [1K]\nqueries: [1]\ncapacity: 1K\n", 1, "stage must be one of scores, topk"),

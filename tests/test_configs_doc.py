@@ -13,8 +13,7 @@ from qsa_cli import config
 from qsa_cli.config import ConfigError, load_config
 from qsa_cli.dispatch import CALL_KINDS
 from qsa_cli.inputs import SCORE_SETS
-from qsa_cli.record.vocabulary import KERNEL_STAGES, SCORER_KEYS
-from qsa_cli.timing import L2_MODES
+from qsa_cli.record.vocabulary import KERNEL_STAGES, L2_STATES, SCORER_KEYS
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "configs.md"
 TEXT = PAGE.read_text()
@@ -63,7 +62,7 @@ def test_the_tables_defaults_and_choices_are_the_loaders() -> None:
     for key, default in config.DEFAULTS.items():
         shown = default[0] if isinstance(default, tuple) else default
         assert rows[key]["default"] == f"`{shown}`", key
-    for key, choices in {"l2": L2_MODES, "kind": CALL_KINDS, "score_sets": SCORE_SETS, "keys": SCORER_KEYS,
+    for key, choices in {"l2": L2_STATES, "kind": CALL_KINDS, "score_sets": SCORE_SETS, "keys": SCORER_KEYS,
                          "stages": KERNEL_STAGES}.items():
         assert re.findall(r"`(\w+)`", rows[key]["allowed"]) == list(choices), key
     for key in ("stages", "contexts", "queries", "capacity"):  # what a block cannot do without

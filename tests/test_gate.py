@@ -195,7 +195,7 @@ def test_gate_sheet_renders() -> None:
     assert "Gate: FAIL" in rendered and "SLOW" in rendered and "tolerance 5%" in rendered
     line = next(line for line in rendered.splitlines() if "scores ctx=420000 nq=8" in line)
     assert [c.strip() for c in line.strip()[1:-1].split("│")][:6] == [
-        "scores ctx=420000 nq=8 capacity=524288 kind=decode l2=cold", "multi", "773.9", "773.9", "1.00x", "SAME"]
+        "scores ctx=420000 nq=8 capacity=524288 kind=decode l2=clean", "multi", "773.9", "773.9", "1.00x", "SAME"]
 
 
 def test_the_last_lines_name_every_failing_row_with_its_detail() -> None:
@@ -205,9 +205,9 @@ def test_the_last_lines_name_every_failing_row_with_its_detail() -> None:
     summary, *lines = gate_verdict(result)
     assert summary == "GATE FAIL (25 SLOW, 1 PARITY-FAIL)" and len(lines) == 26
     slow = next(line for line in lines if "scores ctx=32768 nq=1 " in line)
-    assert slow.startswith("GATE FAIL 1/26: SLOW: scores ctx=32768 nq=1 capacity=524288 kind=decode l2=cold, halve: "
+    assert slow.startswith("GATE FAIL 1/26: SLOW: scores ctx=32768 nq=1 capacity=524288 kind=decode l2=clean, halve: "
                            "10.0 µs vs 7.7 µs (+30%), 1.30x the baseline, outside both runs' spread")
-    assert lines[-1] == ("GATE FAIL 26/26: PARITY-FAIL: scores ctx=32768 nq=3 capacity=524288 kind=decode l2=cold, "
+    assert lines[-1] == ("GATE FAIL 26/26: PARITY-FAIL: scores ctx=32768 nq=3 capacity=524288 kind=decode l2=clean, "
                          "halve vs cpu-model: query 2 block 9: 1.0 vs 1.0000001")
     assert gate_verdict(compare(seed_record(seed=2), seed_record(seed=1))) == ["GATE PASS (75 SAME)"]
 

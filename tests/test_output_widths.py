@@ -45,10 +45,12 @@ def _run(*argv: str) -> int:
 
 @pytest.fixture(scope="module")
 def cpu_records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunRecord]:
-    """Records the commands write on the CPU backend: a scorer call, a top-k call, a sweep, a selftest."""
+    """Records the commands write on the CPU backend: a scorer call (ITERS auto), a top-k call, a sweep, a
+    selftest."""
     folder = tmp_path_factory.mktemp("records")
     (folder / "sweep.yaml").write_text(TINY_SWEEP)
-    runs = {"select-bench": ("select-bench", "9003", "5", "3", "16384", "--keys", "adversarial"),
+    runs = {"select-bench": ("select-bench", "9003", "5", "auto", "16384", "--keys", "adversarial", "--min-samples", "10",
+                             "--max-noise", "100"),  # the stopping rule's columns
             "topk-parity": ("topk-parity", "9001", "3", "3", "20000", "0"),
             "sweep": ("sweep", str(folder / "sweep.yaml")),
             "selftest": ("selftest",)}

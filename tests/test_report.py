@@ -93,7 +93,7 @@ def test_before_and_after_per_case_with_the_speedup() -> None:
     pairs = {(ba.stage, ba.case["ctx"], ba.case["nq"]): ba for ba in before_after(result_rows(r))}
     ba = pairs[("scores", 420000, 8)]
     assert (ba.baseline.variant, ba.candidate.variant) == ("multi", "halve") and ba.speedup == pytest.approx(773.9 / 255.1)
-    assert row_of(rendered(r), "420K, 8 queries", "3.03x") == ["420K, 8 queries, capacity 524288", "multi", "773.9",
+    assert row_of(rendered(r), "420K, 8 queries", "3.03x") == ["420K, 8 queries, capacity 524288, L2 clean", "multi", "773.9",
                                                                "halve", "255.1", "3.03x"]
     assert pairs[("topk", 9000, 1)].speedup == pytest.approx(34 / 32)
 
@@ -102,8 +102,8 @@ def test_markdown_is_one_unit_named_in_every_time_header() -> None:
     md = markdown(report.blocks(seed_record(seed=3, noise=0.02)))
     assert "| case | variant | role | median µs | p10-p90 µs | n | GB/s | / floor | hash | = model | = pair | checks |" in md
     assert "| case | before | before µs | after | after µs | speedup |" in md
-    assert "| 420K, 8 queries, capacity 524288 | multi | 773.9 | halve | 255.1 | 3.03x |" in md
-    assert "| 9K, 1 query, capacity 524288, continuous | wide | 34.0 | split | 32.0 | 1.06x |" in md
+    assert "| 420K, 8 queries, capacity 524288, L2 clean | multi | 773.9 | halve | 255.1 | 3.03x |" in md
+    assert "| 9K, 1 query, capacity 524288, continuous, L2 clean | wide | 34.0 | split | 32.0 | 1.06x |" in md
     assert " ms" not in md and "ms |" not in md
     header = md.splitlines()[0]
     for part in ("**NVIDIA GeForce RTX 2080 Ti (sm_75)**", "locked at SM 1650 MHz", "2026-11-29",
@@ -118,12 +118,12 @@ def test_markdown_marks_throttling_and_failures() -> None:
     r.parity[-1].detail = "query 5 position 2050: id 9 vs 11"
     md = markdown(report.blocks(r))
     assert "| halve | candidate, dispatched | 15.0* |" in md and "* throttled: a thermal" in md
-    assert ("Top-k: FAIL: 1 of 48 checks differ; the first: 524K (524288), 6 queries, capacity 524288, continuous: "
+    assert ("Top-k: FAIL: 1 of 48 checks differ; the first: 524K (524288), 6 queries, capacity 524288, continuous, L2 clean: "
             "split vs cpu-oracle: query 5 position 2050: id 9 vs 11") in md
     assert "| split | candidate, dispatched | 66.0 | 66.0-66.0 | 50 | 0f5b95cb34c8 |" not in md  # no hash recorded
     assert report.verdict_lines(r) == [
         "FAIL (1 checks differ)", "FAIL 1/1: topk ctx=524288 nq=6 capacity=524288 kind=decode score_set=continuous "
-        "l2=cold: split vs cpu-oracle: query 5 position 2050: id 9 vs 11"]
+        "l2=clean: split vs cpu-oracle: query 5 position 2050: id 9 vs 11"]
 
 
 def test_a_saved_record_renders_the_same(tmp_path: Path) -> None:
@@ -151,10 +151,10 @@ def test_the_keys_of_a_scorer_case_are_in_its_label() -> None:
     r = record([measurement("scores", v, c, t, rng) for c in (synthetic, adversarial)
                 for v, t in (("multi", 120.0), ("halve", 24.0))], [])
     text = rendered(r)
-    assert row_of(text, "adversarial keys", "multi")[:4] == ["420K, 4 queries, capacity 524288, adversarial keys", "multi",
-                                                             "baseline", "120.0"]
-    assert row_of(text, "420K, 4 queries, capacity 524288 ", "multi")[3] == "120.0"
-    assert report.case_label(adversarial) == "420K, 4 queries, capacity 524288, adversarial keys"
+    assert row_of(text, "adversarial keys", "multi")[:4] == [
+        "420K, 4 queries, capacity 524288, adversarial keys, L2 clean", "multi", "baseline", "120.0"]
+    assert row_of(text, "420K, 4 queries, capacity 524288, L2 clean ", "multi")[3] == "120.0"
+    assert report.case_label(adversarial) == "420K, 4 queries, capacity 524288, adversarial keys, L2 clean"
 
 
 def test_a_hash_mismatch_and_a_variant_checked_not_timed() -> None:
@@ -188,7 +188,7 @@ def test_a_topk_row_is_dispatched_by_its_kind() -> None:
     r.settings["dispatch"] = {"decode": {"kind": "decode", "scores": "halve", "topk": "wide", "reasons": {}},
                               "prompt": {"kind": "prompt", "scores": "reference", "topk": "reference", "reasons": {}}}
     assert row(r, "topk", 420000, 6, "wide").dispatched and not row(r, "topk", 420000, 6, "split").dispatched
-    assert group_row(rendered(r), "420K, 6 queries, capacity 524288, continuous", "wide")[1:3] == ["wide", "baseline, dispatched"]
+    assert group_row(rendered(r), "420K, 6 queries, capacity 524288, continuous, L2 clean", "wide")[1:3] == ["wide", "baseline, dispatched"]
 
 
 def test_a_parity_only_run_renders() -> None:
@@ -223,10 +223,10 @@ def test_thresholds() -> None:
                     ThresholdCheck("scores", scores_case(420000, 8), "max_floor_ratio", 12.75, 10.0, False)]
     text = rendered(r)
     assert row_of(text, "131K (131072), 1 query", "min_speedup") == [
-        "scores", "131K (131072), 1 query, capacity 524288", "min_speedup", "1.20x", ">= 1.00x", "holds"]
+        "scores", "131K (131072), 1 query, capacity 524288, L2 clean", "min_speedup", "1.20x", ">= 1.00x", "holds"]
     assert row_of(text, "max_floor_ratio")[3:] == ["12.75", "<= 10.00", "BROKEN"]
     assert report.verdict_lines(r) == ["FAIL (1 of 2 thresholds broken)", "FAIL 1/1: scores ctx=420000 nq=8 "
-                                       "capacity=524288 kind=decode l2=cold: max_floor_ratio 12.75, not <= 10.00"]
+                                       "capacity=524288 kind=decode l2=clean: max_floor_ratio 12.75, not <= 10.00"]
 
 
 def test_info_renders_from_its_report() -> None:

@@ -144,7 +144,7 @@ def test_every_saved_record_loads():
     """docs/results holds records of every schema version: they must keep loading (and re-rendering); an older
     one has no selftest checks, a newer selftest's record has them."""
     versions = {json.loads(path.read_text())["schema_version"] for path in SHIPPED}
-    assert SHIPPED and versions == {1, 2, 3} and SCHEMA_VERSION == 3
+    assert SHIPPED and versions == {1, 2, 3} and SCHEMA_VERSION == 4
     for path in SHIPPED:
         record = load_record(path)
         assert not record.incomplete and {"scores", "topk"} <= set(record.settings["roles"])
@@ -288,3 +288,29 @@ def test_a_sanitize_record_round_trips(tmp_path):
     record.write(tmp_path / "s.json")
     back = load_record(tmp_path / "s.json")
     assert back.sanitizer == record.sanitizer and not back.passed
+
+
+def test_a_version_3_records_cold_is_clean_and_it_has_no_batches_or_rule(tmp_path):
+    """Version 4 named the read flush "clean" (version 3 and earlier: "cold"), in the settings and every row's
+    case, so a gate of a new clean run against an old baseline matches its cases; no earlier run timed batches
+    or took its samples by the stopping rule."""
+    data = seed_record().to_dict()
+    data["schema_version"] = 3
+    data["settings"]["l2"] = "cold"
+    data["thresholds"] = [{"stage": "scores", "case": dict(data["measurements"][0]["case"]), "name": "min_speedup",
+                           "value": 2.0, "limit": 1.0, "passed": True}]
+    for rows in ("measurements", "parity", "thresholds"):
+        for row in data[rows]:
+            row["case"]["l2"] = "cold"
+    data["measurements"][1]["case"]["l2"] = "warm"
+    for m in data["measurements"]:
+        del m["batch"], m["stop"]
+    (tmp_path / "v3.json").write_text(json.dumps(data))
+    back = load_record(tmp_path / "v3.json")
+    assert back.settings["l2"] == "clean"
+    assert [m.case["l2"] for m in back.measurements][:3] == ["clean", "warm", "clean"]
+    assert {p.case["l2"] for p in back.parity} == {"clean"} and back.parity and back.thresholds
+    assert {t.case["l2"] for t in back.thresholds} == {"clean"}
+    assert all(m.batch is None and m.stop is None for m in back.measurements)
+    keys = [m.key for m in seed_record().measurements]
+    assert [m.key for m in back.measurements] == [keys[0], keys[1].replace("l2=clean", "l2=warm"), *keys[2:]]

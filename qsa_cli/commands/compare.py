@@ -54,6 +54,6 @@ def command(base_side: str, candidate_side: str, args: tuple[str, ...], config_n
         call, iters = None, config.iterations
     else:
         call, iters = decode_call(args, "compare")
-    with open_session(opts, "compare", config, sides, cpu_runs=False) as s:
+    with open_session(opts, "compare", iters, config, sides, cpu_runs=False) as s:
         compare_run(s, call, iters, config, tolerance)
     return finish(of_compare(compare.judge(s.record), s.record), fmt, opts["json_path"])

@@ -25,10 +25,11 @@ from ..runs.selftest import SelftestRow
 from ..runs.sweep import sweep
 from ..session import Session
 from ..sides import SideSpec
+from ..timing import Iters
 from .exit_status import UsageProblem
 from .finish import STDOUT, finish, finish_record, write_record
 from .options import check_distinct
-from .run_options import check_run_options
+from .run_options import check_run_options, stopping_rule
 
 
 def _counted(n: int, what: str) -> str:
@@ -70,15 +71,17 @@ def kept_if_interrupted(opened: AbstractContextManager[Session], json_path: str 
         keep_interrupted(s.record, json_path, stop)
 
 
-def open_session(opts: dict[str, Any], command: str, config: SweepConfig | None = None,
+def open_session(opts: dict[str, Any], command: str, iters: Iters, config: SweepConfig | None = None,
                  sides: tuple[SideSpec, SideSpec] | None = None,
                  cpu_runs: bool = True) -> AbstractContextManager[Session]:
-    """A session from the run options (and qsa compare's ``sides``); a sweep config's l2, warm-up and seed
-    take the place of theirs. The run options that would not be applied are refused first; ``cpu_runs``: the
-    command runs on --backend cpu too, so a missing device's message says so."""
+    """A session from the run options (and qsa compare's ``sides``) for a run of ``iters`` samples a case (a
+    sweep's iterations); a sweep config's l2, warm-up and seed take the place of theirs. The run options that
+    would not be applied are refused first; ``cpu_runs``: the command runs on --backend cpu too, so a missing
+    device's message says so."""
     lock = parse_lock_spec(opts["lock_spec"]) if opts["lock_spec"] else None
-    check_run_options(opts)
-    settings = session.Settings(backend=opts["backend"], l2=opts["l2"], warmup=opts["warmup"], seed=opts["seed"],
+    check_run_options(opts, iters)
+    settings = session.Settings(backend=opts["backend"], l2=opts["l2"], warmup=opts["warmup"],
+                                stopping=stopping_rule(opts), seed=opts["seed"],
                                 check_model=not opts["no_model"], device_id=opts["device_id"],
                                 engines=opts["engines"], variants=opts["variants"], baseline=opts["baseline"],
                                 candidate=opts["candidate"], kernels=opts["kernels"], sides=sides)
@@ -112,7 +115,7 @@ def run_sweep(config_name: str, stage: str | None, opts: dict[str, Any], fmt: st
     config = load_config(config_path(config_name))
     if stage is not None and not config.cases(stage):
         raise UsageProblem(f"{config.source} has no {stage} cases")
-    with open_session(opts, command, config) as s, progress_on(opts["quiet"]) as progress:
+    with open_session(opts, command, config.iterations, config) as s, progress_on(opts["quiet"]) as progress:
         sweep(s, config, stage, progress)
     return finish_record(s.record, fmt, opts["json_path"])
 

@@ -1,9 +1,14 @@
-"""The positional CTX Q ITERS CAP of a call, each a one-line usage error when it is not a number in range."""
+"""The positional CTX Q ITERS CAP of a call, each a one-line usage error when it is not a number in range
+(ITERS may be ``auto``: as many samples as the stopping rule takes)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import click
+
 from ..core.geometry import Call, check_capacity, check_queries
-from ..timing import MAX_ITERATIONS
+from ..timing import AUTO, MAX_ITERATIONS, Iters
 from .exit_status import UsageProblem
 from .options import given
 
@@ -12,22 +17,43 @@ DEFAULT_ITERS = 50  # ITERS of a call whose inputs come from a file (--iters)
 POSITIONAL_NEGATIVES = {"ignore_unknown_options": True}
 
 
-def integers(args: tuple[str, ...], names: list[str]) -> list[int]:
-    """``args`` as integers, each named by ``names`` in its error; an unknown option among them (which
-    POSITIONAL_NEGATIVES lets through) named as click would name it."""
-    values = []
+class IterationsType(click.ParamType):
+    """--iters: a count, or auto."""
+
+    name = "integer|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Iters:
+        if value == AUTO or isinstance(value, int):
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is not an integer or {AUTO}", param, ctx)
+
+
+ITERATIONS = IterationsType()
+
+
+def integers(args: tuple[str, ...], names: list[str]) -> list[Iters]:
+    """``args`` as integers (ITERS may be auto), each named by ``names`` in its error; an unknown option
+    among them (which POSITIONAL_NEGATIVES lets through) named as click would name it."""
+    values: list[Iters] = []
     for raw in args:
         if raw.startswith("-") and not raw[1:].isdigit():
             raise UsageProblem(f"no such option: {raw}")
     for name, raw in zip(names, args):
+        if name == "ITERS" and raw == AUTO:
+            values.append(AUTO)
+            continue
         try:
             values.append(int(raw))
         except ValueError:
-            raise UsageProblem(f"{name} must be an integer (got {raw!r})") from None
+            raise UsageProblem(f"{name} must be an integer{' or ' + AUTO if name == 'ITERS' else ''} (got {raw!r})") \
+                from None
     return values
 
 
-def decode_call(args: tuple[str, ...], command: str) -> tuple[Call, int]:
+def decode_call(args: tuple[str, ...], command: str) -> tuple[Call, Iters]:
     """CTX Q ITERS CAP of a decode call (1-8 queries): the call and ITERS, or a one-line usage error."""
     ints = integers(args, ["CTX", "Q", "ITERS", "CAP"])
     if len(args) != 4:
@@ -51,7 +77,9 @@ def check_given_with_inputs(inputs_path: str | None, options: dict[str, str]) ->
                                    f"{flag} would not be used")
 
 
-def check_iters(iters: int) -> None:
+def check_iters(iters: Iters) -> None:
+    if iters == AUTO:
+        return
     if iters <= 0:
         raise UsageProblem(f"ITERS must be > 0 (got {iters})")
     if iters > MAX_ITERATIONS:

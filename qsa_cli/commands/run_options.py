@@ -1,8 +1,10 @@
 """The options that choose what a command runs, each checked as the arguments are parsed (so before anything
-is measured): --engine, --kernels, --variants, --keys, and the run options every measuring command shares."""
+is measured): --engine, --kernels, --variants, --keys, and the run options every measuring command shares
+(the timer's among them: --l2, --warmup, and the stopping rule of ITERS auto)."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -12,9 +14,22 @@ import click
 from ..catalog import check_kernels
 from ..core.errors import EngineError, KernelError
 from ..engine.checkout import parse_engine_spec
-from ..record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
+from ..record.vocabulary import DEFAULT_KEYS, DEFAULT_L2, L2_STATES, RENAMED_L2, SCORER_KEYS
 from ..session import GPU_TIMER_SETTINGS
-from ..timing import DEFAULT_WARMUP, MAX_WARMUP
+from ..timing import (
+    AUTO,
+    DEFAULT_MAX_NOISE_PCT,
+    DEFAULT_MIN_SAMPLES,
+    DEFAULT_MIN_TIME_S,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_WARMUP,
+    MAX_ITERATIONS,
+    MAX_TIMEOUT_S,
+    MAX_WARMUP,
+    MIN_SAMPLES_LEAST,
+    Iters,
+    StoppingRule,
+)
 from .exit_status import UsageProblem
 from .options import DEVICE_OPTION, FORMAT_OPTION_LIST, QUIET_OPTION, RECORD, SEED_OPTION, given, with_options
 
@@ -50,6 +65,30 @@ def _names(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     return names
 
 
+class L2State(click.Choice):
+    """--l2: a state's name; the name the read flush had before (cold) refused with its new one."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value in RENAMED_L2:
+            self.fail(f"{value!r} is now {RENAMED_L2[value]!r} (the read flush; 'dirty' flushes by writing)",
+                      param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class FiniteRange(click.FloatRange):
+    """A number in a range, NaN refused (click's FloatRange lets it through: no comparison with NaN fails)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return number
+
+
+# the stopping rule's options (parameter -> flag): they apply to ITERS auto only
+RULE_OPTIONS = {"min_samples": "--min-samples", "max_noise_pct": "--max-noise", "min_time_s": "--min-time",
+                "timeout_s": "--timeout"}
+
 ENGINE_OPTION = click.option(
     "--engine", "engines", multiple=True, metavar="[NAME=]PATH[@REV]", callback=_engine_specs,
     help="An engine checkout (or PATH@REV, a git revision of one) whose variants NAME.scores, NAME.topk, ... "
@@ -75,9 +114,21 @@ NOT_ON_THE_CPU = {
 }
 
 
-def check_run_options(opts: dict[str, Any]) -> None:
+def stopping_rule(opts: dict[str, Any]) -> StoppingRule:
+    return StoppingRule(**{name: opts[name] for name in RULE_OPTIONS})
+
+
+def check_run_options(opts: dict[str, Any], iters: Iters) -> None:
     """The run options given that would not be applied, refused before anything runs (a record would say
-    they were): those of the GPU with --backend cpu, --lock-clocks-optional without --lock-clocks."""
+    they were): those of the GPU with --backend cpu, --lock-clocks-optional without --lock-clocks, the
+    stopping rule's unless ITERS (a sweep's iterations) is auto; and a rule that could never be met."""
+    rule_given = next((flag for name, flag in RULE_OPTIONS.items() if given(name)), None)
+    if rule_given is not None and iters != AUTO:
+        raise UsageProblem(f"{rule_given} is the stopping rule's: it applies when ITERS is {AUTO} (here ITERS is "
+                           f"{iters}, an exact count{', parity only' if iters == 0 else ''})")
+    if iters == AUTO and opts["min_time_s"] > opts["timeout_s"]:
+        raise UsageProblem(f"--min-time {opts['min_time_s']:g} s is more than --timeout {opts['timeout_s']:g} s: "
+                           "the stopping rule could never be met")
     if opts["backend"] == "cpu":
         named = next(((flag, why) for name, (flag, why) in NOT_ON_THE_CPU.items() if given(name)), None)
         if named is not None:
@@ -90,10 +141,22 @@ def check_run_options(opts: dict[str, Any]) -> None:
 RUN_OPTIONS = with_options([
     click.option("--backend", type=click.Choice(["gpu", "cpu"]), default="gpu", show_default=True,
                  help="gpu: the CUDA kernels; cpu: the exact CPU models of the same arithmetic."),
-    click.option("--l2", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
-                 help="cold: flush the L2 before every sample; warm: repeat on the same data."),
+    click.option("--l2", type=L2State(L2_STATES), default=DEFAULT_L2, show_default=True,
+                 help="The L2 before every sample: clean (flushed by a read of twice its size), dirty (flushed by "
+                      "a write, as nvbench's cold), warm (as the previous call left it)."),
     click.option("--warmup", type=click.IntRange(0, MAX_WARMUP), default=DEFAULT_WARMUP, show_default=True,
                  help="Untimed runs first."),
+    click.option("--min-samples", "min_samples", type=click.IntRange(MIN_SAMPLES_LEAST, MAX_ITERATIONS),
+                 default=DEFAULT_MIN_SAMPLES, show_default=True, help="ITERS auto: at least this many samples."),
+    click.option("--max-noise", "max_noise_pct", type=FiniteRange(0, 100, min_open=True), metavar="PCT",
+                 default=DEFAULT_MAX_NOISE_PCT, show_default=True,
+                 help="ITERS auto: sample until the median's noise (its standard error) is at most PCT percent."),
+    click.option("--min-time", "min_time_s", type=FiniteRange(0, MAX_TIMEOUT_S), metavar="S",
+                 default=DEFAULT_MIN_TIME_S, show_default=True,
+                 help="ITERS auto: and until the samples hold S seconds of measured time."),
+    click.option("--timeout", "timeout_s", type=FiniteRange(0, MAX_TIMEOUT_S, min_open=True), metavar="S",
+                 default=DEFAULT_TIMEOUT_S, show_default=True,
+                 help="ITERS auto: stop after S seconds of wall time even if noisy (the record says so)."),
     SEED_OPTION,
     click.option("--no-model", is_flag=True, help="Skip the check against the exact CPU model."),
     DEVICE_OPTION,

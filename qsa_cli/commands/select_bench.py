@@ -12,11 +12,19 @@ from ..inputs import load_scorer_inputs, save_npz_atomic
 from ..output.progress import progress_on
 from ..record.vocabulary import DEFAULT_KEYS
 from ..runs.stages import scorer_inputs, select_bench
+from ..timing import Iters
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish_record
 from .measuring import open_session, run_sweep
 from .options import OUTPUT, check_distinct
-from .positional import DEFAULT_ITERS, POSITIONAL_NEGATIVES, check_given_with_inputs, check_iters, decode_call
+from .positional import (
+    DEFAULT_ITERS,
+    ITERATIONS,
+    POSITIONAL_NEGATIVES,
+    check_given_with_inputs,
+    check_iters,
+    decode_call,
+)
 from .run_options import KEYS_OPTION, RUN_OPTIONS
 
 
@@ -24,13 +32,14 @@ from .run_options import KEYS_OPTION, RUN_OPTIONS
 @click.argument("args", nargs=-1, metavar="CTX Q ITERS CAP")
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False),
               help="Replay the tensors of an .npz file (pooled, dead, q, steps) instead of synthetic ones.")
-@click.option("--iters", "iters_opt", type=int, default=DEFAULT_ITERS, show_default=True, help="ITERS with --inputs.")
+@click.option("--iters", "iters_opt", type=ITERATIONS, default=DEFAULT_ITERS, show_default=True,
+              help="ITERS with --inputs (a count, or auto).")
 @click.option("--dump", "dump_path", type=OUTPUT,
               help="Write every variant's scores (and the CPU model's) to this .npz file.")
 @click.option("--config", "config_name", metavar="CONFIG", help="Run the scorer cases of a YAML sweep instead.")
 @KEYS_OPTION
 @RUN_OPTIONS
-def command(args: tuple[str, ...], inputs_path: str | None, iters_opt: int, dump_path: str | None,
+def command(args: tuple[str, ...], inputs_path: str | None, iters_opt: Iters, dump_path: str | None,
             config_name: str | None, keys: str, **opts: Any) -> int:
     """A decode call's scorer, old (multi) and new (halve), on the same inputs: hashes and times."""
     fmt = chosen_format(opts)
@@ -55,7 +64,7 @@ def command(args: tuple[str, ...], inputs_path: str | None, iters_opt: int, dump
     else:
         call, iters = decode_call(args, "select-bench")  # checks ITERS too
         given = None
-    with open_session(opts, "select-bench") as s, progress_on(opts["quiet"]) as progress:
+    with open_session(opts, "select-bench", iters) as s, progress_on(opts["quiet"]) as progress:
         inputs = given if given is not None else scorer_inputs(call, opts["seed"], keys)
         outcome = select_bench(s, inputs, iters, progress)
         if dump_path:

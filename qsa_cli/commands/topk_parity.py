@@ -12,11 +12,12 @@ from ..inputs import load_topk_inputs, save_npz_atomic
 from ..output.progress import progress_on
 from ..runs.selftest import topk_selftest
 from ..runs.stages import topk_parity, topk_score_sets
+from ..timing import Iters
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish_record
 from .measuring import finish_selftest, open_session, run_sweep
 from .options import OUTPUT, check_distinct
-from .positional import DEFAULT_ITERS, POSITIONAL_NEGATIVES, check_given_with_inputs, check_iters, integers
+from .positional import DEFAULT_ITERS, ITERATIONS, POSITIONAL_NEGATIVES, check_given_with_inputs, check_iters, integers
 from .run_options import RUN_OPTIONS
 
 
@@ -25,14 +26,15 @@ from .run_options import RUN_OPTIONS
 @click.option("--selftest", is_flag=True, help="Run docs/spec.md section 6's case matrix (parity only).")
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False),
               help="Replay the scores of an .npz file (scores, steps), NaN and infinities included.")
-@click.option("--iters", "iters_opt", type=int, default=DEFAULT_ITERS, show_default=True, help="ITERS with --inputs.")
+@click.option("--iters", "iters_opt", type=ITERATIONS, default=DEFAULT_ITERS, show_default=True,
+              help="ITERS with --inputs (a count, or auto).")
 @click.option("--count", "count_opt", type=click.IntRange(0, 1), default=1, show_default=True,
               help="COUNT with --inputs (0: decode call, 1: prompt call with the active block count).")
 @click.option("--dump", "dump_path", type=OUTPUT,
               help="Write every variant's ids (and the CPU oracle's) to this .npz file.")
 @click.option("--config", "config_name", metavar="CONFIG", help="Run the top-k cases of a YAML sweep instead.")
 @RUN_OPTIONS
-def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iters_opt: int, count_opt: int,
+def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iters_opt: Iters, count_opt: int,
             dump_path: str | None, config_name: str | None, **opts: Any) -> int:
     """A call's top-k: every variant's ids against the reference and each other, and their times.
 
@@ -49,7 +51,7 @@ def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iter
     if selftest:
         if args or inputs_path or dump_path:
             raise UsageProblem("--selftest takes no CTX Q ITERS CAP, --inputs or --dump")
-        with open_session(opts, "topk-parity --selftest") as s, progress_on(opts["quiet"]) as progress:
+        with open_session(opts, "topk-parity --selftest", 0) as s, progress_on(opts["quiet"]) as progress:
             rows = topk_selftest(s, opts["seed"], progress=progress)
         return finish_selftest(s.record, rows, fmt, opts["json_path"])
     if inputs_path:
@@ -74,7 +76,7 @@ def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iter
         active = call.active_blocks
         sets = None
     check_iters(iters)
-    with open_session(opts, "topk-parity") as s, progress_on(opts["quiet"]) as progress:
+    with open_session(opts, "topk-parity", iters) as s, progress_on(opts["quiet"]) as progress:
         sets = sets if sets is not None else topk_score_sets(call, opts["seed"])
         outcome = topk_parity(s, sets, iters, active, progress)
         if dump_path:

@@ -25,6 +25,6 @@ def command(args: tuple[str, ...], keys: str, **opts: Any) -> int:
     call, iters = decode_call(args, "window-bench")
     if opts["backend"] != "gpu":
         raise UsageProblem("window-bench replays CUDA graphs: it needs --backend gpu")
-    with open_session(opts, "window-bench", cpu_runs=False) as s, progress_on(opts["quiet"]) as progress:
+    with open_session(opts, "window-bench", iters, cpu_runs=False) as s, progress_on(opts["quiet"]) as progress:
         window_bench(s, call, iters, keys, progress)
     return finish_record(s.record, fmt, opts["json_path"])

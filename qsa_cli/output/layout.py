@@ -28,7 +28,7 @@ TOKEN_GAP = "  "  # between a folded row's tokens, so that a token's own spaces 
 STYLES = {  # a cell's first word -> its colour on a terminal
     **dict.fromkeys(("PASS", "yes", "same", "equal", "holds", "clean", "FAST"), "green"),
     **dict.fromkeys(("FAIL", "NO", "DIFFERS", "DIFFER", "BROKEN", "SLOW", "BAD", "MISSING", "PARITY-FAIL", "THRESHOLD",
-                     "BAD-SAMPLES", "NOTHING-COMPARED", "BITS-CHANGED", "INCOMPLETE"), "red"),
+                     "BAD-SAMPLES", "NOTHING-COMPARED", "BITS-CHANGED", "INCOMPLETE", "NOT MET"), "red"),
     **dict.fromkeys(("SKIP", "explained", "MISSING-ALLOWED", "BITS-CHANGED-ALLOWED"), "yellow"),
     "NEW": "cyan", "REFERENCE": "dim", "UNTIMED": "dim",
 }

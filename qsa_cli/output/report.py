@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from ..record.schema import Measurement, ParityCheck, RunRecord
+from ..record.schema import Measurement, ParityCheck, RunRecord, StopOutcome
 from ..record.vocabulary import SCORES, STAGES, TOPK, WINDOW
 from .layout import MISSING, Block, Column, Prose, Sheet, csv_text
 from .rows import (
@@ -63,18 +63,28 @@ def failure_detail(p: ParityCheck) -> str:
 
 RESULT_COLUMNS = (
     Column("variant", bare=True), Column("role", bare=True), Column("median", "µs", numeric=True),
-    Column("p10-p90", "µs", numeric=True), Column("n", numeric=True), Column("GB/s", numeric=True),
+    Column("p10-p90", "µs", numeric=True), Column("n", numeric=True), Column("rule"), Column("noise", numeric=True),
+    Column("batch", "µs", numeric=True), Column("GB/s", numeric=True),
     Column("/ floor", numeric=True), Column("hash"), Column("= reference"), Column("= model"), Column("= pair"),
     Column("checks"), Column("detail"),
 )
 
 
+def rule_cell(stop: StopOutcome | None) -> str:
+    """Whether the stopping rule was met (``NOT MET (timeout)``, ``NOT MET (sample cap)``); – for a count."""
+    if stop is None:
+        return MISSING
+    return "met" if stop["met"] else f"NOT MET ({stop['reason']})"
+
+
 def _result_cells(r: ResultRow) -> tuple[str, ...]:
     spread = r.spread_us
     pair = r.vs_pair
+    stop = r.stop
     return (
         r.variant, r.role + (", dispatched" if r.dispatched else ""), time_cell(r.measurement),
         MISSING if spread is None else f"{spread[0]:.1f}-{spread[1]:.1f}", str(r.samples) if r.measurement else MISSING,
+        rule_cell(stop), MISSING if stop is None else f"{stop['noise_pct']:.2f}%", number_cell(r.batch_us, "{:.1f}"),
         number_cell(r.gbps, "{:.0f}" if (r.gbps or 0) >= 100 else "{:.3g}"), number_cell(r.floor_ratio, "{:.2f}x"), short_hash(r.shown_hash),
         check_cell(r.vs_reference), check_cell(r.vs_model),
         MISSING if pair is None else f"{pair.against}: {check_cell(pair)}", r.verdict or MISSING,
@@ -243,7 +253,8 @@ def blocks(record: RunRecord, with_header: bool = True) -> list[Block]:
 # ---- CSV ----------------------------------------------------------------------------------------------------------
 
 RESULT_CSV = ("stage", "ctx", "nq", "capacity", "kind", "score_set", "keys", "l2", "variant", "role", "dispatched",
-              "median_us", "p10_us", "p90_us", "samples", "throttled", "gbps", "floor_ratio", "hash",
+              "median_us", "p10_us", "p90_us", "samples", "rule_met", "noise_pct", "batch_us", "throttled", "gbps",
+              "floor_ratio", "hash",
               "vs_reference", "vs_model", "pair", "vs_pair", "checks", "bad_samples", "detail")
 
 
@@ -260,8 +271,10 @@ def result_csv(records: Sequence[tuple[str | None, RunRecord]]) -> str:
         for r in result_rows(record):
             spread = r.spread_us or (None, None)
             pair = r.vs_pair
+            stop = r.stop or {}
             lines.append([*([name] if with_file else []), r.stage, *(r.case.get(k) for k in RESULT_CSV[1:8]), r.variant,
-                          r.role, r.dispatched, r.median_us, *spread, r.samples, r.throttled, r.gbps, r.floor_ratio,
+                          r.role, r.dispatched, r.median_us, *spread, r.samples, stop.get("met"), stop.get("noise_pct"),
+                          r.batch_us, r.throttled, r.gbps, r.floor_ratio,
                           r.shown_hash, _equal(r.vs_reference), _equal(r.vs_model), pair.against if pair else None,
                           _equal(pair), r.verdict, r.problem, "; ".join(failure_detail(p) for p in r.failed) or None])
     return csv_text([*(["file"] if with_file else []), *RESULT_CSV], lines)

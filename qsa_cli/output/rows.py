@@ -1,7 +1,8 @@
 """The one result model every table is rendered from: a row per (stage, case, variant) of a record.
 
 A row holds what the record says of one variant on one case: its timing (median, 10th-90th percentile
-spread, sample count, throttling, GB/s, ratio to the read floor), the hash of its output, and its bits
+spread, sample count and, under the stopping rule, whether it was met; back-to-back batches' time per
+launch, throttling, GB/s, ratio to the read floor), the hash of its output, and its bits
 against the run's reference, the CPU model and its pair (the candidate against the baseline, a compare
 side against the other). Variants are rows, never columns, so no table grows wider with the number of
 variants. Reads the record only.
@@ -10,14 +11,16 @@ variants. Reads the record only.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from ..record.schema import Case, Measurement, ParityCheck, RunRecord, case_key
+from ..record.schema import Case, Measurement, ParityCheck, RunRecord, StopOutcome, case_key
 from ..record.vocabulary import (
     CPU_MODEL,
     CPU_ORACLE,
     GUARD_ZONES,
+    HOST_L2,
     INPUTS,
     LAST_CALL,
     OUTPUT_HASH,
@@ -119,12 +122,13 @@ def context_cell(ctx: int) -> str:
 
 
 def case_label(case: Case | dict[str, Any]) -> str:
-    """One line naming a case for people: ``131K (131072), 4 queries, capacity 524288, prompt, equal``
-    (a scorer case: ``..., adversarial keys``)."""
+    """One line naming a case for people: ``131K (131072), 4 queries, capacity 524288, prompt, equal,
+    L2 dirty`` (a scorer case: ``..., adversarial keys, ...``; the CPU backend's, which has no L2, no state)."""
     parts = [context_cell(case["ctx"]), f"{case['nq']} quer{'y' if case['nq'] == 1 else 'ies'}",
              f"capacity {case['capacity']}"]
     parts += [str(case[k]) for k in ("kind", "score_set") if case.get(k) not in (None, "decode")]
     parts += [f"{case['keys']} keys"] if "keys" in case else []
+    parts += [f"L2 {case['l2']}"] if case.get("l2", HOST_L2) != HOST_L2 else []
     return ", ".join(parts)
 
 
@@ -170,6 +174,19 @@ class ResultRow:
     @property
     def samples(self) -> int:
         return len(self.measurement.samples_us) if self.measurement is not None else 0
+
+    @property
+    def stop(self) -> StopOutcome | None:
+        """How the stopping rule ended its samples (None: ITERS was a count)."""
+        return self.measurement.stop if self.measurement is not None else None
+
+    @property
+    def batch_us(self) -> float | None:
+        """The median of its batches' time per back-to-back launch (None: no batches, or unusable ones)."""
+        batch = self.measurement.batch if self.measurement is not None else None
+        if batch is None or not batch["means_us"] or not all(math.isfinite(x) for x in batch["means_us"]):
+            return None
+        return statistics.median(batch["means_us"])
 
     @property
     def throttled(self) -> bool:

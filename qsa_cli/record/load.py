@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core.errors import InputError
 from .schema import SCHEMA, SCHEMA_VERSION, RunRecord
-from .vocabulary import SCORES, TOPK
+from .vocabulary import RENAMED_L2, SCORES, TOPK
 
 # The largest shipped record is under 1 MB; a sweep keeping every sample of a thousand cases is tens of
 # MB. Past this the file is not a record, and reading it would only cost memory.
@@ -50,8 +50,33 @@ def _to_version_3(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _renamed_l2(holder: Any) -> Any:
+    """A settings or case mapping whose ``l2`` is called by its version 4 name (anything else as it was)."""
+    if isinstance(holder, dict) and isinstance(holder.get("l2"), str) and holder["l2"] in RENAMED_L2:
+        return {**holder, "l2": RENAMED_L2[holder["l2"]]}
+    return holder
+
+
+def _to_version_4(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 named the L2 states: what earlier runs called "cold" (a read of twice the L2's size before
+    each sample) is "clean", beside the new "dirty"; and a measurement gained ``batch`` and ``stop``, which no
+    earlier run took (it timed no batches, and ITERS was always a count)."""
+    out = {**data}
+    if "settings" in out:
+        out["settings"] = _renamed_l2(out["settings"])
+    for rows in ("measurements", "parity", "thresholds", "sanitizer"):
+        if isinstance(out.get(rows), list):
+            out[rows] = [{**row, "case": _renamed_l2(row["case"])} if isinstance(row, dict) and "case" in row
+                         else row for row in out[rows]]
+    if isinstance(out.get("measurements"), list):
+        out["measurements"] = [{"batch": None, "stop": None, **m} if isinstance(m, dict) else m
+                               for m in out["measurements"]]
+    return out
+
+
 # version -> the step that makes a record of that version one of the next
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_version_2, 2: _to_version_3}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_version_2, 2: _to_version_3,
+                                                                     3: _to_version_4}
 
 _BRACKET_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 

@@ -26,7 +26,9 @@ from ..core.files import atomic_write
 from ..core.git import git_commit
 
 SCHEMA = "qsa.run"
-SCHEMA_VERSION = 3  # 2 added "incomplete" and "sanitizer"; 3 added "checks" (record/load.py migrates older ones)
+# 2 added "incomplete" and "sanitizer"; 3 added "checks"; 4 named the L2 states (clean, dirty, warm) and added a
+# measurement's "batch" and "stop" (record/load.py migrates older ones)
+SCHEMA_VERSION = 4
 INFO_SCHEMA = "qsa.info"  # what ``qsa info`` reports (InfoReport)
 
 # "keys" is in a scorer case only for keys other than the synthetic ones: the cases of earlier runs keep their key
@@ -58,6 +60,33 @@ class Clocks(TypedDict):
     power_w: float | None
     event_reasons: list[str]
     throttled: bool
+
+
+class BatchTiming(TypedDict):
+    """Back-to-back launches timed by one pair of events (``timing.sample``): each batch's mean per launch."""
+
+    launches: int
+    means_us: list[float]
+
+
+class StoppingSettings(TypedDict):
+    """The stopping rule a run's ``ITERS auto`` measurements took their samples by (``timing.StoppingRule``)."""
+
+    min_samples: int
+    max_noise_pct: float
+    min_time_s: float
+    timeout_s: float
+
+
+class StopOutcome(TypedDict):
+    """How a measurement taken by the stopping rule ended: the rule met, or not (``reason``: met, timeout, or
+    the sample cap); the median's noise (percent) and the samples' GPU time then, and the wall time taken."""
+
+    met: bool
+    reason: str
+    noise_pct: float
+    measured_s: float
+    wall_s: float
 
 
 class DeviceInfo(TypedDict, total=False):
@@ -146,7 +175,8 @@ class RunSettings(TypedDict, total=False):
     seed: int
     check_model: bool
     config: str
-    iterations: int
+    iterations: int | Literal["auto"]  # a sweep's; "auto": as many samples as the stopping rule takes
+    stopping: StoppingSettings  # ITERS auto: the rule
     dispatch: Dispatch | dict[str, Dispatch]  # one call's, or a sweep's per kind of call
     clock_lock: ClockLockRecord
     kernels: str  # --kernels: the folder of kernel sources used instead of the installed ones
@@ -189,6 +219,8 @@ class Measurement(CaseKeyed):
     clocks_before: Clocks | None = None
     clocks_after: Clocks | None = None
     throttled: bool = False  # a clocks-event reason for thermal, power or hardware slowdown was seen
+    batch: BatchTiming | None = None  # back-to-back launches beside the isolated samples (GPU backend)
+    stop: StopOutcome | None = None  # ITERS auto: how the stopping rule ended (None: ITERS was a count)
 
     @property
     def median_us(self) -> float:

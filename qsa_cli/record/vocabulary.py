@@ -26,6 +26,14 @@ INPUTS = "inputs"
 LAST_CALL = "last timed call"
 INPUTS_HASH, OUTPUT_HASH = "inputs", "output"
 
+# The L2's state before each timed call (qsa_cli/timing.py puts it there; docs/timing.md): clean, read
+# flushed; dirty, write flushed (nvbench's cold); warm, left as the previous call left it. The CPU backend's
+# cases say "host": it has no L2. Records before version 4 called the read flush "cold".
+L2_STATES = ("clean", "dirty", "warm")
+DEFAULT_L2 = "dirty"
+HOST_L2 = "host"
+RENAMED_L2 = {"cold": "clean"}
+
 # The scorer's synthetic keys: spec section 5's, or adversarial. A case names its keys only when they are
 # not the default, so a synthetic case keeps the key earlier records have.
 SCORER_KEYS = ("synthetic", "adversarial")

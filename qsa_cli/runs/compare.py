@@ -7,11 +7,12 @@ from typing import Any
 
 from ..core.geometry import Call
 from ..session import Session
+from ..timing import Iters
 from .stages import run_scorer_case, scorer_inputs, topk_parity, topk_score_sets, window_bench
 from .sweep import sweep
 
 
-def compare_run(s: Session, call: Call | None, iters: int, config: Any = None, tolerance: float = 0.05) -> None:
+def compare_run(s: Session, call: Call | None, iters: Iters, config: Any = None, tolerance: float = 0.05) -> None:
     """Both sides on the same inputs into the session's record: the scorer on the call, the top-k on its
     four score sets (a decode call), and the window's pairs (or every case of ``config``); every pair's
     candidate checked bit for bit against its base, both against qsa's reference and the CPU model."""

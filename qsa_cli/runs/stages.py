@@ -15,6 +15,7 @@ from ..stages import scores as scores_stage
 from ..stages import topk as topk_stage
 from ..stages import window as window_stage
 from ..stages.common import StageOutcome
+from ..timing import Iters
 from ..variant_child import run_switched, switches_of
 
 
@@ -39,7 +40,7 @@ def scorer_variants(s: Session) -> tuple[str, ...]:
                                 *others)))
 
 
-def _with_switched(s: Session, stage: str, variants: tuple[str, ...], inputs: Any, iters: int,
+def _with_switched(s: Session, stage: str, variants: tuple[str, ...], inputs: Any, iters: Iters,
                    run_here: Callable[[tuple[str, ...], Progress], StageOutcome], active_blocks: int = 0,
                    progress: Progress = no_progress) -> StageOutcome:
     """``run_here`` on the variants that run in this process; each switch setting's variants (an engine's
@@ -63,7 +64,7 @@ def _with_switched(s: Session, stage: str, variants: tuple[str, ...], inputs: An
     return out
 
 
-def run_scorer_case(s: Session, inputs: ScorerInputs, iters: int, variants: tuple[str, ...] | None = None,
+def run_scorer_case(s: Session, inputs: ScorerInputs, iters: Iters, variants: tuple[str, ...] | None = None,
                     progress: Progress = no_progress) -> StageOutcome:
     def here(names: tuple[str, ...], told: Progress) -> StageOutcome:
         return scores_stage.run_scores(inputs, s.measurer(iters), s.variants("scores", names), s.roles["scores"],
@@ -73,23 +74,23 @@ def run_scorer_case(s: Session, inputs: ScorerInputs, iters: int, variants: tupl
     return _with_switched(s, "scores", variants or scorer_variants(s), inputs, iters, here, progress=progress)
 
 
-def select_bench(s: Session, inputs: ScorerInputs, iters: int, progress: Progress = no_progress) -> StageOutcome:
+def select_bench(s: Session, inputs: ScorerInputs, iters: Iters, progress: Progress = no_progress) -> StageOutcome:
     """The seed's decode-call scorer benchmark: the baseline and the candidate (and any engine checkout's
     scorers) on the same inputs, hashes, times; ``progress``: each variant."""
     return run_scorer_case(s, inputs, iters, progress=progress)
 
 
-def run_topk_case(s: Session, inputs: TopkInputs, iters: int, variants: tuple[str, ...], active_blocks: int,
+def run_topk_case(s: Session, inputs: TopkInputs, iters: Iters, variants: tuple[str, ...], active_blocks: int,
                   check_model: bool | None = None) -> StageOutcome:
     def here(names: tuple[str, ...], told: Progress) -> StageOutcome:
         return topk_stage.run_topk(inputs, s.measurer(iters), s.variants("topk", names), s.roles["topk"], s.launcher,
                                    active_blocks, s.settings.check_model if check_model is None else check_model,
-                                   argpartition=s.on_gpu and iters > 0, same_bits=s.compared_bits("topk"))
+                                   argpartition=s.on_gpu and iters != 0, same_bits=s.compared_bits("topk"))
 
     return _with_switched(s, "topk", variants, inputs, iters, here, active_blocks)
 
 
-def topk_parity(s: Session, inputs: list[TopkInputs], iters: int, active_blocks: int,
+def topk_parity(s: Session, inputs: list[TopkInputs], iters: Iters, active_blocks: int,
                 progress: Progress = no_progress) -> StageOutcome:
     """Every variant on every score set; times, identical-id counts, and the dispatched variant;
     ``progress``: each score set."""
@@ -104,7 +105,7 @@ def topk_parity(s: Session, inputs: list[TopkInputs], iters: int, active_blocks:
     return out
 
 
-def window_bench(s: Session, call: Call, iters: int, keys: str = DEFAULT_KEYS,
+def window_bench(s: Session, call: Call, iters: Iters, keys: str = DEFAULT_KEYS,
                  progress: Progress = no_progress) -> StageOutcome:
     """Each kernel pair this device runs, captured as one CUDA graph (scores then top-k), replays timed, on
     synthetic inputs of a ``keys`` kind: the catalog's pairs and the one the engine dispatches here, those

@@ -13,8 +13,8 @@ from ..core.geometry import STEP_NKV
 from ..core.integrity import GuardedBuffers, changed, digest, fingerprint
 from ..inputs import ScorerInputs
 from ..record.schema import Measurement, ParityCheck
-from ..record.vocabulary import DEFAULT_KEYS, GUARD_ZONES, INPUTS, INPUTS_HASH, OUTPUT_HASH, last_call
-from ..timing import DeviceTimer, Launch, measure_host
+from ..record.vocabulary import DEFAULT_KEYS, GUARD_ZONES, HOST_L2, INPUTS, INPUTS_HASH, OUTPUT_HASH, last_call
+from ..timing import AUTO, HOST, DeviceTimer, Iters, Launch, StoppingRule, sample
 
 
 def call_case(steps: np.ndarray, capacity: int, kind: str, l2: str, **extra: Any) -> dict[str, Any]:
@@ -62,19 +62,21 @@ class StageOutcome:
 
 @dataclass
 class Measurer:
-    """Times variants on the GPU (``timer``) or on the host (CPU backend), with clock reads around each.
+    """Times variants on the GPU (``timer``) or on the host (CPU backend), with clock reads around each:
+    ``iters`` samples, or with ITERS ``auto`` as many as ``rule`` takes.
 
     With ``iters == 0`` nothing is timed: the runners still run every variant once and check parity.
     """
 
-    iters: int
+    iters: Iters
     timer: DeviceTimer | None = None
     clocks: ClockSource | None = None
+    rule: StoppingRule = field(default_factory=StoppingRule)
     host_warmup: int = 1
 
     @property
     def l2(self) -> str:
-        return self.timer.l2 if self.timer else "host"
+        return self.timer.l2 if self.timer else HOST_L2
 
     def _read_clocks(self) -> Any:
         return self.clocks.read() if self.clocks is not None else None
@@ -91,12 +93,13 @@ class Measurer:
     ) -> Measurement | None:
         if self.iters == 0:
             return None
+        count = self.rule if self.iters == AUTO else self.iters
         before = self._read_clocks()
         if self.timer is not None:
-            samples = self.timer.measure(run, self.iters, before_last=before_last)
+            timed = self.timer.measure(run, count, before_last=before_last)
             warmup = self.timer.warmup
-        else:
-            samples = measure_host(run, self.iters, self.host_warmup, before_last=before_last)
+        else:  # no batches: the models run synchronously, so a batch would time what the samples do
+            timed = sample(HOST, run, count, warmup=self.host_warmup, before_last=before_last)
             warmup = self.host_warmup
         after = self._read_clocks()
         readings = [r for r in (before, after) if r is not None]
@@ -104,12 +107,14 @@ class Measurer:
             stage=stage,
             variant=variant,
             case=dict(case),
-            samples_us=samples,
+            samples_us=timed.samples_us,
             warmup=warmup,
             bytes_read=bytes_read,
             clocks_before=before.to_dict() if before is not None else None,
             clocks_after=after.to_dict() if after is not None else None,
             throttled=any(r.throttled for r in readings),
+            batch=timed.batch,
+            stop=timed.stop,
         )
 
 

@@ -1,0 +1,288 @@
+"""The timer's logic on the CPU, against a fake stream of work: the order of flushes, holds, events and launches;
+exact counts in rounds; the batches; the stopping rule (its noise estimate, min samples, min time, timeout and
+sample cap); and a measurement's record through the Measurer and the CLI on the CPU backend."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qsa_cli.cli import main
+from qsa_cli.output.layout import text_of
+from qsa_cli.output.report import blocks, result_csv
+from qsa_cli.record.load import load_record
+from qsa_cli.record.schema import RunRecord
+from qsa_cli.record.vocabulary import HOST_L2
+from qsa_cli.stages.common import Measurer
+from qsa_cli.timing import (
+    AUTO,
+    BATCH_LAUNCHES,
+    BATCHES,
+    HOST,
+    MAX_ITERATIONS,
+    ROUND,
+    StoppingRule,
+    median_noise_pct,
+    sample,
+)
+
+
+class FakeStream:
+    """A stream whose work runs at once on a fake GPU clock: each launch takes the next of ``durations_us``,
+    a flush takes ``flush_us``; an event is the clock's time when recorded. Every call is logged in order."""
+
+    def __init__(self, durations_us: Iterator[float], flush_us: float = 50.0) -> None:
+        self.durations = durations_us
+        self.flush_us = flush_us
+        self.now_us = 0.0
+        self.log: list[str] = []
+
+    def launch(self) -> None:
+        self.now_us += next(self.durations)
+        self.log.append("launch")
+
+    def settle(self) -> None:
+        self.now_us += self.flush_us
+        self.log.append("settle")
+
+    def hold(self, launches: int) -> None:
+        self.log.append(f"hold {launches}")
+
+    def mark(self) -> float:
+        self.log.append("mark")
+        return self.now_us
+
+    def wait(self) -> None:
+        self.log.append("wait")
+
+    def elapsed_us(self, start: float, end: float) -> float:
+        return end - start
+
+
+def constant(us: float) -> Iterator[float]:
+    while True:
+        yield us
+
+
+def drawn(rng: np.random.Generator, median_us: float, relative_sd: float) -> Iterator[float]:
+    while True:
+        yield float(median_us * (1 + relative_sd * rng.standard_normal()))
+
+
+class FakeWall:
+    """A wall clock that moves ``step_s`` each time it is read."""
+
+    def __init__(self, step_s: float) -> None:
+        self.step_s, self.now = step_s, 0.0
+
+    def __call__(self) -> float:
+        self.now += self.step_s
+        return self.now
+
+
+def fixed_wall() -> float:
+    return 0.0
+
+
+def test_an_exact_count_is_taken_in_rounds_each_sample_settled_and_bracketed() -> None:
+    stream = FakeStream(iter([7.0] * 2 + [5.0] * 70))
+    poisoned = []
+    timed = sample(stream, stream.launch, 70, warmup=2, before_last=lambda: poisoned.append(len(stream.log)))
+    assert timed.samples_us == [5.0] * 70 and timed.batch is None and timed.stop is None
+    assert stream.log[:4] == ["settle", "launch", "settle", "launch"]  # the warm-up, settled like a sample
+    rounds = [entry for entry in stream.log if entry.startswith("hold")]
+    assert rounds == [f"hold {ROUND}", f"hold {ROUND}", f"hold {70 - 2 * ROUND}"]
+    one_sample = ["settle", "mark", "launch", "mark"]
+    first_round = stream.log[4:5 + 4 * ROUND + 1]
+    assert first_round == [f"hold {ROUND}", *one_sample * ROUND, "wait"]
+    # the output poisoned once, before the last sample's settle: what it holds after is the last call's
+    assert len(poisoned) == 1 and stream.log[poisoned[0]:] == [*one_sample, "wait"]
+
+
+def test_the_flush_is_outside_the_samples() -> None:
+    stream = FakeStream(constant(3.0), flush_us=1000.0)
+    assert sample(stream, stream.launch, 5, warmup=0).samples_us == [3.0] * 5
+
+
+def test_a_batch_is_back_to_back_launches_between_one_pair_of_events() -> None:
+    # the launches of a batch take 2, 4, 6, ... µs: a batch's mean is the mean of its launches, not of one
+    durations = iter([float(2 * i) for i in range(1, BATCHES * BATCH_LAUNCHES + 1)] + [1.0] * 3)
+    stream = FakeStream(durations)
+    timed = sample(stream, stream.launch, 3, warmup=0, batches=BATCHES)
+    means = [float(np.mean([2 * i for i in range(b * BATCH_LAUNCHES + 1, (b + 1) * BATCH_LAUNCHES + 1)]))
+             for b in range(BATCHES)]
+    assert timed.batch == {"launches": BATCH_LAUNCHES, "means_us": means}
+    assert timed.samples_us == [1.0] * 3
+    one_batch = ["settle", f"hold {BATCH_LAUNCHES}", "mark", *["launch"] * BATCH_LAUNCHES, "mark", "wait"]
+    assert stream.log[:len(one_batch) * BATCHES] == one_batch * BATCHES  # before the samples
+
+
+def test_the_noise_of_the_median_is_its_interval_between_order_statistics() -> None:
+    # 4 samples: ranks 1.5 -/+ 1 -> the 1st and the 4th; half their distance over the median 2.5
+    assert median_noise_pct([4.0, 1.0, 3.0, 2.0]) == pytest.approx(100 * (4 - 1) / 2 / 2.5)
+    assert median_noise_pct([5.0] * 20) == 0.0
+    assert median_noise_pct([0.0, 0.0, 1.0]) == math.inf
+
+
+@pytest.mark.parametrize("n", [400, 4000])
+def test_the_noise_of_the_median_is_its_standard_error(rng: np.random.Generator, n: int) -> None:
+    """For normal samples the median's standard error is sqrt(pi / 2) sd / sqrt(n)."""
+    samples = list(100.0 * (1 + 0.05 * rng.standard_normal(n)))
+    expected = 100 * math.sqrt(math.pi / 2) * 0.05 / math.sqrt(n)
+    assert median_noise_pct(samples) == pytest.approx(expected, rel=0.35)
+
+
+def test_quiet_samples_meet_the_rule_at_its_least_count() -> None:
+    stream = FakeStream(constant(10.0))
+    rule = StoppingRule(min_samples=20)
+    timed = sample(stream, stream.launch, rule, warmup=0, wall=fixed_wall)
+    assert len(timed.samples_us) == 20
+    assert timed.stop == {"met": True, "reason": "met", "noise_pct": 0.0, "measured_s": pytest.approx(200e-6),
+                          "wall_s": 0.0}
+    assert [e for e in stream.log if e.startswith("hold")] == ["hold 20"]  # the least count first, in one round
+
+
+def test_noisy_samples_take_rounds_until_the_first_that_meets_the_rule(rng: np.random.Generator) -> None:
+    stream = FakeStream(drawn(rng, 50.0, 0.05))
+    rule = StoppingRule(min_samples=20, max_noise_pct=0.5)
+    timed = sample(stream, stream.launch, rule, warmup=0, wall=fixed_wall)
+    n = len(timed.samples_us)
+    assert timed.stop is not None and timed.stop["met"] and timed.stop["reason"] == "met"
+    assert timed.stop["noise_pct"] == median_noise_pct(timed.samples_us) <= 0.5
+    assert n > 20 and (n - 20) % ROUND == 0
+    assert median_noise_pct(timed.samples_us[:n - ROUND]) > 0.5  # one round fewer had not met it
+
+
+def test_the_rule_waits_for_its_measured_time() -> None:
+    stream = FakeStream(constant(100.0))
+    timed = sample(stream, stream.launch, StoppingRule(min_samples=20, min_time_s=0.01), warmup=0, wall=fixed_wall)
+    n = len(timed.samples_us)
+    assert timed.stop is not None and timed.stop["met"] and timed.stop["measured_s"] >= 0.01
+    assert (n - ROUND) * 100e-6 < 0.01 <= n * 100e-6
+
+
+def test_the_timeout_stops_a_noisy_measurement_and_says_the_rule_was_not_met(rng: np.random.Generator) -> None:
+    stream = FakeStream(drawn(rng, 50.0, 0.3))
+    wall = FakeWall(step_s=1.0)  # a second a read: the first round's end is 1 s after the start
+    timed = sample(stream, stream.launch, StoppingRule(max_noise_pct=0.01, timeout_s=3.0), warmup=0, wall=wall)
+    assert timed.stop is not None and timed.stop["reason"] == "timeout" and not timed.stop["met"]
+    assert timed.stop["wall_s"] == 3.0 and timed.stop["noise_pct"] > 0.01
+    assert len(timed.samples_us) == 20 + 2 * ROUND  # rounds ending at 1 s, 2 s and 3 s
+
+
+def test_the_timeout_holds_before_the_least_count() -> None:
+    stream = FakeStream(constant(10.0))
+    timed = sample(stream, stream.launch, StoppingRule(min_samples=100, timeout_s=1.0), warmup=0, wall=FakeWall(5.0))
+    assert len(timed.samples_us) == ROUND and timed.stop is not None and timed.stop["reason"] == "timeout"
+
+
+def test_the_sample_cap_stops_a_rule_that_is_never_met(rng: np.random.Generator) -> None:
+    stream = FakeStream(drawn(rng, 50.0, 0.5))
+    timed = sample(stream, stream.launch, StoppingRule(max_noise_pct=1e-6), warmup=0, wall=fixed_wall)
+    assert len(timed.samples_us) == MAX_ITERATIONS
+    assert timed.stop is not None and timed.stop["reason"] == "sample cap" and not timed.stop["met"]
+
+
+def test_under_the_rule_each_rounds_last_sample_is_poisoned_first(rng: np.random.Generator) -> None:
+    """Any round may be the last, so the output is poisoned before each round's last sample."""
+    stream = FakeStream(drawn(rng, 50.0, 0.05))
+    poisoned: list[int] = []
+    timed = sample(stream, stream.launch, StoppingRule(min_samples=20, max_noise_pct=1.0), warmup=0,
+                   before_last=lambda: poisoned.append(stream.log.count("mark") // 2), wall=fixed_wall)
+    n = len(timed.samples_us)
+    rounds = 1 + (n - 20) // ROUND
+    assert poisoned == [19 + ROUND * r for r in range(rounds)] and poisoned[-1] == n - 1
+
+
+def test_the_next_round_fills_the_least_count_then_goes_a_round_at_a_time() -> None:
+    rule = StoppingRule(min_samples=50)
+    assert [rule.next_round(t) for t in (0, 32, 50, 82, MAX_ITERATIONS - 5)] == [32, 18, ROUND, ROUND, 5]
+
+
+def test_the_host_stream_times_its_calls() -> None:
+    calls: list[int] = []
+    timed = sample(HOST, lambda: calls.append(1), 4, warmup=1)
+    assert len(calls) == 5 and len(timed.samples_us) == 4 and all(x >= 0 for x in timed.samples_us)
+    assert timed.batch is None
+
+
+def _measured(iters: int | str, rule: StoppingRule = StoppingRule()) -> Callable[[], object]:
+    m = Measurer(iters, rule=rule).measure("scores", "multi", {"ctx": 9000, "nq": 1, "capacity": 9000,
+                                                               "kind": "decode", "l2": HOST_L2}, lambda: None)
+    assert m is not None
+    return m
+
+
+def test_a_measurer_of_iters_auto_records_the_rules_outcome() -> None:
+    m = _measured(AUTO, StoppingRule(max_noise_pct=100.0, timeout_s=5.0))
+    assert m.stop is not None and m.stop["met"] and len(m.samples_us) >= 20 and m.batch is None
+    assert _measured(7).stop is None and len(_measured(7).samples_us) == 7
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as info:
+        main(list(argv))
+    return int(info.value.code or 0), capsys.readouterr().out
+
+
+def test_select_bench_auto_on_the_cpu_backend_records_the_rule_and_shows_it(capsys, tmp_path: Path) -> None:
+    js = tmp_path / "r.json"
+    code, out = run(capsys, "select-bench", "4096", "1", AUTO, "8192", "--backend", "cpu", "--max-noise", "50",
+                    "--timeout", "20", "--min-samples", "10", "--json", str(js))
+    assert code == 0
+    record = load_record(js)
+    assert record.settings["stopping"] == {"min_samples": 10, "max_noise_pct": 50.0, "min_time_s": 0.0,
+                                           "timeout_s": 20.0}
+    for m in record.measurements:
+        assert m.stop is not None and len(m.samples_us) >= 10 and m.case["l2"] == HOST_L2
+        assert m.stop["met"] == (m.stop["noise_pct"] <= 50.0)
+    assert "rule met" in out or "rule NOT MET" in out
+    assert json.loads(js.read_text())["measurements"][0]["stop"]["reason"] in ("met", "timeout")
+
+
+def test_a_count_records_no_rule(capsys, tmp_path: Path) -> None:
+    js = tmp_path / "r.json"
+    code, out = run(capsys, "select-bench", "4096", "1", "3", "8192", "--backend", "cpu", "--json", str(js))
+    record = load_record(js)
+    assert code == 0 and "stopping" not in record.settings
+    assert all(m.stop is None and len(m.samples_us) == 3 for m in record.measurements) and " rule " not in out
+
+
+def test_a_sweep_of_iterations_auto_takes_the_commands_rule(capsys, tmp_path: Path) -> None:
+    config = tmp_path / "sweep.yaml"
+    config.write_text("iterations: auto\nwarmup: 0\nstages: [topk]\ncontexts: [4099]\nqueries: [1]\ncapacity: 8192\n")
+    js = tmp_path / "r.json"
+    code, _ = run(capsys, "sweep", str(config), "--backend", "cpu", "--min-samples", "12", "--max-noise", "80",
+                  "--json", str(js))
+    record = load_record(js)
+    assert code == 0 and record.settings["iterations"] == AUTO and record.settings["stopping"]["min_samples"] == 12
+    assert record.measurements and all(m.stop is not None and len(m.samples_us) >= 12 for m in record.measurements)
+
+
+def test_the_tables_show_the_batch_the_rule_and_the_l2_state_within_80_columns(rng: np.random.Generator) -> None:
+    case = {"ctx": 420000, "nq": 4, "capacity": 524288, "kind": "decode", "l2": "dirty"}
+    record = RunRecord("select-bench", ["select-bench", "420000", "4", "auto", "524288"], "gpu",
+                       settings={"roles": {"scores": {"reference": "reference", "baseline": "multi",
+                                                      "candidate": "halve"}}})
+    for variant, us, met in (("multi", 123.0, True), ("halve", 24.0, False)):
+        m = _measured(7)
+        m.variant, m.case, m.samples_us = variant, dict(case), list(us * (1 + 0.01 * rng.standard_normal(40)))
+        m.batch = {"launches": BATCH_LAUNCHES, "means_us": [us * 1.5, us * 1.6, us * 1.4]}
+        m.stop = {"met": met, "reason": "met" if met else "timeout", "noise_pct": 0.2 if met else 1.25,
+                  "measured_s": 0.1, "wall_s": 15.0}
+        record.measurements.append(m)
+    text = text_of(blocks(record), 80)
+    assert all(len(line) <= 80 for line in text.splitlines())
+    words = " ".join(text.split())
+    assert "420K, 4 queries, capacity 524288, L2 dirty" in words
+    assert "n 40 rule met noise 0.20% batch 184.5 µs" in words
+    assert "n 40 rule NOT MET (timeout) noise 1.25% batch 36.0 µs" in words
+    header, multi, halve = result_csv([(None, record)]).splitlines()
+    named = dict(zip(header.split(","), halve.split(",")))
+    assert (named["l2"], named["rule_met"], named["noise_pct"], named["batch_us"]) == ("dirty", "False", "1.25", "36.0")
+    assert dict(zip(header.split(","), multi.split(",")))["rule_met"] == "True"
