@@ -10,6 +10,8 @@ import numpy
 
 from . import __version__
 from .core.errors import NoDeviceError
+from .core.source import running_source
+from .kernels import nvrtc_version
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ def probe(device_id: int = 0) -> DeviceProbe:
         "driver": _version(cupy.cuda.runtime.driverGetVersion()),
         "cuda_runtime": _version(cupy.cuda.runtime.runtimeGetVersion()),
         "cupy": cupy.__version__,
+        "nvrtc": nvrtc_version(),
     }
     return DeviceProbe(True, "", info)
 
@@ -65,10 +68,10 @@ def require(device_id: int = 0) -> DeviceProbe:
 
 
 def environment(switches: dict[str, str]) -> dict[str, Any]:
-    """Versions, the host, and the switches set for this run (session.read_switches: they change what runs,
-    never the bits)."""
+    """Versions, the host, the switches set for this run (session.read_switches: they change what runs,
+    never the bits), and where qsa's code came from."""
     return {"python": platform.python_version(), "numpy": numpy.__version__, "qsa": __version__,
-            "host": platform.node(), "switches": switches}
+            "host": platform.node(), "switches": switches, "source": running_source()}
 
 
 def _version(v: int) -> str:

@@ -3,7 +3,8 @@
 The sources are read once, their local ``#include "..."`` lines inlined, so that the text NVRTC
 compiles (and the disk cache is keyed by) is the whole program: editing the header changes the key.
 Modules are compiled once per (source, device) in a process and kept on disk between runs, in the
-manner of CuPy's own kernel cache. CuPy is imported only here, and only when a kernel is first needed.
+manner of CuPy's own kernel cache: keyed by the NVRTC version too, every binary checked against its
+checksum as it is loaded. CuPy is imported only here, and only when a kernel is first needed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,8 +170,16 @@ def cache_dir() -> Path:
     return Path(root)
 
 
+def nvrtc_version() -> str:
+    """The version of the NVRTC that CuPy compiles with, ``MAJOR.MINOR`` (the record's and the cache key's)."""
+    from cupy.cuda import nvrtc
+
+    major, minor = nvrtc.getVersion()
+    return f"{major}.{minor}"
+
+
 def _compile(source: str, names: tuple[str, ...], arch: str, appended: str, folder: Path) -> tuple[bytes, dict[str, str]]:
-    """NVRTC through CuPy's compiler helper, with exactly COMPILE_OPTIONS.
+    """NVRTC through CuPy's compiler helper, with exactly COMPILE_OPTIONS, through the disk cache.
 
     Not ``cupy.RawModule(code=...)``: that appends ``-ftz=true`` to every compile, flushing subnormal
     results to zero, which changes the bits of the scorer's products and of the top-k's ``score + 0.0f``
@@ -182,20 +192,38 @@ def _compile(source: str, names: tuple[str, ...], arch: str, appended: str, fold
 
     text = _source_text(folder, source) + appended
     options = compile_options()
-    key = hashlib.sha256("\0".join([text, *options, *names, arch, cupy.__version__]).encode()).hexdigest()
-    binary_path, names_path = cache_dir() / f"{key}.bin", cache_dir() / f"{key}.json"
-    if binary_path.is_file() and names_path.is_file():
-        return binary_path.read_bytes(), json.loads(names_path.read_text())
-    binary, lowered = compiler.compile_using_nvrtc(text, options, name_expressions=list(names),
-                                                  filename=source)
-    binary = binary if isinstance(binary, bytes) else binary.encode()
-    lowered = dict(lowered or {})
+    key = hashlib.sha256("\0".join([text, *options, *names, arch, cupy.__version__, nvrtc_version()]).encode())
+
+    def nvrtc() -> tuple[bytes, dict[str, str]]:
+        binary, lowered = compiler.compile_using_nvrtc(text, options, name_expressions=list(names), filename=source)
+        return binary if isinstance(binary, bytes) else binary.encode(), dict(lowered or {})
+
+    return cached(key.hexdigest(), nvrtc)
+
+
+def cached(key: str, compile_: Callable[[], tuple[bytes, dict[str, str]]]) -> tuple[bytes, dict[str, str]]:
+    """The binary and mangled names cached under ``key``, else ``compile_()``'s, cached for next time.
+
+    An entry is its binary (``KEY.bin``) and its names with the binary's sha256 (``KEY.json``, written last):
+    one whose binary does not match its checksum (cut short, overwritten, flipped on disk), or whose names
+    file is missing or unreadable, is compiled again and rewritten, never loaded.
+    """
+    binary_path, entry_path = cache_dir() / f"{key}.bin", cache_dir() / f"{key}.json"
+    try:
+        entry = json.loads(entry_path.read_text())
+        binary = binary_path.read_bytes()
+        if (isinstance(entry, dict) and entry.get("sha256") == hashlib.sha256(binary).hexdigest()
+                and isinstance(entry.get("names"), dict)):
+            return binary, entry["names"]
+    except (OSError, ValueError):
+        pass
+    binary, lowered = compile_()
     try:  # a cache that cannot be written only costs a compile next time
         cache_dir().mkdir(parents=True, exist_ok=True)
         with atomic_write(binary_path, "wb") as fh:
             fh.write(binary)
-        with atomic_write(names_path) as fh:
-            json.dump(lowered, fh)
+        with atomic_write(entry_path) as fh:
+            json.dump({"sha256": hashlib.sha256(binary).hexdigest(), "names": lowered}, fh)
     except OSError:
         pass
     return binary, lowered

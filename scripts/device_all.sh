@@ -13,7 +13,8 @@ step() { echo; echo "=== $(date -u +%H:%M:%S) $*"; tar czf "$out/records.tar.gz"
 {
 step "card"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv
 step "info"; qsa info
-step "GPU tests"; python3 -m pytest -m gpu -q -rs -p no:cacheprovider tests -k "not qsa_sanitize_reports" 2>&1 | tail -30  # qsa sanitize runs below
+step "GPU tests, quick"; python3 -m pytest -m "gpu and not slow" -q -rs -p no:cacheprovider --durations=15 tests 2>&1 | tail -45
+step "GPU tests, slow"; python3 -m pytest -m "gpu and slow" -q -rs -p no:cacheprovider tests -k "not qsa_sanitize_reports" 2>&1 | tail -30  # qsa sanitize runs below
 step "selftest"; qsa selftest --require-gpu --json "$rec/selftest.json"
 step "topk-parity --selftest"; qsa topk-parity --selftest --json "$rec/topk-selftest.json"
 step "sanitize"; qsa sanitize --jobs "$(nproc)" --json "$rec/sanitize.json" | tail -4

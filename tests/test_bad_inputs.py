@@ -478,6 +478,8 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     # the switches of the environment, each in its domain, whether or not it decides anything in the run
     (("STRATA_SCORES_HALVE=banana", "select-bench", *SMALL, *CPU), "STRATA_SCORES_HALVE must be 0 or 1 (got 'banana')"),
     (("QSA_PDL=banana", "select-bench", *SMALL, *CPU), "QSA_PDL must be 0 or 1 (got 'banana')"),
+    (("QSA_SOURCE_COMMIT=HEAD", "select-bench", *SMALL, *CPU), "QSA_SOURCE_COMMIT='HEAD' is not a commit"),
+    (("QSA_SOURCE_COMMIT=0123ABC", "selftest"), "QSA_SOURCE_COMMIT='0123ABC' is not a commit"),
     (("QSA_PDL=2", "topk-parity", *SMALL, *CPU), "QSA_PDL must be 0 or 1 (got '2')"),
     (("STRATA_TOPK_SPLIT=7", "select-bench", *SMALL, *CPU), "STRATA_TOPK_SPLIT must be 0 or 1 (got '7')"),
     (("STRATA_TOPK_SPLIT=yes", "sweep", "@topk-only.yaml", *CPU), "STRATA_TOPK_SPLIT must be 0 or 1 (got 'yes')"),

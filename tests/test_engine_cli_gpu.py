@@ -224,6 +224,7 @@ def test_compare_two_kernel_folders(capsys: Any, cupy: Any, tmp_path: Path) -> N
     assert {("old.halve", "new.halve"), ("old.split", "new.split"), ("old.halve+old.split", "new.halve+new.split")} <= pairs
 
 
+@pytest.mark.slow  # compute-sanitizer's children
 def test_sanitize_runs_the_checkouts_variants(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
     js = tmp_path / "r.json"
     code, out, err = run(capsys, "sanitize", "--engine", f"fake={trees['plain']}", "--variants", "fake.scores,fake.topk",

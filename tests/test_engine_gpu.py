@@ -260,6 +260,7 @@ def test_a_cuda_error_is_named(cupy: Any, engines: Callable[..., EngineLibrary])
 
 
 @pytest.mark.gpu
+@pytest.mark.slow  # each setting runs its tests again in a pytest of its own
 @pytest.mark.parametrize(("setting", "tests"), CHILD_SETTINGS,
                          ids=[",".join(f"{k}={v}" for k, v in s.items()) for s, _ in CHILD_SETTINGS])
 def test_engine_switch_settings_in_a_child(cupy: Any, setting: dict[str, str], tests: str) -> None:

@@ -1,7 +1,11 @@
 """The kernel loader's CPU side: finding, inlining and hashing kernels/ (no GPU needed)."""
 
+import json
 import re
+import sys
+import types
 
+import numpy as np
 import pytest
 
 from qsa_cli import kernels
@@ -35,3 +39,88 @@ def test_compile_options_keep_ieee_arithmetic():
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("QSA_CACHE_DIR", str(tmp_path))
     assert kernels.cache_dir() == tmp_path
+
+
+# ---- the disk cache: keyed by the NVRTC version too, a binary loaded only when its checksum holds -----------
+
+
+class FakeCompiler:
+    """NVRTC's stand-in: each compile a fresh, seeded binary (a recompile is seen as other bytes)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> tuple[bytes, dict[str, str]]:
+        self.calls += 1
+        rng = np.random.default_rng(self.calls)
+        return rng.integers(0, 256, 4096, dtype=np.uint8).tobytes(), {"f<1>": f"_Z1fILi1EEvv{self.calls}"}
+
+
+def test_a_cached_binary_is_loaded_while_its_checksum_holds(monkeypatch, tmp_path):
+    monkeypatch.setenv("QSA_CACHE_DIR", str(tmp_path))
+    nvrtc = FakeCompiler()
+    first = kernels.cached("k" * 64, nvrtc)
+    assert kernels.cached("k" * 64, nvrtc) == first and nvrtc.calls == 1
+    assert kernels.cached("j" * 64, nvrtc) != first and nvrtc.calls == 2  # another key, another entry
+
+
+@pytest.mark.parametrize("damage", ["one byte flipped", "cut short", "binary gone", "names gone", "names not JSON",
+                                    "names of an older qsa"])
+def test_a_damaged_cache_entry_is_compiled_again_and_rewritten(monkeypatch, tmp_path, damage):
+    monkeypatch.setenv("QSA_CACHE_DIR", str(tmp_path))
+    nvrtc = FakeCompiler()
+    first = kernels.cached("k" * 64, nvrtc)
+    binary, names = tmp_path / f"{'k' * 64}.bin", tmp_path / f"{'k' * 64}.json"
+    if damage == "one byte flipped":
+        data = bytearray(binary.read_bytes())
+        data[1234] ^= 0x01
+        binary.write_bytes(bytes(data))
+    elif damage == "cut short":
+        binary.write_bytes(binary.read_bytes()[:1000])
+    elif damage == "binary gone":
+        binary.unlink()
+    elif damage == "names gone":
+        names.unlink()
+    elif damage == "names not JSON":
+        names.write_text('{"sha256": ')
+    else:  # before the checksum, an entry's JSON was its names alone
+        names.write_text(json.dumps(first[1]))
+    again = kernels.cached("k" * 64, nvrtc)
+    assert nvrtc.calls == 2 and again != first, "compiled again, never loaded"
+    assert kernels.cached("k" * 64, nvrtc) == again and nvrtc.calls == 2, "and the entry rewritten whole"
+
+
+def test_an_unwritable_cache_costs_only_a_compile(monkeypatch, tmp_path):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("QSA_CACHE_DIR", str(tmp_path / "file" / "cache"))  # below a file: cannot be made
+    nvrtc = FakeCompiler()
+    first = kernels.cached("k" * 64, nvrtc)
+    assert kernels.cached("k" * 64, nvrtc) != first and nvrtc.calls == 2  # nothing kept: compiled each time
+
+
+def test_another_nvrtc_version_is_another_cache_entry(monkeypatch, tmp_path):
+    """kernels._compile through a stand-in CuPy: the key names the NVRTC version, so a binary another
+    compiler made is never loaded."""
+    version = [(12, 4)]
+    compiled: list[tuple[str, ...]] = []
+
+    def compile_using_nvrtc(text, options, name_expressions, filename):
+        compiled.append(tuple(options))
+        return f"binary of {filename} by {version[0]}".encode(), {n: n for n in name_expressions}
+
+    cupy = types.ModuleType("cupy")
+    cupy.__version__ = "13.6.0"
+    cuda = types.ModuleType("cupy.cuda")
+    cuda.compiler = types.SimpleNamespace(compile_using_nvrtc=compile_using_nvrtc)
+    cuda.nvrtc = types.SimpleNamespace(getVersion=lambda: version[0])
+    cupy.cuda = cuda
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    monkeypatch.setenv("QSA_CACHE_DIR", str(tmp_path))
+    folder = kernels.kernel_dir()
+    assert kernels.nvrtc_version() == "12.4"
+    first = kernels._compile("bench.cu", ("read_floor_kernel",), "90", "", folder)
+    assert kernels._compile("bench.cu", ("read_floor_kernel",), "90", "", folder) == first and len(compiled) == 1
+    version[0] = (12, 8)
+    assert kernels._compile("bench.cu", ("read_floor_kernel",), "90", "", folder) != first and len(compiled) == 2
+    assert compiled[0] == kernels.COMPILE_OPTIONS  # exactly qsa's options, none added

@@ -8,7 +8,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from topk_rows import EARLY_ENDS, NEAR, early_end_inputs
 
-from qsa_cli.core.geometry import SELECT_CAP, SPLIT_CHUNK_BLOCKS, Call, GeometryError, max_blocks, window_steps
+from qsa_cli.core.geometry import (
+    SELECT_CAP,
+    SPLIT_CHUNK_BLOCKS,
+    STEP_NBID,
+    STEP_NKV,
+    STEP_WIDTH,
+    Call,
+    GeometryError,
+    block_weights,
+    max_blocks,
+    window_steps,
+)
 from qsa_cli.inputs import ID_POISON, SCORE_SETS, TopkInputs, rng_for, synthetic_scores
 from qsa_cli.model.order import order_keys
 from qsa_cli.model.topk import (
@@ -271,6 +282,43 @@ def test_property_models_match_oracle(seed, n_kv, levels, specials, chunk_blocks
     for active in (0, step[2] + 1):
         got = select_split(row, step, active_blocks=int(active), chunk_blocks=chunk_blocks)
         assert got.tobytes() == select_oracle(row, step).tobytes()
+
+
+def sorted_cells_rule(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """The rule as spec section 3 states it: a stable sort of the query's cells on (key descending, cell
+    ascending), its first ``width`` cells, ascending (cell 4b + c has its block b's key)."""
+    n_kv, n_bid, width = int(step[STEP_NKV]), int(step[STEP_NBID]), int(step[STEP_WIDTH])
+    if n_kv <= width:
+        return np.arange(n_kv, dtype=np.int32)
+    cell_keys = np.repeat(order_keys(scores_row[: n_bid + 1]), block_weights(n_kv, n_bid + 1))
+    return np.sort(np.argsort(~cell_keys, kind="stable")[:width]).astype(np.int32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n_kv=st.one_of(st.integers(1, 2060), st.integers(2052, 40000)),
+    levels=st.sampled_from([1, 2, 5, 64, 0]),  # 0: continuous
+    specials=st.booleans(),
+)
+def test_oracle_is_the_sorted_cells_rule(seed, n_kv, levels, specials) -> None:
+    """Few levels put thr inside long runs of ties (one level: every block ties), specials the NaNs, zeros and
+    infinities; each tail length, the identity's edge, and every rank of the partial last block."""
+    rng = rng_for(seed)
+    mb = max_blocks(n_kv)
+    scores = rng.standard_normal(mb, dtype=np.float32) if levels == 0 else rng.integers(0, levels, mb).astype(np.float32)
+    if specials:
+        scores = np.where(rng.random(mb) < 0.3, rng.choice(SPECIALS, mb), scores)
+    row, step = scores.astype(np.float32), window_steps(n_kv, 1)[0]
+    assert select_oracle(row, step).tobytes() == sorted_cells_rule(row, step).tobytes()
+
+
+@pytest.mark.parametrize("score_set", SCORE_SETS)
+def test_oracle_is_the_sorted_cells_rule_on_the_score_sets(score_set: str) -> None:
+    call = Call(300001, 8, 524288)
+    inputs = synthetic_scores(call, score_set, seed=41)
+    for row, step in zip(inputs.scores, inputs.steps):
+        assert select_oracle(row, step).tobytes() == sorted_cells_rule(row, step).tobytes()
 
 
 @pytest.mark.parametrize("score_set", ["levels64", "adversarial"])

@@ -291,6 +291,7 @@ def test_memcheck_finds_a_planted_write_one_past_the_output(cupy, tmp_path: Path
 
 
 @pytest.mark.gpu
+@pytest.mark.slow  # minutes: a child per (variant, case, tool)
 def test_qsa_sanitize_reports_nothing_over_every_variant(cupy, tmp_path: Path) -> None:
     """The whole matrix: every variant this device runs, every case, the four tools: 0 errors, 0 hazards."""
     try:

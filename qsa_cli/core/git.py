@@ -1,6 +1,6 @@
-"""Every git call qsa makes: qsa's own commit for a record, an engine checkout's commit, and a revision of
-a folder checked out into a temporary worktree (``--engine PATH@REV``, ``qsa compare`` sides). git missing,
-hung or failing is an answer (None), never a traceback."""
+"""Every git call qsa makes: the commit of qsa's own checkout for a record (core/source.py), an engine
+checkout's commit, and a revision of a folder checked out into a temporary worktree (``--engine PATH@REV``,
+``qsa compare`` sides). git missing, hung or failing is an answer (None), never a traceback."""
 
 from __future__ import annotations
 
@@ -27,28 +27,27 @@ def git(path: str | os.PathLike[str], *args: str,
         return None
 
 
-def git_commit() -> str | None:
-    """qsa's own checkout's commit (with ``-dirty`` when it has changes), or None outside a checkout."""
-    out = git(Path(__file__).resolve().parent.parent, "describe", "--always", "--dirty", "--abbrev=12", "--match=NONE",
-              timeout=COMMIT_TIMEOUT_S)
-    if out is None or out.returncode != 0:
+def checked_out(folder: Path, tracked: str, paths: tuple[str, ...] = (".",),
+                timeout: float = GIT_TIMEOUT_S) -> tuple[str, bool] | None:
+    """(the commit checked out at ``folder``, whether the files of ``paths`` there differ from it: changed,
+    added or untracked); None outside git, and None where the repository around the folder does not track
+    ``tracked`` (a path in the folder): a copy in an ignored folder of another repository is not described
+    by that one's commit."""
+    head = git(folder, "rev-parse", "HEAD", timeout=timeout)
+    if head is None or head.returncode != 0:
         return None
-    return out.stdout.strip() or None
+    found = git(folder, "ls-files", "--error-unmatch", "--", tracked, timeout=timeout)
+    if found is None or found.returncode != 0:
+        return None
+    status = git(folder, "status", "--porcelain", "--", *paths, timeout=timeout)
+    dirty = status is None or status.returncode != 0 or status.stdout.strip() != ""
+    return head.stdout.strip(), dirty
 
 
 def tracked_commit(folder: Path, tracked: str) -> str | None:
-    """The commit checked out at ``folder``, with ``-dirty`` when the folder's files differ from it; None
-    outside git, and None where the repository around the folder does not track ``tracked`` (a path in the
-    folder): a copy in an ignored folder of another repository is not described by that one's commit."""
-    head = git(folder, "rev-parse", "HEAD")
-    if head is None or head.returncode != 0:
-        return None
-    found = git(folder, "ls-files", "--error-unmatch", "--", tracked)
-    if found is None or found.returncode != 0:
-        return None
-    status = git(folder, "status", "--porcelain", "--", ".")
-    dirty = status is None or status.returncode != 0 or status.stdout.strip() != ""
-    return head.stdout.strip() + ("-dirty" if dirty else "")
+    """``checked_out``'s commit of ``folder`` (its files), with ``-dirty`` when they differ from it."""
+    found = checked_out(folder, tracked)
+    return None if found is None else found[0] + ("-dirty" if found[1] else "")
 
 
 @contextlib.contextmanager

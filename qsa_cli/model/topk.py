@@ -1,8 +1,8 @@
 """Exact CPU models of the top-k selection (spec section 3).
 
-``select_oracle`` states the rule as a stable sort. ``select_reference``, ``select_wide``,
-``select_split`` and ``select_cluster`` reach the same ids the way the reference, old decode
-(1,024-thread), new decode (split) and Hopper (cluster) kernels do: the same radix passes,
+``select_oracle`` is the rule (a stable sort's first cells), reached in no kernel's way.
+``select_reference``, ``select_wide``, ``select_split`` and ``select_cluster`` reach the same ids the
+way the reference, old decode (1,024-thread), new decode (split) and Hopper (cluster) kernels do: the same radix passes,
 histograms, scans and write offsets, vectorised over blocks.
 Each takes one query's score row and step record and returns its ``width`` ids, ascending; when a
 kernel disagrees with the oracle, the model that follows that kernel shows where its steps go wrong.
@@ -119,19 +119,32 @@ def _write_ids(width: int, offsets: np.ndarray, blocks: np.ndarray, counts: np.n
     return out
 
 
-# ---- the rule as a stable sort ---------------------------------------------------------------
+# ---- the rule: the width greatest cells, ties to the lower cell -------------------------------
 
 
 def select_oracle(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """The selection by a stable sort of cells on (key descending, cell ascending)."""
+    """The first ``width`` cells of a stable sort of cells on (key descending, cell ascending), ascending.
+
+    Computed on blocks, not cells, in no kernel's way: the key of the width-th cell (thr) from the
+    greatest blocks alone, then every cell above thr and the first cells at thr in cell order (the
+    stable sort's tie order). Every block but the last holds R cells, so the ``width // R + 2``
+    greatest blocks hold more than ``width`` cells, and a block left out has no key above theirs: thr
+    is among their keys. tests/test_model_topk.py checks this against the sort itself.
+    """
     n_kv, n_bid, width = _query(step)
     if n_kv <= width:
         return _identity(n_kv)
     keys, weights = _blocks(scores_row, n_kv, n_bid)
-    # the weights are R, ..., R, tail: cell 4b + c lands at index 4b + c, so a cell's index is its id
-    cell_keys = np.repeat(keys, weights)
-    order = np.argsort(~cell_keys, kind="stable")  # ~key ascending == key descending
-    return np.sort(order[:width]).astype(np.int32)
+    top = min(keys.shape[0], width // BLOCK_CELLS + 2)
+    greatest = np.argpartition(~keys, top - 1)[:top]  # ~key ascending == key descending
+    ranked = greatest[np.argsort(~keys[greatest], kind="stable")]
+    thr = keys[ranked[np.searchsorted(np.cumsum(weights[ranked]), width)]]  # the first rank reaching width cells
+    counts = np.where(keys > thr, weights, 0)
+    ties = np.flatnonzero(keys == thr)
+    budget = width - int(counts.sum())
+    counts[ties] = np.clip(budget - _exclusive_cumsum(weights[ties]), 0, weights[ties])
+    writers = np.flatnonzero(counts)
+    return _write_ids(width, _exclusive_cumsum(counts[writers]), writers, counts[writers])
 
 
 # ---- block_topk_kernel: the rule, pass by pass -----------------------------------------------
@@ -154,7 +167,7 @@ def select_reference(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
         return _identity(n_kv)
     keys, weights = _blocks(scores_row, n_kv, n_bid)
     thr, above = _radix_threshold(keys, weights, width)
-    cell_keys = np.repeat(keys, weights)  # index == cell id, as in select_oracle
+    cell_keys = np.repeat(keys, weights)  # the weights are R, ..., R, tail: cell 4b + c is at index 4b + c
     ties = cell_keys == np.uint32(thr)
     taken_ties = ties & (np.cumsum(ties) <= width - above)
     return np.flatnonzero((cell_keys > np.uint32(thr)) | taken_ties).astype(np.int32)

@@ -23,7 +23,7 @@ from typing import Any, Literal, TypedDict, Union, get_args, get_origin, get_typ
 from .. import __version__
 from ..core.errors import InputError
 from ..core.files import atomic_write
-from ..core.git import git_commit
+from ..core.source import Source, commit_label, running_source
 
 SCHEMA = "qsa.run"
 # 2 added "incomplete" and "sanitizer"; 3 added "checks"; 4 named the L2 states (clean, dirty, warm) and added a
@@ -103,7 +103,20 @@ class DeviceInfo(TypedDict, total=False):
     driver: str
     cuda_runtime: str
     cupy: str
+    nvrtc: str  # the compiler of the kernels (kernels.nvrtc_version), since it was recorded
     nvml: dict[str, Any]  # clocks.ClockMonitor.device_info: what NVML reports, or why it is unavailable
+
+
+class Environment(TypedDict, total=False):
+    """Versions, the host, the run's switches (``device.environment``) and, since it was recorded, where qsa's
+    code came from (core/source.py)."""
+
+    python: str
+    numpy: str
+    qsa: str
+    host: str
+    switches: dict[str, str]
+    source: Source
 
 
 class ClockLockRecord(TypedDict):
@@ -313,9 +326,9 @@ class RunRecord:
     notes: list[str] = field(default_factory=list)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     tool_version: str = __version__
-    git_commit: str | None = field(default_factory=lambda: git_commit())
+    git_commit: str | None = field(default_factory=lambda: commit_label(running_source()))  # environment.source's
     kernel_source_hash: str = ""
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Environment = field(default_factory=dict)
     incomplete: bool = False  # interrupted: only what was measured before it (a note says so)
     checks: list[SelftestCheck] = field(default_factory=list)  # a selftest's checks
 
