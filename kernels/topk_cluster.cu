@@ -267,8 +267,9 @@ struct ClusterSlice : ClusterThread {
         }
     }
 
-    // Pass `pass` (1-3) histograms the slice's keys at the digits found, chunk c by warp c % kWarps, and
-    // takes the least and greatest key it counted.
+    // Pass `pass` (1-3; its digit at bit `shift`; `counting`: the select may end after it) histograms the
+    // slice's keys at the digits found, chunk c by warp c % kWarps, and takes the least and greatest key
+    // it counted.
     __device__ __forceinline__ void count_pass(int pass, int shift, bool counting, unsigned thr, unsigned mask) const {
         unsigned lane_min = ~0u, lane_max = 0u;  // of the keys this lane counts
         // `whole` and `count_cells` constant at each call: four specialised copies of the chunk's code
