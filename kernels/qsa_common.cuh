@@ -13,6 +13,7 @@
 #define QSA_CLUSTER_CTAS 8       // CTAs per query of the cluster top-k
 #define QSA_CLUSTER_LANE_KEYS 4  // order keys a lane of the cluster top-k reads at once (one 16-byte read)
 #define QSA_CLUSTER_CHUNK_KEYS 128  // WARP * CLUSTER_LANE_KEYS: keys a warp reads at once, a chunk of the emit
+#define QSA_CLUSTER_HIST_BUFFERS 2  // a CTA's pass records of the cluster top-k: pass p's in buffer p % 2
 #define QSA_RADIX_BITS 8         // digit width of the radix select
 #define QSA_RADIX_BINS 256
 #define QSA_RADIX_PASSES 4

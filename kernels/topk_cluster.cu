@@ -78,7 +78,7 @@ constexpr int kWarps = QSA_TOPK_CLUSTER_THREADS / QSA_WARP;
 constexpr int kBinWarps = QSA_RADIX_BINS / QSA_WARP;  // warps 0..7 hold one histogram bin a thread
 constexpr int kLaneKeys = QSA_CLUSTER_LANE_KEYS;      // consecutive keys a lane reads at once (uint4)
 constexpr int kChunkKeys = QSA_CLUSTER_CHUNK_KEYS;    // keys of a chunk: chunk c belongs to warp c % kWarps
-constexpr int kBinBuffers = 2;                        // pass p's histogram in buffer p % 2 (see the passes)
+constexpr int kBinBuffers = QSA_CLUSTER_HIST_BUFFERS;  // pass p's record in buffer p % 2 (see pass_record)
 constexpr int kBinWords = QSA_RADIX_BINS * QSA_WARP;  // the histogram with a column per lane
 constexpr int kSumThreads = QSA_TOPK_CLUSTER_THREADS / QSA_RADIX_BINS;  // threads that sum one bin's columns
 // A chunk's cells above and at thr fit one word's halves.
@@ -102,97 +102,99 @@ constexpr int kMinWord = QSA_RADIX_BINS, kMaxWord = QSA_RADIX_BINS + 1, kPassWor
 // found reads from every CTA, only when they may spare pass 3 (its whole round).
 constexpr int kTrackedPass = QSA_RADIX_PASSES - 2;
 
-}  // namespace
+// A thread's place: its CTA's rank in the cluster, its index, lane and warp in the CTA.
+struct ClusterThread {
+    int rank, tid, lane, warp;
+};
 
-// One CTA an SM in any case (1,024 threads with over 32 registers each): the second bound lets ptxas
-// use the registers that leaves.
-__global__ void __cluster_dims__(QSA_CLUSTER_CTAS, 1, 1) __launch_bounds__(QSA_TOPK_CLUSTER_THREADS, 1)
-block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* __restrict__ ids,
-                          int /*nq: the grid*/, int max_blocks,
-                          int /*active_blocks: the launcher sizes shared memory by it; each CTA reads n_bid*/) {
-    // Dynamic: this CTA's slice of order keys (padded to 16 bytes), then each chunk's cells above and
-    // at thr (one more entry each: the scan's end).
-    extern __shared__ uint4 slice_keys[];
-    unsigned* keys = reinterpret_cast<unsigned*>(slice_keys);
-    // The pass's histogram of the slice, one column per lane: lanes never collide on a word (bank
-    // = lane), so every key adds with one plain shared atomic.
-    __shared__ uint4 lane_hist_words[kBinWords / 4];
-    unsigned(*lane_hist)[QSA_WARP] = reinterpret_cast<unsigned(*)[QSA_WARP]>(lane_hist_words);
-    __shared__ unsigned hist[kBinBuffers][kPassWords];  // the CTA's pass record, read by the cluster
-    __shared__ unsigned key_min, key_max;               // the pass's least / greatest key counted
-    __shared__ unsigned bin_warp_cells[kBinWarps];
-    __shared__ unsigned warp_above[kWarps], warp_at[kWarps];
-    __shared__ unsigned sel[kSelSlots];
-    __shared__ unsigned digit_least[QSA_RADIX_BINS], digit_greatest[QSA_RADIX_BINS];  // pass 2's, by digit
+__device__ __forceinline__ ClusterThread cluster_thread() {
+    const int rank = static_cast<int>(cluster_cta_rank()), tid = threadIdx.x;
+    return {rank, tid, tid % QSA_WARP, tid / QSA_WARP};
+}
 
-    const int rank = static_cast<int>(cluster_cta_rank()), q = blockIdx.y;
-    const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
-    const TopkQuery query = topk_query(q, scores, steps, ids, max_blocks);
-    const int n_kv = query.n_kv, n_bid = query.n_bid;
-    const unsigned width = query.width;
-    int* const row = query.row;
-    if (n_kv <= static_cast<int>(width)) {  // the whole cluster leaves here: no CTA reads another's memory
-        for (int j = rank * QSA_TOPK_CLUSTER_THREADS + tid; j < n_kv; j += QSA_CLUSTER_CTAS * QSA_TOPK_CLUSTER_THREADS) row[j] = j;
-        return;
-    }
-    const int blocks = n_bid + 1, per = (blocks + QSA_CLUSTER_CTAS - 1) / QSA_CLUSTER_CTAS;
-    const int lo = min(rank * per, blocks), n = min(lo + per, blocks) - lo;  // slice: blocks lo..lo+n-1
-    // Chunks of kChunkKeys keys; all but the last are whole and hold no tail block (the tail is the
-    // query's last block), so their keys weigh R each and need no bounds.
-    const int n_chunks = (n + kChunkKeys - 1) / kChunkKeys;
-    unsigned* chunk_above = keys + (per + kLaneKeys - 1) / kLaneKeys * kLaneKeys;
-    unsigned* chunk_at = chunk_above + (per + kChunkKeys - 1) / kChunkKeys + 1;
-    const int tail_at = n_bid - lo;  // the tail block's index in the slice, when 0 <= tail_at < n
-    const unsigned tail = qsa_block_weight(n_bid, n_kv, n_bid);
+// A CTA's slice of its query as one thread sees it: the shared memory of the phases below, the slice
+// (blocks lo..lo+n-1 of the query, in n_chunks chunks) and the thread's place in the cluster. The
+// members are the kernel's phases in order; every one is called by every thread of the CTA.
+struct ClusterSlice : ClusterThread {
+    // Dynamic: the slice's order keys (padded to 16 bytes), then each chunk's cells above and at thr
+    // (one more entry each: the scan's end).
+    uint4* slice_keys;
+    unsigned* keys;  // slice_keys, a key a word
+    unsigned* chunk_above;
+    unsigned* chunk_at;
+    // The pass's histogram of the slice, one column per lane (lane_hist_words as [bin][lane]).
+    uint4* lane_hist_words;
+    unsigned (*lane_hist)[QSA_WARP];
+    unsigned (*hist)[kPassWords];  // the CTA's pass records, pass p's in buffer p % kBinBuffers, read by the cluster
+    unsigned* key_min;             // the pass's least / greatest key counted
+    unsigned* key_max;
+    unsigned* bin_warp_cells;  // the digit round's suffix sums, a warp's
+    unsigned* warp_above;      // the emit's scan, a warp's
+    unsigned* warp_at;
+    unsigned* sel;  // the digit round's results (Sel)
+    unsigned* digit_least;  // pass 2's least / greatest key counted at each digit
+    unsigned* digit_greatest;
+    int* row;
+    unsigned width, tail;  // tail: the tail block's cells
+    int lo, n, n_chunks, tail_at;  // tail_at: the tail block's index in the slice, when 0 <= tail_at < n
+
     // Block weight by slice index (i < n): the tail's own, R for the others (a weight-0 tail adds 0).
-    auto weight = [&](int i) { return i == tail_at ? tail : static_cast<unsigned>(QSA_BLOCK_CELLS); };
+    __device__ __forceinline__ unsigned weight(int i) const {
+        return i == tail_at ? tail : static_cast<unsigned>(QSA_BLOCK_CELLS);
+    }
 
-    // The slice's keys, with pass 0's histogram (the top byte over every key): 16-byte loads of the
-    // aligned middle of the scores row, the few floats before and after it one by one. The first
-    // round's loads are in flight while the histogram is zeroed.
-    const float* srow = query.srow + lo;
-    const int head = min(n, static_cast<int>((4u - static_cast<unsigned>(reinterpret_cast<size_t>(srow) / 4u % 4u)) % 4u));
-    const int n4 = (n - head) / 4;
-    const float4* srow4 = reinterpret_cast<const float4*>(srow + head);
-    float4 v[kLaneKeys];
-    auto load_round = [&](int base) {
+    // Round `base` of the aligned middle's 16-byte loads: a thread's kLaneKeys of them.
+    __device__ __forceinline__ void load_round(const float4* srow4, int n4, int base, float4 (&v)[kLaneKeys]) const {
 #pragma unroll
         for (int k = 0; k < kLaneKeys; ++k) {
             const int j = base + k * QSA_TOPK_CLUSTER_THREADS + tid;
             v[k] = j < n4 ? srow4[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
-    };
-    load_round(0);
-    for (int i = tid; i < kBinWords / 4; i += QSA_TOPK_CLUSTER_THREADS) lane_hist_words[i] = make_uint4(0, 0, 0, 0);
-    if (tid < kSelSlots) sel[tid] = 0;
-    if (tid == 0) key_min = ~0u, key_max = 0u;
-    __syncthreads();  // the lanes' columns are zero before pass 0 adds into them
+    }
 
-    auto store_key = [&](int i, float score) {
+    __device__ __forceinline__ void store_key(int i, float score) const {
         const unsigned key = qsa_order_key(score);
         keys[i] = key;
         atomicAdd(&lane_hist[key >> topk_shift(0)][lane], weight(i));
-    };
-    for (int base = 0; base < n4;) {
-#pragma unroll
-        for (int k = 0; k < kLaneKeys; ++k) {
-            const int j = base + k * QSA_TOPK_CLUSTER_THREADS + tid, i = head + 4 * j;
-            if (j < n4) {
-                store_key(i, v[k].x);
-                store_key(i + 1, v[k].y);
-                store_key(i + 2, v[k].z);
-                store_key(i + 3, v[k].w);
-            }
-        }
-        base += kLaneKeys * QSA_TOPK_CLUSTER_THREADS;
-        if (base < n4) load_round(base);
     }
-    if (tid < head) store_key(tid, srow[tid]);
-    for (int i = head + 4 * n4 + tid; i < n; i += QSA_TOPK_CLUSTER_THREADS) store_key(i, srow[i]);
+
+    // The slice's keys, with pass 0's histogram (the top byte over every key): 16-byte loads of the
+    // aligned middle of the scores row `query_srow`, the few floats before and after it one by one. The
+    // first round's loads are in flight while the histogram, sel and the pass's least / greatest key
+    // are reset; a barrier orders those before pass 0 adds.
+    __device__ __forceinline__ void load(const float* query_srow) const {
+        const float* srow = query_srow + lo;
+        const int head = min(n, static_cast<int>((4u - static_cast<unsigned>(reinterpret_cast<size_t>(srow) / 4u % 4u)) % 4u));
+        const int n4 = (n - head) / 4;
+        const float4* srow4 = reinterpret_cast<const float4*>(srow + head);
+        float4 v[kLaneKeys];
+        load_round(srow4, n4, 0, v);
+        for (int i = tid; i < kBinWords / 4; i += QSA_TOPK_CLUSTER_THREADS) lane_hist_words[i] = make_uint4(0, 0, 0, 0);
+        if (tid < kSelSlots) sel[tid] = 0;
+        if (tid == 0) *key_min = ~0u, *key_max = 0u;
+        __syncthreads();  // the lanes' columns are zero before pass 0 adds into them
+
+        for (int base = 0; base < n4;) {
+#pragma unroll
+            for (int k = 0; k < kLaneKeys; ++k) {
+                const int j = base + k * QSA_TOPK_CLUSTER_THREADS + tid, i = head + 4 * j;
+                if (j < n4) {
+                    store_key(i, v[k].x);
+                    store_key(i + 1, v[k].y);
+                    store_key(i + 2, v[k].z);
+                    store_key(i + 3, v[k].w);
+                }
+            }
+            base += kLaneKeys * QSA_TOPK_CLUSTER_THREADS;
+            if (base < n4) load_round(srow4, n4, base, v);
+        }
+        if (tid < head) store_key(tid, srow[tid]);
+        for (int i = head + 4 * n4 + tid; i < n; i += QSA_TOPK_CLUSTER_THREADS) store_key(i, srow[i]);
+    }
 
     // A lane's 4 keys of chunk c, their weights, and the index of the first in the slice; `whole`: a
     // chunk before the last (constant where called, so the checks fold away).
-    auto chunk_keys = [&](int c, bool whole, unsigned (&key)[kLaneKeys], unsigned (&w)[kLaneKeys]) {
+    __device__ __forceinline__ int chunk_keys(int c, bool whole, unsigned (&key)[kLaneKeys], unsigned (&w)[kLaneKeys]) const {
         const int i0 = c * kChunkKeys + kLaneKeys * lane;
         const uint4 k4 = whole || i0 < n ? slice_keys[i0 / kLaneKeys] : make_uint4(0, 0, 0, 0);
         key[0] = k4.x;
@@ -202,107 +204,102 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
 #pragma unroll
         for (int j = 0; j < kLaneKeys; ++j) w[j] = whole ? QSA_BLOCK_CELLS : i0 + j < n ? weight(i0 + j) : 0u;
         return i0;
-    };
+    }
 
     // Whether chunk c held a key at the digits found when the last counting pass counted it (warp-uniform).
     // Every lane reads the word, then the warp syncs: lane 0 writes it again when the chunk is counted
     // (add_chunk, count_chunk), and no lane may read the new value in place of the old.
-    auto chunk_tied = [&](int c) {
+    __device__ __forceinline__ bool chunk_tied(int c) const {
         const bool tied = chunk_at[c] != 0;
         __syncwarp();
         return tied;
-    };
+    }
 
-    // thr holds the digits found so far (mask: their bits). The select ends early once they decide it:
-    // when the keys a pass counted are all one key (thr is that key); when the cells at the digits
-    // found are exactly the cells still needed (every key matching thr under mask is selected); or
-    // when those cells are one block's (the only key at thr under mask that holds cells; the budget
-    // takes its first cells, as it would at its full key).
-    unsigned thr = 0, mask = 0, above = 0;
-    bool chunks_counted = false;  // the final pass counted each chunk's cells above (see add_chunk)
-    for (int pass = 0; pass < QSA_RADIX_PASSES; ++pass) {
-        const int shift = topk_shift(pass);
-        const bool counting = pass >= QSA_RADIX_PASSES - 2;  // the select may end after this pass
-        unsigned lane_min = ~0u, lane_max = 0u;  // of the keys this lane counts (passes after 0)
-        // Chunk c's keys at the digits found add their cells at this pass's digit: a whole chunk's
-        // blocks R each (the tail is in the last chunk), a lane's four keys, when equal (runs of ties),
-        // as one. A pass after which the select may end also counts each chunk's cells above the digits
-        // found before it (above thr, whatever its later digits) and whether any key matches them
-        // (those chunks are counted in the emit).
-        auto add_chunk = [&](int c, bool whole, bool count_cells) {
-            unsigned key[kLaneKeys], w[kLaneKeys];
-            chunk_keys(c, whole, key, w);
-            bool hit[kLaneKeys];
-            unsigned hi = 0;
+    // Chunk c's keys at the digits found (thr under mask) add their cells at pass `pass`'s digit: a
+    // whole chunk's blocks R each (the tail is in the last chunk), a lane's four keys, when equal (runs
+    // of ties), as one; lane_min / lane_max take the keys counted. A pass after which the select may
+    // end (`count_cells`) also counts each chunk's cells above the digits found before it (above thr,
+    // whatever its later digits) and whether any key matches them (those chunks are counted in the emit).
+    __device__ __forceinline__ void add_chunk(int c, bool whole, bool count_cells, int pass, int shift, unsigned thr,
+                                              unsigned mask, unsigned& lane_min, unsigned& lane_max) const {
+        unsigned key[kLaneKeys], w[kLaneKeys];
+        chunk_keys(c, whole, key, w);
+        bool hit[kLaneKeys];
+        unsigned hi = 0;
 #pragma unroll
-            for (int j = 0; j < kLaneKeys; ++j) {
-                hit[j] = w[j] != 0 && (key[j] & mask) == thr;
-                if (count_cells && (key[j] & mask) > thr) hi += w[j];
-            }
-            const bool any = hit[0] || hit[1] || hit[2] || hit[3];
-            if (any) {
-                if (whole && key[0] == key[1] && key[1] == key[2] && key[2] == key[3]) {
-                    const unsigned digit = (key[0] >> shift) & TOPK_DIGIT_MASK;
-                    atomicAdd(&lane_hist[digit][lane], kLaneKeys * QSA_BLOCK_CELLS);
-                    lane_min = min(lane_min, key[0]);
-                    lane_max = max(lane_max, key[0]);
-                    if (count_cells && pass == kTrackedPass) {
-                        atomicMin(&digit_least[digit], key[0]);
-                        atomicMax(&digit_greatest[digit], key[0]);
-                    }
-                } else {
-#pragma unroll
-                    for (int j = 0; j < kLaneKeys; ++j)
-                        if (hit[j]) {
-                            const unsigned digit = (key[j] >> shift) & TOPK_DIGIT_MASK;
-                            atomicAdd(&lane_hist[digit][lane], w[j]);
-                            lane_min = min(lane_min, key[j]);
-                            lane_max = max(lane_max, key[j]);
-                            if (count_cells && pass == kTrackedPass) {
-                                atomicMin(&digit_least[digit], key[j]);
-                                atomicMax(&digit_greatest[digit], key[j]);
-                            }
-                        }
-                }
-            }
-            if (count_cells) {
-                hi = __reduce_add_sync(TOPK_FULL_MASK, hi);
-                const bool tied = __any_sync(TOPK_FULL_MASK, any);
-                if (lane == 0) {
-                    chunk_above[c] = hi;
-                    chunk_at[c] = tied;
-                }
-            }
-        };
-        if (pass > 0) {  // pass 0 was added as the keys were stored
-            // `whole` and `count_cells` constant at each call: four specialised copies of the chunk's code
-            if (counting) {
-                for (int c = warp; c < n_chunks; c += kWarps) {
-                    // Pass 3 skips the chunks where pass 2 found no key at the digits found (warp-uniform):
-                    // none is at thr's first three digits, and pass 2's counts of them stand.
-                    if (pass == QSA_RADIX_PASSES - 1 && !chunk_tied(c)) continue;
-                    if (c + 1 < n_chunks) add_chunk(c, true, true);
-                    else add_chunk(c, false, true);
+        for (int j = 0; j < kLaneKeys; ++j) {
+            hit[j] = w[j] != 0 && (key[j] & mask) == thr;
+            if (count_cells && (key[j] & mask) > thr) hi += w[j];
+        }
+        const bool any = hit[0] || hit[1] || hit[2] || hit[3];
+        if (any) {
+            if (whole && key[0] == key[1] && key[1] == key[2] && key[2] == key[3]) {
+                const unsigned digit = (key[0] >> shift) & TOPK_DIGIT_MASK;
+                atomicAdd(&lane_hist[digit][lane], kLaneKeys * QSA_BLOCK_CELLS);
+                lane_min = min(lane_min, key[0]);
+                lane_max = max(lane_max, key[0]);
+                if (count_cells && pass == kTrackedPass) {
+                    atomicMin(&digit_least[digit], key[0]);
+                    atomicMax(&digit_greatest[digit], key[0]);
                 }
             } else {
-                for (int c = warp; c < n_chunks; c += kWarps) {
-                    if (c + 1 < n_chunks) add_chunk(c, true, false);
-                    else add_chunk(c, false, false);
-                }
+#pragma unroll
+                for (int j = 0; j < kLaneKeys; ++j)
+                    if (hit[j]) {
+                        const unsigned digit = (key[j] >> shift) & TOPK_DIGIT_MASK;
+                        atomicAdd(&lane_hist[digit][lane], w[j]);
+                        lane_min = min(lane_min, key[j]);
+                        lane_max = max(lane_max, key[j]);
+                        if (count_cells && pass == kTrackedPass) {
+                            atomicMin(&digit_least[digit], key[j]);
+                            atomicMax(&digit_greatest[digit], key[j]);
+                        }
+                    }
             }
-            lane_min = __reduce_min_sync(TOPK_FULL_MASK, lane_min);
-            lane_max = __reduce_max_sync(TOPK_FULL_MASK, lane_max);
-            if (lane == 0 && lane_min <= lane_max) {
-                atomicMin(&key_min, lane_min);
-                atomicMax(&key_max, lane_max);
-            }
-            chunks_counted = counting;
         }
-        __syncthreads();  // the pass's histogram is complete
+        if (count_cells) {
+            hi = __reduce_add_sync(TOPK_FULL_MASK, hi);
+            const bool tied = __any_sync(TOPK_FULL_MASK, any);
+            if (lane == 0) {
+                chunk_above[c] = hi;
+                chunk_at[c] = tied;
+            }
+        }
+    }
 
-        // Threads 4b..4b+3 sum bin b's lane columns (eight each) and clear them for the next pass.
-        // Buffer pass % 2: a CTA writes it again two passes on, after the next cluster barrier, which
-        // no CTA reaches before its remote reads of this pass are done.
+    // Pass `pass` (1-3; its digit at bit `shift`; `counting`: the select may end after it) histograms the
+    // slice's keys at the digits found, chunk c by warp c % kWarps, and takes the least and greatest key
+    // it counted.
+    __device__ __forceinline__ void count_pass(int pass, int shift, bool counting, unsigned thr, unsigned mask) const {
+        unsigned lane_min = ~0u, lane_max = 0u;  // of the keys this lane counts
+        // `whole` and `count_cells` constant at each call: four specialised copies of the chunk's code
+        if (counting) {
+            for (int c = warp; c < n_chunks; c += kWarps) {
+                // Pass 3 skips the chunks where pass 2 found no key at the digits found (warp-uniform):
+                // none is at thr's first three digits, and pass 2's counts of them stand.
+                if (pass == QSA_RADIX_PASSES - 1 && !chunk_tied(c)) continue;
+                if (c + 1 < n_chunks) add_chunk(c, true, true, pass, shift, thr, mask, lane_min, lane_max);
+                else add_chunk(c, false, true, pass, shift, thr, mask, lane_min, lane_max);
+            }
+        } else {
+            for (int c = warp; c < n_chunks; c += kWarps) {
+                if (c + 1 < n_chunks) add_chunk(c, true, false, pass, shift, thr, mask, lane_min, lane_max);
+                else add_chunk(c, false, false, pass, shift, thr, mask, lane_min, lane_max);
+            }
+        }
+        lane_min = __reduce_min_sync(TOPK_FULL_MASK, lane_min);
+        lane_max = __reduce_max_sync(TOPK_FULL_MASK, lane_max);
+        if (lane == 0 && lane_min <= lane_max) {
+            atomicMin(key_min, lane_min);
+            atomicMax(key_max, lane_max);
+        }
+    }
+
+    // The CTA's record of pass `pass` (returned): threads 4b..4b+3 sum bin b's lane columns (eight each)
+    // and clear them for the next pass; thread 0 adds the least and greatest key counted. Buffer
+    // pass % 2: a CTA writes it again two passes on, after the next cluster barrier, which no CTA
+    // reaches before its remote reads of this pass are done.
+    __device__ __forceinline__ unsigned* pass_record(int pass) const {
         unsigned* own = hist[pass % kBinBuffers];
         {
             uint4* cols = &lane_hist_words[tid * 2];
@@ -314,16 +311,88 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             if (tid % kSumThreads == 0) own[tid / kSumThreads] = cells;
         }
         if (tid == 0) {  // pass 0 counts every key: no single key unless all are (found a pass later)
-            own[kMinWord] = pass > 0 ? key_min : 1u;
-            own[kMaxWord] = pass > 0 ? key_max : 0u;
-            key_min = ~0u, key_max = 0u;
+            own[kMinWord] = pass > 0 ? *key_min : 1u;
+            own[kMaxWord] = pass > 0 ? *key_max : 0u;
+            *key_min = ~0u, *key_max = 0u;
         }
-        cluster_sync();  // every CTA's histogram of this pass is complete and visible
+        return own;
+    }
 
-        // Thread t < 256 sums bin t over the cluster (and over the CTAs before this one), then a suffix
-        // scan gives the cells at digits >= t. The digit rule's d is the largest t in 1..255 with
-        // above + cells >= width (the walk from 255 stops there; these t are exactly 1..d since the
-        // suffix sums fall as t grows), 0 when none: the count of threads for which it holds.
+    // Pass 2's round may give thr's full key, sparing pass 3 and its round, when the select would go
+    // on: the warp holding bin d (its lanes' `total` and suffix `cells`) reads, lane r from CTA r, its
+    // cells at thr's digits and their least and greatest key (pass 3 does not write these: they are
+    // still pass 2's), and sets sel to thr's full key where these tell it.
+    __device__ __forceinline__ void exact_key(const unsigned* own, unsigned d, unsigned total, unsigned cells,
+                                              unsigned above) const {
+        const int at = static_cast<int>(d) % QSA_WARP;
+        const unsigned at_cells = __shfl_sync(TOPK_FULL_MASK, total, at);
+        const unsigned new_above = above + __shfl_sync(TOPK_FULL_MASK, cells, at) - at_cells;
+        if (new_above + at_cells != width && at_cells > QSA_BLOCK_CELLS && sel[kMin] != sel[kMax]) {
+            const int r = lane % QSA_CLUSTER_CTAS;
+            // CTA r's cells there and their least and greatest key (~0 and 0 when it holds none)
+            unsigned held = 0, least = ~0u, greatest = 0u;
+            if (lane < QSA_CLUSTER_CTAS) {
+                held = cluster_load(own, r, d);
+                least = cluster_load(digit_least, r, d);
+                greatest = cluster_load(digit_greatest, r, d);
+            }
+            held = __shfl_sync(TOPK_FULL_MASK, held, r);
+            least = __shfl_sync(TOPK_FULL_MASK, least, r);
+            greatest = __shfl_sync(TOPK_FULL_MASK, greatest, r);
+            // CTA r's keys there as entries (key, cells), lane r its first and lane 8 + r its
+            // second: one key (its cells), or two blocks of R cells (2R cells hold no tail);
+            // any other mix leaves them unknown.
+            const bool one_key = held != 0 && least == greatest;
+            const bool two_blocks = held == 2 * QSA_BLOCK_CELLS && least != greatest;
+            const bool known = __all_sync(TOPK_FULL_MASK, held == 0 || one_key || two_blocks);
+            unsigned key = 0, count = 0;
+            if (lane < QSA_CLUSTER_CTAS && one_key) {
+                key = least, count = held;
+            } else if (lane < 2 * QSA_CLUSTER_CTAS && two_blocks) {
+                key = lane < QSA_CLUSTER_CTAS ? least : greatest, count = QSA_BLOCK_CELLS;
+            }
+            const unsigned budget = width - new_above;
+            unsigned exact = ~0u, gain = 0, at_before = 0, above_before = 0;
+            if (known) {  // thr: the key whose cells, after those of the greater keys, reach the budget
+                unsigned greater = 0, same = 0;
+#pragma unroll
+                for (int j = 0; j < 2 * QSA_CLUSTER_CTAS; ++j) {
+                    const unsigned kj = __shfl_sync(TOPK_FULL_MASK, key, j);
+                    const unsigned cj = __shfl_sync(TOPK_FULL_MASK, count, j);
+                    greater += kj > key ? cj : 0u;
+                    same += kj == key ? cj : 0u;
+                }
+                const bool reaches = count != 0 && greater < budget && budget <= greater + same;
+                const int src = __ffs(__ballot_sync(TOPK_FULL_MASK, reaches)) - 1;
+                exact = __shfl_sync(TOPK_FULL_MASK, key, src);
+                gain = __shfl_sync(TOPK_FULL_MASK, greater, src);  // its cells there join above
+                const bool earlier = r < rank;
+                at_before = __reduce_add_sync(TOPK_FULL_MASK, earlier && key == exact ? count : 0u);
+                above_before = __reduce_add_sync(TOPK_FULL_MASK, earlier && key > exact ? count : 0u);
+            } else if (at_cells % QSA_BLOCK_CELLS == 0 && budget <= QSA_BLOCK_CELLS) {
+                // whole blocks, the budget within one: the first block of the greatest key takes it
+                // all, and a CTA after one holding that key has at least the budget at thr before it
+                exact = __reduce_max_sync(TOPK_FULL_MASK, greatest);
+                const bool holds = r < rank && held != 0 && greatest == exact;
+                at_before = __any_sync(TOPK_FULL_MASK, holds) ? QSA_BLOCK_CELLS : 0u;
+            }
+            __syncwarp();  // after the writes of the thread at d, in this warp
+            if (exact != ~0u && lane == 0) {
+                sel[kMin] = sel[kMax] = exact;  // every thread takes it
+                sel[kAbove] = new_above + gain;
+                sel[kAtBefore] = at_before;
+                if (above_before != 0) atomicAdd(&sel[kAboveBefore], above_before);
+            }
+        }
+    }
+
+    // The digit round of pass `pass` over the cluster's records (`own`: this CTA's), with `above` the
+    // cells above the digits found: returns the pass's digit d and leaves sel for the barrier after it.
+    // Thread t < 256 sums bin t over the cluster (and over the CTAs before this one), then a suffix
+    // scan gives the cells at digits >= t. The digit rule's d is the largest t in 1..255 with
+    // above + cells >= width (the walk from 255 stops there; these t are exactly 1..d since the
+    // suffix sums fall as t grows), 0 when none: the count of threads for which it holds.
+    __device__ __forceinline__ unsigned digit_round(int pass, const unsigned* own, unsigned above) const {
         unsigned total = 0, before = 0, cells = 0;
         if (tid < QSA_RADIX_BINS) {
 #pragma unroll
@@ -363,90 +432,13 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         if (tid < QSA_RADIX_BINS) {  // whole warps: the CTAs before this one gain their cells above d
             const unsigned v = __reduce_add_sync(TOPK_FULL_MASK, tid > static_cast<int>(d) ? before : 0u);
             if (lane == 0 && v != 0) atomicAdd(&sel[kAboveBefore], v);
-            // Pass 2's round may give thr's full key, sparing pass 3 and its round, when the select would
-            // go on: the warp holding bin d reads, lane r from CTA r, its cells at thr's digits and their
-            // least and greatest key (pass 3 does not write these: they are still pass 2's).
-            if (pass == kTrackedPass && warp == static_cast<int>(d) / QSA_WARP) {  // warp-uniform
-                const int at = static_cast<int>(d) % QSA_WARP;
-                const unsigned at_cells = __shfl_sync(TOPK_FULL_MASK, total, at);
-                const unsigned new_above = above + __shfl_sync(TOPK_FULL_MASK, cells, at) - at_cells;
-                if (new_above + at_cells != width && at_cells > QSA_BLOCK_CELLS && sel[kMin] != sel[kMax]) {
-                    const int r = lane % QSA_CLUSTER_CTAS;
-                    // CTA r's cells there and their least and greatest key (~0 and 0 when it holds none)
-                    unsigned held = 0, least = ~0u, greatest = 0u;
-                    if (lane < QSA_CLUSTER_CTAS) {
-                        held = cluster_load(own, r, d);
-                        least = cluster_load(digit_least, r, d);
-                        greatest = cluster_load(digit_greatest, r, d);
-                    }
-                    held = __shfl_sync(TOPK_FULL_MASK, held, r);
-                    least = __shfl_sync(TOPK_FULL_MASK, least, r);
-                    greatest = __shfl_sync(TOPK_FULL_MASK, greatest, r);
-                    // CTA r's keys there as entries (key, cells), lane r its first and lane 8 + r its
-                    // second: one key (its cells), or two blocks of R cells (2R cells hold no tail);
-                    // any other mix leaves them unknown.
-                    const bool one_key = held != 0 && least == greatest;
-                    const bool two_blocks = held == 2 * QSA_BLOCK_CELLS && least != greatest;
-                    const bool known = __all_sync(TOPK_FULL_MASK, held == 0 || one_key || two_blocks);
-                    unsigned key = 0, count = 0;
-                    if (lane < QSA_CLUSTER_CTAS && one_key) {
-                        key = least, count = held;
-                    } else if (lane < 2 * QSA_CLUSTER_CTAS && two_blocks) {
-                        key = lane < QSA_CLUSTER_CTAS ? least : greatest, count = QSA_BLOCK_CELLS;
-                    }
-                    const unsigned budget = width - new_above;
-                    unsigned exact = ~0u, gain = 0, at_before = 0, above_before = 0;
-                    if (known) {  // thr: the key whose cells, after those of the greater keys, reach the budget
-                        unsigned greater = 0, same = 0;
-#pragma unroll
-                        for (int j = 0; j < 2 * QSA_CLUSTER_CTAS; ++j) {
-                            const unsigned kj = __shfl_sync(TOPK_FULL_MASK, key, j);
-                            const unsigned cj = __shfl_sync(TOPK_FULL_MASK, count, j);
-                            greater += kj > key ? cj : 0u;
-                            same += kj == key ? cj : 0u;
-                        }
-                        const bool reaches = count != 0 && greater < budget && budget <= greater + same;
-                        const int src = __ffs(__ballot_sync(TOPK_FULL_MASK, reaches)) - 1;
-                        exact = __shfl_sync(TOPK_FULL_MASK, key, src);
-                        gain = __shfl_sync(TOPK_FULL_MASK, greater, src);  // its cells there join above
-                        const bool earlier = r < rank;
-                        at_before = __reduce_add_sync(TOPK_FULL_MASK, earlier && key == exact ? count : 0u);
-                        above_before = __reduce_add_sync(TOPK_FULL_MASK, earlier && key > exact ? count : 0u);
-                    } else if (at_cells % QSA_BLOCK_CELLS == 0 && budget <= QSA_BLOCK_CELLS) {
-                        // whole blocks, the budget within one: the first block of the greatest key takes it
-                        // all, and a CTA after one holding that key has at least the budget at thr before it
-                        exact = __reduce_max_sync(TOPK_FULL_MASK, greatest);
-                        const bool holds = r < rank && held != 0 && greatest == exact;
-                        at_before = __any_sync(TOPK_FULL_MASK, holds) ? QSA_BLOCK_CELLS : 0u;
-                    }
-                    __syncwarp();  // after the writes of the thread at d, in this warp
-                    if (exact != ~0u && lane == 0) {
-                        sel[kMin] = sel[kMax] = exact;  // every thread takes it below
-                        sel[kAbove] = new_above + gain;
-                        sel[kAtBefore] = at_before;
-                        if (above_before != 0) atomicAdd(&sel[kAboveBefore], above_before);
-                    }
-                }
-            }
+            if (pass == kTrackedPass && warp == static_cast<int>(d) / QSA_WARP) exact_key(own, d, total, cells, above);  // warp-uniform
         }
-        __syncthreads();
-        above = sel[kAbove];
-        thr |= d << shift;
-        mask |= TOPK_DIGIT_MASK << shift;
-        if (sel[kMin] == sel[kMax]) {  // every key counted is this one: thr
-            thr = sel[kMin];
-            mask = ~0u;
-            break;
-        }
-        if (sel[kDone]) break;
+        return d;
     }
-    cluster_arrive(false);  // the last remote read is done: another CTA may leave after its wait
 
-    // Emit. Each chunk's cells above / at thr: the final pass (2 or 3) counted those of the chunks with
-    // no key at the digits found before it; the others are counted now. A scan over the chunks, in
-    // slice order, from the CTAs before gives each chunk's first rank; inside, a warp scan (lanes in
-    // order, each lane's 4 keys in order).
-    auto count_chunk = [&](int c, bool whole) {
+    // Chunk c's cells above / at thr (the keys under mask), into chunk_above / chunk_at.
+    __device__ __forceinline__ void count_chunk(int c, bool whole, unsigned thr, unsigned mask) const {
         unsigned key[kLaneKeys], w[kLaneKeys];
         chunk_keys(c, whole, key, w);
         unsigned a = 0, t = 0;
@@ -461,14 +453,22 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             chunk_above[c] = a;
             chunk_at[c] = t;
         }
-    };
-    for (int c = warp; c < n_chunks; c += kWarps) {
-        if (chunks_counted && !chunk_tied(c)) continue;
-        if (c + 1 < n_chunks) count_chunk(c, true);
-        else count_chunk(c, false);
     }
-    __syncthreads();
-    {  // thread c scans chunk c's counts (a CTA holds at most QSA_TOPK_CLUSTER_THREADS chunks: the launcher)
+
+    // Each chunk's cells above / at thr: the final pass (2 or 3: `chunks_counted`) counted those of the
+    // chunks with no key at the digits found before it; the others are counted now.
+    __device__ __forceinline__ void count_chunks(bool chunks_counted, unsigned thr, unsigned mask) const {
+        for (int c = warp; c < n_chunks; c += kWarps) {
+            if (chunks_counted && !chunk_tied(c)) continue;
+            if (c + 1 < n_chunks) count_chunk(c, true, thr, mask);
+            else count_chunk(c, false, thr, mask);
+        }
+    }
+
+    // A scan over the chunks' counts, in slice order, from the CTAs before: entry c of chunk_above /
+    // chunk_at becomes the cells above / at thr before chunk c, entry n_chunks the CTA's end. Thread c
+    // scans chunk c (a CTA holds at most QSA_TOPK_CLUSTER_THREADS chunks: the launcher).
+    __device__ __forceinline__ void scan_chunks() const {
         const unsigned a = tid < n_chunks ? chunk_above[tid] : 0u, t = tid < n_chunks ? chunk_at[tid] : 0u;
         unsigned a_through = a, t_through = t;
 #pragma unroll
@@ -487,7 +487,6 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         __syncthreads();
         a_through += sel[kAboveBefore] + __reduce_add_sync(TOPK_FULL_MASK, lane < warp ? warp_above[lane] : 0u);
         t_through += sel[kAtBefore] + __reduce_add_sync(TOPK_FULL_MASK, lane < warp ? warp_at[lane] : 0u);
-        // entry c: the cells before chunk c; entry n_chunks: the CTA's end
         if (tid < n_chunks) {
             chunk_above[tid + 1] = a_through;
             chunk_at[tid + 1] = t_through;
@@ -497,9 +496,10 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             chunk_at[0] = sel[kAtBefore];
         }
     }
-    __syncthreads();
-    const unsigned budget = width - above;
-    auto emit_chunk = [&](int c, bool whole) {
+
+    // Chunk c's selected cells into the row: from the chunk's first ranks, a warp scan (lanes in order,
+    // each lane's 4 keys in order); `budget`: the cells at thr the selection takes.
+    __device__ __forceinline__ void emit_chunk(int c, bool whole, unsigned thr, unsigned mask, unsigned budget) const {
         unsigned key[kLaneKeys], w[kLaneKeys];
         const int i0 = chunk_keys(c, whole, key, w);
         unsigned mine = 0, above_keys = 0, at_keys = 0;  // bit j: key j is above / at thr
@@ -536,13 +536,118 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
             if (is_above) ab += wj;
             else tb += wj;
         }
-    };
-    // Chunks that select nothing are skipped; once the cells before a chunk reach width, it and every
-    // later chunk select nothing.
-    for (int c = warp; c < n_chunks && chunk_above[c] + min(chunk_at[c], budget) < width; c += kWarps) {
-        if (chunk_above[c + 1] == chunk_above[c] && (chunk_at[c + 1] == chunk_at[c] || chunk_at[c] >= budget)) continue;
-        if (c + 1 < n_chunks) emit_chunk(c, true);
-        else emit_chunk(c, false);
     }
+
+    // The slice's selected cells into the row, chunk c by warp c % kWarps. Chunks that select nothing
+    // are skipped; once the cells before a chunk reach width, it and every later chunk select nothing.
+    __device__ __forceinline__ void emit(unsigned thr, unsigned mask, unsigned budget) const {
+        for (int c = warp; c < n_chunks && chunk_above[c] + min(chunk_at[c], budget) < width; c += kWarps) {
+            if (chunk_above[c + 1] == chunk_above[c] && (chunk_at[c + 1] == chunk_at[c] || chunk_at[c] >= budget)) continue;
+            if (c + 1 < n_chunks) emit_chunk(c, true, thr, mask, budget);
+            else emit_chunk(c, false, thr, mask, budget);
+        }
+    }
+};
+
+// Fills in s, which holds the thread's place, for `query` (which selects: n_kv > width): CTA s.rank's
+// slice of the query's blocks and the kernel's shared memory. (Set before the early exit, the place
+// stays computed where the kernel starts, as the ptxas schedule it was measured with has it.)
+__device__ __forceinline__ void cut_slice(ClusterSlice& s, const TopkQuery& query) {
+    extern __shared__ uint4 slice_keys[];
+    __shared__ uint4 lane_hist_words[kBinWords / 4];
+    __shared__ unsigned hist[kBinBuffers][kPassWords];
+    __shared__ unsigned key_min, key_max;
+    __shared__ unsigned bin_warp_cells[kBinWarps];
+    __shared__ unsigned warp_above[kWarps], warp_at[kWarps];
+    __shared__ unsigned sel[kSelSlots];
+    __shared__ unsigned digit_least[QSA_RADIX_BINS], digit_greatest[QSA_RADIX_BINS];
+
+    const int blocks = query.n_bid + 1, per = (blocks + QSA_CLUSTER_CTAS - 1) / QSA_CLUSTER_CTAS;
+    const int lo = min(s.rank * per, blocks), n = min(lo + per, blocks) - lo;
+    // Chunks of kChunkKeys keys; all but the last are whole and hold no tail block (the tail is the
+    // query's last block), so their keys weigh R each and need no bounds.
+    const int n_chunks = (n + kChunkKeys - 1) / kChunkKeys;
+    unsigned* keys = reinterpret_cast<unsigned*>(slice_keys);
+    unsigned* chunk_above = keys + (per + kLaneKeys - 1) / kLaneKeys * kLaneKeys;
+    unsigned* chunk_at = chunk_above + (per + kChunkKeys - 1) / kChunkKeys + 1;
+    s.slice_keys = slice_keys;
+    s.keys = keys;
+    s.chunk_above = chunk_above;
+    s.chunk_at = chunk_at;
+    s.lane_hist_words = lane_hist_words;
+    s.lane_hist = reinterpret_cast<unsigned(*)[QSA_WARP]>(lane_hist_words);
+    s.hist = hist;
+    s.key_min = &key_min;
+    s.key_max = &key_max;
+    s.bin_warp_cells = bin_warp_cells;
+    s.warp_above = warp_above;
+    s.warp_at = warp_at;
+    s.sel = sel;
+    s.digit_least = digit_least;
+    s.digit_greatest = digit_greatest;
+    s.row = query.row;
+    s.width = query.width;
+    s.lo = lo;
+    s.n = n;
+    s.n_chunks = n_chunks;
+    s.tail_at = query.n_bid - lo;
+    s.tail = qsa_block_weight(query.n_bid, query.n_kv, query.n_bid);
+}
+
+}  // namespace
+
+// One CTA an SM in any case (1,024 threads with over 32 registers each): the second bound lets ptxas
+// use the registers that leaves.
+__global__ void __cluster_dims__(QSA_CLUSTER_CTAS, 1, 1) __launch_bounds__(QSA_TOPK_CLUSTER_THREADS, 1)
+block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* __restrict__ ids,
+                          int /*nq: the grid*/, int max_blocks,
+                          int /*active_blocks: the launcher sizes shared memory by it; each CTA reads n_bid*/) {
+    ClusterSlice s;  // the thread's place now (used by the identity), the slice once the query selects
+    static_cast<ClusterThread&>(s) = cluster_thread();
+    const TopkQuery query = topk_query(blockIdx.y, scores, steps, ids, max_blocks);
+    if (query.n_kv <= static_cast<int>(query.width)) {  // the whole cluster leaves here: no CTA reads another's memory
+        for (int j = s.rank * QSA_TOPK_CLUSTER_THREADS + s.tid; j < query.n_kv; j += QSA_CLUSTER_CTAS * QSA_TOPK_CLUSTER_THREADS) query.row[j] = j;
+        return;
+    }
+    cut_slice(s, query);
+    s.load(query.srow);  // the slice's keys into shared memory, with pass 0's histogram
+
+    // thr holds the digits found so far (mask: their bits). The select ends early once they decide it:
+    // when the keys a pass counted are all one key (thr is that key); when the cells at the digits
+    // found are exactly the cells still needed (every key matching thr under mask is selected); or
+    // when those cells are one block's (the only key at thr under mask that holds cells; the budget
+    // takes its first cells, as it would at its full key).
+    unsigned thr = 0, mask = 0, above = 0;
+    bool chunks_counted = false;  // the final pass counted each chunk's cells above (see add_chunk)
+    for (int pass = 0; pass < QSA_RADIX_PASSES; ++pass) {
+        const int shift = topk_shift(pass);
+        const bool counting = pass >= QSA_RADIX_PASSES - 2;  // the select may end after this pass
+        if (pass > 0) {  // pass 0 was added as the keys were stored
+            s.count_pass(pass, shift, counting, thr, mask);
+            chunks_counted = counting;
+        }
+        __syncthreads();  // the pass's histogram is complete
+        const unsigned* own = s.pass_record(pass);
+        cluster_sync();  // every CTA's pass record is complete and visible
+        const unsigned d = s.digit_round(pass, own, above);  // the digit rule on the cluster's sums
+        __syncthreads();  // sel
+        above = s.sel[kAbove];
+        thr |= d << shift;
+        mask |= TOPK_DIGIT_MASK << shift;
+        if (s.sel[kMin] == s.sel[kMax]) {  // every key counted is this one: thr
+            thr = s.sel[kMin];
+            mask = ~0u;
+            break;
+        }
+        if (s.sel[kDone]) break;
+    }
+    cluster_arrive(false);  // the last remote read is done: another CTA may leave after its wait
+
+    // Emit: each chunk's cells above / at thr, their scan for each chunk's first rank, the cells.
+    s.count_chunks(chunks_counted, thr, mask);
+    __syncthreads();  // every chunk's counts
+    s.scan_chunks();
+    __syncthreads();  // every chunk's first ranks
+    s.emit(thr, mask, query.width - above);
     cluster_wait();  // no CTA leaves while another may still read its histograms
 }

@@ -20,6 +20,7 @@ from ..core.geometry import (
     BLOCK_CELLS,
     CLUSTER_CHUNK_KEYS,
     CLUSTER_CTAS,
+    CLUSTER_HIST_BUFFERS,
     CLUSTER_LANE_KEYS,
     CLUSTER_MIN_CC,
     RADIX_BINS,
@@ -37,13 +38,12 @@ THREADS = TOPK_CLUSTER_THREADS
 WORD_BYTES = 4  # a uint32: one block's order key, one histogram bin
 CHUNK_WORDS = 2  # a chunk's cells above and at the threshold
 MAX_CHUNKS = THREADS  # the emit's scan over the chunks: one thread a chunk
-HIST_BUFFERS = 2  # the CTA's histogram of pass p is in buffer p % 2 (the cluster reads it remotely)
 DIGIT_KEY_WORDS = 2  # pass 2's least and greatest key of each digit (read by the cluster)
 SCRATCH_BYTES = 1024  # room for the kernel's per-warp totals and pass results
 # The kernel's static shared memory, bounded without a compile so that fit decisions need no device:
 # the histogram with a column per lane, the CTA's histogram buffers, the digits' keys and the scratch
 # (the launcher checks the compiled kernel against it).
-STATIC_SMEM_BYTES = (WARP + HIST_BUFFERS + DIGIT_KEY_WORDS) * RADIX_BINS * WORD_BYTES + SCRATCH_BYTES
+STATIC_SMEM_BYTES = (WARP + CLUSTER_HIST_BUFFERS + DIGIT_KEY_WORDS) * RADIX_BINS * WORD_BYTES + SCRATCH_BYTES
 
 
 def cluster_smem_bytes(max_blocks: int) -> int:
