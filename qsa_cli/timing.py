@@ -59,13 +59,16 @@ def median_noise_pct(samples_us: list[float]) -> float:
     """The noise of the samples' median, in percent of it: half the width of the distribution-free interval
     between the order statistics at ranks n/2 -/+ sqrt(n)/2 (the median's rank is binomial, of standard
     deviation sqrt(n)/2), which is one standard error of the median for any distribution of samples.
-    Infinite when the median is not above 0."""
+    The timer's values come in steps (32 ns for an H200's events), and a median is known no closer than half
+    a step, so the half width is at least half the smallest gap between two of the samples: otherwise a few
+    equal samples around the median would claim no noise at all. Infinite when the median is not above 0."""
     s = sorted(samples_us)
     n = len(s)
     middle, half = (n - 1) / 2, math.sqrt(n) / 2
     lo, hi = max(0, math.floor(middle - half)), min(n - 1, math.ceil(middle + half))
     median = (s[math.floor(middle)] + s[math.ceil(middle)]) / 2
-    return 100 * (s[hi] - s[lo]) / 2 / median if median > 0 else math.inf
+    step = min((b - a for a, b in zip(s, s[1:]) if b > a), default=0.0)
+    return 100 * max(s[hi] - s[lo], step) / 2 / median if median > 0 else math.inf
 
 
 @dataclass(frozen=True)
