@@ -135,10 +135,11 @@ def test_the_noise_of_the_median_is_its_interval_between_order_statistics() -> N
 @pytest.mark.parametrize("n", [400, 4000])
 def test_the_noise_of_the_median_is_its_standard_error(rng: np.random.Generator, n: int) -> None:
     """For normal samples the median's standard error is sqrt(pi / 2) sd / sqrt(n). One estimate from n
-    samples scatters by a third at n = 400, so the test takes the median estimate of 41 draws."""
+    samples scatters by a third at n = 400, so the test takes the median estimate of 41 draws: over 30 seeds
+    that came within 0.95-1.12 of it at n = 400 (whole ranks widen the interval a little), 0.98-1.05 at 4000."""
     estimates = [median_noise_pct(list(100.0 * (1 + 0.05 * rng.standard_normal(n)))) for _ in range(41)]
     expected = 100 * math.sqrt(math.pi / 2) * 0.05 / math.sqrt(n)
-    assert float(np.median(estimates)) == pytest.approx(expected, rel=0.12)
+    assert float(np.median(estimates)) == pytest.approx(expected, rel=0.2)
 
 
 def test_quiet_samples_meet_the_rule_at_its_least_count() -> None:
