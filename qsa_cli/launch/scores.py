@@ -1,4 +1,4 @@
-"""The launch shapes of the three block scorers in ``kernels/scores.cu`` (spec section 2).
+"""The launch shapes of the four block scorers in ``kernels/scores.cu`` (spec section 2).
 
 Each shape resolves the kernels, grids and arguments once and returns a closure that only enqueues
 launches on the current CuPy stream: no host sync, no allocation, so it can be captured into a CUDA
