@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .core.errors import SwitchError
-from .core.geometry import CLUSTER_MIN_CC, NEW_KERNELS_CC, PDL_MIN_CC
+from .core.geometry import CLUSTER_MIN_CC, HALVE_MAX_QUERIES, MAX_QUERIES, NEW_KERNELS_CC, PDL_MIN_CC
 
 CALL_KINDS = ("decode", "prompt")
 
@@ -47,11 +47,17 @@ def read_switches(env: Mapping[str, str] = os.environ) -> dict[str, str]:
 class Dispatch:
     scores: str
     topk: str
-    reasons: Mapping[str, str]  # stage -> one line saying why
+    reasons: Mapping[str, str]  # stage -> one line saying why ("scores_wide" too, where it is set)
+    scores_wide: str | None = None  # the scorer of a call of more than HALVE_MAX_QUERIES queries, where another
+
+    def scorer_for(self, queries: int) -> str:
+        """The scorer of a decode call of ``queries`` queries."""
+        return self.scores_wide if self.scores_wide and queries > HALVE_MAX_QUERIES else self.scores
 
     def summary(self, kind: str) -> dict[str, Any]:
         """The choice for a ``kind`` call as a record holds it (record.schema.Dispatch)."""
-        return {"kind": kind, "scores": self.scores, "topk": self.topk, "reasons": dict(self.reasons)}
+        wide = {"scores_wide": self.scores_wide} if self.scores_wide else {}
+        return {"kind": kind, "scores": self.scores, "topk": self.topk, **wide, "reasons": dict(self.reasons)}
 
 
 def _switch(env: Mapping[str, str], name: str) -> bool | None:
@@ -128,7 +134,14 @@ def dispatch(catalog: Named, cc: int, kind: str, env: Mapping[str, str],
                         {"scores": why, "topk": why})
     scores, scores_why = _decode_scorer(catalog, cc, halve)
     topk, topk_why = _decode_topk(catalog, cc, split, cluster_refusal)
-    return Dispatch(scores, topk, {"scores": scores_why, "topk": topk_why})
+    reasons = {"scores": scores_why, "topk": topk_why}
+    wide = None
+    if scores == catalog.with_launch("scores", "halving"):
+        wide = catalog.with_launch("scores", "paired")
+        reasons["scores_wide"] = (f"sm_{cc} decode, {HALVE_MAX_QUERIES + 1}-{MAX_QUERIES} queries: the paired scorer "
+                                  f"(one pass over the keys where the halving scorer takes two; faster on an H200, "
+                                  f"no sm_{cc} card measured)")
+    return Dispatch(scores, topk, reasons, wide)
 
 
 def programmatic_launches(compute_capability: int, env: Mapping[str, str]) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from qsa_cli.record.load import ROLES_BEFORE_RECORDED
-from qsa_cli.record.schema import Measurement, ParityCheck, RunRecord
+from qsa_cli.record.schema import Measurement, ParityCheck, RunRecord, StopOutcome
 
 CAPACITY = 524288
 KEY_BYTES_PER_BLOCK = 128 * 4
@@ -44,13 +44,20 @@ def samples(median: float, rng: np.random.Generator, n: int = 50, noise: float =
     return sorted((s - np.median(s) + median).tolist())
 
 
+def stop_outcome(reason: str = "met", noise_pct: float = 0.4) -> StopOutcome:
+    """How the stopping rule (ITERS auto) ended a measurement: ``met``, or not (``timeout``, ``sample cap``)."""
+    return {"met": reason == "met", "reason": reason, "noise_pct": noise_pct, "measured_s": 0.02, "wall_s": 0.5}
+
+
 def measurement(stage: str, variant: str, case: dict[str, Any], median: float, rng: np.random.Generator,
-                noise: float = 0.0, throttled: bool = False, sm_mhz: int = 1650) -> Measurement:
+                noise: float = 0.0, throttled: bool = False, sm_mhz: int = 1650, n: int = 50,
+                stop: StopOutcome | None = None) -> Measurement:
+    """``n`` samples of ``median``; ``stop``: taken by the stopping rule, which ended so (None: ITERS a count)."""
     clocks = {"sm_mhz": sm_mhz, "mem_mhz": 7000, "temperature_c": 52, "power_w": 180.0,
               "event_reasons": ["sw_thermal_slowdown"] if throttled else [], "throttled": throttled}
     key_bytes = (case["ctx"] // 4 + 1) * KEY_BYTES_PER_BLOCK if stage == "scores" else None
-    return Measurement(stage, variant, dict(case), samples(median, rng, noise=noise), warmup=5, bytes_read=key_bytes,
-                       clocks_before=clocks, clocks_after=clocks, throttled=throttled)
+    return Measurement(stage, variant, dict(case), samples(median, rng, n=n, noise=noise), warmup=5,
+                       bytes_read=key_bytes, clocks_before=clocks, clocks_after=clocks, throttled=throttled, stop=stop)
 
 
 def parity(stage: str, case: dict[str, Any], subject: str, against: str, equal: bool = True,

@@ -14,6 +14,7 @@ from qsa_cli.config import load_config
 from qsa_cli.core.geometry import Call
 from qsa_cli.inputs import SCORE_SETS, save_npz_atomic, synthetic_scorer_inputs, synthetic_scores
 from qsa_cli.output.printed import of_record
+from qsa_cli.output.rows import result_rows
 from qsa_cli.record.load import load_record
 from qsa_cli.record.schema import SCHEMA_VERSION
 from qsa_cli.runs.sweep import check_thresholds
@@ -42,10 +43,11 @@ def test_select_bench_cpu_writes_record_and_dump(capsys, tmp_path):
     record = json.loads(js.read_text())
     assert record["schema"] == "qsa.run" and record["backend"] == "cpu"
     variants = {m["variant"] for m in record["measurements"]}
-    assert variants == {"multi", "halve"} and all(len(m["samples_us"]) == 2 for m in record["measurements"])
+    # the baseline, the candidate and what sm_75 (the CPU backend's card) dispatches for 5 queries
+    assert variants == {"multi", "halve", "paired"} and all(len(m["samples_us"]) == 2 for m in record["measurements"])
     assert all(p["equal"] for p in record["parity"])
     with np.load(dump) as d:
-        assert d["multi"].tobytes() == d["halve"].tobytes() == d["cpu_model"].tobytes()
+        assert d["multi"].tobytes() == d["halve"].tobytes() == d["paired"].tobytes() == d["cpu_model"].tobytes()
         assert d["steps"].tolist()[-1] == [9002, 9003, 2250, 2051]
 
 
@@ -294,3 +296,15 @@ def test_the_gate_fails_closed(capsys, tmp_path):
                          "--json", str(tmp_path / "gate.json"))
     assert (code, out) == (2, "") and err == "qsa: error: --json records the run the gate makes; with --results it makes none\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nan.json", "scores.json", "topk.json"]
+
+
+@pytest.mark.parametrize(("queries", "dispatched"), [(3, "halve"), (6, "paired")])
+def test_the_dispatched_scorer_follows_the_calls_queries(capsys, tmp_path, queries, dispatched):
+    """The CPU backend dispatches as sm_75 does: the halving scorer for 1-4 queries, the paired one for 5-8;
+    the record keeps both, and the row of the call's own is the one marked."""
+    js = tmp_path / "run.json"
+    assert run(capsys, "select-bench", "4099", str(queries), "2", "8192", "--backend", "cpu", "--json", str(js))[0] == 0
+    record = load_record(js)
+    assert record.settings["dispatch"]["scores"] == "halve" and record.settings["dispatch"]["scores_wide"] == "paired"
+    marked = [r.variant for r in result_rows(record) if r.dispatched]
+    assert marked == [dispatched]

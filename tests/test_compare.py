@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
 
 import numpy as np
 import pytest
-from record_factory import measurement, parity, record, scores_case, topk_case
+from record_factory import measurement, parity, record, scores_case, stop_outcome, topk_case
 
 from qsa_cli.core.errors import InputError
-from qsa_cli.output.compare import MODELS, compare_blocks, compare_sheet, compare_verdict, judge
+from qsa_cli.output.compare import MODELS, compare_blocks, compare_csv, compare_sheet, compare_verdict, judge
 from qsa_cli.output.layout import markdown, text_of
 from qsa_cli.record.load import load_record
 from qsa_cli.record.schema import ParityCheck, RunRecord, case_key
@@ -195,10 +197,12 @@ def test_markdown_has_the_sides_the_summary_and_the_rows() -> None:
     assert "- **pr**: kernels `/src/kernels-pr`" in md.splitlines()
     assert "**NVIDIA GeForce RTX 2080 Ti (sm_75)**" in md
     assert f"**PASS**: {ROWS} pairs, bits identical, {ROWS} FAST" in md.splitlines()
-    assert "| case | variant | base µs | candidate µs | change | verdict | bits | = reference | = model |" in md
-    assert "| scores 32K (32768), 1 query, capacity 524288, L2 clean | scores | 40.0 | 24.8 | 0.62x | FAST | same | yes | yes |" in md
-    assert ("| topk 524K (524288), 6 queries, capacity 524288, adversarial, L2 clean | topk-split | 30.0 | 18.6 | 0.62x | FAST "
-            "| same | yes | yes |") in md
+    assert ("| case | variant | base µs | base n | candidate µs | candidate n | change | verdict | bits | = reference "
+            "| = model |") in md
+    assert ("| scores 32K (32768), 1 query, capacity 524288, L2 clean | scores | 40.0 | 50 | 24.8 | 50 | 0.62x | FAST | same "
+            "| yes | yes |") in md
+    assert ("| topk 524K (524288), 6 queries, capacity 524288, adversarial, L2 clean | topk-split | 30.0 | 50 | 18.6 | 50 "
+            "| 0.62x | FAST | same | yes | yes |") in md
 
 
 def test_markdown_of_a_failure_says_why() -> None:
@@ -220,7 +224,7 @@ def test_a_throttled_side_is_marked() -> None:
     r = compare_record(scale=0.62)
     next(m for m in r.measurements if m.variant == f"{PR}.scores").throttled = True
     md = compare_markdown(judge(r), r)
-    assert "| scores 32K (32768), 1 query, capacity 524288, L2 clean | scores | 40.0 | 24.8* | 0.62x |" in md
+    assert "| scores 32K (32768), 1 query, capacity 524288, L2 clean | scores | 40.0 | 50 | 24.8* | 50 | 0.62x |" in md
     assert "throttled: a thermal, power or hardware slowdown" in md
     assert "throttled: a thermal" in text(judge(r))
 
@@ -230,7 +234,9 @@ def test_the_table_renders_the_rows() -> None:
     assert "Compare: PASS, pr against base" in rendered and "tolerance 5%" in rendered
     line = next(line for line in rendered.splitlines() if "32K (32768)" in line)
     assert [c.strip() for c in line.strip()[1:-1].split("│")] == [
-        "scores 32K (32768), 1 query, capacity 524288, L2 clean", "scores", "40.0", "24.8", "0.62x", "FAST", "same", "yes", "yes"]
+        "scores 32K (32768), 1 query, capacity 524288, L2 clean", "scores", "40.0", "50", "24.8", "50", "0.62x", "FAST", "same",
+        "yes", "yes"]
+    assert "rule" not in rendered  # sides of ITERS counts: no stopping rule to show
     assert compare_verdict(judge(compare_record(scale=0.62))) == [f"COMPARE PASS: {ROWS} pairs, bits identical, {ROWS} FAST"]
 
 
@@ -247,3 +253,28 @@ def test_a_window_pairs_name_loses_the_side_on_each_part() -> None:
 
     assert unprefixed("main.scores+main.topk-cluster", "main") == "scores+topk-cluster"
     assert unprefixed("main.topk", "main") == "topk" and unprefixed("reference", "main") == "reference"
+
+
+def test_each_sides_sample_count_and_rule_are_shown_and_an_unmet_rule_is_said() -> None:
+    r = compare_record(scale=1.3)
+    first = {m.variant: m for m in r.measurements if m.key == case_key("scores", CASES["scores"][0])}
+    rng = np.random.default_rng(3)
+    first[f"{BASE}.scores"] = measurement("scores", f"{BASE}.scores", CASES["scores"][0], 40.0, rng, 0.01, n=20,
+                                          stop=stop_outcome("met"))
+    first[f"{PR}.scores"] = measurement("scores", f"{PR}.scores", CASES["scores"][0], 52.0, rng, 0.01, n=400,
+                                        stop=stop_outcome("sample cap", noise_pct=2.5))
+    r.measurements = [first.get(m.variant, m) if m.key == case_key("scores", CASES["scores"][0]) else m
+                      for m in r.measurements]
+    result = judge(r)
+    row = result.rows[0]
+    assert row.verdict == "SLOW" and row.detail.endswith("outside both runs' spread; pr's stopping rule NOT MET (sample cap)")
+    assert any(f.endswith("pr's stopping rule NOT MET (sample cap)") for f in result.failures())
+    md = compare_markdown(result, r)
+    assert ("| case | variant | base µs | base n | base rule | candidate µs | candidate n | candidate rule | change "
+            "| verdict |") in md
+    assert ("| scores 32K (32768), 1 query, capacity 524288, L2 clean | scores | 40.0 | 20 | met | 52.0 | 400 "
+            "| NOT MET (sample cap) | 1.30x | SLOW |") in md
+    assert "| topk-split | 30.0 | 50 | – | 39.0 | 50 | – | 1.30x | SLOW |" in md  # counted sides have no rule
+    rows = list(csv.DictReader(io.StringIO(compare_csv(result))))
+    assert [(row["base_samples"], row["base_rule_met"], row["candidate_samples"], row["candidate_rule_met"])
+            for row in rows[:2]] == [("20", "True", "400", "False"), ("50", "", "50", "")]

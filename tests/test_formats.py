@@ -71,7 +71,7 @@ def test_markdown_and_its_alias(capsys, fmt: str) -> None:
 def test_gate_selftest_info_and_sanitize_have_every_format(capsys, tmp_path) -> None:
     ci, ci_2 = RESULTS / "h200-2026-11-30" / "ci.json", RESULTS / "h200-2026-11-30" / "ci-2.json"
     code, out, _ = run(capsys, "gate", "--baseline", str(ci), "--results", str(ci_2), "--format", "markdown")
-    assert code == 0 and "### Gate: PASS against the baseline" in out and "| case | variant | baseline µs | median µs |" in out
+    assert code == 0 and "### Gate: PASS against the baseline" in out and "| case | variant | baseline µs | baseline n | median µs | n |" in out
     code, out, err = run(capsys, "gate", "--baseline", str(ci), "--results", str(ci_2), "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert code == 0 and {r["verdict"] for r in rows} >= {"SAME"} and err.startswith("GATE PASS")

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import copy
+import csv
 import dataclasses
+import io
 import json
 import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-from record_factory import seed_record
+from record_factory import samples as samples_of
+from record_factory import seed_record, stop_outcome
 
-from qsa_cli.output.gate import GateError, check_comparable, compare, gate_sheet, gate_verdict, junit_xml
-from qsa_cli.output.layout import text_of
+from qsa_cli.output.gate import GateError, check_comparable, compare, gate_csv, gate_sheet, gate_verdict, junit_xml
+from qsa_cli.output.layout import markdown, text_of
 from qsa_cli.record.schema import RunRecord
 from qsa_cli.record.vocabulary import ARGPARTITION
 
@@ -194,8 +197,10 @@ def test_gate_sheet_renders() -> None:
     rendered = text_of([gate_sheet(result)], 240)
     assert "Gate: FAIL" in rendered and "SLOW" in rendered and "tolerance 5%" in rendered
     line = next(line for line in rendered.splitlines() if "scores ctx=420000 nq=8" in line)
-    assert [c.strip() for c in line.strip()[1:-1].split("│")][:6] == [
-        "scores ctx=420000 nq=8 capacity=524288 kind=decode l2=clean", "multi", "773.9", "773.9", "1.00x", "SAME"]
+    assert [c.strip() for c in line.strip()[1:-1].split("│")][:8] == [
+        "scores ctx=420000 nq=8 capacity=524288 kind=decode l2=clean", "multi", "773.9", "50", "773.9", "50", "1.00x",
+        "SAME"]
+    assert "rule" not in rendered  # runs of ITERS counts: no stopping rule to show
 
 
 def test_the_last_lines_name_every_failing_row_with_its_detail() -> None:
@@ -306,3 +311,48 @@ def test_other_kernels_without_output_hashes_are_refused(capsys, two_runs) -> No
     _edit(base, old_baseline)
     code, out, err = _cli(capsys, "gate", "--baseline", str(base), "--results", str(run))
     assert code == 2 and "holds no output hashes" in err and len(err.strip().splitlines()) == 1, err
+
+
+def with_rule(record: RunRecord, reason: str, variant: str = "halve", samples: int = 12) -> RunRecord:
+    """The record with ``variant``'s measurements taken by the stopping rule (``samples`` each), ended by ``reason``."""
+    out = copy.deepcopy(record)
+    rng = np.random.default_rng(7)
+    for m in out.measurements:
+        if m.variant == variant:
+            m.samples_us = samples_of(m.median_us, rng, n=samples, noise=0.02)
+            m.stop = stop_outcome(reason, noise_pct=0.4 if reason == "met" else 3.1)
+    return out
+
+
+def test_each_sides_sample_count_and_rule_are_shown_and_an_unmet_rule_is_said() -> None:
+    base, run = with_rule(seed_record(seed=1, noise=0.02), "met", samples=40), with_rule(seed_record(seed=2, noise=0.02), "timeout")
+    result = compare(run, base)
+    assert result.passed  # the rule's outcome is shown, not judged: the spreads already weigh the noise
+    rendered = text_of([gate_sheet(result)], 300)
+    line = next(line for line in rendered.splitlines() if "scores ctx=420000 nq=8" in line)
+    cells = [c.strip() for c in line.strip()[1:-1].split("│")]
+    assert cells[1:9] == ["multi", "773.9", "50", "–", "773.9", "50", "–", "1.00x"]
+    halve = next(r for r in result.rows if r.key.startswith("scores ctx=420000 nq=8") and r.variant == "halve")
+    assert [len(m.samples_us) for m in halve.measured] == [40, 12]
+    assert halve.detail.endswith("the run's stopping rule NOT MET (timeout)")
+    lines = rendered.splitlines()
+    halve_line = lines[lines.index(line) + 1]  # the case's next variant
+    assert [c.strip() for c in halve_line.strip()[1:-1].split("│")][3:8] == ["40", "met", "255.1", "12", "NOT MET (timeout)"]
+    csv_rows = list(csv.DictReader(io.StringIO(gate_csv(result))))
+    by_variant = {row["variant"]: row for row in csv_rows if row["case"].startswith("scores ctx=420000 nq=8")}
+    assert {k: by_variant["halve"][k] for k in ("baseline_samples", "baseline_rule_met", "samples", "rule_met")} == {
+        "baseline_samples": "40", "baseline_rule_met": "True", "samples": "12", "rule_met": "False"}
+    assert {k: by_variant["multi"][k] for k in ("baseline_samples", "baseline_rule_met", "samples", "rule_met")} == {
+        "baseline_samples": "50", "baseline_rule_met": "", "samples": "50", "rule_met": ""}
+    md = markdown([gate_sheet(result)])
+    assert "| variant | baseline µs | baseline n | baseline rule | median µs | n | rule | ratio | verdict | detail |" in md
+
+
+def test_a_failing_row_whose_rule_was_not_met_says_so_in_its_failure_line() -> None:
+    base = with_rule(seed_record(seed=1, noise=0.02), "sample cap", samples=30)
+    run = with_rule(seed_record(seed=2, noise=0.02, scale=1.3), "timeout")
+    summary, *lines = gate_verdict(compare(run, base))
+    slow = next(line for line in lines if "scores ctx=32768 nq=1 " in line)
+    assert slow.endswith("outside both runs' spread; the run's stopping rule NOT MET (timeout); the baseline's stopping "
+                         "rule NOT MET (sample cap)")
+    assert summary.startswith("GATE FAIL (25 SLOW")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from record_factory import stop_outcome
 from rich.cells import cell_len
 
 from qsa_cli.catalog import qsa_catalog
@@ -92,7 +93,7 @@ def outputs(cpu: dict[str, RunRecord]) -> Iterator[tuple[str, Any, list[str]]]:
     for command in ("select-bench", "topk-parity", "window-bench", "sweep"):
         for name, r in [*_shipped(command), *([(f"cpu {command}", cpu[command])] if command in cpu else [])]:
             yield f"{command} {name}", printed.of_record(r), record_words(r)
-    for name, r in _shipped("compare"):
+    for name, r in [*_shipped("compare"), *[(f"{name} by the rule", by_the_rule(r)) for name, r in _shipped("compare")[:1]]]:
         result = compare.judge(r)
         yield f"compare {name}", printed.of_compare(result, r), record_words(r) + compare_words(result)
     ci, ci_2, slowed = (dict(_loaded())[f"h200-2026-11-30/{f}"] for f in ("ci.json", "ci-2.json", "ci-slowed.json"))
@@ -100,8 +101,11 @@ def outputs(cpu: dict[str, RunRecord]) -> Iterator[tuple[str, Any, list[str]]]:
     slower = RunRecord.from_dict(sweep.to_dict())
     for m in slower.measurements:
         m.samples_us = [s * 3 for s in m.samples_us]
+    auto = cpu["select-bench"]
     for name, (run, base) in {"ci-2 vs ci": (ci_2, ci), "ci vs ci-slowed": (ci, slowed),
-                              "cpu sweep vs a faster baseline": (slower, sweep)}.items():
+                              "cpu sweep vs a faster baseline": (slower, sweep),
+                              "cpu select-bench (ITERS auto) vs itself": (by_the_rule(auto), auto),
+                              "ci by the rule vs ci-slowed": (by_the_rule(ci), slowed)}.items():
         result = gate.compare(run, base, force=True)
         yield f"gate {name}", printed.of_gate(result, run, base), gate_words(result)
     for name, r in [*_shipped("selftest"), ("cpu selftest", cpu["selftest"])]:
@@ -122,6 +126,14 @@ def outputs(cpu: dict[str, RunRecord]) -> Iterator[tuple[str, Any, list[str]]]:
     several = [(name, r, compare.judge(r) if "compare" in r.settings else None)
                for name, r in [*_shipped("compare")[:1], *_shipped("select-bench")[:2], *_shipped("window-bench")[:1]]]
     yield "report", printed.of_saved(several), [w for _, r, _ in several for w in record_words(r)]
+
+
+def by_the_rule(record: RunRecord) -> RunRecord:
+    """The record as if every measurement had been taken by the stopping rule, every other one's rule not met."""
+    out = RunRecord.from_dict(record.to_dict())
+    for i, m in enumerate(out.measurements):
+        m.stop = stop_outcome("met" if i % 2 else "sample cap" if i % 4 else "timeout", noise_pct=1.5 + i)
+    return out
 
 
 def _median_word(samples: list[float], throttled: bool) -> str:
@@ -148,13 +160,14 @@ def record_words(r: RunRecord) -> list[str]:
 
 
 def compare_words(result: compare.CompareResult) -> list[str]:
-    return [w for row in result.rows for w in (row.pair, row.verdict)]
+    return [w for row in result.rows for w in (row.pair, row.verdict, *(str(len(m.samples_us))
+                                                                        for m in (row.base, row.candidate) if m))]
 
 
 def gate_words(result: gate.GateResult) -> list[str]:
     words = []
     for row in result.rows:
-        words += [row.variant, row.verdict, *row.key.split()]
+        words += [row.variant, row.verdict, *row.key.split(), *(str(len(m.samples_us)) for m in row.measured if m)]
         words += [f"{v:.1f}" for v, bad in ((row.baseline_us, row.baseline_bad), (row.median_us, row.run_bad))
                   if v is not None and not bad]
     return words

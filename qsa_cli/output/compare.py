@@ -17,9 +17,18 @@ from typing import Any
 from ..core.errors import InputError
 from ..record.schema import Case, ComparePair, EngineProvenance, Measurement, ParityCheck, RunRecord
 from ..record.vocabulary import CPU_MODEL, CPU_ORACLE, SCORES, TOPK, WINDOW
-from .gate import JUDGED, bad_samples, timing_verdict
+from .gate import JUDGED, bad_samples, rule_met, sample_count, stop_of, timing_verdict
 from .layout import MISSING, Block, Column, Prose, Sheet, csv_text
-from .report import THROTTLED_NOTE, header, numbered, time_cell
+from .report import (
+    THROTTLED_NOTE,
+    header,
+    numbered,
+    rule_cell,
+    rule_not_met,
+    samples_cell,
+    time_cell,
+    without_empty_columns,
+)
 from .rows import case_label, measurement_index, sample_problem, stage_cases
 
 REFERENCE = "reference"  # qsa's reference variant: the "against" of each side's reference check
@@ -157,6 +166,8 @@ def judge(record: RunRecord) -> CompareResult:
             verdict, detail = "MISSING", f"timed on {timed}, not on {untimed}"
         else:
             verdict, detail = timing_verdict(m_cand, m_base, tolerance)
+        unmet = [why for why in (rule_not_met(m_cand, f"{candidate}'s"), rule_not_met(m_base, f"{base}'s")) if why]
+        detail = "; ".join([detail, *unmet] if detail else unmet)
         return CompareRow(stage, case, unprefixed(pair["base"], base), m_base, m_cand, verdict, detail,
                           bits, references, models)
 
@@ -176,7 +187,9 @@ def judge(record: RunRecord) -> CompareResult:
 
 # ---- rendering --------------------------------------------------------------------------------------------
 
-COLUMNS = (Column("variant", bare=True), Column("base", "µs", numeric=True), Column("candidate", "µs", numeric=True),
+RULE_COLUMNS = (Column("base rule"), Column("candidate rule"))  # shown only when a side took its samples by the rule
+COLUMNS = (Column("variant", bare=True), Column("base", "µs", numeric=True), Column("base n", numeric=True),
+           RULE_COLUMNS[0], Column("candidate", "µs", numeric=True), Column("candidate n", numeric=True), RULE_COLUMNS[1],
            Column("change", numeric=True), Column("verdict"), Column("bits"), Column("= reference"), Column("= model"))
 
 
@@ -187,8 +200,9 @@ def _sides(result: CompareResult, cells: tuple[str, str]) -> str:
 
 
 def _cells(result: CompareResult, r: CompareRow) -> tuple[str, ...]:
-    return (r.pair, time_cell(r.base), time_cell(r.candidate), MISSING if r.ratio is None else f"{r.ratio:.2f}x",
-            r.verdict, r.bits, _sides(result, r.reference), _sides(result, r.model))
+    return (r.pair, time_cell(r.base), samples_cell(r.base), rule_cell(stop_of(r.base)), time_cell(r.candidate),
+            samples_cell(r.candidate), rule_cell(stop_of(r.candidate)),
+            MISSING if r.ratio is None else f"{r.ratio:.2f}x", r.verdict, r.bits, _sides(result, r.reference), _sides(result, r.model))
 
 
 def _throttled(result: CompareResult) -> bool:
@@ -202,7 +216,7 @@ def compare_sheet(result: CompareResult) -> Sheet:
         sheet.add(*_cells(result, r), group=f"{r.stage} {case_label(r.case)}")
     sheet.notes = [f"tolerance {result.tolerance:.0%}, and outside both sides' 10th-90th percentile spread",
                    *([THROTTLED_NOTE] if _throttled(result) else []), *result.other_failures]
-    return sheet
+    return without_empty_columns(sheet, RULE_COLUMNS)
 
 
 def _side_line(side: dict[str, Any], engines: list[EngineProvenance]) -> str:
@@ -250,9 +264,10 @@ def compare_csv(result: CompareResult) -> str:
     def median(m: Measurement | None) -> float | None:
         return m.median_us if m is not None and sample_problem(m) is None else None
 
-    return csv_text(("stage", "case", "variant", "base_us", "candidate_us", "ratio", "verdict", "detail", "bits",
-                     "reference", "model"),
-                    [(r.stage, case_label(r.case), r.pair, median(r.base), median(r.candidate), r.ratio, r.verdict,
+    return csv_text(("stage", "case", "variant", "base_us", "base_samples", "base_rule_met", "candidate_us",
+                     "candidate_samples", "candidate_rule_met", "ratio", "verdict", "detail", "bits", "reference", "model"),
+                    [(r.stage, case_label(r.case), r.pair, median(r.base), sample_count(r.base), rule_met(r.base),
+                      median(r.candidate), sample_count(r.candidate), rule_met(r.candidate), r.ratio, r.verdict,
                       r.detail, r.bits, _sides(result, r.reference), _sides(result, r.model)) for r in result.rows])
 
 

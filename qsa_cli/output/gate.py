@@ -17,13 +17,13 @@ the sweep itself does not judge them; parity and the rest are judged as on the G
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..core.errors import GateError
-from ..record.schema import Measurement, RunRecord
+from ..record.schema import Measurement, RunRecord, StopOutcome
 from ..record.vocabulary import ARGPARTITION, CPU_TIMES, INPUTS, INPUTS_HASH, OUTPUT_HASH, times_judged
 from .layout import MISSING, Block, Column, Prose, Sheet, csv_text
-from .report import header, numbered
+from .report import header, numbered, rule_cell, rule_not_met, samples_cell, without_empty_columns
 from .rows import measurement_index, sample_problem
 
 FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD", "MISSING", "BAD-SAMPLES", "NOTHING-COMPARED", "BITS-CHANGED")
@@ -45,6 +45,8 @@ class GateRow:
     detail: str = ""
     baseline_bad: str | None = None  # why the baseline's samples are unusable (BAD-SAMPLES), and the run's
     run_bad: str | None = None
+    measured: tuple[Measurement | None, Measurement | None] = (None, None)  # (the baseline's, the run's): their
+    # sample counts and stopping rules
 
     @property
     def ratio(self) -> float | None:
@@ -139,6 +141,13 @@ def _timing_row(key: str, variant: str, m: Measurement, b: Measurement, toleranc
     return GateRow(key, variant, b.median_us, m.median_us, *timing_verdict(m, b, tolerance))
 
 
+def _measured(row: GateRow, b: Measurement | None, m: Measurement | None) -> GateRow:
+    """The row with the measurements it compared, its detail saying which side's stopping rule was not met
+    (its median is then noisier than the rule asked; the verdict stands, as the spreads already weigh noise)."""
+    unmet = [why for why in (rule_not_met(m, "the run's"), rule_not_met(b, "the baseline's")) if why]
+    return replace(row, detail="; ".join([row.detail, *unmet] if row.detail else unmet), measured=(b, m))
+
+
 def bad_samples(m: Measurement | None, whose: str) -> str | None:
     """``whose`` samples' problem (``rows.sample_problem``), or None: the gate's and ``qsa compare``'s BAD-SAMPLES."""
     problem = sample_problem(m)
@@ -173,6 +182,7 @@ def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, for
             rows.append(GateRow(key, variant, None, median, "NEW", "not in the baseline"))
         else:
             rows.append(_timing_row(key, variant, m, b, tolerance, judged))
+        rows[-1] = _measured(rows[-1], b, m)
     if not any(r.verdict in (*JUDGED, NOT_JUDGED) for r in rows):
         rows.append(GateRow("gate", "timings", None, None, "NOTHING-COMPARED",
                             "no (case, variant) is timed in both the run and the baseline"))
@@ -195,19 +205,28 @@ def _time(value: float | None, bad: str | None, unit: str = "") -> str:
     return f"BAD ({bad})" if bad else _fmt(value, "{:.1f}" + unit)
 
 
-GATE_COLUMNS = (Column("variant", bare=True), Column("baseline", "µs", numeric=True), Column("median", "µs", numeric=True),
+RULE_COLUMNS = (Column("baseline rule"), Column("rule"))  # shown only when a side took its samples by the rule
+GATE_COLUMNS = (Column("variant", bare=True), Column("baseline", "µs", numeric=True), Column("baseline n", numeric=True),
+                RULE_COLUMNS[0], Column("median", "µs", numeric=True), Column("n", numeric=True), RULE_COLUMNS[1],
                 Column("ratio", numeric=True), Column("verdict"), Column("detail"))
+
+
+def stop_of(m: Measurement | None) -> StopOutcome | None:
+    """How the stopping rule ended ``m``'s samples; None when ITERS was a count or nothing was timed."""
+    return m.stop if m is not None else None
 
 
 def gate_sheet(result: GateResult) -> Sheet:
     """Every row of the gate, grouped by case, with its verdict and why."""
     sheet = Sheet(f"Gate: {'PASS' if result.passed else 'FAIL'} against the baseline", GATE_COLUMNS)
     for r in result.rows:
-        sheet.add(r.variant, _time(r.baseline_us, r.baseline_bad), _time(r.median_us, r.run_bad),
-                  _fmt(r.ratio, "{:.2f}x"), r.verdict, r.detail or MISSING, group=r.key)
+        (b, m) = r.measured
+        sheet.add(r.variant, _time(r.baseline_us, r.baseline_bad), samples_cell(b), rule_cell(stop_of(b)),
+                  _time(r.median_us, r.run_bad), samples_cell(m), rule_cell(stop_of(m)), _fmt(r.ratio, "{:.2f}x"),
+                  r.verdict, r.detail or MISSING, group=r.key)
     sheet.notes = [f"tolerance {result.tolerance:.0%}, and outside both runs' 10th-90th percentile spread",
                    *result.notes]
-    return sheet
+    return without_empty_columns(sheet, RULE_COLUMNS)
 
 
 def gate_blocks(result: GateResult, record: RunRecord, baseline: RunRecord) -> list[Block]:
@@ -216,10 +235,21 @@ def gate_blocks(result: GateResult, record: RunRecord, baseline: RunRecord) -> l
             gate_sheet(result)]
 
 
+def sample_count(m: Measurement | None) -> int | None:
+    """A CSV's sample count (and ``rule_met``, the rule's outcome): None where there is none."""
+    return None if m is None else len(m.samples_us)
+
+
+def rule_met(m: Measurement | None) -> bool | None:
+    stop = stop_of(m)
+    return None if stop is None else stop["met"]
+
+
 def gate_csv(result: GateResult) -> str:
-    return csv_text(("stage", "case", "variant", "baseline_us", "median_us", "ratio", "verdict", "detail"),
-                    [(r.key.split()[0], r.key, r.variant, r.baseline_us, r.median_us, r.ratio, r.verdict, r.detail)
-                     for r in result.rows])
+    return csv_text(("stage", "case", "variant", "baseline_us", "baseline_samples", "baseline_rule_met", "median_us",
+                     "samples", "rule_met", "ratio", "verdict", "detail"),
+                    [(r.key.split()[0], r.key, r.variant, r.baseline_us, sample_count(b), rule_met(b), r.median_us,
+                      sample_count(m), rule_met(m), r.ratio, r.verdict, r.detail) for r in result.rows for b, m in [r.measured]])
 
 
 def _counts(rows: list[GateRow]) -> str:

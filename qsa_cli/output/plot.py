@@ -28,7 +28,8 @@ from ..core.errors import PlotError
 from ..core.files import atomic_write
 from ..record.load import load_record
 from ..record.schema import Case, Measurement, RunRecord, case_key
-from ..record.vocabulary import ARGPARTITION, DEFAULT_KEYS, READ_FLOOR, SCORES, STAGES, TOPK, WINDOW, pair_name
+from ..record.vocabulary import ARGPARTITION, DEFAULT_KEYS, READ_FLOOR, SCORES, STAGES, TOPK, WINDOW
+from .rows import dispatched_variant
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -210,24 +211,9 @@ def _styles(points: Sequence[Point]) -> dict[str, tuple[str, str, str]]:
     return styles | {name: REFERENCE_STYLES[name] for name in names if name in REFERENCE_STYLES}
 
 
-def _dispatch(record: RunRecord, kind: str) -> dict[str, Any] | None:
-    """The engine's choice for ``kind`` calls: the record's one summary, or a sweep's per kind."""
-    recorded = record.settings.get("dispatch") or {}
-    one = recorded if "topk" in recorded else recorded.get(kind)
-    return one if one and one.get("kind", kind) == kind else None
-
-
-def _dispatched_variant(record: RunRecord, stage: str, kind: str) -> str | None:
-    """The variant (a window's pair) the engine dispatches for a stage's ``kind`` calls, as the record says."""
-    d = _dispatch(record, kind)
-    if d is None:
-        return None
-    return pair_name(d[SCORES], d[TOPK]) if stage == WINDOW else d.get(stage)
-
-
 def _dispatched_name(p: Point) -> str | None:
     """The series name the engine's choice has among these points: a compare side's own copy of it."""
-    choice = _dispatched_variant(p.record, p.m.stage, p.m.case["kind"])
+    choice = dispatched_variant(p.record, p.m.stage, p.m.case)
     if choice is None:
         return None
     compare = p.record.settings.get("compare")

@@ -70,11 +70,22 @@ RESULT_COLUMNS = (
 )
 
 
+def samples_cell(m: Measurement | None) -> str:
+    """How many samples were taken; – when not timed."""
+    return MISSING if m is None else str(len(m.samples_us))
+
+
 def rule_cell(stop: StopOutcome | None) -> str:
     """Whether the stopping rule was met (``NOT MET (timeout)``, ``NOT MET (sample cap)``); – for a count."""
     if stop is None:
         return MISSING
     return "met" if stop["met"] else f"NOT MET ({stop['reason']})"
+
+
+def rule_not_met(m: Measurement | None, whose: str) -> str | None:
+    """``whose stopping rule NOT MET (why)`` for a verdict's detail; None when it was met or ITERS was a count."""
+    stop = m.stop if m is not None else None
+    return None if stop is None or stop["met"] else f"{whose} stopping rule {rule_cell(stop)}"
 
 
 def _result_cells(r: ResultRow) -> tuple[str, ...]:
@@ -83,7 +94,7 @@ def _result_cells(r: ResultRow) -> tuple[str, ...]:
     stop = r.stop
     return (
         r.variant, r.role + (", dispatched" if r.dispatched else ""), time_cell(r.measurement),
-        MISSING if spread is None else f"{spread[0]:.1f}-{spread[1]:.1f}", str(r.samples) if r.measurement else MISSING,
+        MISSING if spread is None else f"{spread[0]:.1f}-{spread[1]:.1f}", samples_cell(r.measurement),
         rule_cell(stop), MISSING if stop is None else f"{stop['noise_pct']:.2f}%", number_cell(r.batch_us, "{:.1f}"),
         number_cell(r.gbps, "{:.0f}" if (r.gbps or 0) >= 100 else "{:.3g}"), number_cell(r.floor_ratio, "{:.2f}x"), short_hash(r.shown_hash),
         check_cell(r.vs_reference), check_cell(r.vs_model),
@@ -92,9 +103,11 @@ def _result_cells(r: ResultRow) -> tuple[str, ...]:
     )
 
 
-def _without_empty_columns(sheet: Sheet) -> Sheet:
-    """The sheet less the columns no row has a value in (a top-k has no read floor, a parity-only run no times)."""
-    keep = [i for i, col in enumerate(sheet.columns) if any(row[i] != MISSING for row in sheet.rows)]
+def without_empty_columns(sheet: Sheet, among: Sequence[Column] | None = None) -> Sheet:
+    """The sheet less the columns (of ``among``; all when None) no row has a value in (a top-k has no read
+    floor, a parity-only run no times, a run of ITERS counts no stopping rule)."""
+    keep = [i for i, col in enumerate(sheet.columns)
+            if (among is not None and col not in among) or any(row[i] != MISSING for row in sheet.rows)]
     return Sheet(sheet.title, tuple(sheet.columns[i] for i in keep), [tuple(row[i] for i in keep) for row in sheet.rows],
                  sheet.groups, sheet.group_header, sheet.notes)
 
@@ -107,7 +120,7 @@ def results_sheet(rows: Sequence[ResultRow], stage: str) -> Sheet:
         sheet.add(*_result_cells(r), group=case_label(r.case))
     if any(r.throttled for r in rows):
         sheet.notes.append(THROTTLED_NOTE)
-    return _without_empty_columns(sheet)
+    return without_empty_columns(sheet)
 
 
 SUMMARY_COLUMNS = (Column("case", bare=True), Column("before"), Column("before", "µs", numeric=True, bare=True),

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.geometry import HALVE_MAX_QUERIES
 from ..record.schema import Case, Measurement, ParityCheck, RunRecord, StopOutcome, case_key
 from ..record.vocabulary import (
     CPU_MODEL,
@@ -25,7 +27,9 @@ from ..record.vocabulary import (
     LAST_CALL,
     OUTPUT_HASH,
     REFERENCE_POINTS,
+    SCORES,
     STAGES,
+    TOPK,
     WINDOW,
     pair_name,
 )
@@ -72,12 +76,14 @@ def dispatch_of(record: RunRecord, kind: str) -> dict[str, Any] | None:
     return d if d.get("kind", kind) == kind and "topk" in d else None
 
 
-def dispatched_variant(record: RunRecord, stage: str, kind: str) -> str | None:
-    """The variant the engine runs for a ``kind`` call in ``stage`` (a window: its pair), as recorded."""
-    d = dispatch_of(record, kind)
+def dispatched_variant(record: RunRecord, stage: str, case: Mapping[str, Any]) -> str | None:
+    """The variant the engine runs for ``case``'s call in ``stage`` (a window: its pair), as recorded: a
+    decode call of more than HALVE_MAX_QUERIES queries takes the recorded ``scores_wide`` where there is one."""
+    d = dispatch_of(record, case["kind"])
     if d is None:
         return None
-    return pair_name(d["scores"], d["topk"]) if stage == WINDOW else d.get(stage)
+    scores = d.get("scores_wide", d["scores"]) if case["nq"] > HALVE_MAX_QUERIES else d["scores"]
+    return pair_name(scores, d["topk"]) if stage == WINDOW else {SCORES: scores, TOPK: d["topk"]}.get(stage)
 
 
 def subject_variant(subject: str) -> str:
@@ -262,7 +268,7 @@ def result_rows(record: RunRecord, stage: str | None = None) -> list[ResultRow]:
                 names.setdefault(p.key, {})[subject_variant(p.subject)] = None
         for key, case in stage_cases(record, st).items():
             checks = checks_of.get(key, [])
-            dispatched = dispatched_variant(record, st, case["kind"])
+            dispatched = dispatched_variant(record, st, case)
             ordered = sorted(names.get(key, {}), key=lambda v: v in REFERENCE_POINTS)
             for variant in ordered:
                 mine = tuple(p for p in checks if subject_variant(p.subject) == variant)

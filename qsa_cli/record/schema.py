@@ -128,13 +128,18 @@ class ClockLockRecord(TypedDict):
     reason: str | None
 
 
-class Dispatch(TypedDict):
-    """The engine's choice for one kind of call (``session.Session.dispatch_summary``)."""
-
+class _DispatchFields(TypedDict):
     kind: str
     scores: str
     topk: str
     reasons: dict[str, str]
+
+
+class Dispatch(_DispatchFields, total=False):
+    """The engine's choice for one kind of call (``session.Session.dispatch_summary``); ``scores_wide``: the
+    scorer of a call of more than 4 queries, where it is another (dispatch.Dispatch.scorer_for)."""
+
+    scores_wide: str
 
 
 class Roles(TypedDict, total=False):

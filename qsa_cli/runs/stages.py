@@ -29,15 +29,17 @@ def topk_score_sets(call: Call, seed: int) -> list[TopkInputs]:
     return [synthetic_scores(call, name, seed) for name in SCORE_SETS]
 
 
-def scorer_variants(s: Session) -> tuple[str, ...]:
-    """What a scorer case runs: the baseline and the candidate, and every variant from elsewhere (an engine
-    checkout's, a compare side's) with qsa's reference to check it against; ``--variants`` picks among all."""
+def scorer_variants(s: Session, queries: int) -> tuple[str, ...]:
+    """What a scorer case of ``queries`` queries runs: the baseline and the candidate, the scorer the engine
+    dispatches for a decode call of that many, and every variant from elsewhere (an engine checkout's, a
+    compare side's) with qsa's reference to check it against; ``--variants`` picks among all."""
     if s.picked is not None:
         return s.chosen(s.catalog.names("scores"))
     roles = s.roles["scores"]
+    dispatched = s.dispatch("decode").scorer_for(queries)
     others = tuple(v.name for v in s.catalog.stage("scores") if not v.qsa_own)
     return tuple(dict.fromkeys((*((roles["reference"],) if others else ()), roles["baseline"], roles["candidate"],
-                                *others)))
+                                dispatched, *others)))
 
 
 def _with_switched(s: Session, stage: str, variants: tuple[str, ...], inputs: Any, iters: Iters,
@@ -71,12 +73,14 @@ def run_scorer_case(s: Session, inputs: ScorerInputs, iters: Iters, variants: tu
                                        s.launcher, s.settings.check_model,
                                        s.compared_bits("scores"), told)
 
-    return _with_switched(s, "scores", variants or scorer_variants(s), inputs, iters, here, progress=progress)
+    return _with_switched(s, "scores", variants or scorer_variants(s, inputs.nq), inputs, iters, here, progress=progress)
 
 
 def select_bench(s: Session, inputs: ScorerInputs, iters: Iters, progress: Progress = no_progress) -> StageOutcome:
     """The seed's decode-call scorer benchmark: the baseline and the candidate (and any engine checkout's
-    scorers) on the same inputs, hashes, times; ``progress``: each variant."""
+    scorers, and the scorer the engine dispatches for the call) on the same inputs, hashes, times;
+    ``progress``: each variant."""
+    s.record_settings(dispatch=s.dispatch_summary("decode", inputs.max_blocks))
     return run_scorer_case(s, inputs, iters, progress=progress)
 
 
@@ -111,8 +115,9 @@ def window_bench(s: Session, call: Call, iters: Iters, keys: str = DEFAULT_KEYS,
     synthetic inputs of a ``keys`` kind: the catalog's pairs and the one the engine dispatches here, those
     ``--variants`` picks; ``progress``: each pair."""
     available = s.here("topk", call.max_blocks)
-    summary = s.dispatch_summary("decode", call.max_blocks)
-    dispatched = (summary["scores"], summary["topk"])  # what the engine replays on this card
+    choice = s.dispatch("decode", call.max_blocks)
+    summary = choice.summary("decode")
+    dispatched = (choice.scorer_for(call.nq), choice.topk)  # what the engine replays on this card
     chosen = tuple(dict.fromkeys(p for p in (*s.catalog.window_pairs(), dispatched) if p[1] in available
                                  and (s.picked is None or p[0] in s.picked)))
     s.record_settings(dispatch=summary)
