@@ -50,8 +50,8 @@ def command(baseline_path: str, results_path: str | None, config_name: str, tole
             allow_missing: bool, allow_bit_changes: bool, junit_path: str | None,
             limits: tuple[tuple[str, str, float], ...], device_id: int, json_path: str | None,
             engines: tuple[str, ...], **opts: Any) -> int:
-    """CI regression gate: parity must hold, thresholds and limits too, and every timing of the baseline must
-    be in the run and not SLOW."""
+    """CI regression gate: parity must hold, thresholds too, and every timing of the baseline must be in
+    the run and not SLOW."""
     fmt = chosen_format(opts)
     if results_path:
         named = next((what for what, on in (("--json records", json_path), ("--engine adds variants to", engines),

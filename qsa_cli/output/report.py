@@ -66,16 +66,18 @@ def agreement_cell(a: Agreement | None) -> str:
         parts.append(scores + (f", {e['mismatched']} mismatched" if e["mismatched"] else ""))
     if a.selection is not None:
         sel = a.selection
-        parts.append(f"ids {sel['min_id_fraction']:.1%} min" + (
-            f" {sel['mean_id_fraction']:.1%} mean" if sel["mean_id_fraction"] != sel["min_id_fraction"] else "")
-            + f", {sel['identical_queries']}/{sel['queries']} same")
+        low, mean = f"{sel['min_id_fraction']:.1%}", f"{sel['mean_id_fraction']:.1%}"
+        parts.append(f"ids {low} min" + (f" {mean} mean" if mean != low else "")
+                     + f", {sel['identical_queries']}/{sel['queries']} same")
     return "inexact: " + "; ".join(parts)
 
 
 def limit_text(v: LimitVerdict) -> str:
     """``max_ulps 37, not <= 8`` (and why, where a value does not say it)."""
     sense = "<=" if LIMITS[v["measure"]].ceiling else ">="
-    return f"{v['measure']} {v['value']:.4g}, not {sense} {v['limit']:.4g}" + (f" ({v['detail']})" if v["detail"] else "")
+    shown = (lambda x: f"{x:.0f}") if v["measure"] == "max_ulps" else (lambda x: f"{x:.4g}")  # ulps: whole
+    return f"{v['measure']} {shown(v['value'])}, not {sense} {shown(v['limit'])}" + (
+        f" ({v['detail']})" if v["detail"] else "")
 
 
 def limit_failure(a: Agreement, v: LimitVerdict) -> str:
@@ -129,9 +131,13 @@ def _result_cells(r: ResultRow) -> tuple[str, ...]:
         rule_cell(stop), MISSING if stop is None else f"{stop['noise_pct']:.2f}%", number_cell(r.batch_us, "{:.1f}"),
         number_cell(r.gbps, "{:.0f}" if (r.gbps or 0) >= 100 else "{:.3g}"), number_cell(r.floor_ratio, "{:.2f}x"), short_hash(r.shown_hash),
         *_compared_cells(r), r.verdict or MISSING,
-        "; ".join([*(failure_detail(p) for p in r.failed), *(limit_failure(a, v) for a, v in r.broken_limits)])
-        or MISSING,
+        row_failures(r) or MISSING,
     )
+
+
+def row_failures(r: ResultRow) -> str:
+    """Why a row fails: its checks that differ, then the limits its measures broke ("" when none)."""
+    return "; ".join([*(failure_detail(p) for p in r.failed), *(limit_failure(a, v) for a, v in r.broken_limits)])
 
 
 def _compared_cells(r: ResultRow) -> tuple[str, str, str]:
@@ -361,7 +367,7 @@ def result_csv(records: Sequence[tuple[str | None, RunRecord]]) -> str:
                           r.role, r.dispatched, r.median_us, *spread, r.samples, stop.get("met"), stop.get("noise_pct"),
                           r.batch_us, r.throttled, r.gbps, r.floor_ratio,
                           r.shown_hash, _equal(r.vs_reference), _equal(r.vs_model), pair.against if pair else None,
-                          _equal(pair), r.verdict, r.problem, "; ".join(failure_detail(p) for p in r.failed) or None,
+                          _equal(pair), r.verdict, r.problem, row_failures(r) or None,
                           r.exact, *_measure_values(r)])
     return csv_text([*(["file"] if with_file else []), *RESULT_CSV], lines)
 
