@@ -17,8 +17,8 @@ from inexact_variants import (  # the fixture by its name, for usefixtures
     perturbed_scores,
 )
 from record_factory import measurement, parity, record, scores_case
+from test_cli_runs import run, words
 
-from qsa_cli.cli import main
 from qsa_cli.core.geometry import SELECT_CAP, Call
 from qsa_cli.inputs import TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from qsa_cli.model.agreement import score_errors
@@ -34,17 +34,6 @@ from qsa_cli.record.vocabulary import GUARD_ZONES, INPUTS, LAST_CALL
 CTX, NQ, CAP = 16384, 2, 16384  # a selection of SELECT_CAP cells of 16384: a negated block leaves it
 SCORER_RUN = ("select-bench", str(CTX), str(NQ), "1", str(CAP), "--backend", "cpu",
               "--variants", f"reference,multi,halve,{APPROX_SCORER}")
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(list(argv))
-    out, err = capsys.readouterr()
-    return info.value.code, out, err
-
-
-def words(text: str) -> str:
-    return " ".join(text.split())
 
 
 def scorer_record(capsys, tmp_path, *limits: str) -> tuple[int, str, dict]:

@@ -37,8 +37,10 @@ def _counted(n: int, what: str) -> str:
 
 
 def recorded(record: RunRecord) -> str:
-    """What a record holds, counted: its measurements, parity checks, selftest checks, sanitizer runs."""
+    """What a record holds, counted: its measurements, parity checks, inexact variants' measured comparisons,
+    selftest checks, sanitizer runs."""
     counts = [(len(record.measurements), "measurement"), (len(record.parity), "parity check"),
+              (len(record.agreements), "measured comparison"),
               (len(record.checks), "selftest check"), (len(record.sanitizer), "sanitizer run")]
     return ", ".join(_counted(n, what) for n, what in counts if n) or "nothing measured yet"
 
