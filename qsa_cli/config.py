@@ -3,8 +3,9 @@
 A sweep file is a mapping. Run settings: ``iterations`` (0 = parity only; ``auto``: the stopping rule's
 count), ``warmup``, ``l2`` (clean / dirty / warm), ``seed``, ``description``, ``engine`` (NAME -> an
 engine checkout, ``PATH[@REV]``, a relative PATH from the file's folder: its variants ``NAME.scores`` ... run beside qsa's), ``variants``
-(stage -> the variants to run, an engine checkout's among them; default: all of the stage's) and ``thresholds`` (stage -> ``min_speedup``, new vs old, and for the scorer
-``max_floor_ratio``, new vs the read floor). Case keys: ``stages``, ``contexts``, ``queries``,
+(stage -> the variants to run, an engine checkout's among them; default: all of the stage's), ``thresholds`` (stage -> ``min_speedup``, new vs old, and for the scorer
+``max_floor_ratio``, new vs the read floor) and ``limits`` (a variant declared not bitwise, or ``inexact`` for
+every one -> a measure such as ``max_ulps`` -> its limit: record/limits.py). Case keys: ``stages``, ``contexts``, ``queries``,
 ``capacity``, ``kind`` (decode / prompt), ``score_sets`` (top-k only) and ``keys`` (the scorer's
 synthetic inputs, scorer only: synthetic / adversarial). Written at the top level they describe one
 block of cases; with a ``matrix`` list, each entry is a block whose case keys override the top
@@ -31,11 +32,12 @@ from typing import Any
 import yaml
 
 from .catalog import STAGES, Catalog, qsa_catalog
-from .core.errors import ConfigError, GeometryError
+from .core.errors import ConfigError, GeometryError, LimitError
 from .core.geometry import Call, check_call, check_capacity, check_queries
 from .dispatch import CALL_KINDS
-from .engine.kinds import engine_kinds
+from .engine.kinds import ENGINE_KINDS, engine_kinds
 from .inputs import SCORE_SETS
+from .record.limits import LIMITS, check_scopes, limit_value
 from .record.vocabulary import DEFAULT_KEYS, DEFAULT_L2, L2_STATES, RENAMED_L2, SCORER_KEYS
 from .timing import AUTO, DEFAULT_WARMUP, MAX_ITERATIONS, MAX_WARMUP, Iters
 
@@ -43,7 +45,7 @@ SIZE_SUFFIXES = {"K": 1024, "M": 1024 * 1024}
 THRESHOLD_KEYS = {"scores": ("min_speedup", "max_floor_ratio"), "topk": ("min_speedup",)}
 
 CASE_KEYS = ("stages", "contexts", "queries", "capacity", "kind", "score_sets", "keys")
-SETTING_KEYS = ("description", "iterations", "warmup", "l2", "seed", "engine", "variants", "thresholds")
+SETTING_KEYS = ("description", "iterations", "warmup", "l2", "seed", "engine", "variants", "thresholds", "limits")
 TOP_KEYS = (*SETTING_KEYS, *CASE_KEYS, "matrix")
 # 50 iterations: the seed's
 DEFAULTS: dict[str, Any] = {"iterations": 50, "warmup": DEFAULT_WARMUP, "l2": DEFAULT_L2, "seed": 0, "kind": "decode",
@@ -108,6 +110,7 @@ class SweepConfig:
     variants: Mapping[str, tuple[str, ...]]  # only the stages the file names
     thresholds: Mapping[str, Thresholds]
     engines: tuple[str, ...] = ()  # NAME=PATH[@REV] of each engine checkout the file names
+    limits: tuple[tuple[str, str, float], ...] = ()  # (scope, measure, value) on inexact variants' measures
     given: frozenset[str] = frozenset()  # the settings (SETTING_KEYS) the file sets, not left at DEFAULTS
 
     @property
@@ -257,6 +260,7 @@ def _parse(r: _Reader, root: Any) -> SweepConfig:
     variants = _per_stage(r, top.get("variants"), "variants", STAGES, stages, variant_names)
     thresholds = _per_stage(r, top.get("thresholds"), "thresholds", tuple(THRESHOLD_KEYS), stages,
                             lambda stage, n: _thresholds(r, stage, n))
+    limits = _limits(r, top["limits"], engines) if "limits" in top else ()
     return SweepConfig(
         source=r.source,
         description=str(r.value(top["description"])) if "description" in top else "",
@@ -268,6 +272,7 @@ def _parse(r: _Reader, root: Any) -> SweepConfig:
         variants=variants,
         thresholds=thresholds,
         engines=tuple(f"{name}={spec}" for name, spec in engines.items()),
+        limits=limits,
         given=frozenset(key for key in SETTING_KEYS if key in top),
     )
 
@@ -368,6 +373,33 @@ def _per_stage(r: _Reader, node: Any, what: str, allowed: tuple[str, ...], stage
 def _thresholds(r: _Reader, stage: str, node: Any) -> Thresholds:
     limits = r.mapping(node, THRESHOLD_KEYS[stage], f"the {stage} thresholds")
     return Thresholds(**{k: r.number(v, k) for k, v in limits.items()})
+
+
+def _limits(r: _Reader, node: Any, engines: Mapping[str, str]) -> tuple[tuple[str, str, float], ...]:
+    """``limits:`` scope (a variant, or ``inexact``) -> measure -> value. A variant the file can know of (qsa's
+    own, its checkouts' kinds) is checked here, with its line; any other (a --engine checkout's) once the run's
+    catalog is built."""
+    known = {name: (stage, True) for stage in STAGES for name in qsa_catalog().names(stage)}
+    known |= {f"{e}.{kind}": (k.stage, k.exact) for e in engines for kind, k in ENGINE_KINDS.items()}
+    inexact = {name: stage for name, (stage, exact) in known.items() if not exact}
+    out = []
+    for scope, scope_node in r.mapping(node, None, "limits").items():
+        named = {}
+        for measure, value_node in r.mapping(scope_node, tuple(LIMITS), f"the limits of {scope!r}").items():
+            value = r.value(value_node)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise r.error(value_node, f"limit {measure} must be a number (got {value!r})")
+            try:
+                named[measure] = limit_value(measure, float(value))
+            except LimitError as bad:
+                raise r.error(value_node, str(bad)) from None
+        if scope in known:
+            try:
+                check_scopes({scope: named}, inexact, known)
+            except LimitError as bad:
+                raise r.error(scope_node, str(bad)) from None
+        out += [(scope, measure, value) for measure, value in named.items()]
+    return tuple(out)
 
 
 # ---- shipped configs -------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from .engine.attach import attached, check_engines
 from .engine.switches import switched_variant
 from .kernels import sources_hash
 from .launch.shape import Card
+from .record.limits import Limits, check_scopes, verdicts
 from .record.schema import RunRecord, RunSettings
 from .record.vocabulary import DEFAULT_L2, pair_name
 from .sides import SideSpec, open_sides, side_pairs
@@ -54,6 +55,15 @@ class Settings:
     candidate: str | None = None
     kernels: Path | None = None  # --kernels DIR: qsa's kernel sources from this folder (None: the installed)
     sides: tuple[SideSpec, SideSpec] | None = None  # qsa compare: the base and the candidate side
+    limits: tuple[tuple[str, str, float], ...] = ()  # (scope, measure, value): limits on inexact variants' measures
+
+    @property
+    def limits_by_scope(self) -> dict[str, dict[str, float]]:
+        """The limits as record/limits.py reads them (a later (scope, measure) taking the place of an earlier)."""
+        out: dict[str, dict[str, float]] = {}
+        for scope, measure, value in self.limits:
+            out.setdefault(scope, {})[measure] = value
+        return out
 
 
 @dataclass(frozen=True)
@@ -120,9 +130,20 @@ class Session:
             self.record_settings(stopping=self.settings.stopping.to_dict())
         return Measurer(iters=iters, timer=self._timer, clocks=self.clocks, rule=self.settings.stopping)
 
+    @property
+    def inexact(self) -> dict[str, str]:
+        """The run's variants declared not bitwise, each name with its stage."""
+        return {v.name: v.stage for v in self.catalog.variants if not v.exact}
+
     def take(self, outcome: StageOutcome) -> StageOutcome:
+        """A stage's rows into the record, each inexact variant's row against the stage's reference or CPU
+        model judged by the run's limits (record/limits.py)."""
+        limits: Limits = self.settings.limits_by_scope
+        for row in outcome.agreements:
+            row.limits = verdicts(row, self.roles.get(row.stage, {}).get("reference"), self.inexact, limits)
         self.record.measurements += outcome.measurements
         self.record.parity += outcome.parity
+        self.record.agreements += outcome.agreements
         self.record.notes += [n for n in dict.fromkeys(outcome.notes) if n not in self.record.notes]
         return outcome
 
@@ -281,6 +302,12 @@ def _cast(s: Session, spelled: Mapping[str, str]) -> None:
                                         *(roles[stage]["reference"] for stage in STAGES)]))
     s.roles = roles
     s.record_settings(roles=roles)
+    limits = s.settings.limits_by_scope
+    check_scopes(limits, s.inexact, known)
+    if s.inexact:
+        s.record_settings(inexact=s.inexact)
+    if limits:
+        s.record_settings(limits=limits)
 
 
 def _check_compares(cast: dict[str, str], option: str, value: str, picked: tuple[str, ...] | None) -> None:

@@ -82,7 +82,8 @@ def run_switched(catalog: Catalog, stage: str, switches: tuple[tuple[str, str], 
     # the switched variants' rows only: the reference, the read floor and the rest are this process's
     ours = lambda subject: any(subject == v or subject.startswith(f"{v} (") for v in variants)  # noqa: E731
     return StageOutcome([m for m in record.measurements if m.variant in variants],
-                        [p for p in record.parity if ours(p.subject)], notes=record.notes)
+                        [p for p in record.parity if ours(p.subject)], notes=record.notes,
+                        agreements=[a for a in record.agreements if ours(a.subject)])
 
 
 def main(argv: list[str]) -> int:
@@ -118,6 +119,7 @@ def main(argv: list[str]) -> int:
                 out = window_stage.run_window(inputs, measurer, pairs, launcher)
         monitor.close()
     record.measurements, record.parity, record.notes = out.measurements, out.parity, out.notes
+    record.agreements = out.agreements
     record.write(work / RECORD_FILE)
     return 0
 

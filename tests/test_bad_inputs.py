@@ -224,6 +224,7 @@ FILES: dict[str, Callable[[Path], None]] = {
     "engine-no-functions": _engine(lambda text: "// nothing here\n#pragma once\n"),
     "engine-not-text": _engine(None),
     "engine-missing.yaml": _sweep("engine:\n  base: nowhere\n"),
+    "limit-exact.yaml": _sweep("limits:\n  halve:\n    max_ulps: 8\n"),
     # output targets
     "dir": lambda path: path.mkdir(),
     # a copy of qsa's kernels whose scorer does not compile
@@ -280,6 +281,15 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("sweep", "no-such-sweep", *CPU), "no such config file"),
     (("sweep", "@dir", *CPU), "no such config file"),
     (("window-bench", "100", "2", "0", "100"), "ITERS must be > 0"),
+    # limits on inexact variants' measures: a measure, a value, a variant that is exact or absent
+    (("select-bench", *SMALL, *CPU, "--limit", "max_ulp=1"), "--limit: no measure 'max_ulp' to limit"),
+    (("select-bench", *SMALL, *CPU, "--limit", "max_ulps"), "--limit: limit 'max_ulps': expected [VARIANT:]MEASURE"),
+    (("topk-parity", *SMALL, *CPU, "--limit", "min_id_fraction=2"), "limit min_id_fraction must be between 0 and 1"),
+    (("select-bench", *SMALL, *CPU, "--limit", "halve:max_ulps=1"), "a limit for 'halve': it is exact"),
+    (("sweep", "@topk-only.yaml", *CPU, "--limit", "nowhere:max_ulps=1"), "a limit for 'nowhere': the run has no"),
+    (("sweep", "@limit-exact.yaml", *CPU), "limit-exact.yaml:8: a limit for 'halve': it is exact"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--limit", "multi:max_ulps=1"),
+     "a limit for 'multi': it is exact"),
     (("info", "--device", "first"), "Invalid value for '--device'"),
     (("gate",), "Missing option '--baseline'"),
     (("gate", "--baseline", "%none.json", "--results", "@good.json"), "none.json: no such file"),

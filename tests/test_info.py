@@ -15,7 +15,7 @@ from qsa_cli.device import probe
 from qsa_cli.dispatch import dispatch
 from qsa_cli.engine.checkout import HOST_FUNCTIONS
 from qsa_cli.kernels import kernel_dir
-from qsa_cli.output.info import info_blocks, kernel_names
+from qsa_cli.output.info import info_blocks, info_csv, kernel_names
 from qsa_cli.output.layout import text_of
 from qsa_cli.record.schema import InfoReport
 
@@ -93,7 +93,8 @@ def test_kernels_without_a_device_is_refused(capsys) -> None:
 
 def test_without_a_device_the_text_says_so_and_lists_the_catalog() -> None:
     catalog = [{"stage": "topk", "name": "cluster", "role": "variant", "source": "topk_cluster.cu",
-                "kernels": ["block_topk_cluster_kernel"], "launch": "cluster", "min_cc": 90, "model": "cluster"}]
+                "kernels": ["block_topk_cluster_kernel"], "launch": "cluster", "min_cc": 90, "model": "cluster",
+                "exact": True}]
     decode = {"kind": "decode", "scores": "multi", "topk": "wide", "reasons": {"scores": "old scorer", "topk": "old"}}
     report = InfoReport({}, None, [], {}, [], no_device="CuPy is not installed (cupy)", catalog=catalog,
                         architectures={"sm_86": {"decode": decode}}, switches={"QSA_PDL": "0"})
@@ -105,6 +106,14 @@ def test_without_a_device_the_text_says_so_and_lists_the_catalog() -> None:
                                             "sm_90", "cluster"]
     assert [c.strip() for c in rows[1]] == ["sm_86", "decode", "multi", "wide", "old scorer; old"]
     assert text.rstrip().endswith("Switches set: QSA_PDL=0.")
+
+
+def test_an_inexact_variant_is_listed_as_measured() -> None:
+    catalog = [{"stage": "scores", "name": "e.scores-tc", "role": "variant", "source": "", "kernels": [],
+                "launch": "engine-scores", "min_cc": 0, "model": "butterfly", "exact": False}]
+    report = InfoReport({}, None, [], {}, [], no_device="CuPy is not installed (cupy)", catalog=catalog)
+    assert "model butterfly (inexact: measured)" in " ".join(text_of(info_blocks(report), 80).split())
+    assert "variant,scores e.scores-tc,exact,False" in info_csv(report)
 
 
 def test_a_templates_instances_are_named_once() -> None:

@@ -19,7 +19,7 @@ from .exit_status import UsageProblem
 from .finish import chosen_format, finish
 from .measuring import kept_if_interrupted
 from .options import DEVICE_OPTION, FORMAT_OPTIONS, OUTPUT, QUIET_OPTION, RECORD, check_distinct, given
-from .run_options import ENGINE_OPTION, KERNELS_OPTION
+from .run_options import ENGINE_OPTION, KERNELS_OPTION, LIMIT_OPTION
 
 
 @click.command("gate")
@@ -39,6 +39,7 @@ from .run_options import ENGINE_OPTION, KERNELS_OPTION
 @click.option("--allow-bit-changes", is_flag=True,
               help="An output with other bits than the baseline's on the same inputs is shown, not a failure.")
 @click.option("--junit", "junit_path", type=OUTPUT, help="Write JUnit XML here.")
+@LIMIT_OPTION
 @DEVICE_OPTION
 @click.option("--json", "json_path", type=RECORD,
               help="Write the record of the run the gate makes (- for stdout; not with --results: that run is "
@@ -46,8 +47,9 @@ from .run_options import ENGINE_OPTION, KERNELS_OPTION
 @FORMAT_OPTIONS
 @QUIET_OPTION
 def command(baseline_path: str, results_path: str | None, config_name: str, tolerance: float, force: bool,
-            allow_missing: bool, allow_bit_changes: bool, junit_path: str | None, device_id: int,
-            json_path: str | None, engines: tuple[str, ...], **opts: Any) -> int:
+            allow_missing: bool, allow_bit_changes: bool, junit_path: str | None,
+            limits: tuple[tuple[str, str, float], ...], device_id: int, json_path: str | None,
+            engines: tuple[str, ...], **opts: Any) -> int:
     """CI regression gate: parity must hold, thresholds too, and every timing of the baseline must be in
     the run and not SLOW."""
     fmt = chosen_format(opts)
@@ -64,17 +66,19 @@ def command(baseline_path: str, results_path: str | None, config_name: str, tole
     if results_path:
         record = load_record(results_path)
         gate.check_comparable(record, baseline, force)
+        gate.check_limits(record, limits)
     else:
         config = load_config(config_path(config_name))
         settings = session.Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id,
-                                    engines=(*config.engines, *engines), kernels=opts["kernels"])
+                                    engines=(*config.engines, *engines), kernels=opts["kernels"],
+                                    limits=(*config.limits, *limits))
         with (kept_if_interrupted(session.session(settings, "gate", sys.argv[1:]), json_path) as s,
               progress_on(opts["quiet"]) as progress):
             gate.check_comparable(s.record, baseline, force)  # refuse before measuring
             sweep(s, config, progress=progress)
             record = s.record
     result = gate.compare(record, baseline, tolerance=tolerance, force=force, allow_missing=allow_missing,
-                          allow_bit_changes=allow_bit_changes)
+                          allow_bit_changes=allow_bit_changes, limits=limits)
 
     def junit() -> None:
         if junit_path:

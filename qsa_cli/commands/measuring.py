@@ -37,8 +37,10 @@ def _counted(n: int, what: str) -> str:
 
 
 def recorded(record: RunRecord) -> str:
-    """What a record holds, counted: its measurements, parity checks, selftest checks, sanitizer runs."""
+    """What a record holds, counted: its measurements, parity checks, inexact variants' measured comparisons,
+    selftest checks, sanitizer runs."""
     counts = [(len(record.measurements), "measurement"), (len(record.parity), "parity check"),
+              (len(record.agreements), "measured comparison"),
               (len(record.checks), "selftest check"), (len(record.sanitizer), "sanitizer run")]
     return ", ".join(_counted(n, what) for n, what in counts if n) or "nothing measured yet"
 
@@ -84,10 +86,12 @@ def open_session(opts: dict[str, Any], command: str, iters: Iters, config: Sweep
                                 stopping=stopping_rule(opts), seed=opts["seed"],
                                 check_model=not opts["no_model"], device_id=opts["device_id"],
                                 engines=opts["engines"], variants=opts["variants"], baseline=opts["baseline"],
-                                candidate=opts["candidate"], kernels=opts["kernels"], sides=sides)
-    if config is not None:
+                                candidate=opts["candidate"], kernels=opts["kernels"], sides=sides,
+                                limits=opts["limits"])
+    if config is not None:  # the command line's limits after the file's, so they take their place
         settings = dataclasses.replace(settings, l2=config.l2, warmup=config.warmup, seed=config.seed,
-                                       engines=(*config.engines, *settings.engines))
+                                       engines=(*config.engines, *settings.engines),
+                                       limits=(*config.limits, *settings.limits))
     warn = lambda msg: click.echo(f"qsa: warning: {msg}", err=True)  # noqa: E731
     opened = session.session(settings, command, sys.argv[1:], lock, opts["lock_clocks_optional"], warn)
     # an engine checkout's kernels need the GPU: --backend cpu would only be refused

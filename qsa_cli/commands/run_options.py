@@ -12,8 +12,9 @@ from typing import Any
 import click
 
 from ..catalog import check_kernels
-from ..core.errors import EngineError, KernelError
+from ..core.errors import EngineError, KernelError, LimitError
 from ..engine.checkout import parse_engine_spec
+from ..record.limits import parse_limit
 from ..record.vocabulary import DEFAULT_KEYS, DEFAULT_L2, L2_STATES, RENAMED_L2, SCORER_KEYS
 from ..session import GPU_TIMER_SETTINGS
 from ..timing import (
@@ -63,6 +64,20 @@ def _names(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     if not names:
         raise UsageProblem(f"{'/'.join(param.opts)}: no variant named (expected V,V,...)")
     return names
+
+
+def _limits(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[tuple[str, str, float], ...]:
+    """--limit [VARIANT:]MEASURE=VALUE, each parsed now (its variant is checked once the run's catalog is built)."""
+    try:
+        return tuple(parse_limit(text) for text in value)
+    except LimitError as bad:
+        raise UsageProblem(f"--limit: {bad}") from None
+
+
+LIMIT_OPTION = click.option(
+    "--limit", "limits", multiple=True, metavar="[VARIANT:]MEASURE=VALUE", callback=_limits,
+    help="A limit on an inexact variant's measures (max_abs_error, max_rel_error, max_ulps, min_id_fraction, "
+         "min_mean_id_fraction, min_identical_fraction), for VARIANT or every inexact one; repeat for several.")
 
 
 class L2State(click.Choice):
@@ -176,4 +191,5 @@ RUN_OPTIONS = with_options([
     click.option("--baseline", metavar="V", help="The \"before\" of the tables and thresholds (default: the "
                  "catalog's baseline of the stage)."),
     click.option("--candidate", metavar="V", help="The \"after\" (default: the catalog's candidate)."),
+    LIMIT_OPTION,
 ])

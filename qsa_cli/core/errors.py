@@ -34,6 +34,11 @@ class VariantError(QsaError, ValueError):
     """A variant the run does not have (an unknown name, or one that does not run here), or a role given one."""
 
 
+class LimitError(QsaError, ValueError):
+    """A limit on an inexact variant's measures that cannot apply: an unknown measure, a value out of its range,
+    a variant the run lacks, one that is exact (its bits are checked), or a measure its stage has not."""
+
+
 class SideError(QsaError, ValueError):
     """A side of ``qsa compare`` that is neither an engine checkout nor a folder of qsa's kernels, or two
     sides that cannot be compared (one name, no variant in common)."""

@@ -39,7 +39,7 @@ def engine_variant(checkout: str, kind: str, switches: tuple[tuple[str, str], ..
     suffix = f"[{','.join(f'{key}={value}' for key, value in switches)}]" if switches else ""
     scorer = f"{checkout}.{ENGINE_SCORER}{suffix}" if k.in_window else None
     return Variant(k.stage, f"{checkout}.{kind}{suffix}", "variant", "", k.functions, k.model, ENGINE_SHAPES[k.stage],
-                   window_scorer=scorer, engine=EngineEntry(checkout, kind, switches))
+                   window_scorer=scorer, engine=EngineEntry(checkout, kind, switches), exact=k.exact)
 
 
 def _loaded(libraries: list[EngineLibrary], env: Mapping[str, str] | None) -> Attached:

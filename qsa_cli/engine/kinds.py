@@ -16,6 +16,7 @@ class EngineKind:
     functions: tuple[str, ...]
     model: str
     in_window: bool = False
+    exact: bool = True
 
 
 # NAME.KIND for an engine checkout named NAME. "scores": qsa_block_scores with no active count (the

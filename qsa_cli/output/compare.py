@@ -6,7 +6,9 @@ against its base variant bit for bit (``settings["compare"]["pairs"]``). This mo
 only. A row is one pair on one case; its time is judged by the gate's rule (``gate.timing_verdict``), so
 compare and gate call the same change FAST, SLOW or SAME. It fails closed like the gate: other bits,
 a SLOW row, a side's timing missing (MISSING) or unusable (BAD-SAMPLES), any failed check of the record
-(integrity, the reference, the CPU model) and a run that compared nothing all fail.
+(integrity, the reference, the CPU model) and a run that compared nothing all fail. A pair of which either side
+is declared not bitwise is never "same" bits: its candidate is measured against its base (and each side
+against the reference and the CPU model), and fails only by a limit the run set on those measures.
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import InputError
-from ..record.schema import Case, ComparePair, EngineProvenance, Measurement, ParityCheck, RunRecord
+from ..record.schema import Agreement, Case, ComparePair, EngineProvenance, Measurement, ParityCheck, RunRecord
 from ..record.vocabulary import CPU_MODEL, CPU_ORACLE, SCORES, TOPK, WINDOW
 from .gate import JUDGED, bad_samples, rule_met, sample_count, stop_of, timing_verdict
 from .layout import MISSING, Block, Column, Prose, Sheet, csv_text
 from .report import (
     THROTTLED_NOTE,
+    agreement_cell,
     header,
+    limit_failure,
     numbered,
     rule_cell,
     rule_not_met,
@@ -48,6 +52,19 @@ def _check_failure(p: ParityCheck) -> str:
     return f"{p.stage} {case_label(p.case)}: {p.subject} vs {p.against}: {p.detail or 'differs'}"
 
 
+Compared = ParityCheck | Agreement  # a pair's comparison: bit for bit, or measured (an inexact side)
+
+
+def _compared_cell(c: Compared | None) -> str:
+    return agreement_cell(c) if isinstance(c, Agreement) else _check_cell(c)
+
+
+def _compared_failures(c: Compared) -> list[str]:
+    if isinstance(c, Agreement):
+        return [f"{c.stage} {case_label(c.case)}: {limit_failure(c, v)}" for v in c.limits if not v["passed"]]
+    return [] if c.equal else [_check_failure(c)]
+
+
 @dataclass(frozen=True)
 class CompareRow:
     """One pair (a base variant and its candidate) on one case: their times, and their checks."""
@@ -59,9 +76,9 @@ class CompareRow:
     candidate: Measurement | None
     verdict: str  # FAST, SLOW, SAME (gate.timing_verdict), MISSING, BAD-SAMPLES or UNTIMED
     detail: str  # why the verdict
-    bits_check: ParityCheck | None  # the candidate against the base: the change's promise, the same bits
-    reference_checks: tuple[ParityCheck | None, ParityCheck | None]  # (base, candidate) against qsa's reference
-    model_checks: tuple[ParityCheck | None, ParityCheck | None]  # (base, candidate) against the CPU model
+    bits_check: Compared | None  # the candidate against the base: the change's promise, the same bits (or measured)
+    reference_checks: tuple[Compared | None, Compared | None]  # (base, candidate) against qsa's reference
+    model_checks: tuple[Compared | None, Compared | None]  # (base, candidate) against the CPU model
 
     @property
     def base_us(self) -> float | None:
@@ -80,19 +97,21 @@ class CompareRow:
 
     @property
     def bits(self) -> str:
-        """"same", "DIFFER: <the first difference>", or "–" when the run compared none."""
+        """"same", "DIFFER: <the first difference>", an inexact pair's measures, or "–" when the run compared none."""
         p = self.bits_check
+        if isinstance(p, Agreement):
+            return agreement_cell(p)
         return MISSING if p is None else "same" if p.equal else f"DIFFER: {p.detail}"
 
     @property
     def reference(self) -> tuple[str, str]:
-        """Whether (base, candidate) equal qsa's reference: "yes", "NO: <detail>" or "–"."""
-        return _check_cell(self.reference_checks[0]), _check_cell(self.reference_checks[1])
+        """Whether (base, candidate) equal qsa's reference: "yes", "NO: <detail>", measures, or "–"."""
+        return _compared_cell(self.reference_checks[0]), _compared_cell(self.reference_checks[1])
 
     @property
     def model(self) -> tuple[str, str]:
-        """Whether (base, candidate) equal the stage's CPU model: "yes", "NO: <detail>" or "–"."""
-        return _check_cell(self.model_checks[0]), _check_cell(self.model_checks[1])
+        """Whether (base, candidate) equal the stage's CPU model: "yes", "NO: <detail>", measures, or "–"."""
+        return _compared_cell(self.model_checks[0]), _compared_cell(self.model_checks[1])
 
     @property
     def compared(self) -> bool:
@@ -103,7 +122,7 @@ class CompareRow:
         where = f"{self.stage} {case_label(self.case)}, {self.pair}"
         out = [f"{where}: {self.verdict}: {self.detail}"] if self.verdict in FAILING else []
         checks = (self.bits_check, *self.reference_checks, *self.model_checks)
-        return out + [_check_failure(p) for p in checks if p is not None and not p.equal]
+        return out + [f for p in checks if p is not None for f in _compared_failures(p)]
 
 
 @dataclass(frozen=True)
@@ -139,10 +158,11 @@ def judge(record: RunRecord) -> CompareResult:
         raise InputError("not a qsa compare record: its settings have no \"compare\"")
     base, candidate, tolerance = settings["base"], settings["candidate"], settings["tolerance"]
     index = measurement_index(record)
-    checks = {(p.key, p.subject, p.against): p for p in record.parity}
+    checks: dict[tuple[str, str, str], Compared] = {(p.key, p.subject, p.against): p
+                                                    for p in [*record.parity, *record.agreements]}
     shown: set[tuple[str, str, str]] = set()  # the checks a row shows
 
-    def check(key: str, subject: str, against: str) -> ParityCheck | None:
+    def check(key: str, subject: str, against: str) -> Compared | None:
         found = checks.get((key, subject, against))
         if found is not None:
             shown.add((key, subject, against))
@@ -177,7 +197,8 @@ def judge(record: RunRecord) -> CompareResult:
     rows = [r for stage, pairs in by_stage.items() for key, case in stage_cases(record, stage).items()
             for pair in pairs if (r := row(key, stage, case, pair)) is not None]
 
-    other = [_check_failure(p) for p in record.parity if not p.equal and (p.key, p.subject, p.against) not in shown]
+    other = [f for p in [*record.parity, *record.agreements] if (p.key, p.subject, p.against) not in shown
+             for f in _compared_failures(p)]
     if record.incomplete:
         other.append("INCOMPLETE: the run was interrupted, so only what it measured before is compared")
     if not any(r.compared for r in rows):
@@ -230,9 +251,11 @@ def _side_line(side: dict[str, Any], engines: list[EngineProvenance]) -> str:
 
 def summary(result: CompareResult) -> str:
     """``PASS: 12 pairs, bits identical, 3 FAST, 9 SAME``; a failure adds how many reasons, and the first."""
-    bits = {"identical": 0, "differ": 0, "unchecked": 0}
+    bits = {"identical": 0, "differ": 0, "measured (inexact)": 0, "unchecked": 0}
     for r in result.rows:
-        bits["unchecked" if r.bits_check is None else "identical" if r.bits_check.equal else "differ"] += 1
+        p = r.bits_check
+        bits["unchecked" if p is None else "measured (inexact)" if isinstance(p, Agreement)
+             else "identical" if p.equal else "differ"] += 1
     bit_parts = ["bits identical"] if bits["identical"] == len(result.rows) else [
         f"bits {what} in {n}" for what, n in bits.items() if n]
     counts = [f"{result.count(v)} {v}" for v in VERDICTS if result.count(v)]

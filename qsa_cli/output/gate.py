@@ -11,7 +11,9 @@ passes. A library's reference point (``cupy.argpartition``, timed beside the ker
 CuPy's own host work and allocations inside) is compared and shown but never fails the gate on its
 time: its verdict is REFERENCE. Times of the CPU backend (in either record) are the CPU models' on the host
 and say nothing of the kernels': they are shown, NOT-JUDGED, and so are a sweep's thresholds on them, as
-the sweep itself does not judge them; parity and the rest are judged as on the GPU.
+the sweep itself does not judge them; parity and the rest are judged as on the GPU. A variant declared not
+bitwise is judged by the limits on its measures (the run's, and the gate's own ``--limit``): a broken one is
+LIMIT; its output's bits are never BITS-CHANGED, since they were never promised.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
 
 from ..core.errors import GateError
+from ..record.limits import check_scopes, merged, verdicts
 from ..record.schema import Measurement, RunRecord, StopOutcome
 from ..record.vocabulary import ARGPARTITION, CPU_TIMES, INPUTS, INPUTS_HASH, OUTPUT_HASH, times_judged
 from .layout import MISSING, Block, Column, Prose, Sheet, csv_text
-from .report import header, numbered, rule_cell, rule_not_met, samples_cell, without_empty_columns
-from .rows import measurement_index, sample_problem
+from .report import header, limit_failure, numbered, rule_cell, rule_not_met, samples_cell, without_empty_columns
+from .rows import inexact_variant, measurement_index, sample_problem
 
-FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD", "MISSING", "BAD-SAMPLES", "NOTHING-COMPARED", "BITS-CHANGED")
+FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD", "LIMIT", "MISSING", "BAD-SAMPLES", "NOTHING-COMPARED", "BITS-CHANGED")
 JUDGED = ("SAME", "FAST", "SLOW")  # a timing compared with the baseline's and judged
 NOT_JUDGED = "NOT-JUDGED"  # a timing in both runs, of the CPU backend: compared, never judged
 VERDICTS = (*FAILING, "MISSING-ALLOWED", "BITS-CHANGED-ALLOWED", *JUDGED[:2], "NEW", "REFERENCE", NOT_JUDGED)  # a summary's order
@@ -39,7 +42,7 @@ class GateRow:
     variant: str  # a measured variant, or "subject vs against" for a parity failure
     baseline_us: float | None
     median_us: float | None
-    verdict: str  # FAST, SLOW, SAME, NOT-JUDGED (CPU times), PARITY-FAIL, THRESHOLD (a sweep's), MISSING or MISSING-ALLOWED (baseline
+    verdict: str  # FAST, SLOW, SAME, NOT-JUDGED (CPU times), PARITY-FAIL, THRESHOLD (a sweep's), LIMIT, MISSING or MISSING-ALLOWED (baseline
     # only), NEW (run only), REFERENCE (a library's reference point), BAD-SAMPLES, NOTHING-COMPARED (no row judged),
     # BITS-CHANGED or BITS-CHANGED-ALLOWED (another output than the baseline's on the same inputs)
     detail: str = ""
@@ -112,8 +115,38 @@ def _bits_rows(record: RunRecord, baseline: RunRecord, allow_bit_changes: bool) 
         base = theirs.get((key, variant))
         if base is None or base[0] != inputs or base[1] == output:
             continue
+        if inexact_variant(record, variant) or inexact_variant(baseline, variant):
+            continue  # judged by its measures' limits
         rows.append(GateRow(key, variant, None, None, "BITS-CHANGED-ALLOWED" if allow_bit_changes else "BITS-CHANGED",
                             f"output sha256 {output[:12]}, the baseline's {base[1][:12]}, on the same inputs"))
+    return rows
+
+
+Triples = tuple[tuple[str, str, float], ...]  # (scope, measure, value): the command line's --limit
+
+
+def _by_scope(limits: Triples) -> dict[str, dict[str, float]]:
+    return merged(*({scope: {measure: value}} for scope, measure, value in limits))
+
+
+def check_limits(record: RunRecord, limits: Triples) -> None:
+    """The gate's ``--limit`` on a saved record: each one's variant must be one the record declares not bitwise
+    (a LimitError, exit 2, before anything is judged)."""
+    known = {*(m.variant for m in record.measurements), *(p.subject for p in record.parity),
+             *(a.subject for a in record.agreements)}
+    check_scopes(_by_scope(limits), record.settings.get("inexact") or {}, known)
+
+
+def _limit_rows(record: RunRecord, limits: Triples) -> list[GateRow]:
+    """A LIMIT row for each broken limit: the run's own verdicts, or with the gate's ``--limit`` every inexact
+    row judged again by the run's limits and the gate's over them."""
+    roles = record.settings.get("roles") or {}
+    inexact = record.settings.get("inexact") or {}
+    given = merged(record.settings.get("limits") or {}, _by_scope(limits))
+    rows = []
+    for a in record.agreements:
+        judged = verdicts(a, roles.get(a.stage, {}).get("reference"), inexact, given) if limits else a.limits
+        rows += [GateRow(a.key, a.subject, None, None, "LIMIT", limit_failure(a, v)) for v in judged if not v["passed"]]
     return rows
 
 
@@ -155,9 +188,10 @@ def bad_samples(m: Measurement | None, whose: str) -> str | None:
 
 
 def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, force: bool = False,
-            allow_missing: bool = False, allow_bit_changes: bool = False) -> GateResult:
-    """Every (case, variant) of the run and the baseline, plus a row for each failed parity check and
-    each broken threshold of the run's sweep, and one when no timing could be judged."""
+            allow_missing: bool = False, allow_bit_changes: bool = False, limits: Triples = ()) -> GateResult:
+    """Every (case, variant) of the run and the baseline, plus a row for each failed parity check, each
+    broken threshold of the run's sweep and each broken limit on an inexact variant's measures (``limits``:
+    the gate's own, over the run's), and one when no timing could be judged."""
     if not 0 <= tolerance < 1:
         raise GateError(f"tolerance must be a fraction in [0, 1) such as 0.05 (got {tolerance})")
     notes = check_comparable(record, baseline, force)
@@ -191,6 +225,7 @@ def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, for
              for p in record.parity if not p.equal]
     rows += [GateRow(t.key, t.name, None, None, "THRESHOLD", f"{t.value:.2f}, the limit is {t.limit:.2f}")
              for t in record.thresholds if judged and not t.passed]
+    rows += _limit_rows(record, limits)
     return GateResult(tuple(rows), tolerance, tuple(notes))
 
 

@@ -86,7 +86,7 @@ def info_blocks(info: InfoReport) -> list[Block]:
             Column("launch"), Column("oldest card"), Column("model")))
         for v in info.catalog:
             catalog.add(v["stage"], v["name"], v["role"], kernel_names(v["kernels"]) or MISSING, v["launch"],
-                        _oldest(v["min_cc"]), v["model"])
+                        _oldest(v["min_cc"]), v["model"] if v["exact"] else f"{v['model']} (inexact: measured)")
         blocks.append(catalog)
     if info.architectures:
         cards = Sheet("What the engine dispatches on each card", (Column("card", bare=True), Column("kind", bare=True),
@@ -119,7 +119,7 @@ def info_csv(info: InfoReport) -> str:
     lines += [("dispatch", kind, f, d[f]) for kind, d in info.dispatch.items() for f in ("scores", "topk")]
     lines += [("dispatch", kind, f"why {stage}", why) for kind, d in info.dispatch.items() for stage, why in d["reasons"].items()]
     lines += [("variant", f"{v['stage']} {v['name']}", f, " ".join(v[f]) if f == "kernels" else v[f])
-              for v in info.catalog for f in ("role", "source", "kernels", "launch", "min_cc", "model")]
+              for v in info.catalog for f in ("role", "source", "kernels", "launch", "min_cc", "model", "exact")]
     lines += [(f"dispatch {card}", kind, f, d[f]) for card, kinds in info.architectures.items()
               for kind, d in kinds.items() for f in ("scores", "topk")]
     lines += [(f"dispatch {card}", kind, f"why {stage}", why) for card, kinds in info.architectures.items()

@@ -8,7 +8,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from ..record.schema import Measurement, ParityCheck, RunRecord, StopOutcome
+from ..record.limits import LIMITS
+from ..record.schema import Agreement, LimitVerdict, Measurement, ParityCheck, RunRecord, StopOutcome
 from ..record.vocabulary import SCORES, STAGES, TOPK, WINDOW
 from .layout import MISSING, Block, Column, Prose, Sheet, csv_text
 from .rows import (
@@ -51,6 +52,38 @@ def check_cell(p: ParityCheck | None) -> str:
     return "NO" + (f" ({p.rows_equal}/{p.rows} rows equal)" if p.rows is not None and p.rows_equal is not None else "")
 
 
+def agreement_cell(a: Agreement | None) -> str:
+    """An inexact variant's measures where a bitwise row has ``yes`` / ``NO``: ``inexact: 12 of 4100 differ, max
+    3 ulp, abs 2.4e-07, rel 1.1e-07; ids 99.8% min, 3/4 same`` (– when not measured)."""
+    if a is None:
+        return MISSING
+    parts = []
+    if a.scores is not None:
+        e = a.scores
+        scores = f"{e['differing']} of {e['entries']} differ"
+        if e["differing"] > e["mismatched"]:
+            scores += f", max {e['max_ulps']} ulp, abs {e['max_abs_error']:.2g}, rel {e['max_rel_error']:.2g}"
+        parts.append(scores + (f", {e['mismatched']} mismatched" if e["mismatched"] else ""))
+    if a.selection is not None:
+        sel = a.selection
+        low, mean = f"{sel['min_id_fraction']:.1%}", f"{sel['mean_id_fraction']:.1%}"
+        parts.append(f"ids {low} min" + (f" {mean} mean" if mean != low else "")
+                     + f", {sel['identical_queries']}/{sel['queries']} same")
+    return "inexact: " + "; ".join(parts)
+
+
+def limit_text(v: LimitVerdict) -> str:
+    """``max_ulps 37, not <= 8`` (and why, where a value does not say it)."""
+    sense = "<=" if LIMITS[v["measure"]].ceiling else ">="
+    shown = (lambda x: f"{x:.0f}") if v["measure"] == "max_ulps" else (lambda x: f"{x:.4g}")  # ulps: whole
+    return f"{v['measure']} {shown(v['value'])}, not {sense} {shown(v['limit'])}" + (
+        f" ({v['detail']})" if v["detail"] else "")
+
+
+def limit_failure(a: Agreement, v: LimitVerdict) -> str:
+    return f"{a.subject} vs {a.against}: {limit_text(v)}"
+
+
 def short_hash(value: str | None) -> str:
     return MISSING if value is None else value[:HASH_DIGITS]
 
@@ -90,17 +123,33 @@ def rule_not_met(m: Measurement | None, whose: str) -> str | None:
 
 def _result_cells(r: ResultRow) -> tuple[str, ...]:
     spread = r.spread_us
-    pair = r.vs_pair
     stop = r.stop
     return (
-        r.variant, r.role + (", dispatched" if r.dispatched else ""), time_cell(r.measurement),
+        r.variant, r.role + (", dispatched" if r.dispatched else "") + ("" if r.exact else ", inexact"),
+        time_cell(r.measurement),
         MISSING if spread is None else f"{spread[0]:.1f}-{spread[1]:.1f}", samples_cell(r.measurement),
         rule_cell(stop), MISSING if stop is None else f"{stop['noise_pct']:.2f}%", number_cell(r.batch_us, "{:.1f}"),
         number_cell(r.gbps, "{:.0f}" if (r.gbps or 0) >= 100 else "{:.3g}"), number_cell(r.floor_ratio, "{:.2f}x"), short_hash(r.shown_hash),
-        check_cell(r.vs_reference), check_cell(r.vs_model),
-        MISSING if pair is None else f"{pair.against}: {check_cell(pair)}", r.verdict or MISSING,
-        "; ".join(failure_detail(p) for p in r.failed) or MISSING,
+        *_compared_cells(r), r.verdict or MISSING,
+        row_failures(r) or MISSING,
     )
+
+
+def row_failures(r: ResultRow) -> str:
+    """Why a row fails: its checks that differ, then the limits its measures broke ("" when none)."""
+    return "; ".join([*(failure_detail(p) for p in r.failed), *(limit_failure(a, v) for a, v in r.broken_limits)])
+
+
+def _compared_cells(r: ResultRow) -> tuple[str, str, str]:
+    """Its ``= reference``, ``= model`` and ``= pair`` cells: bit for bit, or an inexact variant's measures."""
+    pair, measured_pair = r.vs_pair, r.measured_pair
+    if measured_pair is not None:
+        pair_cell = f"{measured_pair.against}: {agreement_cell(measured_pair)}"
+    else:
+        pair_cell = MISSING if pair is None else f"{pair.against}: {check_cell(pair)}"
+    if r.exact:
+        return check_cell(r.vs_reference), check_cell(r.vs_model), pair_cell
+    return agreement_cell(r.measured_reference), agreement_cell(r.measured_model), pair_cell
 
 
 def without_empty_columns(sheet: Sheet, among: Sequence[Column] | None = None) -> Sheet:
@@ -139,14 +188,31 @@ def summary_sheet(rows: Sequence[ResultRow], stage: str) -> Sheet:
 def checks_prose(record: RunRecord, stage: str) -> Prose | None:
     """How a stage's checks went: every one held, or how many differ and the first."""
     checks = [p for p in record.parity if p.stage == stage]
-    if not checks:
+    measured = [a for a in record.agreements if a.stage == stage]
+    if not checks and not measured:
         return None
     failed = [p for p in checks if not p.equal]
     if not failed:
-        return Prose(f"{STAGE_TITLES[stage]}: the same bits in every check ({len(checks)} checks).")
-    p = failed[0]
-    return Prose(f"{STAGE_TITLES[stage]}: FAIL: {len(failed)} of {len(checks)} checks differ; the first: "
-                 f"{case_label(p.case)}: {failure_detail(p)}")
+        text = f"{STAGE_TITLES[stage]}: the same bits in every check ({len(checks)} checks)"
+    else:
+        p = failed[0]
+        text = (f"{STAGE_TITLES[stage]}: FAIL: {len(failed)} of {len(checks)} checks differ; the first: "
+                f"{case_label(p.case)}: {failure_detail(p)}")
+    return Prose(text + (f"; {_measured_text(measured)}" if measured else "") + ".")
+
+
+def _measured_text(measured: list[Agreement]) -> str:
+    """The inexact variants' rows of a stage: how many, and their limits (how many broken, and the first)."""
+    variants = sorted({a.subject for a in measured})
+    text = (f"{', '.join(variants)} {'is' if len(variants) == 1 else 'are'} inexact, measured (not checked bit for "
+            f"bit) in {len(measured)} comparisons")
+    judged = [(a, v) for a in measured for v in a.limits]
+    broken = [(a, v) for a, v in judged if not v["passed"]]
+    if broken:
+        a, v = broken[0]
+        return text + f"; FAIL: {len(broken)} of {len(judged)} limits broken; the first: {case_label(a.case)}: " \
+            + limit_failure(a, v)
+    return text + (f"; every limit holds ({len(judged)} limits)" if judged else "; no limits set")
 
 
 THRESHOLD_FORMS = {"min_speedup": ("{:.2f}x", ">="), "max_floor_ratio": ("{:.2f}", "<=")}
@@ -265,14 +331,26 @@ def blocks(record: RunRecord, with_header: bool = True) -> list[Block]:
 
 # ---- CSV ----------------------------------------------------------------------------------------------------------
 
+# an inexact row's measures against the reference (else the CPU model): ScoreErrors', then SelectionAgreement's
+MEASURE_CSV = ("differing", "mismatched", "max_abs_error", "max_rel_error", "max_ulps", "min_id_fraction",
+               "mean_id_fraction", "identical_queries")
 RESULT_CSV = ("stage", "ctx", "nq", "capacity", "kind", "score_set", "keys", "l2", "variant", "role", "dispatched",
               "median_us", "p10_us", "p90_us", "samples", "rule_met", "noise_pct", "batch_us", "throttled", "gbps",
               "floor_ratio", "hash",
-              "vs_reference", "vs_model", "pair", "vs_pair", "checks", "bad_samples", "detail")
+              "vs_reference", "vs_model", "pair", "vs_pair", "checks", "bad_samples", "detail",
+              "exact", *MEASURE_CSV, "limits")
 
 
 def _equal(p: ParityCheck | None) -> bool | None:
     return None if p is None else p.equal
+
+
+def _measure_values(r: ResultRow) -> list[object]:
+    """The row's MEASURE_CSV values (None where it has none), then its limits: passed, broken, or None (none set)."""
+    a = r.measured
+    measures: dict[str, object] = {**((a.scores or {}) if a else {}), **((a.selection or {}) if a else {})}
+    judged = any(a.limits for a in r.agreements)
+    return [*(measures.get(k) for k in MEASURE_CSV), ("broken" if r.broken_limits else "passed") if judged else None]
 
 
 def result_csv(records: Sequence[tuple[str | None, RunRecord]]) -> str:
@@ -289,7 +367,8 @@ def result_csv(records: Sequence[tuple[str | None, RunRecord]]) -> str:
                           r.role, r.dispatched, r.median_us, *spread, r.samples, stop.get("met"), stop.get("noise_pct"),
                           r.batch_us, r.throttled, r.gbps, r.floor_ratio,
                           r.shown_hash, _equal(r.vs_reference), _equal(r.vs_model), pair.against if pair else None,
-                          _equal(pair), r.verdict, r.problem, "; ".join(failure_detail(p) for p in r.failed) or None])
+                          _equal(pair), r.verdict, r.problem, row_failures(r) or None,
+                          r.exact, *_measure_values(r)])
     return csv_text([*(["file"] if with_file else []), *RESULT_CSV], lines)
 
 
@@ -319,12 +398,15 @@ def _failures(record: RunRecord) -> tuple[list[str], list[str]]:
         failed = [c for c in record.checks if c.passed is False]
         return ([f"{len(failed)} of {len(record.checks)} checks"] if failed else []), [f"{c.check}: {c.detail}" for c in failed]
     differ = [p for p in record.parity if not p.equal]
+    over = [(a, v) for a in record.agreements for v in a.limits if not v["passed"]]
     broken = [t for t in record.thresholds if not t.passed]
     unexplained = [r for r in record.sanitizer if not r.passed]
     counts = ([f"{len(differ)} checks differ"] if differ else []) + (
+        [f"{len(over)} limits broken"] if over else []) + (
         [f"{len(broken)} of {len(record.thresholds)} thresholds broken"] if broken else []) + (
         [f"{len(unexplained)} of {len(record.sanitizer)} runs with unexplained errors"] if unexplained else [])
     lines = [f"{p.key}: {failure_detail(p)}" for p in differ]
+    lines += [f"{a.key}: {limit_failure(a, v)}" for a, v in over]
     for t in broken:
         form, sense = THRESHOLD_FORMS[t.name]
         lines.append(f"{t.key}: {t.name} {form.format(t.value)}, not {sense} {form.format(t.limit)}")

@@ -4,7 +4,8 @@ A row holds what the record says of one variant on one case: its timing (median,
 spread, sample count and, under the stopping rule, whether it was met; back-to-back batches' time per
 launch, throttling, GB/s, ratio to the read floor), the hash of its output, and its bits
 against the run's reference, the CPU model and its pair (the candidate against the baseline, a compare
-side against the other). Variants are rows, never columns, so no table grows wider with the number of
+side against the other), or, for a variant declared not bitwise, its measures against them (its
+agreement rows and their limits). Variants are rows, never columns, so no table grows wider with the number of
 variants. Reads the record only.
 """
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.geometry import HALVE_MAX_QUERIES
-from ..record.schema import Case, Measurement, ParityCheck, RunRecord, StopOutcome, case_key
+from ..record.schema import Agreement, Case, LimitVerdict, Measurement, ParityCheck, RunRecord, StopOutcome, case_key
 from ..record.vocabulary import (
     CPU_MODEL,
     CPU_ORACLE,
@@ -47,10 +48,16 @@ def measurement_index(record: RunRecord) -> dict[tuple[str, str], Measurement]:
     return {(m.key, m.variant): m for m in record.measurements}
 
 
+def inexact_variant(record: RunRecord, variant: str) -> bool:
+    """Whether the run declared ``variant`` not bitwise (a window pair: either of its parts)."""
+    inexact = record.settings.get("inexact") or {}
+    return any(part in inexact for part in variant.split("+"))
+
+
 def stage_cases(record: RunRecord, stage: str) -> dict[str, Case]:
     """Case key -> case of every case a stage measured or checked, in the record's order."""
     out: dict[str, Case] = {}
-    for row in [*record.measurements, *record.parity]:
+    for row in [*record.measurements, *record.parity, *record.agreements]:
         if row.stage == stage:
             out.setdefault(row.key, row.case)
     return out
@@ -155,6 +162,8 @@ class ResultRow:
     shown_hash: str | None  # the hash its checks compared, else the sha256 of its output (its inputs row)
     checks: tuple[ParityCheck, ...]  # every check of its output, its integrity rows included
     reference: str | None  # the run's reference variant of the stage: what ``vs_reference`` is against
+    exact: bool = True  # False: declared not bitwise (a window pair: a part of it), judged by its measures
+    agreements: tuple[Agreement, ...] = ()  # its output measured against others (an inexact variant's)
 
     @property
     def key(self) -> str:
@@ -227,16 +236,43 @@ class ResultRow:
         return next((p for p in self.checks if p.subject == self.variant
                      and p.against not in (self.reference, *MODELS, *INTEGRITY)), None)
 
+    def _measured(self, *names: str) -> Agreement | None:
+        return next((a for a in self.agreements if a.subject == self.variant and a.against in names), None)
+
+    @property
+    def measured_reference(self) -> Agreement | None:
+        return self._measured(self.reference) if self.reference else None
+
+    @property
+    def measured_model(self) -> Agreement | None:
+        return self._measured(*MODELS)
+
+    @property
+    def measured_pair(self) -> Agreement | None:
+        """Its measures against another variant than the reference (the pair's other side)."""
+        return next((a for a in self.agreements if a.subject == self.variant
+                     and a.against not in (self.reference, *MODELS)), None)
+
+    @property
+    def measured(self) -> Agreement | None:
+        """Its measures against the reference, else the CPU model: what a table's one summary of them shows."""
+        return self.measured_reference or self.measured_model
+
     @property
     def failed(self) -> list[ParityCheck]:
         return [p for p in self.checks if not p.equal]
 
     @property
+    def broken_limits(self) -> list[tuple[Agreement, LimitVerdict]]:
+        return [(a, v) for a in self.agreements for v in a.limits if not v["passed"]]
+
+    @property
     def verdict(self) -> str | None:
-        """PASS when every check of its output holds, FAIL when one does not, None when none was made."""
-        if not self.checks:
+        """PASS when every check of its output and every limit on its measures holds, FAIL when one does not,
+        None when none was made."""
+        if not self.checks and not self.agreements:
             return None
-        return "FAIL" if self.failed else "PASS"
+        return "FAIL" if self.failed or self.broken_limits else "PASS"
 
 
 def _shown_hash(variant: str, checks: list[ParityCheck]) -> str | None:
@@ -258,6 +294,7 @@ def result_rows(record: RunRecord, stage: str | None = None) -> list[ResultRow]:
         roles = roles_of(record, st)
         by_role = {name: role for role, name in roles.items()}
         checks_of: dict[str, list[ParityCheck]] = {}
+        measured_of: dict[str, list[Agreement]] = {}
         names: dict[str, dict[str, None]] = {}
         for m in record.measurements:
             if m.stage == st:
@@ -266,6 +303,10 @@ def result_rows(record: RunRecord, stage: str | None = None) -> list[ResultRow]:
             if p.stage == st:
                 checks_of.setdefault(p.key, []).append(p)
                 names.setdefault(p.key, {})[subject_variant(p.subject)] = None
+        for a in record.agreements:
+            if a.stage == st:
+                measured_of.setdefault(a.key, []).append(a)
+                names.setdefault(a.key, {})[a.subject] = None
         for key, case in stage_cases(record, st).items():
             checks = checks_of.get(key, [])
             dispatched = dispatched_variant(record, st, case)
@@ -275,7 +316,8 @@ def result_rows(record: RunRecord, stage: str | None = None) -> list[ResultRow]:
                 role = REFERENCE_POINT if variant in REFERENCE_POINTS else by_role.get(variant, "variant")
                 rows.append(ResultRow(st, case, variant, role, variant == dispatched, index.get((key, variant)),
                                       index.get((key, REFERENCE_POINTS[0])), _shown_hash(variant, checks), mine,
-                                      roles.get("reference")))
+                                      roles.get("reference"), not inexact_variant(record, variant),
+                                      tuple(a for a in measured_of.get(key, []) if a.subject == variant)))
     return rows
 
 

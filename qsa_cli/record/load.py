@@ -74,9 +74,15 @@ def _to_version_4(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _to_version_5(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 added ``agreements``, the measures of variants declared not bitwise: no earlier run had one
+    (every variant's output was checked bit for bit)."""
+    return {"agreements": [], **data}
+
+
 # version -> the step that makes a record of that version one of the next
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_version_2, 2: _to_version_3,
-                                                                     3: _to_version_4}
+                                                                     3: _to_version_4, 4: _to_version_5}
 
 _BRACKET_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
@@ -144,7 +150,7 @@ def _row_names(record: RunRecord) -> dict[tuple[str, str], str]:
     out: dict[tuple[str, str], str] = {}
     for m in record.measurements:
         out.setdefault((m.key, m.variant), f"{m.variant} on {m.key}")
-    for p in record.parity:
+    for p in [*record.parity, *record.agreements]:
         out.setdefault((p.key, p.subject), f"{p.subject} on {p.key}")
     for s in record.sanitizer:
         out.setdefault((s.key, f"{s.variant} {s.tool}"), f"{s.variant} under {s.tool} on {s.key}")
@@ -187,5 +193,6 @@ def merge_records(named: list[tuple[str, RunRecord]]) -> RunRecord:
         merged.thresholds += r.thresholds
         merged.sanitizer += r.sanitizer
         merged.checks += r.checks
+        merged.agreements += r.agreements
     merged.created = max(r.created for _, r in named)
     return merged

@@ -27,8 +27,9 @@ from ..core.source import Source, commit_label, running_source
 
 SCHEMA = "qsa.run"
 # 2 added "incomplete" and "sanitizer"; 3 added "checks"; 4 named the L2 states (clean, dirty, warm) and added a
-# measurement's "batch" and "stop" (record/load.py migrates older ones)
-SCHEMA_VERSION = 4
+# measurement's "batch" and "stop"; 5 added "agreements", an inexact variant's measures (record/load.py migrates
+# older ones)
+SCHEMA_VERSION = 5
 INFO_SCHEMA = "qsa.info"  # what ``qsa info`` reports (InfoReport)
 
 # "keys" is in a scorer case only for keys other than the synthetic ones: the cases of earlier runs keep their key
@@ -205,6 +206,8 @@ class RunSettings(TypedDict, total=False):
     engines: list[EngineProvenance]  # --engine: each checkout whose variants ran
     sides: list[dict[str, Any]]  # qsa compare: each side as given (name, kind, path, revision)
     compare: CompareSettings
+    inexact: dict[str, str]  # the run's variants declared not bitwise, each with its stage (judged by measures)
+    limits: dict[str, dict[str, float]]  # the limits on their measures: a variant (or "inexact": all) -> measure
 
 
 def case_key(stage: str, case: Case) -> str:
@@ -276,6 +279,59 @@ class ParityCheck(CaseKeyed):
     rows: int | None = None
 
 
+class ScoreErrors(TypedDict):
+    """An inexact scorer's scores against another output (model/agreement.py says each rule): the entries
+    compared, those whose bits differ, those a NaN or infinity on one side leaves without a number (mismatched),
+    and the largest absolute error, relative error and distance in ulps over the rest."""
+
+    entries: int
+    differing: int
+    mismatched: int
+    max_abs_error: float
+    max_rel_error: float
+    max_ulps: int
+
+
+class SelectionAgreement(TypedDict):
+    """A selection against another (model/agreement.py): per query the fraction of the other's ids it holds,
+    their minimum and mean over the queries, and the queries whose selection is identical."""
+
+    queries: int
+    identical_queries: int
+    min_id_fraction: float
+    mean_id_fraction: float
+
+
+class LimitVerdict(TypedDict):
+    """A limit a run set on a measure (record/limits.py), judged on one agreement row."""
+
+    measure: str
+    value: float
+    limit: float
+    passed: bool
+    detail: str  # why it fails when no value says it (entries mismatched); "" otherwise
+
+
+@dataclass
+class Agreement(CaseKeyed):
+    """An inexact variant's output measured against another (where a bitwise check would compare them): its
+    scores' errors (the scorer stage), the selection's agreement (a top-k's or a window's ids, or for a scorer
+    the CPU oracle's top-k on its scores against the oracle's on the other's), and the run's limits on them
+    (only on a row against the stage's reference or CPU model). Never a bitwise pass or failure."""
+
+    stage: str
+    case: Case
+    subject: str
+    against: str
+    scores: ScoreErrors | None
+    selection: SelectionAgreement | None
+    limits: list[LimitVerdict] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(v["passed"] for v in self.limits)
+
+
 @dataclass
 class ThresholdCheck(CaseKeyed):
     """A sweep's threshold on one case, e.g. new vs old speedup >= 2.5, or new / read floor <= 1.3."""
@@ -336,11 +392,13 @@ class RunRecord:
     environment: Environment = field(default_factory=dict)
     incomplete: bool = False  # interrupted: only what was measured before it (a note says so)
     checks: list[SelftestCheck] = field(default_factory=list)  # a selftest's checks
+    agreements: list[Agreement] = field(default_factory=list)  # inexact variants' measures (and their limits)
 
     @property
     def passed(self) -> bool:
         return (all(p.equal for p in self.parity) and all(t.passed for t in self.thresholds)
-                and all(r.passed for r in self.sanitizer) and all(c.passed is not False for c in self.checks))
+                and all(r.passed for r in self.sanitizer) and all(c.passed is not False for c in self.checks)
+                and all(a.passed for a in self.agreements))
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **asdict(self)}
@@ -382,7 +440,8 @@ class CatalogEntry(TypedDict):
     kernels: list[str]
     launch: str  # its launch shape's name
     min_cc: int  # the oldest card it runs on (major * 10 + minor; 0: any)
-    model: str  # the CPU model its bits must equal
+    model: str  # the CPU model its bits must equal (an inexact variant's: it is measured against)
+    exact: bool  # False: declared not bitwise, judged by measures
 
 
 class EngineDeclared(TypedDict):

@@ -34,7 +34,8 @@ class _Declared(NamedTuple):
 
 def catalog_entries(catalog: Catalog) -> list[CatalogEntry]:
     return [CatalogEntry(stage=v.stage, name=v.name, role=v.role, source=v.source, kernels=list(v.kernels),
-                         launch=v.launch.name, min_cc=v.min_cc, model=v.model) for v in catalog.variants]
+                         launch=v.launch.name, min_cc=v.min_cc, model=v.model, exact=v.exact)
+            for v in catalog.variants]
 
 
 def architectures(catalog: Catalog, switches: dict[str, str]) -> dict[str, dict[str, Any]]:

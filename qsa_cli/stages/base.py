@@ -5,7 +5,9 @@ poisoned before it, between guard zones; its timed calls follow (the clocks read
 integrity rows (stages/common.py, Integrity); an engine variant that refuses the call is noted, not run.
 Then the stage's reference points are timed beside the variants, and the outputs are checked bit for
 bit: every variant against the reference and against the CPU model, and the roles' baseline and
-candidate (and any other pairs a run names) against each other.
+candidate (and any other pairs a run names) against each other. Where either side of a comparison is
+declared not bitwise (catalog.Variant.exact), it is measured instead (the stage's ``measure``: an
+Agreement row, model/agreement.py), never a bitwise pass or failure.
 
 A ``Stage`` (stages/scores.py, topk.py, window.py) is one case of one stage: its inputs and how they are
 placed and guarded, how a variant is launched (a kernel, or the CPU model of its arithmetic), the CPU
@@ -24,7 +26,7 @@ import numpy as np
 from ..core.errors import EngineRefused
 from ..core.integrity import GuardedBuffers
 from ..core.progress import Progress, no_progress
-from ..record.schema import Measurement
+from ..record.schema import Agreement, Measurement, ScoreErrors, SelectionAgreement
 from ..timing import Launch
 from .common import Integrity, Measurer, StageOutcome, array_module, bitwise_check, to_host
 
@@ -34,6 +36,9 @@ class Runnable(Protocol):
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def exact(self) -> bool: ...  # False: declared not bitwise, measured instead
 
 
 @dataclass
@@ -74,6 +79,10 @@ class Stage(Protocol):
 
     def describe(self, a: np.ndarray, b: np.ndarray) -> str:
         """Where two outputs first differ, and how."""
+
+    def measure(self, subject: np.ndarray, against: np.ndarray) -> tuple[ScoreErrors | None, SelectionAgreement | None]:
+        """How far ``subject``'s output is from ``against``'s (an inexact variant's): the scores' errors, the
+        selection's agreement, each None where the stage has no such output."""
 
     def output_hash(self, output: np.ndarray) -> str | None:
         """The hash a parity row keeps of an output (None: the stage keeps none)."""
@@ -140,31 +149,38 @@ def run_stage(stage: Stage, variants: Sequence[Runnable], measurer: Measurer, ro
             out.parity += integrity.checks(stage.name, case, v.name, out.outputs[v.name], last, stage.describe)
         for point in stage.reference_points(measurer, case, on_gpu):
             out.add(point)
-    out.parity += _checks(stage, case, out, tuple(v.name for v in variants), roles, check_model, same_bits)
+    inexact = frozenset(v.name for v in variants if not v.exact)
+    _checks(stage, case, out, tuple(v.name for v in variants), inexact, roles, check_model, same_bits)
     return out
 
 
-def _checks(stage: Stage, case: dict[str, Any], out: StageOutcome, names: tuple[str, ...],
-            roles: Mapping[str, str] | None, check_model: bool, same_bits: tuple[tuple[str, str], ...]) -> list[Any]:
-    """The bitwise checks of the outputs: every variant against the reference and the CPU model, then the
-    pairs. A stage that hashes its outputs keeps every variant's hashes in each row (a row against the CPU
-    model: the variant's and the model's)."""
+def _checks(stage: Stage, case: dict[str, Any], out: StageOutcome, names: tuple[str, ...], inexact: frozenset[str],
+            roles: Mapping[str, str] | None, check_model: bool, same_bits: tuple[tuple[str, str], ...]) -> None:
+    """The checks of the outputs into ``out``: every variant against the reference and the CPU model, then the
+    pairs; bit for bit, or measured where either side is ``inexact``. A stage that hashes its outputs keeps
+    every variant's hashes in each bitwise row (a row against the CPU model: the variant's and the model's)."""
     ran = out.ran(names)
     hashes = {v: h for v in ran if (h := stage.output_hash(out.outputs[v])) is not None}
-    rows = []
+
+    def check(subject: str, against: str, kept: dict[str, str]) -> None:
+        if subject in inexact or against in inexact:
+            errors, selection = stage.measure(out.outputs[subject], out.outputs[against])
+            out.agreements.append(Agreement(stage.name, dict(case), subject, against, errors, selection))
+        else:
+            out.parity.append(bitwise_check(stage.name, case, subject, against, out.outputs, stage.describe, kept))
+
     if roles and roles["reference"] in ran:
         reference = roles["reference"]
-        rows += [bitwise_check(stage.name, case, v, reference, out.outputs, stage.describe, hashes)
-                 for v in ran if v != reference]
+        for v in ran:
+            if v != reference:
+                check(v, reference, hashes)
     if check_model:
         model = stage.model_name
         out.outputs[model] = stage.model()
         model_hash = stage.output_hash(out.outputs[model])
         for v in ran:
-            kept = {v: hashes[v], model: model_hash} if model_hash is not None else {}
-            rows.append(bitwise_check(stage.name, case, v, model, out.outputs, stage.describe, kept))
+            check(v, model, {v: hashes[v], model: model_hash} if model_hash is not None else {})
     pairs = (((roles["candidate"], roles["baseline"]),) if roles else ()) + same_bits
     for subject, against in dict.fromkeys(pairs):
         if subject in ran and against in ran:
-            rows.append(bitwise_check(stage.name, case, subject, against, out.outputs, stage.describe, hashes))
-    return rows
+            check(subject, against, hashes)

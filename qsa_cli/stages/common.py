@@ -12,7 +12,7 @@ import numpy as np
 from ..core.geometry import STEP_NKV
 from ..core.integrity import GuardedBuffers, changed, digest, fingerprint
 from ..inputs import ScorerInputs
-from ..record.schema import Measurement, ParityCheck
+from ..record.schema import Agreement, Measurement, ParityCheck
 from ..record.vocabulary import DEFAULT_KEYS, GUARD_ZONES, HOST_L2, INPUTS, INPUTS_HASH, OUTPUT_HASH, last_call
 from ..timing import AUTO, HOST, DeviceTimer, Iters, Launch, StoppingRule, sample
 
@@ -41,6 +41,7 @@ class StageOutcome:
     parity: list[ParityCheck] = field(default_factory=list)
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # e.g. an engine variant that refused this call
+    agreements: list[Agreement] = field(default_factory=list)  # inexact variants' outputs measured
 
     def ran(self, variants: tuple[str, ...]) -> tuple[str, ...]:
         """Those of ``variants`` that gave an output (an engine variant may refuse a call)."""
@@ -57,6 +58,7 @@ class StageOutcome:
         self.measurements += other.measurements
         self.parity += other.parity
         self.notes += other.notes
+        self.agreements += other.agreements
         self.outputs.update({prefix + k: v for k, v in other.outputs.items()})
 
 

@@ -15,9 +15,11 @@ import numpy as np
 from ..catalog import Launcher, Variant
 from ..core.integrity import GuardedBuffers
 from ..core.progress import Progress, no_progress
-from ..inputs import ScorerInputs, score_poison
+from ..inputs import ScorerInputs, TopkInputs, score_poison
+from ..model.agreement import score_errors, selection_agreement
 from ..model.scores import first_difference, score_blocks, scores_hash
-from ..record.schema import Measurement
+from ..model.topk import topk_ids
+from ..record.schema import Measurement, ScoreErrors, SelectionAgreement
 from ..record.vocabulary import CPU_MODEL, READ_FLOOR
 from ..record.vocabulary import SCORES as STAGE
 from ..timing import Launch
@@ -52,6 +54,7 @@ class ScorerStage(StageBase):
         self.inputs = inputs
         self.launcher = launcher  # the GPU's (catalog.Launcher)
         self.bytes_read = inputs.key_bytes()
+        self._selected: dict[str, np.ndarray] = {}  # the oracle's ids on an output, by the output's hash
 
     def case(self, l2: str) -> dict[str, Any]:
         return call_case(self.inputs.steps, self.inputs.capacity, "decode", l2, **keys_case(self.inputs))
@@ -74,6 +77,18 @@ class ScorerStage(StageBase):
 
     def output_hash(self, output: np.ndarray) -> str:
         return scores_hash(output, self.inputs.steps)
+
+    def measure(self, subject: np.ndarray, against: np.ndarray) -> tuple[ScoreErrors, SelectionAgreement]:
+        """The scores' errors, and the selection they feed: the CPU oracle's top-k on ``subject``'s scores
+        against the oracle's on ``against``'s (what a near-tie changes)."""
+        return score_errors(subject, against), selection_agreement(self._selection(subject),
+                                                                   self._selection(against), self.inputs.steps)
+
+    def _selection(self, scores: np.ndarray) -> np.ndarray:
+        key = self.output_hash(scores)  # over each query's blocks 0..n_bid: all the oracle reads
+        if key not in self._selected:
+            self._selected[key] = topk_ids(TopkInputs(scores, self.inputs.steps), "oracle")
+        return self._selected[key]
 
     def reference_points(self, measurer: Measurer, case: dict[str, Any], on_gpu: bool) -> Iterator[Measurement | None]:
         if on_gpu:

@@ -17,8 +17,9 @@ from ..catalog import Launcher, Variant
 from ..core.geometry import BLOCK_CELLS, SELECT_CAP, STEP_WIDTH, blocks_read
 from ..core.integrity import GuardedBuffers
 from ..inputs import TopkInputs, id_poison
+from ..model.agreement import selection_agreement
 from ..model.topk import first_difference, topk_ids
-from ..record.schema import Measurement
+from ..record.schema import Measurement, SelectionAgreement
 from ..record.vocabulary import ARGPARTITION, CPU_ORACLE
 from ..record.vocabulary import TOPK as STAGE
 from ..timing import Launch
@@ -68,6 +69,9 @@ class TopkStage(StageBase):
 
     def describe(self, a: np.ndarray, b: np.ndarray) -> str:
         return describe_difference(self.inputs.steps, a, b)
+
+    def measure(self, subject: np.ndarray, against: np.ndarray) -> tuple[None, SelectionAgreement]:
+        return None, selection_agreement(subject, against, self.inputs.steps)
 
     def reference_points(self, measurer: Measurer, case: dict[str, Any], on_gpu: bool) -> Iterator[Measurement | None]:
         if self.argpartition and on_gpu:

@@ -2,8 +2,9 @@
 
 Each pair (a top-k variant after the scorer it follows, catalog.window_pairs) is captured once and its
 replays are timed (stages/base.py runs them). A replay from poisoned outputs must give the CPU oracle's
-ids on the CPU model's scores, and the last timed replay (its outputs poisoned before it) the same ids,
-so a kernel whose scratch a replay leaves dirty cannot pass.
+ids on the CPU model's scores (a pair with an inexact part: its selection's agreement with them is
+measured), and the last timed replay (its outputs poisoned before it) the same ids, so a kernel whose
+scratch a replay leaves dirty cannot pass.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from ..core.geometry import SELECT_CAP
 from ..core.integrity import GuardedBuffers
 from ..core.progress import Progress, no_progress
 from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
+from ..model.agreement import selection_agreement
 from ..model.scores import score_blocks
 from ..model.topk import topk_ids
+from ..record.schema import SelectionAgreement
 from ..record.vocabulary import CPU_ORACLE, pair_name
 from ..record.vocabulary import WINDOW as STAGE
 from ..timing import Launch
@@ -40,6 +43,11 @@ class WindowPair:
     @property
     def name(self) -> str:
         return pair_name(self.scorer.name, self.topk.name)
+
+    @property
+    def exact(self) -> bool:
+        """Bitwise only when both are: an inexact scorer's scores change what the top-k selects."""
+        return self.scorer.exact and self.topk.exact
 
 
 class WindowStage(StageBase):
@@ -96,6 +104,9 @@ class WindowStage(StageBase):
 
     def describe(self, a: np.ndarray, b: np.ndarray) -> str:
         return describe_difference(self.inputs.steps, a, b)
+
+    def measure(self, subject: np.ndarray, against: np.ndarray) -> tuple[None, SelectionAgreement]:
+        return None, selection_agreement(subject, against, self.inputs.steps)
 
 
 def run_window(inputs: ScorerInputs, measurer: Measurer, pairs: tuple[WindowPair, ...], launcher: Launcher,
