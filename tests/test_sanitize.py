@@ -208,16 +208,22 @@ SIGNAL_POINTS = [(signal.SIGTERM, 0.3), (signal.SIGINT, 1.0), (signal.SIGTERM, 2
                  (signal.SIGTERM, 8.0)]
 
 
-@pytest.mark.parametrize(("signum", "after"), SIGNAL_POINTS,
-                         ids=[f"{signal.Signals(s).name}-{t}s" for s, t in SIGNAL_POINTS])
-def test_a_signal_ends_the_sanitizers_children_and_keeps_the_record_so_far(tmp_path: Path, signum: int,
-                                                                           after: float) -> None:
+def _fake_sanitizer(tmp_path: Path) -> tuple[Path, Path]:
+    """FAKE_SANITIZER as compute-sanitizer in a folder of its own: (the folder its pids go to, that folder)."""
     pids, bin_dir = tmp_path / "pids", tmp_path / "bin"
     pids.mkdir()
     bin_dir.mkdir()
     fake = bin_dir / "compute-sanitizer"
     fake.write_text(FAKE_SANITIZER.format(python=sys.executable, pids=str(pids), marker=MARKER))
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return pids, bin_dir
+
+
+@pytest.mark.parametrize(("signum", "after"), SIGNAL_POINTS,
+                         ids=[f"{signal.Signals(s).name}-{t}s" for s, t in SIGNAL_POINTS])
+def test_a_signal_ends_the_sanitizers_children_and_keeps_the_record_so_far(tmp_path: Path, signum: int,
+                                                                           after: float) -> None:
+    pids, bin_dir = _fake_sanitizer(tmp_path)
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
@@ -348,12 +354,7 @@ def test_selftests_sanitizer_started_beside_the_checks_ends_its_children_when_le
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """qsa selftest's compute-sanitizer row runs in a thread from the start; a selftest that stops (an
     interruption, an error) before waiting for the row ends the children at once."""
-    pids, bin_dir = tmp_path / "pids", tmp_path / "bin"
-    pids.mkdir()
-    bin_dir.mkdir()
-    fake = bin_dir / "compute-sanitizer"
-    fake.write_text(FAKE_SANITIZER.format(python=sys.executable, pids=str(pids), marker=MARKER))
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    pids, bin_dir = _fake_sanitizer(tmp_path)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(runs_sanitizer, "sanitize_variants", lambda s: {"scores": ("multi",), "topk": ("wide",)})
     t0 = time.monotonic()
