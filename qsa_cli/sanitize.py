@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from .config import SweepCase, yaml_problem
+from .core.cores import usable_cores
 from .core.errors import SanitizerError
 from .core.geometry import MAX_QUERIES
 from .kernels import ENV_LINEINFO
@@ -38,6 +39,7 @@ MARKER = "qsa-sanitize-case"  # a child's line before each case it runs (qsa_cli
 ENV_CUDA_HOME = "CUDA_HOME"
 CHILD_TIMEOUT_S = 600
 END_GRACE_S = 5  # a child's group ended by SIGTERM gets this long before SIGKILL
+MAX_DEFAULT_JOBS = 16  # children at a time by default: each holds a core, and a CUDA context on the card
 # the totals ("ERROR SUMMARY: 51 errors"), not the line after them ("48 errors were not printed")
 _SUMMARY = re.compile(r"^=+ (?:ERROR SUMMARY: (\d+) errors?\s*$|RACECHECK SUMMARY: (\d+) hazards? displayed)", re.M)
 _PREFIX = re.compile(r"^=+ ?")
@@ -71,6 +73,11 @@ SMALL_TOPK_CALL = (9002, 3, 16384, "decode")
 LARGE_TOPK_CALL = (524288, MAX_QUERIES, 524288, "decode")
 PROMPT_TOPK_CALL = (135176, 16, 135176, "prompt")
 PROMPT_SCORE_SET = "levels64"  # ties at the threshold
+
+
+def default_jobs() -> int:
+    """Children at a time unless told: one a core this process may run on, at most MAX_DEFAULT_JOBS."""
+    return max(1, min(usable_cores(), MAX_DEFAULT_JOBS))
 
 
 def find_sanitizer(env: dict[str, str] | None = None) -> Path:
@@ -301,11 +308,12 @@ def run_tool(command: list[str], env: dict[str, str], timeout: float = CHILD_TIM
 def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownHazard], sanitizer: Path,
              kernels: Path, kept: Callable[[list[SanitizerRun]], None], jobs: int = 2, device_id: int = 0,
              progress: Callable[[int, int, str], None] = lambda done, total, msg: None,
-             engines: tuple[str, ...] = ()) -> None:
+             engines: tuple[str, ...] = (), children: Children | None = None) -> None:
     """Every (case, tool) in its own child, ``jobs`` at a time; ``kept`` is given, each time a child ends, the
     rows of every child ended so far, in (case, tool) order. ``kernels``: the run's folder of kernel sources;
     ``engines``: its engine checkouts, which each child attaches (their libraries come from the cache). When
-    the run stops (Ctrl-C, SIGTERM, an error), the children running are ended and their rows never kept."""
+    the run stops (Ctrl-C, SIGTERM, an error), the children running are ended and their rows never kept;
+    ``children``: where they are started, for a caller in another thread to stop them (``Children.stop``)."""
     env = {**os.environ, ENV_LINEINFO: "1", "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", str(device_id)),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                         os.environ.get("PYTHONPATH")]))}
@@ -314,7 +322,7 @@ def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownH
     work = [(tool, [case]) for case in cases for tool in tools]
     order = sorted(range(len(work)), key=lambda i: (work[i][0] != "racecheck", -work[i][1][0].ctx * work[i][1][0].nq))
     results: list[list[SanitizerRun] | None] = [None for _ in work]
-    children = Children()
+    children = children if children is not None else Children()
 
     def one(i: int) -> list[SanitizerRun] | None:
         tool, group = work[i]

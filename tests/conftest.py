@@ -10,6 +10,13 @@ from qsa_cli.catalog import Launcher, qsa_catalog
 QSA = qsa_catalog()  # qsa's own variants, from the installed kernels
 
 
+@pytest.fixture(autouse=True)
+def work_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's CPU work made in the test's own process (runs/pool.py), where a test's monkeypatch of a model
+    or an input reaches it; tests/test_pool.py runs the worker processes."""
+    monkeypatch.setattr("qsa_cli.runs.pool.worker_count", lambda: 1)
+
+
 @pytest.fixture
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     """A fresh generator per test, seeded from QSA_TEST_SEED or the test's name; the seed is printed."""

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from qsa_cli import sanitize
+from qsa_cli import sanitize, session
 from qsa_cli.cli import main
 from qsa_cli.record.load import load_record
+from qsa_cli.runs import sanitizer as runs_sanitizer
+from qsa_cli.runs import selftest as selftest_run
 from qsa_cli.sanitize import MARKER
 
 DATA = Path(__file__).parent / "data"
@@ -206,16 +208,22 @@ SIGNAL_POINTS = [(signal.SIGTERM, 0.3), (signal.SIGINT, 1.0), (signal.SIGTERM, 2
                  (signal.SIGTERM, 8.0)]
 
 
-@pytest.mark.parametrize(("signum", "after"), SIGNAL_POINTS,
-                         ids=[f"{signal.Signals(s).name}-{t}s" for s, t in SIGNAL_POINTS])
-def test_a_signal_ends_the_sanitizers_children_and_keeps_the_record_so_far(tmp_path: Path, signum: int,
-                                                                           after: float) -> None:
+def _fake_sanitizer(tmp_path: Path) -> tuple[Path, Path]:
+    """FAKE_SANITIZER as compute-sanitizer in a folder of its own: (the folder its pids go to, that folder)."""
     pids, bin_dir = tmp_path / "pids", tmp_path / "bin"
     pids.mkdir()
     bin_dir.mkdir()
     fake = bin_dir / "compute-sanitizer"
     fake.write_text(FAKE_SANITIZER.format(python=sys.executable, pids=str(pids), marker=MARKER))
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return pids, bin_dir
+
+
+@pytest.mark.parametrize(("signum", "after"), SIGNAL_POINTS,
+                         ids=[f"{signal.Signals(s).name}-{t}s" for s, t in SIGNAL_POINTS])
+def test_a_signal_ends_the_sanitizers_children_and_keeps_the_record_so_far(tmp_path: Path, signum: int,
+                                                                           after: float) -> None:
+    pids, bin_dir = _fake_sanitizer(tmp_path)
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
@@ -306,3 +314,71 @@ def test_qsa_sanitize_reports_nothing_over_every_variant(cupy, tmp_path: Path) -
     rows = load_record(record).sanitizer
     assert rows and all(r.errors == 0 for r in rows)
     assert {r.tool for r in rows} == set(sanitize.TOOLS)
+
+
+# a sanitizer whose children meet: each waits until ``count`` of them have started, so that every one ends
+# with a summary only when that many ran at once (one that waited alone prints none and fails its case)
+MEETING_SANITIZER = """#!{python}
+import os, time
+from pathlib import Path
+here = Path({folder!r})
+(here / str(os.getpid())).touch()
+deadline = time.monotonic() + 20
+while len(list(here.iterdir())) < {count} and time.monotonic() < deadline:
+    time.sleep(0.02)
+if len(list(here.iterdir())) >= {count}:
+    print("{marker} 0\\n========= ERROR SUMMARY: 0 errors")
+"""
+
+
+def test_jobs_children_run_at_once(tmp_path: Path) -> None:
+    met = tmp_path / "met"
+    met.mkdir()
+    cases = sanitize.matrix({"scores": ("multi", "halve"), "topk": ("wide", "split")}, ("continuous",), quick=True)
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text(MEETING_SANITIZER.format(python=sys.executable, folder=str(met), count=len(cases), marker=MARKER))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    kept: list[sanitize.SanitizerRun] = []
+    sanitize.sanitize(cases, ("memcheck",), [], fake, tmp_path, lambda rows: kept.__setitem__(slice(None), rows),
+                      jobs=len(cases))
+    assert len(kept) == len(cases) == 4 and all(r.passed for r in kept), [r.first_report for r in kept]
+
+
+@pytest.mark.parametrize(("cores", "jobs"), [(1, 1), (3, 3), (16, 16), (128, sanitize.MAX_DEFAULT_JOBS)])
+def test_the_default_jobs_are_one_a_core_bounded(monkeypatch: pytest.MonkeyPatch, cores: int, jobs: int) -> None:
+    monkeypatch.setattr(sanitize, "usable_cores", lambda: cores)
+    assert sanitize.default_jobs() == jobs
+
+
+def test_selftests_sanitizer_started_beside_the_checks_ends_its_children_when_left_early(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """qsa selftest's compute-sanitizer row runs in a thread from the start; a selftest that stops (an
+    interruption, an error) before waiting for the row ends the children at once."""
+    pids, bin_dir = _fake_sanitizer(tmp_path)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(runs_sanitizer, "sanitize_variants", lambda s: {"scores": ("multi",), "topk": ("wide",)})
+    t0 = time.monotonic()
+    with session.session(session.Settings(backend="cpu"), "selftest", []) as s:
+        with pytest.raises(RuntimeError, match="a check failed"):
+            with selftest_run._sanitizer_started(s):
+                while len(os.listdir(pids)) < 4:  # the racechecks have ended, the memchecks (two minutes) started
+                    time.sleep(0.05)
+                raise RuntimeError("a check failed")
+    assert time.monotonic() - t0 < 30
+    started = [int(pid) for name in os.listdir(pids) for pid in name.split("-")]
+    assert started and not [pid for pid in started if _alive(pid)]
+    assert {r.tool for r in s.record.sanitizer} <= {"racecheck"}  # a child the run ended says nothing of its case
+
+
+def test_selftests_sanitizer_row_holds_every_childs_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text(f"#!{sys.executable}\nprint('{MARKER} 0\\n========= ERROR SUMMARY: 0 errors')\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(runs_sanitizer, "sanitize_variants", lambda s: {"scores": ("multi", "halve"), "topk": ("wide",)})
+    with session.session(session.Settings(backend="cpu"), "selftest", []) as s:
+        with selftest_run._sanitizer_started(s) as row:
+            done = row()
+    assert (done.cases, done.passed, len(s.record.sanitizer)) == (6, True, 6)  # 3 variants, memcheck and racecheck
+    assert [(r.variant, r.tool) for r in s.record.sanitizer] == [
+        (v, t) for v in ("multi", "halve", "wide") for t in selftest_run.SELFTEST_SANITIZERS]

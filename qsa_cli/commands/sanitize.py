@@ -12,7 +12,7 @@ from ..engine.attach import check_engines
 from ..output.printed import of_sanitize
 from ..output.progress import progress_on
 from ..runs.sanitizer import sanitize_run, sanitize_variants
-from ..sanitize import TOOLS, find_sanitizer, load_known
+from ..sanitize import MAX_DEFAULT_JOBS, TOOLS, default_jobs, find_sanitizer, load_known
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish
 from .measuring import kept_if_interrupted
@@ -30,14 +30,15 @@ from .run_options import ENGINE_OPTION, KERNELS_OPTION
 @click.option("--quick", is_flag=True, help="One small decode call of each variant (what qsa selftest runs).")
 @click.option("--known", "known_path", type=click.Path(dir_okay=False),
               help="A YAML list of known hazards (variant, tool, match, reason): listed, not failed.")
-@click.option("--jobs", type=click.IntRange(1, 64), default=4, show_default=True, help="Children at a time.")
+@click.option("--jobs", type=click.IntRange(1, 64), default=None,
+              help=f"Children at a time (default: one a CPU core, at most {MAX_DEFAULT_JOBS}).")
 @SEED_OPTION
 @DEVICE_OPTION
 @click.option("--json", "json_path", type=RECORD,
               help="Write the run's record (every row) to this file (- for stdout).")
 @FORMAT_OPTIONS
 @QUIET_OPTION
-def command(tools: str, variants_opt: str | None, quick: bool, known_path: str | None, jobs: int, seed: int,
+def command(tools: str, variants_opt: str | None, quick: bool, known_path: str | None, jobs: int | None, seed: int,
             device_id: int, json_path: str | None, engines: tuple[str, ...], **opts: Any) -> int:
     """compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over one call of every variant on every
     case kind, each (variant, case, tool) in its own child process with CuPy's memory pool off."""
@@ -61,5 +62,5 @@ def command(tools: str, variants_opt: str | None, quick: bool, known_path: str |
                 raise UsageProblem(f"--variants: {missing[0]!r} is not a variant this device runs "
                                    f"({', '.join(sorted(runnable))})")
         with progress_on(opts["quiet"]) as progress:
-            sanitize_run(s, chosen_tools, chosen, known, sanitizer, quick, jobs, progress)
+            sanitize_run(s, chosen_tools, chosen, known, sanitizer, quick, jobs or default_jobs(), progress)
     return finish(of_sanitize(s.record), fmt, json_path)

@@ -5,7 +5,8 @@ its buffers, must not change its inputs, and must give the same output on every 
   guard zones filled with a pattern (``GuardedBuffers``); after each variant the zones must still
   hold it. (compute-sanitizer's memcheck sees writes past an allocation; a guard zone sees a write
   that lands in a neighbouring tensor of the same pool, which memcheck cannot.)
-- Every input is hashed before the stage and after each variant (``fingerprint``).
+- Every input is hashed before the stage (``fingerprint``: the record keeps it) and compared with a copy of
+  itself after each variant (``Pristine``).
 - The output of a variant's last timed call is compared with its first (the parity) output.
 A violation is a parity failure of the variant, naming the buffer.
 """
@@ -101,7 +102,7 @@ class GuardedBuffers:
 def digest(array: Any) -> str:
     """sha256 of an array's bytes (a device array is copied to the host first)."""
     host = array.get() if hasattr(array, "get") else np.asarray(array)
-    return hashlib.sha256(np.ascontiguousarray(host).tobytes()).hexdigest()
+    return hashlib.sha256(np.ascontiguousarray(host).view(np.uint8)).hexdigest()  # hashed in place: no copy
 
 
 def fingerprint(arrays: dict[str, Any]) -> dict[str, str]:
@@ -109,5 +110,20 @@ def fingerprint(arrays: dict[str, Any]) -> dict[str, str]:
     return {name: digest(a) for name, a in arrays.items()}
 
 
-def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    return [name for name in before if after.get(name) != before[name]]
+class Pristine:
+    """Copies of placed arrays, kept where they live (a device's in its memory): whether one changed is a
+    comparison of its bytes there, with no copy to the host and no hash (a call's inputs of hundreds of
+    MB are compared after every variant)."""
+
+    def __init__(self, xp: Any, arrays: dict[str, Any]) -> None:
+        self.xp = xp
+        self._copies = {name: xp.array(a, copy=True) for name, a in arrays.items()}
+
+    def changed(self, arrays: dict[str, Any]) -> list[str]:
+        """The names of ``arrays`` whose bytes differ from their copy's (a NaN kept bit for bit is unchanged)."""
+        return [name for name, copy in self._copies.items()
+                if not bool(self.xp.array_equal(_bytes(arrays[name]), _bytes(copy)))]
+
+
+def _bytes(array: Any) -> Any:
+    return array.reshape(-1).view(np.uint8)

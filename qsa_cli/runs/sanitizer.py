@@ -8,7 +8,7 @@ from typing import Any
 from ..catalog import STAGES
 from ..core.progress import Progress, no_progress
 from ..inputs import SCORE_SETS
-from ..sanitize import matrix, sanitize
+from ..sanitize import Children, matrix, sanitize
 from ..session import Session
 
 
@@ -18,9 +18,11 @@ def sanitize_variants(s: Session) -> dict[str, tuple[str, ...]]:
 
 
 def sanitize_run(s: Session, tools: tuple[str, ...], chosen: tuple[str, ...] | None, known: list[Any],
-                 sanitizer: Any, quick: bool = False, jobs: int = 4, progress: Progress = no_progress) -> None:
+                 sanitizer: Any, quick: bool = False, jobs: int = 4, progress: Progress = no_progress,
+                 children: Children | None = None) -> None:
     """compute-sanitizer over every case of the chosen variants (all this device runs by default) into
-    the session's record, each child's rows as it ends; ``progress``: each child that ended."""
+    the session's record, each child's rows as it ends, ``jobs`` children at a time; ``progress``: each child
+    that ended; ``children``: where they are started (sanitize.sanitize)."""
     variants = sanitize_variants(s)
     if chosen is not None:
         variants = {stage: tuple(v for v in names if v in chosen) for stage, names in variants.items()}
@@ -32,4 +34,4 @@ def sanitize_run(s: Session, tools: tuple[str, ...], chosen: tuple[str, ...] | N
         s.record.sanitizer[start:] = rows
 
     sanitize(cases, tools, known, sanitizer, s.catalog.kernel_folder, kept, jobs, s.settings.device_id, progress,
-             s.settings.engines)
+             s.settings.engines, children)

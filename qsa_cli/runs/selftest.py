@@ -3,28 +3,36 @@ matrix)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+import numpy as np
+
+from ..catalog import Variant
 from ..config import config_path, load_config
 from ..core.errors import NoDeviceError, SanitizerError
 from ..core.geometry import MAX_QUERIES, PROMPT_QUERIES, Call, header_mismatches
 from ..core.progress import Progress, no_progress
 from ..device import probe
 from ..dispatch import Dispatch
-from ..inputs import synthetic_scorer_inputs, synthetic_scores
+from ..inputs import SCORE_SETS, ScorerInputs, synthetic_scorer_inputs, synthetic_scores
 from ..kernels import header_defines
+from ..model.scores import score_blocks
 from ..record.schema import RunRecord
 from ..record.vocabulary import SCORER_KEYS
-from ..sanitize import find_sanitizer
+from ..sanitize import Children, default_jobs, find_sanitizer
 from ..session import Session, Settings, session
 from ..stages import scores as scores_stage
 from ..stages import topk as topk_stage
-from ..stages.common import StageOutcome
+from ..stages.common import Measurer, StageOutcome
+from .pool import Task, in_order
 from .sanitizer import sanitize_run
-from .stages import run_topk_case, topk_parity, topk_score_sets
+from .stages import run_topk_case, topk_parity, topk_score_set
 
 SELFTEST_CONFIG = "selftest"  # configs/selftest.yaml: spec section 6's matrix, plus up to 1,048,576 cells
 
@@ -41,17 +49,21 @@ class SelftestRow:
 def topk_selftest(s: Session, seed: int, progress: Progress = no_progress) -> list[SelftestRow]:
     """Spec section 6's matrix (configs/selftest.yaml): decode calls of 8 queries without the count and
     prompt calls of 64 with it, every score set, every variant this device runs, and the CPU oracle;
-    ``progress``: each call, then the CUDA graph's replays."""
-    calls = dict.fromkeys(c.call for c in load_config(config_path(SELFTEST_CONFIG)).cases("topk"))
+    ``progress``: each call, then the CUDA graph's replays. The score sets and their oracle's ids are made
+    by worker processes (runs/pool.py), the kernels run here as they come."""
+    calls = list(dict.fromkeys(c.call for c in load_config(config_path(SELFTEST_CONFIG)).cases("topk")))
     total = len(calls) + s.on_gpu
     rows = []
-    for i, call in enumerate(calls):
-        progress(i, total, f"top-k {call.kind} ctx={call.ctx} cap={call.capacity}")
-        t0 = time.perf_counter()
-        out = topk_parity(s, topk_score_sets(call, seed), 0, call.active_blocks)
-        failures = _parity_failures(out)
-        rows.append(SelftestRow(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity), not failures,
-                                time.perf_counter() - t0, failures[0] if failures else ""))
+    with in_order([(topk_score_set, (call, name, seed, s.settings.check_model))
+                   for call in calls for name in SCORE_SETS]) as made:
+        for i, call in enumerate(calls):
+            progress(i, total, f"top-k {call.kind} ctx={call.ctx} cap={call.capacity}")
+            t0 = time.perf_counter()
+            sets, oracles = zip(*(next(made) for _ in SCORE_SETS))
+            out = topk_parity(s, list(sets), 0, call.active_blocks, oracles=list(oracles))
+            failures = _parity_failures(out)
+            rows.append(SelftestRow(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity), not failures,
+                                    time.perf_counter() - t0, failures[0] if failures else ""))
     if s.on_gpu:
         candidate = s.roles["topk"]["candidate"]  # the kernel with scratch a call must leave clean
         progress(len(calls), total, f"top-k {candidate} in a CUDA graph")
@@ -83,32 +95,87 @@ def _parity_failures(outcome: StageOutcome) -> list[str]:
     return [f"{p.key}: {p.subject} vs {p.against}: {p.detail}" for p in outcome.parity if not p.equal]
 
 
-def _scorer_check(s: Session, seed: int, variants: tuple[str, ...]) -> tuple[int, list[str]]:
-    checks, failures = 0, []
-    for (ctx, nq, cap), keys in itertools.product(SELFTEST_SCORER_CASES, SCORER_KEYS):
-        inputs = synthetic_scorer_inputs(Call(ctx, nq, cap), seed, keys)
-        out = s.take(scores_stage.run_scores(inputs, s.measurer(0), s.variants("scores", variants), s.roles["scores"],
-                                             s.launcher))
-        checks += len(out.parity)
-        failures += _parity_failures(out)
-    return checks, failures
+# ---- what worker processes make (runs/pool.py): a CPU-backend case whole, or a GPU case's inputs and model ----
 
 
-def _topk_check(s: Session, seed: int) -> tuple[int, list[str]]:
-    checks, failures = 0, []
-    for ctx, cap in SELFTEST_TOPK_CASES:
-        for nq, prompt in ((MAX_QUERIES, False), (PROMPT_QUERIES, True)):
-            call = Call(ctx, nq, cap, prompt=prompt)
-            c, f = _topk_call_check(s, call, seed, s.here("topk", call.max_blocks, call.active_blocks))
-            checks, failures = checks + c, failures + f
-    return checks, failures
+def scorer_models_case(call: Call, seed: int, keys: str, variants: tuple[Variant, ...],
+                       roles: dict[str, str]) -> StageOutcome:
+    """A scorer case on the CPU backend: every variant's CPU model against each other and the butterfly's."""
+    return scores_stage.run_scores(synthetic_scorer_inputs(call, seed, keys), Measurer(0), variants, roles, None)
 
 
-def _topk_call_check(s: Session, call: Call, seed: int, variants: tuple[str, ...]) -> tuple[int, list[str]]:
-    """Parity only: ``variants`` on every score set of ``call``, against each other and the oracle."""
+def scorer_case_model(call: Call, seed: int, keys: str) -> tuple[ScorerInputs, np.ndarray]:
+    """A scorer case's inputs and the butterfly's CPU model of them, for the kernels to equal."""
+    inputs = synthetic_scorer_inputs(call, seed, keys)
+    return inputs, score_blocks(inputs, "butterfly")
+
+
+def topk_models_case(call: Call, score_set: str, seed: int, variants: tuple[Variant, ...],
+                     roles: dict[str, str]) -> StageOutcome:
+    """A top-k score set on the CPU backend: every variant's CPU model against each other and the oracle."""
+    return topk_stage.run_topk(synthetic_scores(call, score_set, seed), Measurer(0), variants, roles, None,
+                               call.active_blocks, check_model=True)
+
+
+def _scorer_calls() -> list[tuple[Call, str]]:
+    return [(Call(ctx, nq, cap), keys) for (ctx, nq, cap), keys in itertools.product(SELFTEST_SCORER_CASES, SCORER_KEYS)]
+
+
+def _topk_calls() -> list[Call]:
+    return [Call(ctx, nq, cap, prompt=prompt) for ctx, cap in SELFTEST_TOPK_CASES
+            for nq, prompt in ((MAX_QUERIES, False), (PROMPT_QUERIES, True))]
+
+
+def _cpu_tasks(s: Session, seed: int) -> list[Task]:
+    """The CPU models' rows, case by case: the scorer's, then the top-k's."""
+    scorers, topks = s.variants("scores", s.catalog.names("scores")), s.variants("topk", s.catalog.names("topk"))
+    return [*((scorer_models_case, (call, seed, keys, scorers, s.roles["scores"])) for call, keys in _scorer_calls()),
+            *((topk_models_case, (call, name, seed, topks, s.roles["topk"])) for call in _topk_calls()
+              for name in SCORE_SETS)]
+
+
+def _gpu_tasks(seed: int) -> list[Task]:
+    """The kernels' rows' inputs and models, case by case: the scorer's, the top-k's, then the dispatch's."""
+    return [*((scorer_case_model, (call, seed, keys)) for call, keys in _scorer_calls()),
+            *((topk_score_set, (call, name, seed, True)) for call in _topk_calls() for name in SCORE_SETS),
+            *((scorer_case_model, (DISPATCH_CALL, seed, keys)) for keys in SCORER_KEYS),
+            *((topk_score_set, (DISPATCH_CALL, name, seed, True)) for name in SCORE_SETS)]
+
+
+def _scorer_kernels(s: Session, made: Iterator[Any], variants: tuple[str, ...]) -> StageOutcome:
+    """``variants`` on the next scorer case made, against the model made with it."""
+    inputs, model = next(made)
+    return s.take(scores_stage.run_scores(inputs, s.measurer(0), s.variants("scores", variants), s.roles["scores"],
+                                          s.launcher, model=model))
+
+
+def _scorer_check(s: Session, made: Iterator[Any], variants: tuple[str, ...]) -> tuple[int, list[str]]:
     out = StageOutcome()
-    for inp in topk_score_sets(call, seed):
-        out.extend(run_topk_case(s, inp, 0, variants, call.active_blocks, check_model=True))
+    for _ in _scorer_calls():
+        out.extend(_scorer_kernels(s, made, variants) if s.on_gpu else s.take(next(made)))
+    return len(out.parity), _parity_failures(out)
+
+
+def _topk_check(s: Session, made: Iterator[Any]) -> tuple[int, list[str]]:
+    checks, failures = 0, []
+    for call in _topk_calls():
+        if s.on_gpu:
+            c, f = _topk_call_check(s, call, made, s.here("topk", call.max_blocks, call.active_blocks))
+        else:
+            out = StageOutcome()
+            for _ in SCORE_SETS:
+                out.extend(s.take(next(made)))
+            c, f = len(out.parity), _parity_failures(out)
+        checks, failures = checks + c, failures + f
+    return checks, failures
+
+
+def _topk_call_check(s: Session, call: Call, made: Iterator[Any], variants: tuple[str, ...]) -> tuple[int, list[str]]:
+    """Parity only: ``variants`` on every score set of ``call`` made, against each other and the oracle."""
+    out = StageOutcome()
+    for _ in SCORE_SETS:
+        inputs, oracle = next(made)
+        out.extend(run_topk_case(s, inputs, 0, variants, call.active_blocks, check_model=True, oracle=oracle))
     return len(out.parity), _parity_failures(out)
 
 
@@ -130,7 +197,8 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
              so_far: SelftestSoFar | None = None) -> tuple[RunRecord, list[SelftestRow]]:
     """Every check this machine can run: the CPU models always, the kernels when a device is found
     (``require_gpu``: a missing device is a NoDeviceError before anything runs); ``progress``: each check;
-    ``so_far``: filled as the checks go."""
+    ``so_far``: filled as the checks go. The compute-sanitizer's children run from the start, beside the
+    other checks; the inputs and CPU models of every case are made by worker processes (runs/pool.py)."""
     found = probe(settings.device_id)
     if require_gpu and not found.available:
         raise NoDeviceError(f"--require-gpu: {found.reason}")
@@ -138,63 +206,94 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
     rows = so_far.rows
     total = 3 + (4 if found.available else 0)  # the CPU's checks, and the GPU's
     cpu = Settings(backend="cpu", seed=settings.seed, kernels=settings.kernels)
-    with session(cpu, "selftest", argv) as s:
-        so_far.record = s.record
-        progress(0, total, "constants")
-        rows.append(_timed("constants: kernels/qsa_common.cuh == geometry", lambda: _constants_check(s)))
-        scorers, topks = s.catalog.names("scores"), s.catalog.names("topk")
-        progress(1, total, "scorer models")
-        rows.append(_timed(f"scorer models ({', '.join(scorers)}) == butterfly ({' and '.join(SCORER_KEYS)} keys)",
-                           lambda: _scorer_check(s, settings.seed, scorers)))
-        progress(2, total, "top-k models")
-        rows.append(_timed(f"top-k models ({', '.join(topks)}) == oracle", lambda: _topk_check(s, settings.seed)))
-        record = s.record
-    if not found.available:
-        rows.append(SelftestRow("GPU checks", 0, None, 0.0, f"skipped: {found.reason}"))
-        progress(total, total, "done")
-        return record, rows
-    with session(replace(settings, backend="gpu"), "selftest", argv) as g:
+    with contextlib.ExitStack() as stack:
+        g = stack.enter_context(session(replace(settings, backend="gpu"), "selftest", argv)) if found.available \
+            else None
+        sanitized = stack.enter_context(_sanitizer_started(g)) if g is not None else None
+        with session(cpu, "selftest", argv) as s:
+            so_far.record = s.record
+            made = stack.enter_context(in_order(_cpu_tasks(s, settings.seed) + (_gpu_tasks(settings.seed) if g else [])))
+            progress(0, total, "constants")
+            rows.append(_timed("constants: kernels/qsa_common.cuh == geometry", lambda: _constants_check(s)))
+            scorers, topks = s.catalog.names("scores"), s.catalog.names("topk")
+            progress(1, total, "scorer models")
+            rows.append(_timed(f"scorer models ({', '.join(scorers)}) == butterfly ({' and '.join(SCORER_KEYS)} keys)",
+                               lambda: _scorer_check(s, made, scorers)))
+            progress(2, total, "top-k models")
+            rows.append(_timed(f"top-k models ({', '.join(topks)}) == oracle", lambda: _topk_check(s, made)))
+            record = s.record
+        if g is None or sanitized is None:
+            rows.append(SelftestRow("GPU checks", 0, None, 0.0, f"skipped: {found.reason}"))
+            progress(total, total, "done")
+            return record, rows
         g.record.parity = record.parity + g.record.parity
         so_far.record = g.record
         cc = g.compute_capability or 0
         scorers = g.catalog.runs_on("scores", cc)
         progress(3, total, "scorer kernels")
-        rows.append(_timed(f"scorer kernels ({', '.join(scorers)}) == model",
-                           lambda: _scorer_check(g, settings.seed, scorers)))
+        rows.append(_timed(f"scorer kernels ({', '.join(scorers)}) == model", lambda: _scorer_check(g, made, scorers)))
         variants = g.catalog.runs_on("topk", cc)
         progress(4, total, "top-k kernels")
-        rows.append(_timed(f"top-k kernels ({', '.join(variants)}) == oracle", lambda: _topk_check(g, settings.seed)))
+        rows.append(_timed(f"top-k kernels ({', '.join(variants)}) == oracle", lambda: _topk_check(g, made)))
         d = g.dispatch("decode", DISPATCH_CALL.max_blocks)
         progress(5, total, "dispatch")
         rows.append(_timed(f"dispatch here (sm_{g.compute_capability}): {d.scores} + {d.topk}",
-                           lambda: _dispatched_check(g, settings.seed, d)))
+                           lambda: _dispatched_check(g, made, d)))
         progress(6, total, "compute-sanitizer")
-        rows.append(_sanitizer_check(g))
+        rows.append(sanitized())
         record = g.record
     progress(total, total, "done")
     return record, rows
 
 
-def _sanitizer_check(s: Session) -> SelftestRow:
+@contextlib.contextmanager
+def _sanitizer_started(s: Session) -> Iterator[Callable[[], SelftestRow]]:
+    """compute-sanitizer's quick matrix on every variant, started now in a thread of its own (its children
+    run beside the other checks, ``sanitize.default_jobs()`` at a time); the block is given what waits for it
+    and returns its row. Leaving the block before that (an interruption, an error) ends the children."""
     name = f"compute-sanitizer ({', '.join(SELFTEST_SANITIZERS)}), every variant"
     try:
         sanitizer = find_sanitizer()
     except SanitizerError as missing:
-        return SelftestRow(name, 0, None, 0.0, f"skipped: {missing}")
-    t0 = time.perf_counter()
-    sanitize_run(s, SELFTEST_SANITIZERS, None, [], sanitizer, quick=True)
-    failed = [r for r in s.record.sanitizer if not r.passed]
-    detail = f"{failed[0].variant} {failed[0].tool}: {failed[0].first_report}" if failed else ""
-    return SelftestRow(name, len(s.record.sanitizer), not failed, time.perf_counter() - t0, detail)
+        skipped = SelftestRow(name, 0, None, 0.0, f"skipped: {missing}")
+        sanitizer = None
+    if sanitizer is None:
+        yield lambda: skipped
+        return
+    children = Children()
+    ended: dict[str, Any] = {}
+
+    def run() -> None:
+        t0 = time.perf_counter()
+        try:
+            sanitize_run(s, SELFTEST_SANITIZERS, None, [], sanitizer, quick=True, jobs=default_jobs(),
+                         children=children)
+        except BaseException as error:  # raised again in the main thread, which waits for the row
+            ended["error"] = error
+        ended["seconds"] = time.perf_counter() - t0
+
+    thread = threading.Thread(target=run, name="qsa-selftest-sanitizer", daemon=True)
+    thread.start()
+
+    def row() -> SelftestRow:
+        thread.join()
+        if "error" in ended:
+            raise ended["error"]
+        failed = [r for r in s.record.sanitizer if not r.passed]
+        detail = f"{failed[0].variant} {failed[0].tool}: {failed[0].first_report}" if failed else ""
+        return SelftestRow(name, len(s.record.sanitizer), not failed, ended["seconds"], detail)
+
+    try:
+        yield row
+    finally:
+        children.stop()  # none left running once the row is in
+        thread.join()
 
 
-def _dispatched_check(s: Session, seed: int, d: Dispatch) -> tuple[int, list[str]]:
+def _dispatched_check(s: Session, made: Iterator[Any], d: Dispatch) -> tuple[int, list[str]]:
     """The variants the engine would run on this card, on a decode call, against the models."""
-    call = DISPATCH_CALL
     out = StageOutcome()
-    for keys in SCORER_KEYS:
-        inputs = synthetic_scorer_inputs(call, seed, keys)
-        out.extend(s.take(scores_stage.run_scores(inputs, s.measurer(0), s.variants("scores", (d.scores,)),
-                                                  s.roles["scores"], s.launcher)))
-    checks, failures = _topk_call_check(s, call, seed, (d.topk,))
+    for _ in SCORER_KEYS:
+        out.extend(_scorer_kernels(s, made, (d.scores,)))
+    checks, failures = _topk_call_check(s, DISPATCH_CALL, made, (d.topk,))
     return checks + len(out.parity), _parity_failures(out) + failures

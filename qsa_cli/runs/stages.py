@@ -6,9 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ..core.geometry import Call, check_queries
 from ..core.progress import Progress, no_progress
 from ..inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
+from ..model.topk import topk_ids
 from ..record.vocabulary import DEFAULT_KEYS
 from ..session import Session
 from ..stages import scores as scores_stage
@@ -27,6 +30,13 @@ def scorer_inputs(call: Call, seed: int, keys: str = DEFAULT_KEYS) -> ScorerInpu
 
 def topk_score_sets(call: Call, seed: int) -> list[TopkInputs]:
     return [synthetic_scores(call, name, seed) for name in SCORE_SETS]
+
+
+def topk_score_set(call: Call, score_set: str, seed: int, oracle: bool) -> tuple[TopkInputs, np.ndarray | None]:
+    """One score set of ``call`` and (``oracle``) its CPU oracle's ids: a worker process's part of a top-k
+    case (runs/pool.py)."""
+    inputs = synthetic_scores(call, score_set, seed)
+    return inputs, topk_ids(inputs, "oracle") if oracle else None
 
 
 def scorer_variants(s: Session, queries: int) -> tuple[str, ...]:
@@ -85,26 +95,29 @@ def select_bench(s: Session, inputs: ScorerInputs, iters: Iters, progress: Progr
 
 
 def run_topk_case(s: Session, inputs: TopkInputs, iters: Iters, variants: tuple[str, ...], active_blocks: int,
-                  check_model: bool | None = None) -> StageOutcome:
+                  check_model: bool | None = None, oracle: np.ndarray | None = None) -> StageOutcome:
+    """``oracle``: the CPU oracle's ids of ``inputs``, made beforehand (else made as the check needs them)."""
     def here(names: tuple[str, ...], told: Progress) -> StageOutcome:
         return topk_stage.run_topk(inputs, s.measurer(iters), s.variants("topk", names), s.roles["topk"], s.launcher,
                                    active_blocks, s.settings.check_model if check_model is None else check_model,
-                                   argpartition=s.on_gpu and iters != 0, same_bits=s.compared_bits("topk"))
+                                   argpartition=s.on_gpu and iters != 0, same_bits=s.compared_bits("topk"),
+                                   oracle=oracle)
 
     return _with_switched(s, "topk", variants, inputs, iters, here, active_blocks)
 
 
 def topk_parity(s: Session, inputs: list[TopkInputs], iters: Iters, active_blocks: int,
-                progress: Progress = no_progress) -> StageOutcome:
+                progress: Progress = no_progress, oracles: list[np.ndarray | None] | None = None) -> StageOutcome:
     """Every variant on every score set; times, identical-id counts, and the dispatched variant;
-    ``progress``: each score set."""
+    ``progress``: each score set; ``oracles``: each set's CPU oracle ids, made beforehand."""
     variants = s.here("topk", inputs[0].max_blocks, active_blocks)
     kind = "prompt" if active_blocks else "decode"
     s.record_settings(dispatch=s.dispatch_summary(kind, inputs[0].max_blocks))
     out = StageOutcome()
     for i, inp in enumerate(inputs):  # each score set's rows recorded as it ends (an interrupted run keeps them)
         progress(i, len(inputs), f"topk {inp.score_set}")
-        out.extend(run_topk_case(s, inp, iters, variants, active_blocks), prefix=f"{inp.score_set}.")
+        out.extend(run_topk_case(s, inp, iters, variants, active_blocks, oracle=oracles[i] if oracles else None),
+                   prefix=f"{inp.score_set}.")
     progress(len(inputs), len(inputs), "done")
     return out
 

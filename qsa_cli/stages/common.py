@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..core.geometry import STEP_NKV
-from ..core.integrity import GuardedBuffers, changed, digest, fingerprint
+from ..core.integrity import GuardedBuffers, Pristine, digest, fingerprint
 from ..inputs import ScorerInputs
 from ..record.schema import Agreement, Measurement, ParityCheck
 from ..record.vocabulary import DEFAULT_KEYS, GUARD_ZONES, HOST_L2, INPUTS, INPUTS_HASH, OUTPUT_HASH, last_call
@@ -169,6 +169,7 @@ class Integrity:
         self.buffers = buffers
         self.inputs = inputs
         self.given = fingerprint({name: host for name, (_, host) in inputs.items()})
+        self.pristine = Pristine(buffers.xp, {name: placed for name, (placed, _) in inputs.items()})
         self.inputs_hash = hashlib.sha256("".join(f"{k}={v};" for k, v in sorted(self.given.items())).encode()).hexdigest()
 
     def checks(self, stage: str, case: dict[str, Any], variant: str, first: np.ndarray, last: np.ndarray | None,
@@ -176,7 +177,7 @@ class Integrity:
         """After ``variant``'s runs: its guard zones intact, its inputs unchanged and (when it was timed)
         its last timed call's output equal to its first."""
         breaches = self.buffers.breaches()
-        moved = changed(self.given, fingerprint({name: placed for name, (placed, _) in self.inputs.items()}))
+        moved = self.pristine.changed({name: placed for name, (placed, _) in self.inputs.items()})
         for name in moved:
             placed, host = self.inputs[name]
             placed[...] = self.buffers.xp.asarray(host)

@@ -46,12 +46,14 @@ def describe_difference(steps: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
 
 
 class ScorerStage(StageBase):
-    """A decode call's scorers on its keys and queries; the read floor of its key bytes beside them."""
+    """A decode call's scorers on its keys and queries; the read floor of its key bytes beside them; ``model``:
+    the CPU model's scores of these inputs, made beforehand (by a worker process, runs/pool.py), else made here."""
 
     name, model_name = STAGE, CPU_MODEL
 
-    def __init__(self, inputs: ScorerInputs, launcher: Launcher | None) -> None:
+    def __init__(self, inputs: ScorerInputs, launcher: Launcher | None, model: np.ndarray | None = None) -> None:
         self.inputs = inputs
+        self.expected = model
         self.launcher = launcher  # the GPU's (catalog.Launcher)
         self.bytes_read = inputs.key_bytes()
         self._selected: dict[str, np.ndarray] = {}  # the oracle's ids on an output, by the output's hash
@@ -70,7 +72,7 @@ class ScorerStage(StageBase):
         return lambda: np.copyto(self.scores, score_blocks(self.placed, variant.model))
 
     def model(self) -> np.ndarray:
-        return score_blocks(self.inputs, "butterfly")
+        return self.expected if self.expected is not None else score_blocks(self.inputs, "butterfly")
 
     def describe(self, a: np.ndarray, b: np.ndarray) -> str:
         return describe_difference(self.inputs.steps, a, b)
@@ -98,8 +100,9 @@ class ScorerStage(StageBase):
 
 def run_scores(inputs: ScorerInputs, measurer: Measurer, variants: tuple[Variant, ...], roles: Mapping[str, str],
                launcher: Launcher | None, check_model: bool = True, same_bits: tuple[tuple[str, str], ...] = (),
-               progress: Progress = no_progress) -> StageOutcome:
+               progress: Progress = no_progress, model: np.ndarray | None = None) -> StageOutcome:
     """``variants`` on ``inputs`` (through ``launcher`` on the GPU, as their CPU models on the CPU), each timed,
-    checked bit for bit against the reference, the butterfly order's CPU model, and the roles' baseline
-    against their candidate (stages/base.py)."""
-    return run_stage(ScorerStage(inputs, launcher), variants, measurer, roles, check_model, same_bits, progress)
+    checked bit for bit against the reference, the butterfly order's CPU model (``model``: its scores, made
+    beforehand), and the roles' baseline against their candidate (stages/base.py)."""
+    return run_stage(ScorerStage(inputs, launcher, model), variants, measurer, roles, check_model, same_bits,
+                     progress)

@@ -37,12 +37,15 @@ def describe_difference(steps: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
 
 class TopkStage(StageBase):
     """A call's top-k on one score set (a decode call when ``active_blocks`` is 0, else a prompt call);
-    ``argpartition``: cupy.argpartition over the same scores timed beside the variants (GPU only)."""
+    ``argpartition``: cupy.argpartition over the same scores timed beside the variants (GPU only); ``oracle``:
+    the CPU oracle's ids of these inputs, made beforehand (by a worker process, runs/pool.py), else made here."""
 
     name, model_name = STAGE, CPU_ORACLE
 
-    def __init__(self, inputs: TopkInputs, active_blocks: int, argpartition: bool, launcher: Launcher | None) -> None:
+    def __init__(self, inputs: TopkInputs, active_blocks: int, argpartition: bool, launcher: Launcher | None,
+                 oracle: np.ndarray | None = None) -> None:
         self.inputs = inputs
+        self.oracle = oracle
         self.launcher = launcher  # the GPU's (catalog.Launcher)
         self.active_blocks = active_blocks
         self.argpartition = argpartition
@@ -65,7 +68,7 @@ class TopkStage(StageBase):
         return lambda: np.copyto(self.ids, topk_ids(self.placed, variant.model, self.active_blocks))
 
     def model(self) -> np.ndarray:
-        return topk_ids(self.inputs, "oracle")
+        return self.oracle if self.oracle is not None else topk_ids(self.inputs, "oracle")
 
     def describe(self, a: np.ndarray, b: np.ndarray) -> str:
         return describe_difference(self.inputs.steps, a, b)
@@ -80,11 +83,11 @@ class TopkStage(StageBase):
 
 def run_topk(inputs: TopkInputs, measurer: Measurer, variants: tuple[Variant, ...], roles: Mapping[str, str],
              launcher: Launcher | None, active_blocks: int = 0, check_model: bool = True, argpartition: bool = False,
-             same_bits: tuple[tuple[str, str], ...] = ()) -> StageOutcome:
+             same_bits: tuple[tuple[str, str], ...] = (), oracle: np.ndarray | None = None) -> StageOutcome:
     """``variants`` on ``inputs`` (through ``launcher`` on the GPU, as their CPU models on the CPU), each
-    timed, its ids checked bit for bit against the reference, the CPU oracle, and the roles' baseline
-    against their candidate (stages/base.py)."""
-    return run_stage(TopkStage(inputs, active_blocks, argpartition, launcher), variants, measurer, roles,
+    timed, its ids checked bit for bit against the reference, the CPU oracle (``oracle``: its ids, made
+    beforehand), and the roles' baseline against their candidate (stages/base.py)."""
+    return run_stage(TopkStage(inputs, active_blocks, argpartition, launcher, oracle), variants, measurer, roles,
                      check_model, same_bits)
 
 

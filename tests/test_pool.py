@@ -1,0 +1,125 @@
+"""A run's CPU work in worker processes (runs/pool.py): the same results in the same order as made in the
+run's own process, an error raised at its task's turn, and no wait for work left when the run stops early;
+qsa selftest's and topk-parity --selftest's records the same, bit for bit, either way."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from qsa_cli.catalog import qsa_catalog
+from qsa_cli.core.geometry import Call
+from qsa_cli.inputs import SCORE_SETS, synthetic_scorer_inputs, synthetic_scores
+from qsa_cli.model.scores import score_blocks
+from qsa_cli.model.topk import topk_ids
+from qsa_cli.record.vocabulary import CPU_MODEL, CPU_ORACLE
+from qsa_cli.runs import pool
+from qsa_cli.runs import selftest as selftest_run
+from qsa_cli.runs.stages import topk_score_set
+from qsa_cli.session import Settings, session
+from qsa_cli.stages import scores as scores_stage
+from qsa_cli.stages import topk as topk_stage
+from qsa_cli.stages.common import Measurer
+
+CALLS = [Call(4099, 8, 8192), Call(2051, 5, 4096, prompt=True), Call(9002, 3, 16384)]
+SMALL_TOPK_MATRIX = """description: a small top-k matrix
+iterations: 0
+seed: 0
+stages: [topk]
+score_sets: [continuous, levels64, equal, adversarial]
+contexts: [4099, 2051]
+capacity: [8192, 4096]
+matrix:
+  - kind: decode
+    queries: 8
+  - kind: prompt
+    queries: 64
+"""
+
+
+def _fails_at(value: int) -> int:
+    if value == 3:
+        raise ValueError("task 3 failed")
+    return value * value
+
+
+def test_worker_processes_hand_back_what_this_process_makes_in_the_tasks_order() -> None:
+    tasks = [(topk_score_set, (call, name, 7, True)) for call in CALLS for name in SCORE_SETS]
+    with pool.in_order(tasks, workers=3) as made:
+        got = list(made)
+    assert len(got) == len(tasks)
+    for (_, (call, name, seed, _)), (inputs, oracle) in zip(tasks, got):
+        expected = synthetic_scores(call, name, seed)
+        assert inputs.score_set == name
+        assert inputs.scores.tobytes() == expected.scores.tobytes()
+        assert inputs.steps.tobytes() == expected.steps.tobytes()
+        assert oracle.tobytes() == topk_ids(expected, "oracle").tobytes()
+
+
+def test_an_error_in_a_worker_is_raised_at_its_tasks_turn() -> None:
+    with pool.in_order([(_fails_at, (i,)) for i in range(6)], workers=2) as made:
+        assert [next(made) for _ in range(3)] == [0, 1, 4]
+        with pytest.raises(ValueError, match="task 3 failed"):
+            next(made)
+
+
+def test_leaving_early_waits_for_no_work_left() -> None:
+    t0 = time.monotonic()
+    with pool.in_order([(time.sleep, (60,)), (time.sleep, (60,))], workers=2):
+        time.sleep(0.5)
+    assert time.monotonic() - t0 < 20
+
+
+def _without_times(record: dict) -> dict:
+    for key in ("created", "environment", "argv"):
+        record.pop(key)
+    for check in record["checks"]:
+        check.pop("seconds")
+    return record
+
+
+def test_topk_parity_selftest_records_the_same_with_worker_processes(monkeypatch, tmp_path) -> None:
+    (tmp_path / "selftest.yaml").write_text(SMALL_TOPK_MATRIX)
+    monkeypatch.setattr(selftest_run, "SELFTEST_CONFIG", str(tmp_path / "selftest.yaml"))
+    records = []
+    for workers in (1, 2):
+        monkeypatch.setattr(pool, "worker_count", lambda n=workers: n)
+        with session(Settings(backend="cpu", seed=3), "topk-parity --selftest", []) as s:
+            rows = selftest_run.topk_selftest(s, 3)
+        records.append(_without_times({**s.record.to_dict(), "checks": [vars(r) for r in rows]}))
+    assert records[0] == records[1] and all(r["passed"] for r in records[0]["checks"])
+    assert len(records[0]["parity"]) > 0
+
+
+def test_selftest_records_the_same_with_worker_processes(monkeypatch) -> None:
+    monkeypatch.setattr(selftest_run, "SELFTEST_SCORER_CASES", ((4099, 2, 8192), (2049, 3, 2049)))
+    monkeypatch.setattr(selftest_run, "SELFTEST_TOPK_CASES", ((4099, 8192),))
+    records = []
+    for workers in (1, 2):
+        monkeypatch.setattr(pool, "worker_count", lambda n=workers: n)
+        record, rows = selftest_run.selftest(Settings(seed=5), False, [])
+        records.append(_without_times({**record.to_dict(), "checks": [vars(r) for r in rows]}))
+    assert records[0] == records[1]
+    assert [r["passed"] for r in records[0]["checks"]] == [True, True, True, None]  # no device here
+
+
+def test_a_model_made_beforehand_is_what_every_variant_is_checked_against() -> None:
+    """The stages take the CPU model's output made by a worker; a wrong one fails every variant's check."""
+    catalog = qsa_catalog()
+    roles = {"reference": "reference", "baseline": "wide", "candidate": "split"}
+    inputs = synthetic_scores(CALLS[0], "adversarial", 11)
+    oracle = topk_ids(inputs, "oracle")
+    variants = tuple(catalog.get("topk", n) for n in ("reference", "split"))
+    for given, equal in ((oracle, True), (oracle[::-1].copy(), False)):
+        out = topk_stage.run_topk(inputs, Measurer(0), variants, roles, None, oracle=given)
+        assert [p.equal for p in out.parity if p.against == CPU_ORACLE] == [equal, equal]
+    scorer = synthetic_scorer_inputs(Call(4099, 3, 8192), 11, "adversarial")
+    model = score_blocks(scorer, "butterfly")
+    wrong = model.copy()
+    wrong[0, 0] += 1
+    scorers = tuple(catalog.get("scores", n) for n in ("multi", "halve"))
+    scorer_roles = {"reference": "reference", "baseline": "multi", "candidate": "halve"}
+    for given, equal in ((model, True), (wrong, False)):
+        out = scores_stage.run_scores(scorer, Measurer(0), scorers, scorer_roles, None, model=given)
+        assert [p.equal for p in out.parity if p.against == CPU_MODEL] == [equal, equal]
