@@ -114,13 +114,20 @@ class Session:
         """What times a case's variants: ``iters`` samples each, or (ITERS auto) the run's stopping rule's,
         which the record's settings then name."""
         if self.on_gpu and self._timer is None:
+            lock = self.record.settings.get("clock_lock")
             self._timer = DeviceTimer(l2=self.settings.l2, warmup=self.settings.warmup,
-                                      kernels=self.catalog.kernel_folder)
+                                      kernels=self.catalog.kernel_folder,
+                                      locked_sm_mhz=lock["sm_mhz"] if lock and lock["locked"] else None)
         if iters == AUTO:
             self.record_settings(stopping=self.settings.stopping.to_dict())
         return Measurer(iters=iters, timer=self._timer, clocks=self.clocks, rule=self.settings.stopping)
 
     def take(self, outcome: StageOutcome) -> StageOutcome:
+        for m in outcome.measurements:
+            if m.rounds and m.rounds["suspect"]:
+                self.note(f"{m.variant} on {m.key}: {len(m.rounds['suspect'])} round(s) kept after "
+                          f"{len(m.rounds['discarded'])} re-measures though faulty "
+                          f"({', '.join(sorted(set(m.rounds['suspect'])))}): its times are suspect")
         self.record.measurements += outcome.measurements
         self.record.parity += outcome.parity
         self.record.notes += [n for n in dict.fromkeys(outcome.notes) if n not in self.record.notes]

@@ -74,9 +74,18 @@ def _to_version_4(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _to_version_5(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 added a measurement's ``rounds`` (its holds and SM clocks judged), which no earlier run kept:
+    its holds ran for a guessed time, unchecked."""
+    out = {**data}
+    if isinstance(out.get("measurements"), list):
+        out["measurements"] = [{"rounds": None, **m} if isinstance(m, dict) else m for m in out["measurements"]]
+    return out
+
+
 # version -> the step that makes a record of that version one of the next
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_version_2, 2: _to_version_3,
-                                                                     3: _to_version_4}
+                                                                     3: _to_version_4, 4: _to_version_5}
 
 _BRACKET_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 

@@ -27,8 +27,8 @@ from ..core.source import Source, commit_label, running_source
 
 SCHEMA = "qsa.run"
 # 2 added "incomplete" and "sanitizer"; 3 added "checks"; 4 named the L2 states (clean, dirty, warm) and added a
-# measurement's "batch" and "stop" (record/load.py migrates older ones)
-SCHEMA_VERSION = 4
+# measurement's "batch" and "stop"; 5 added a measurement's "rounds" (record/load.py migrates older ones)
+SCHEMA_VERSION = 5
 INFO_SCHEMA = "qsa.info"  # what ``qsa info`` reports (InfoReport)
 
 # "keys" is in a scorer case only for keys other than the synthetic ones: the cases of earlier runs keep their key
@@ -67,6 +67,31 @@ class BatchTiming(TypedDict):
 
     launches: int
     means_us: list[float]
+
+
+class DiscardedRound(TypedDict):
+    """A round of samples (or a batch) the timer threw away and measured again (``timing.RoundRule``): why
+    (``hold timed out``: the host had not released the stream's hold, so the times hold its launch gaps;
+    ``throttled``: the SM clock over it was below the threshold), its times and its SM clock (MHz; None:
+    not measured)."""
+
+    reason: str
+    batch: bool
+    samples_us: list[float]
+    sm_mhz: float | None
+
+
+class RoundChecks(TypedDict):
+    """How a GPU measurement's rounds were judged: each kept batch's and round's SM clock (MHz, in the order
+    taken: the batches first; None: not measured), the clock the threshold is a fraction of, the rounds
+    thrown away, and the reasons of those kept though faulty once the re-measures ran out (the measurement
+    is then suspect, and the record's notes say so)."""
+
+    sm_mhz: list[float | None]
+    reference_mhz: float
+    threshold: float
+    discarded: list[DiscardedRound]
+    suspect: list[str]
 
 
 class StoppingSettings(TypedDict):
@@ -239,6 +264,7 @@ class Measurement(CaseKeyed):
     throttled: bool = False  # a clocks-event reason for thermal, power or hardware slowdown was seen
     batch: BatchTiming | None = None  # back-to-back launches beside the isolated samples (GPU backend)
     stop: StopOutcome | None = None  # ITERS auto: how the stopping rule ended (None: ITERS was a count)
+    rounds: RoundChecks | None = None  # the rounds' holds and SM clocks, judged (GPU backend)
 
     @property
     def median_us(self) -> float:

@@ -115,6 +115,7 @@ class Measurer:
             throttled=any(r.throttled for r in readings),
             batch=timed.batch,
             stop=timed.stop,
+            rounds=timed.rounds,
         )
 
 
