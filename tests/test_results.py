@@ -180,14 +180,16 @@ def test_a_version_1_record_migrates_through_every_version(tmp_path):
 
 
 def test_a_version_4_measurement_reads_back_with_no_rounds_judged(tmp_path):
-    """Version 4's holds ran a guessed time, unchecked: its measurements read back with ``rounds`` None."""
+    """Version 4's holds ran a guessed time, unchecked, and qsa's timer timed everything: its measurements read
+    back with ``rounds`` None, timed by qsa."""
     data = seed_record().to_dict()
     data["schema_version"] = 4
     for m in data["measurements"]:
-        del m["rounds"]
+        del m["rounds"], m["timer"], m["nvbench"]
     (tmp_path / "v4.json").write_text(json.dumps(data))
     back = load_record(tmp_path / "v4.json")
-    assert back.measurements and all(m.rounds is None for m in back.measurements)
+    assert back.measurements and all(m.rounds is None and m.timer == "qsa" and m.nvbench is None
+                                     for m in back.measurements)
     assert back.measurements == seed_record().measurements
 
 

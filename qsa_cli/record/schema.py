@@ -27,7 +27,8 @@ from ..core.source import Source, commit_label, running_source
 
 SCHEMA = "qsa.run"
 # 2 added "incomplete" and "sanitizer"; 3 added "checks"; 4 named the L2 states (clean, dirty, warm) and added a
-# measurement's "batch" and "stop"; 5 added a measurement's "rounds" (record/load.py migrates older ones)
+# measurement's "batch" and "stop"; 5 added a measurement's "rounds", "timer" and "nvbench" (record/load.py
+# migrates older ones)
 SCHEMA_VERSION = 5
 INFO_SCHEMA = "qsa.info"  # what ``qsa info`` reports (InfoReport)
 
@@ -92,6 +93,21 @@ class RoundChecks(TypedDict):
     threshold: float
     discarded: list[DiscardedRound]
     suspect: list[str]
+
+
+class NvbenchSummary(TypedDict):
+    """What nvbench reported of a measurement it timed (``--timer nvbench``; qsa_cli/nvbench_timer.py): the
+    cuda-bench version, its cold measurement's mean and median (µs), the relative standard deviation of its
+    samples (percent: nvbench's noise, not the median's), how many samples it took, and its batch
+    measurement's mean per launch (µs) and launches (None: nvbench took no batch)."""
+
+    version: str
+    cold_mean_us: float
+    cold_median_us: float
+    noise_pct: float
+    samples: int
+    batch_mean_us: float | None
+    batch_launches: int | None
 
 
 class StoppingSettings(TypedDict):
@@ -220,6 +236,7 @@ class RunSettings(TypedDict, total=False):
     config: str
     iterations: int | Literal["auto"]  # a sweep's; "auto": as many samples as the stopping rule takes
     stopping: StoppingSettings  # ITERS auto: the rule
+    timer: str  # --timer nvbench (a run without it was timed by qsa's timer)
     dispatch: Dispatch | dict[str, Dispatch]  # one call's, or a sweep's per kind of call
     clock_lock: ClockLockRecord
     kernels: str  # --kernels: the folder of kernel sources used instead of the installed ones
@@ -265,6 +282,8 @@ class Measurement(CaseKeyed):
     batch: BatchTiming | None = None  # back-to-back launches beside the isolated samples (GPU backend)
     stop: StopOutcome | None = None  # ITERS auto: how the stopping rule ended (None: ITERS was a count)
     rounds: RoundChecks | None = None  # the rounds' holds and SM clocks, judged (GPU backend)
+    timer: str = "qsa"  # what timed it (record.vocabulary TIMERS)
+    nvbench: NvbenchSummary | None = None  # --timer nvbench: nvbench's own summary (samples_us: its cold samples)
 
     @property
     def median_us(self) -> float:
