@@ -32,6 +32,14 @@ PACKAGE = "cuda-bench"
 INSTALL = "pip install '.[nvbench]'"
 L2_STATE = "dirty"  # nvbench's cold measurement flushes the L2 by writing it (cudaMemsetAsync), as qsa's dirty
 _COLD, _BATCH = "nv/cold/", "nv/batch/"
+# Whether this process has run nvbench: its benchmarks run once per process (a second run_all_benchmarks
+# raises), so a second run is refused with a message that says why.
+_RUN_IN_THIS_PROCESS: list[bool] = []
+
+
+def nvbench_used() -> bool:
+    """Whether nvbench has run in this process already (it runs once per process)."""
+    return bool(_RUN_IN_THIS_PROCESS)
 
 
 def cuda_bench() -> Any:
@@ -141,6 +149,10 @@ class NvbenchTimer:
         samples, its summary, its batch), with ``clocks`` (a ClockSource; None: no NVML) read around the run."""
         if not self.queued:
             return []
+        if nvbench_used():
+            raise TimerError("nvbench runs once per process and already ran in this one: time with it in a run "
+                             "of its own")
+        _RUN_IN_THIS_PROCESS.append(True)
         before = clocks.read() if clocks is not None else None
         for item in self.queued:
             self._register(item)

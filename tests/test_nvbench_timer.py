@@ -22,6 +22,8 @@ from qsa_cli.cli import main
 from qsa_cli.core.errors import TimerError
 from qsa_cli.nvbench_timer import NvbenchTimer, check_timer, cuda_bench
 from qsa_cli.record.vocabulary import HOST_L2, NVBENCH_TIMER
+from qsa_cli.runs.selftest import timers_check, timers_disagree
+from qsa_cli.session import Settings, session
 from qsa_cli.stages.common import Measurer
 from qsa_cli.timing import MAX_TIMEOUT_S, StoppingRule
 
@@ -160,6 +162,7 @@ def bench(monkeypatch: pytest.MonkeyPatch) -> FakeBench:
     monkeypatch.setitem(sys.modules, "cuda", cuda)
     monkeypatch.setitem(sys.modules, "cuda.bench", fake)
     monkeypatch.setitem(sys.modules, "cuda.bench.results", fake_results())
+    monkeypatch.setattr("qsa_cli.nvbench_timer._RUN_IN_THIS_PROCESS", [])  # this test's process, as it were
     return fake
 
 
@@ -226,6 +229,15 @@ def test_a_failed_nvbench_run_is_one_error_with_its_output(monkeypatch: pytest.M
     assert "the blocking kernel timed out" in str(failed.value)
 
 
+def test_nvbench_runs_once_a_process_and_a_second_run_says_so(bench: FakeBench) -> None:
+    first, second = timer_of(bench, []), timer_of(bench, [])
+    for timer in (first, second):
+        Measurer(3, nvbench=timer).measure("scores", "halve", CASE, lambda: None)
+    assert len(first.run()) == 1
+    with pytest.raises(TimerError, match="nvbench runs once per process and already ran in this one"):
+        second.run()
+
+
 def test_nothing_queued_runs_no_nvbench(bench: FakeBench) -> None:
     timer = timer_of(bench, [])
     Measurer(0, nvbench=timer).measure("scores", "halve", CASE, lambda: None)  # ITERS 0: parity only
@@ -248,3 +260,16 @@ def test_without_cuda_bench_the_timer_is_one_line_exit_2_before_anything_runs(mo
     err = capsys.readouterr().err
     assert ended.value.code == 2 and len(err.strip().splitlines()) == 1
     assert "--timer nvbench needs NVIDIA's nvbench, the cuda-bench package (pip install '.[nvbench]')" in err
+
+
+def test_the_timers_tolerance_is_5_percent_or_half_a_microsecond() -> None:
+    assert not timers_disagree(6.9, 6.5) and timers_disagree(7.1, 6.5)  # 0.5 µs over the 5 % of 6.5 µs
+    assert not timers_disagree(25.2, 24.0) and timers_disagree(25.3, 24.0)  # 5 % of 24 µs: 1.2 µs
+
+
+def test_the_selftests_timers_row_is_skipped_and_says_why_without_cuda_bench(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "cuda", None)
+    with session(Settings(backend="cpu"), "selftest", []) as s:
+        row = timers_check(s, 0)
+    assert row.passed is None and row.cases == 0
+    assert row.detail.startswith("skipped: --timer nvbench needs NVIDIA's nvbench, the cuda-bench package")

@@ -1,10 +1,14 @@
 """The timer on the GPU (``-m gpu``; skipped without CuPy or a device): select-bench under each L2 state and
 the stopping rule, its record's fields; the flushes' states; a rule that cannot be met ends at its timeout;
 the hold released by the host (a launcher that sleeps on the host past its timeout is detected, one that
-sleeps within it is held) and each round's SM clock."""
+sleeps within it is held) and each round's SM clock; qsa's --l2 dirty against nvbench's cold (with
+cuda-bench installed)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +19,8 @@ import pytest
 from qsa_cli.cli import main
 from qsa_cli.record.load import load_record
 from qsa_cli.record.schema import RunRecord
-from qsa_cli.record.vocabulary import L2_STATES, READ_FLOOR
+from qsa_cli.record.vocabulary import L2_STATES, NVBENCH_TIMER, READ_FLOOR
+from qsa_cli.runs.selftest import timers_disagree
 from qsa_cli.timing import BATCH_LAUNCHES, BATCHES, DRAINED, ROUND, DeviceTimer, StoppingRule, sample
 
 
@@ -122,3 +127,30 @@ def test_select_bench_records_every_rounds_clock(cupy: Any, capsys, tmp_path: Pa
     for m in record.measurements:
         assert m.rounds is not None and len(m.rounds["sm_mhz"]) == BATCHES + 2  # the batches, then 32 + 8 samples
         assert m.rounds["reference_mhz"] > 0 and all(c is not None for c in m.rounds["sm_mhz"])
+
+
+@pytest.mark.gpu
+def test_qsa_dirty_and_nvbench_cold_agree_on_a_latency_bound_scorer_and_its_read_floor(cupy: Any, capsys,
+                                                                                      tmp_path: Path) -> None:
+    """The same launchers (halve on a 32K call of one query, 6.5 µs on an H200, and its read floor) timed by
+    qsa's timer under --l2 dirty here and by nvbench in a process of its own (nvbench runs once a process):
+    their medians within the selftest's tolerance (5 % or 0.5 µs)."""
+    pytest.importorskip("cuda.bench", reason="cuda-bench is not installed (pip install '.[nvbench]')")
+    call = ["select-bench", "32768", "1", "auto", "65536", "--variants", "halve", "--quiet"]
+    nv_json = tmp_path / "nvbench.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "qsa_cli", *call, "--timer", "nvbench", "--json", str(nv_json)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    theirs = {(m.key, m.variant): m for m in load_record(nv_json).measurements}
+    assert {v for _, v in theirs} == {"halve", READ_FLOOR}
+    assert all(m.timer == NVBENCH_TIMER and m.nvbench is not None and m.nvbench["samples"] == len(m.samples_us)
+               for m in theirs.values())
+    ours_json = tmp_path / "qsa.json"
+    with pytest.raises(SystemExit) as ended:
+        main([*call, "--l2", "dirty", "--json", str(ours_json)])
+    assert (ended.value.code or 0) == 0, capsys.readouterr().out
+    for m in load_record(ours_json).measurements:
+        nv = theirs[(m.key, m.variant)]
+        assert not timers_disagree(m.median_us, nv.median_us), (m.variant, m.median_us, nv.median_us)
