@@ -9,8 +9,8 @@ own pair of events; samples are queued in rounds behind a kernel that holds the 
 queued the round and releases it, so the host's launch rate never shows in the times. A round whose hold
 ran out before the host released it (the host's launch gaps would be in its times), or whose SM clock,
 measured on the GPU over the round, was below a threshold of the card's, is thrown away (kept in the
-record, flagged) and measured again, a bounded number of times. ITERS is an exact count, or ``auto``: rounds until the stopping rule holds
-(or its timeout). Beside the isolated samples, batches of back-to-back launches are each timed by one pair of
+record, flagged) and measured again, a bounded number of times. ITERS is an exact count, or ``auto``:
+rounds until the stopping rule holds (or its timeout). Beside the isolated samples, batches of back-to-back launches are each timed by one pair of
 events (their mean per launch), as nvbench's batch measurement: where a kernel's launches overlap or queue
 behind one another, the batch differs from the samples.
 
@@ -133,10 +133,12 @@ class StoppingRule:
 
 @dataclass(frozen=True)
 class HoldReport:
-    """How a round's hold ended, and the SM clock over the round as the GPU measured it (None: not measured)."""
+    """How a round's hold ended and how long it held the stream (µs; None: no hold), and the SM clock over the
+    round as the GPU measured it (None: not measured)."""
 
     timed_out: bool
     sm_mhz: float | None
+    held_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -165,12 +167,13 @@ class _RoundLog:
 
     rule: RoundRule
     sm_mhz: list[float | None] = field(default_factory=list)
+    held_us: list[float | None] = field(default_factory=list)
     discarded: list[DiscardedRound] = field(default_factory=list)
     suspect: list[str] = field(default_factory=list)
 
     def to_dict(self) -> RoundChecks:
-        return RoundChecks(sm_mhz=self.sm_mhz, reference_mhz=self.rule.reference_mhz, threshold=self.rule.threshold,
-                           discarded=self.discarded, suspect=self.suspect)
+        return RoundChecks(sm_mhz=self.sm_mhz, held_us=self.held_us, reference_mhz=self.rule.reference_mhz,
+                           threshold=self.rule.threshold, discarded=self.discarded, suspect=self.suspect)
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,7 @@ def _judged(stream: EventStream, take: Callable[[], list[float]], log: _RoundLog
         fault = log.rule.fault(report)
         if fault is None or len(log.discarded) >= log.rule.max_remeasures:
             log.sm_mhz.append(report.sm_mhz)
+            log.held_us.append(report.held_us)
             if fault is not None:
                 log.suspect.append(fault)
             return times
@@ -417,7 +421,8 @@ class DeviceTimer:
         status = int(self._words[HOLD_STATUS])
         if status not in (HOLD_RELEASED, HOLD_TIMED_OUT):
             raise RuntimeError(f"the stream's hold wrote no report (status {status}) though the stream ran")
-        return HoldReport(timed_out=status == HOLD_TIMED_OUT, sm_mhz=round_sm_mhz(self._words))
+        return HoldReport(timed_out=status == HOLD_TIMED_OUT, sm_mhz=round_sm_mhz(self._words),
+                          held_us=int(self._words[HOLD_WAITED]) / 1e3)
 
     def mark(self) -> Any:
         event = self._cupy.cuda.Event()

@@ -364,7 +364,8 @@ class HostStallStream(FakeStream):
         self.holding = False
 
     def held(self) -> HoldReport:
-        return HoldReport(timed_out=self.timed_out, sm_mhz=next(self.clocks, 1980.0))
+        held_us = self.timeout_us if self.timed_out else self.host_us - self.held_at
+        return HoldReport(timed_out=self.timed_out, sm_mhz=next(self.clocks, 1980.0), held_us=held_us)
 
 
 def no_sleep(seconds: float) -> None:
@@ -387,6 +388,7 @@ def test_a_hold_drained_by_a_host_stall_is_detected_and_its_round_measured_again
     assert max(drained["samples_us"]) == 10.0 + (8 * 5.0 + 500.0 - 200.0)
     assert round_sizes(stream.log) == [ROUND, ROUND, ROUND, 70 - 2 * ROUND]  # the second round taken twice
     assert timed.rounds["sm_mhz"] == [1980.0] * 3 and timed.rounds["suspect"] == []
+    assert timed.rounds["held_us"] == [ROUND * 5.0, ROUND * 5.0, (70 - 2 * ROUND) * 5.0]  # the host's queueing
 
 
 def test_the_same_stall_without_the_rule_would_be_timed_with_the_gap() -> None:
@@ -454,7 +456,7 @@ def test_the_words_of_bench_cu_are_the_timers() -> None:
 
 def test_a_suspect_measurement_is_noted_in_the_record() -> None:
     m = _measured(3)
-    m.rounds = {"sm_mhz": [1980.0], "reference_mhz": 1980.0, "threshold": THROTTLE_THRESHOLD,
+    m.rounds = {"sm_mhz": [1980.0], "held_us": [2100.0], "reference_mhz": 1980.0, "threshold": THROTTLE_THRESHOLD,
                 "discarded": [], "suspect": [DRAINED]}
     with session(Settings(backend="cpu"), "select-bench", []) as s:
         s.take(StageOutcome([m]))

@@ -117,6 +117,7 @@ def test_a_host_slower_than_the_gpu_within_the_timeout_is_held_and_each_rounds_c
     timed = sample(timer, sleeping(read, set(range(10**6)), 0.001), 2 * ROUND, warmup=0, rule=timer.rule)
     assert timed.rounds is not None and timed.rounds["discarded"] == [] and timed.rounds["suspect"] == []
     assert max(timed.samples_us) < 500
+    assert all(h is not None and 30_000 <= h < 100_000 for h in timed.rounds["held_us"])  # it waited for the host
     clocks = timed.rounds["sm_mhz"]
     assert len(clocks) == 2 and all(c is not None and 100 < c <= 1.05 * timed.rounds["reference_mhz"] for c in clocks)
 

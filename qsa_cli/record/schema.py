@@ -84,11 +84,13 @@ class DiscardedRound(TypedDict):
 
 class RoundChecks(TypedDict):
     """How a GPU measurement's rounds were judged: each kept batch's and round's SM clock (MHz, in the order
-    taken: the batches first; None: not measured), the clock the threshold is a fraction of, the rounds
-    thrown away, and the reasons of those kept though faulty once the re-measures ran out (the measurement
-    is then suspect, and the record's notes say so)."""
+    taken: the batches first; None: not measured) and how long its hold held the stream while the host
+    queued it (µs: how near the hold's timeout it came), the clock the threshold is a fraction of, the
+    rounds thrown away, and the reasons of those kept though faulty once the re-measures ran out (the
+    measurement is then suspect, and the record's notes say so)."""
 
     sm_mhz: list[float | None]
+    held_us: list[float | None]
     reference_mhz: float
     threshold: float
     discarded: list[DiscardedRound]
