@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import math
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -373,6 +374,7 @@ class DeviceTimer:
         # The hold's flag, its report and the clock stamps, in host memory the GPU reads and writes (mapped): the
         # host releases a hold by a store, with no call that would queue behind it.
         self._words_host = cupy.cuda.runtime.hostAlloc(HOLD_WORDS * 8, _CUDA_HOST_ALLOC_MAPPED)
+        weakref.finalize(self, cupy.cuda.runtime.freeHost, self._words_host)  # at the latest at exit, CuPy still there
         self._words_device = cupy.cuda.runtime.pointerGetAttributes(self._words_host).devicePointer
         self._words = np.ctypeslib.as_array((ctypes.c_int64 * HOLD_WORDS).from_address(self._words_host))
         self._words[:] = 0
@@ -396,10 +398,6 @@ class DeviceTimer:
         elif self.l2 == "dirty":  # a write of every line, as nvbench's flush (cudaMemsetAsync)
             stream = self._cupy.cuda.get_current_stream()
             self._cupy.cuda.runtime.memsetAsync(self._flush_buf.data.ptr, 0, self._flush_buf.nbytes, stream.ptr)
-
-    def __del__(self) -> None:
-        if getattr(self, "_words_host", None):
-            self._cupy.cuda.runtime.freeHost(self._words_host)
 
     def _stamp_at(self, word: int) -> None:
         self._stamp((self.sms,), (1,), (self._cupy.uint64(self._words_device + 8 * word),))
