@@ -14,13 +14,45 @@ extern "C" __global__ void read_floor_kernel(const float4* __restrict__ data, lo
     if (acc == -1.2345e-38f) sink[0] = acc;
 }
 
-// Holds the stream for `ns` nanoseconds, so that the host can enqueue a batch of timed samples
-// before the GPU reaches them: events then time the kernels, not the host's launch rate.
-extern "C" __global__ void hold_stream_kernel(long long ns) {
+// What a hold and the clock stamps write into host-mapped memory (int64s; qsa_cli/timing.py reads them):
+#define QSA_HOLD_FLAG 0      // the host's: the generation of the last hold it released
+#define QSA_HOLD_STATUS 1    // the hold's: QSA_HOLD_RELEASED or QSA_HOLD_TIMED_OUT
+#define QSA_HOLD_WAITED 2    // the hold's: nanoseconds it held the stream
+#define QSA_STAMP_START 3    // the round's first stamp: global time (ns), then SM 0's clock64
+#define QSA_STAMP_END 5      // its last stamp, likewise
+#define QSA_HOLD_WORDS 7
+#define QSA_HOLD_RELEASED 1
+#define QSA_HOLD_TIMED_OUT 2
+
+// Holds the stream until the host releases it (writes `generation` to the flag, once a round of timed
+// samples is queued), so that events time the kernels, not the host's launch rate; or until `timeout_ns`
+// of global time pass, so that a host that never releases it (it waits on this stream, or stopped) cannot
+// hang the GPU. How it ended is written back: a timeout means the host was still queueing the round.
+extern "C" __global__ void hold_stream_kernel(volatile long long* words, long long generation,
+                                              long long timeout_ns) {
     long long start, now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    bool released;
     do {
-        __nanosleep(1000);
+        released = words[QSA_HOLD_FLAG] >= generation;
+        if (!released) __nanosleep(1000);
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
+    } while (!released && now - start < timeout_ns);
+    words[QSA_HOLD_WAITED] = now - start;
+    __threadfence_system();
+    words[QSA_HOLD_STATUS] = released ? QSA_HOLD_RELEASED : QSA_HOLD_TIMED_OUT;
+}
+
+// The global time and SM 0's cycle counter at once (as nvbench's throttle detection reads them): launched
+// with a block per SM, so that one lands on SM 0; two stamps of the same SM give its average clock between
+// them. clock64 counts per SM, so only SM 0's is kept (any block of it: they run within nanoseconds).
+extern "C" __global__ void clock_stamp_kernel(volatile long long* stamp) {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    if (smid != 0) return;
+    long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    const long long cycles = clock64();
+    stamp[0] = now;
+    stamp[1] = cycles;
 }

@@ -18,7 +18,7 @@ from typing import Any, get_type_hints
 
 from .catalog import STAGES, Catalog, Launcher, Variant, qsa_catalog
 from .clocks import ClockMonitor, lock_clocks
-from .core.errors import EngineError, SideError, VariantError
+from .core.errors import EngineError, SideError, TimerError, VariantError
 from .core.geometry import NEW_KERNELS_CC
 from .device import environment, require
 from .dispatch import Dispatch, dispatch, read_switches
@@ -26,9 +26,10 @@ from .engine.attach import attached, check_engines
 from .engine.switches import switched_variant
 from .kernels import sources_hash
 from .launch.shape import Card
+from .nvbench_timer import NvbenchTimer, check_timer, cuda_bench
 from .record.limits import Limits, check_scopes, verdicts
 from .record.schema import RunRecord, RunSettings
-from .record.vocabulary import DEFAULT_L2, pair_name
+from .record.vocabulary import DEFAULT_L2, NVBENCH_TIMER, QSA_TIMER, pair_name
 from .sides import SideSpec, open_sides, side_pairs
 from .stages.common import Measurer, StageOutcome
 from .timing import AUTO, DEFAULT_WARMUP, DeviceTimer, Iters, StoppingRule
@@ -55,6 +56,7 @@ class Settings:
     candidate: str | None = None
     kernels: Path | None = None  # --kernels DIR: qsa's kernel sources from this folder (None: the installed)
     sides: tuple[SideSpec, SideSpec] | None = None  # qsa compare: the base and the candidate side
+    timer: str = QSA_TIMER  # --timer: qsa's, or nvbench (record.vocabulary TIMERS)
     limits: tuple[tuple[str, str, float], ...] = ()  # (scope, measure, value): limits on inexact variants' measures
 
     @property
@@ -94,6 +96,7 @@ class Session:
     compared: Compared | None = None
     clocks: Any = None
     _timer: Any = None
+    nvbench: NvbenchTimer | None = None  # --timer nvbench: the launchers queued for its one run at the end
 
     @property
     def on_gpu(self) -> bool:
@@ -124,11 +127,22 @@ class Session:
         """What times a case's variants: ``iters`` samples each, or (ITERS auto) the run's stopping rule's,
         which the record's settings then name."""
         if self.on_gpu and self._timer is None:
+            lock = self.record.settings.get("clock_lock")
             self._timer = DeviceTimer(l2=self.settings.l2, warmup=self.settings.warmup,
-                                      kernels=self.catalog.kernel_folder)
+                                      kernels=self.catalog.kernel_folder,
+                                      locked_sm_mhz=lock["sm_mhz"] if lock and lock["locked"] else None)
+        if self.on_gpu and self.settings.timer == NVBENCH_TIMER and self.nvbench is None:
+            self.nvbench = NvbenchTimer(cuda_bench(), self.settings.device_id, self.settings.warmup)
         if iters == AUTO:
             self.record_settings(stopping=self.settings.stopping.to_dict())
-        return Measurer(iters=iters, timer=self._timer, clocks=self.clocks, rule=self.settings.stopping)
+        return Measurer(iters=iters, timer=self._timer, clocks=self.clocks, rule=self.settings.stopping,
+                        nvbench=self.nvbench)
+
+    def time_queued(self) -> None:
+        """--timer nvbench: every launcher the stages queued, timed in nvbench's one run, into the record."""
+        if self.nvbench is not None:
+            self.record.measurements += self.nvbench.run(self.clocks)
+            self.nvbench.queued.clear()
 
     @property
     def inexact(self) -> dict[str, str]:
@@ -141,6 +155,11 @@ class Session:
         limits: Limits = self.settings.limits_by_scope
         for row in outcome.agreements:
             row.limits = verdicts(row, self.roles.get(row.stage, {}).get("reference"), self.inexact, limits)
+        for m in outcome.measurements:
+            if m.rounds and m.rounds["suspect"]:
+                self.note(f"{m.variant} on {m.key}: {len(m.rounds['suspect'])} round(s) kept after "
+                          f"{len(m.rounds['discarded'])} re-measures though faulty "
+                          f"({', '.join(sorted(set(m.rounds['suspect'])))}): its times are suspect")
         self.record.measurements += outcome.measurements
         self.record.parity += outcome.parity
         self.record.agreements += outcome.agreements
@@ -210,8 +229,11 @@ def session(
     record.environment = environment(switches)
     s = Session(settings, record, catalog, switches=switches)
     s.record_settings(seed=settings.seed, check_model=settings.check_model)
+    check_timer(settings.timer, settings.backend, settings.l2)
     if s.on_gpu:  # the timer's settings, applied only there
         s.record_settings(l2=settings.l2, warmup=settings.warmup)
+    if settings.timer != QSA_TIMER:
+        s.record_settings(timer=settings.timer)
     if settings.kernels is not None:
         s.record_settings(kernels=str(catalog.kernel_folder))
     if settings.engines:  # a checkout's own problem first: it is what a device or the GPU backend would meet
@@ -228,7 +250,11 @@ def session(
     record.device = found.info
     s.card = Card(found.compute_capability, int(found.info["shared_optin_bytes"]))
     with cupy.cuda.Device(settings.device_id), contextlib.ExitStack() as stack:
-        _cast(s, _add_parts(s, stack))
+        switched = _add_parts(s, stack)
+        if switched and settings.timer == NVBENCH_TIMER:
+            raise TimerError(f"--timer nvbench times the launchers of this process; {next(iter(switched.values()))} "
+                             "runs under its switches in a child process of its own")
+        _cast(s, switched)
         monitor = ClockMonitor.for_pci_bus_id(found.info["pci_bus_id"])
         stack.callback(monitor.close)
         record.device["nvml"] = monitor.device_info()
@@ -237,6 +263,7 @@ def session(
             state = stack.enter_context(lock_clocks(monitor, lock[0], lock[1], optional=lock_optional, warn=warn))
             s.record_settings(clock_lock=state.to_dict())
         yield s
+        s.time_queued()
 
 
 def _add_parts(s: Session, stack: contextlib.ExitStack) -> dict[str, str]:

@@ -5,9 +5,12 @@ Only measures; never prints. Modelled on nvbench's measurements. Before each sam
 run's state, outside the timed region: ``clean`` reads a buffer twice the L2's size (the L2 then holds clean
 lines of other data), ``dirty`` writes it, as nvbench's cold measurement flushes (the measured kernel must
 first write dirty lines back), ``warm`` leaves what the previous call left. Each sample is bracketed by its
-own pair of events; samples are queued in rounds behind a kernel that holds the stream, so the host's launch
-rate never shows in the times. ITERS is an exact count, or ``auto``: rounds until the stopping rule holds
-(or its timeout). Beside the isolated samples, batches of back-to-back launches are each timed by one pair of
+own pair of events; samples are queued in rounds behind a kernel that holds the stream until the host has
+queued the round and releases it, so the host's launch rate never shows in the times. A round whose hold
+ran out before the host released it (the host's launch gaps would be in its times), or whose SM clock,
+measured on the GPU over the round, was below a threshold of the card's, is thrown away (kept in the
+record, flagged) and measured again, a bounded number of times. ITERS is an exact count, or ``auto``:
+rounds until the stopping rule holds (or its timeout). Beside the isolated samples, batches of back-to-back launches are each timed by one pair of
 events (their mean per launch), as nvbench's batch measurement: where a kernel's launches overlap or queue
 behind one another, the batch differs from the samples.
 
@@ -17,15 +20,19 @@ stream), the host's (``HOST``: the CPU backend's models, which run synchronously
 
 from __future__ import annotations
 
+import ctypes
 import math
 import time
+import weakref
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import numpy as np
+
 from .kernels import load
-from .record.schema import BatchTiming, StopOutcome, StoppingSettings
+from .record.schema import BatchTiming, DiscardedRound, RoundChecks, StopOutcome, StoppingSettings
 from .record.vocabulary import L2_STATES
 
 DEFAULT_WARMUP = 5
@@ -41,8 +48,25 @@ Iters = int | Literal["auto"]
 ROUND = 32  # samples queued behind one hold of the stream
 BATCH_LAUNCHES = 32  # launches of one batch: one round's worth, so one hold covers their enqueueing
 BATCHES = 5  # batches a GPU measurement times, so the batch's spread shows beside its median
-_HOLD_NS_PER_LAUNCH = 60_000  # host time to enqueue a sample (events, flush and up to 6 launches), generously
 _FLOOR_THREADS = 256
+
+# A hold's timeout: the host queues a round of 32 samples (events, a flush and up to 6 launches each) in about
+# 2 ms, so a hold still unreleased after 50 times that means the host stalled (or waits on the held stream);
+# the round is then measured again (docs/timing.md).
+HOLD_TIMEOUT_NS = 100_000_000
+# The throttle rule (docs/timing.md): a round whose SM clock is below this fraction of the card's is measured
+# again after a pause (nvbench's threshold and recovery delay).
+THROTTLE_THRESHOLD = 0.75
+THROTTLE_PAUSE_S = 0.05
+# Rounds (and batches) one measurement throws away and measures again, at most: past it a faulty round is
+# kept, counted in the record as suspect, and the run says so in a note.
+MAX_REMEASURES = 10
+DRAINED = "hold timed out"  # the host had not released the hold: the round's times hold its launch gaps
+THROTTLED = "throttled"  # the SM clock over the round was below the threshold
+# bench.cu's words in host-mapped memory (QSA_HOLD_*, QSA_STAMP_*; a test checks they agree)
+HOLD_FLAG, HOLD_STATUS, HOLD_WAITED, STAMP_START, STAMP_END, HOLD_WORDS = 0, 1, 2, 3, 5, 7
+HOLD_RELEASED, HOLD_TIMED_OUT = 1, 2
+_CUDA_DEV_ATTR_CLOCK_RATE = 13  # cudaDevAttrClockRate: the card's peak SM clock, in kHz
 
 # The stopping rule's defaults and bounds (docs/timing.md says why each).
 DEFAULT_MIN_SAMPLES = 20
@@ -109,24 +133,76 @@ class StoppingRule:
 
 
 @dataclass(frozen=True)
+class HoldReport:
+    """How a round's hold ended and how long it held the stream (µs; None: no hold), and the SM clock over the
+    round as the GPU measured it (None: not measured)."""
+
+    timed_out: bool
+    sm_mhz: float | None
+    held_us: float | None = None
+
+
+@dataclass(frozen=True)
+class RoundRule:
+    """When a round is thrown away and measured again: its hold timed out, or its SM clock was below
+    ``threshold`` of ``reference_mhz`` (the card's peak, or a lock's); at most ``max_remeasures`` times per
+    measurement, a throttled round after ``pause_s`` of rest (by ``sleep``)."""
+
+    reference_mhz: float
+    threshold: float = THROTTLE_THRESHOLD
+    max_remeasures: int = MAX_REMEASURES
+    pause_s: float = THROTTLE_PAUSE_S
+    sleep: Callable[[float], None] = time.sleep
+
+    def fault(self, report: HoldReport) -> str | None:
+        if report.timed_out:
+            return DRAINED
+        if report.sm_mhz is not None and report.sm_mhz < self.threshold * self.reference_mhz:
+            return THROTTLED
+        return None
+
+
+@dataclass
+class _RoundLog:
+    """A measurement's rounds as the rule judged them (the record's RoundChecks)."""
+
+    rule: RoundRule
+    sm_mhz: list[float | None] = field(default_factory=list)
+    held_us: list[float | None] = field(default_factory=list)
+    discarded: list[DiscardedRound] = field(default_factory=list)
+    suspect: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> RoundChecks:
+        return RoundChecks(sm_mhz=self.sm_mhz, held_us=self.held_us, reference_mhz=self.rule.reference_mhz,
+                           threshold=self.rule.threshold, discarded=self.discarded, suspect=self.suspect)
+
+
+@dataclass(frozen=True)
 class Timed:
     """A measurement's times: the isolated samples, the batches (None: not taken), the rule's outcome (None:
-    ITERS was a count)."""
+    ITERS was a count), how its rounds were judged (None: no hold and no clock to judge them by)."""
 
     samples_us: list[float]
     batch: BatchTiming | None = None
     stop: StopOutcome | None = None
+    rounds: RoundChecks | None = None
 
 
 class EventStream(Protocol):
     """What the sampling loop needs of a stream of work: the L2 put in its state, a hold while the host
-    enqueues, events and their elapsed time."""
+    enqueues and its report, events and their elapsed time."""
 
     def settle(self) -> None:
         """Put the L2 in the run's state (before a sample or a batch)."""
 
-    def hold(self, launches: int) -> None:
-        """Hold the stream while the host enqueues ``launches`` timed launches."""
+    def hold(self) -> None:
+        """Hold the stream until ``release`` (or the hold's timeout), and start measuring the SM clock."""
+
+    def release(self) -> None:
+        """Stop measuring the SM clock after what is queued, and release the hold: the round is queued."""
+
+    def held(self) -> HoldReport:
+        """After ``wait``: how the last hold ended and the SM clock between hold and release."""
 
     def mark(self) -> Any:
         """An event recorded on the stream now."""
@@ -137,9 +213,30 @@ class EventStream(Protocol):
     def elapsed_us(self, start: Any, end: Any) -> float: ...
 
 
+def _judged(stream: EventStream, take: Callable[[], list[float]], log: _RoundLog | None, batch: bool) -> list[float]:
+    """``take`` (a round of samples, or a batch's mean), taken again while the rule finds a fault in its hold's
+    report and the measurement has re-measures left; the rounds thrown away, and a faulty round kept past the
+    bound, go to ``log``."""
+    while True:
+        times = take()
+        if log is None:
+            return times
+        report = stream.held()
+        fault = log.rule.fault(report)
+        if fault is None or len(log.discarded) >= log.rule.max_remeasures:
+            log.sm_mhz.append(report.sm_mhz)
+            log.held_us.append(report.held_us)
+            if fault is not None:
+                log.suspect.append(fault)
+            return times
+        log.discarded.append(DiscardedRound(reason=fault, batch=batch, samples_us=times, sm_mhz=report.sm_mhz))
+        if fault == THROTTLED:
+            log.rule.sleep(log.rule.pause_s)
+
+
 def _round(stream: EventStream, launch: Launch, count: int, before_last: Launch | None) -> list[float]:
     """``count`` samples behind one hold; ``before_last`` before the last (outside its events)."""
-    stream.hold(count)
+    stream.hold()
     marks = []
     for i in range(count):
         if before_last and i == count - 1:
@@ -148,49 +245,57 @@ def _round(stream: EventStream, launch: Launch, count: int, before_last: Launch 
         start = stream.mark()
         launch()
         marks.append((start, stream.mark()))
+    stream.release()
     stream.wait()
     return [stream.elapsed_us(start, end) for start, end in marks]
 
 
-def _batches(stream: EventStream, launch: Launch, batches: int) -> BatchTiming:
-    """``batches`` batches of BATCH_LAUNCHES back-to-back launches, each after the L2 is put in its state and
-    timed by one pair of events: the launches after the first meet what the one before left."""
-    means = []
-    for _ in range(batches):
-        stream.settle()
-        stream.hold(BATCH_LAUNCHES)
-        start = stream.mark()
-        for _ in range(BATCH_LAUNCHES):
-            launch()
-        end = stream.mark()
-        stream.wait()
-        means.append(stream.elapsed_us(start, end) / BATCH_LAUNCHES)
-    return BatchTiming(launches=BATCH_LAUNCHES, means_us=means)
+def _batch(stream: EventStream, launch: Launch) -> list[float]:
+    """One batch of BATCH_LAUNCHES back-to-back launches after the L2 is put in its state, timed by one pair
+    of events (its mean per launch): the launches after the first meet what the one before left."""
+    stream.settle()
+    stream.hold()
+    start = stream.mark()
+    for _ in range(BATCH_LAUNCHES):
+        launch()
+    end = stream.mark()
+    stream.release()
+    stream.wait()
+    return [stream.elapsed_us(start, end) / BATCH_LAUNCHES]
 
 
 def sample(stream: EventStream, launch: Launch, iters: int | StoppingRule, *, warmup: int, batches: int = 0,
-           before_last: Launch | None = None, wall: Callable[[], float] = time.monotonic) -> Timed:
+           before_last: Launch | None = None, wall: Callable[[], float] = time.monotonic,
+           rule: RoundRule | None = None) -> Timed:
     """``warmup`` untimed runs, ``batches`` batches, then the samples: exactly ``iters`` of them, or as many as
     the stopping rule takes (its timeout by ``wall``, from the first sample on). ``before_last`` runs before
     the last sample (outside its events, before the L2 is settled), e.g. to poison the output again so that
     what it holds afterwards is the last timed call's; under the rule, before each round's last, since any
-    round may be the last."""
+    round may be the last. With a ``rule``, each round and batch is judged by its hold's report and measured
+    again when faulty (None: the stream has no hold to judge, as the host's)."""
+    log = _RoundLog(rule) if rule is not None else None
     for _ in range(warmup):
         stream.settle()
         launch()
-    batch = _batches(stream, launch, batches) if batches else None
+    means = [m for _ in range(batches) for m in _judged(stream, lambda: _batch(stream, launch), log, batch=True)]
+    batch = BatchTiming(launches=BATCH_LAUNCHES, means_us=means) if batches else None
+    rounds = log.to_dict if log is not None else lambda: None
     samples: list[float] = []
+
+    def take(count: int, last: Launch | None) -> list[float]:
+        return _judged(stream, lambda: _round(stream, launch, count, last), log, batch=False)
+
     if not isinstance(iters, StoppingRule):
         while len(samples) < iters:
             count = min(ROUND, iters - len(samples))
-            samples += _round(stream, launch, count, before_last if len(samples) + count == iters else None)
-        return Timed(samples, batch)
+            samples += take(count, before_last if len(samples) + count == iters else None)
+        return Timed(samples, batch, rounds=rounds())
     started = wall()
     while True:
-        samples += _round(stream, launch, iters.next_round(len(samples)), before_last)
+        samples += take(iters.next_round(len(samples)), before_last)
         stop = iters.outcome(samples, wall() - started)
         if stop is not None:
-            return Timed(samples, batch, stop)
+            return Timed(samples, batch, stop, rounds())
 
 
 class _HostStream:
@@ -200,8 +305,14 @@ class _HostStream:
     def settle(self) -> None:
         pass
 
-    def hold(self, launches: int) -> None:
+    def hold(self) -> None:
         pass
+
+    def release(self) -> None:
+        pass
+
+    def held(self) -> HoldReport:
+        return HoldReport(timed_out=False, sm_mhz=None)
 
     def mark(self) -> float:
         return time.perf_counter()
@@ -217,7 +328,19 @@ HOST = _HostStream()
 
 
 def _bench_module(kernels: Path | None) -> Any:
-    return load("bench.cu", ("read_floor_kernel", "hold_stream_kernel"), folder=kernels)
+    return load("bench.cu", ("read_floor_kernel", "hold_stream_kernel", "clock_stamp_kernel"), folder=kernels)
+
+
+_CUDA_HOST_ALLOC_MAPPED = 2  # cudaHostAllocMapped (driver_types.h)
+
+
+def round_sm_mhz(words: Any) -> float | None:
+    """The SM clock between a round's two stamps (SM 0's cycles over global nanoseconds), in MHz; None when a
+    stamp was not written (no block of the stamp kernel ran on SM 0) or no global time passed."""
+    (t0, c0), (t1, c1) = words[STAMP_START:STAMP_START + 2], words[STAMP_END:STAMP_END + 2]
+    if min(t0, c0, t1, c1) < 0 or t1 <= t0:
+        return None
+    return float(c1 - c0) / float(t1 - t0) * 1e3
 
 
 @dataclass
@@ -229,6 +352,8 @@ class DeviceTimer:
     l2: str
     warmup: int = DEFAULT_WARMUP
     kernels: Path | None = None
+    locked_sm_mhz: int | None = None  # the SM clock a lock holds: the throttle rule's reference then
+    hold_timeout_ns: int = HOLD_TIMEOUT_NS
 
     def __post_init__(self) -> None:
         import cupy
@@ -242,7 +367,18 @@ class DeviceTimer:
         module = _bench_module(self.kernels)
         self._read = module.function("read_floor_kernel")
         self._hold = module.function("hold_stream_kernel")
+        self._stamp = module.function("clock_stamp_kernel")
         self._sink = cupy.zeros(1, dtype=cupy.float32)
+        peak_mhz = cupy.cuda.runtime.deviceGetAttribute(_CUDA_DEV_ATTR_CLOCK_RATE, cupy.cuda.Device().id) / 1000
+        self.rule = RoundRule(reference_mhz=float(self.locked_sm_mhz or peak_mhz))
+        # The hold's flag, its report and the clock stamps, in host memory the GPU reads and writes (mapped): the
+        # host releases a hold by a store, with no call that would queue behind it.
+        self._words_host = cupy.cuda.runtime.hostAlloc(HOLD_WORDS * 8, _CUDA_HOST_ALLOC_MAPPED)
+        weakref.finalize(self, cupy.cuda.runtime.freeHost, self._words_host)  # at the latest at exit, CuPy still there
+        self._words_device = cupy.cuda.runtime.pointerGetAttributes(self._words_host).devicePointer
+        self._words = np.ctypeslib.as_array((ctypes.c_int64 * HOLD_WORDS).from_address(self._words_host))
+        self._words[:] = 0
+        self._generation = 0
         # twice the L2, so that none of what the previous call left survives the flush
         flush_floats = 2 * self.l2_bytes // 4 if self.l2 != "warm" else 0
         self._flush_buf = cupy.random.default_rng(0).random(flush_floats, dtype=cupy.float32)
@@ -263,8 +399,28 @@ class DeviceTimer:
             stream = self._cupy.cuda.get_current_stream()
             self._cupy.cuda.runtime.memsetAsync(self._flush_buf.data.ptr, 0, self._flush_buf.nbytes, stream.ptr)
 
-    def hold(self, launches: int) -> None:
-        self._hold((1,), (1,), (self._cupy.int64(launches * _HOLD_NS_PER_LAUNCH),))
+    def _stamp_at(self, word: int) -> None:
+        self._stamp((self.sms,), (1,), (self._cupy.uint64(self._words_device + 8 * word),))
+
+    def hold(self) -> None:
+        self._generation += 1
+        self._words[HOLD_STATUS] = 0
+        self._words[STAMP_START:HOLD_WORDS] = -1
+        cupy = self._cupy
+        self._hold((1,), (1,), (cupy.uint64(self._words_device), cupy.int64(self._generation),
+                                cupy.int64(self.hold_timeout_ns)))
+        self._stamp_at(STAMP_START)
+
+    def release(self) -> None:
+        self._stamp_at(STAMP_END)
+        self._words[HOLD_FLAG] = self._generation
+
+    def held(self) -> HoldReport:
+        status = int(self._words[HOLD_STATUS])
+        if status not in (HOLD_RELEASED, HOLD_TIMED_OUT):
+            raise RuntimeError(f"the stream's hold wrote no report (status {status}) though the stream ran")
+        return HoldReport(timed_out=status == HOLD_TIMED_OUT, sm_mhz=round_sm_mhz(self._words),
+                          held_us=int(self._words[HOLD_WAITED]) / 1e3)
 
     def mark(self) -> Any:
         event = self._cupy.cuda.Event()
@@ -279,4 +435,4 @@ class DeviceTimer:
 
     def measure(self, launch: Launch, iters: int | StoppingRule, before_last: Launch | None = None) -> Timed:
         """The samples (``iters`` of them, or by the stopping rule) and BATCHES batches of ``launch``."""
-        return sample(self, launch, iters, warmup=self.warmup, batches=BATCHES, before_last=before_last)
+        return sample(self, launch, iters, warmup=self.warmup, batches=BATCHES, before_last=before_last, rule=self.rule)

@@ -64,7 +64,7 @@ def run_switched(catalog: Catalog, stage: str, switches: tuple[tuple[str, str], 
         (work / JOB_FILE).write_text(json.dumps({
             **job, "stage": stage, "variants": names, "switched": switched, "label": label,
             "iters": measurer.iters, "rule": measurer.rule.to_dict(), "l2": measurer.timer.l2,
-            "warmup": measurer.timer.warmup,
+            "warmup": measurer.timer.warmup, "locked_sm_mhz": measurer.timer.locked_sm_mhz,
             "engines": engine_builds(catalog.libraries.values())}))
         env = {**os.environ, **dict(switches),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
@@ -100,7 +100,8 @@ def main(argv: list[str]) -> int:
         catalog = catalog.adding([switched_variant(name, engines.libraries.values(), cc) for name in job["switched"]])
         launcher = Launcher(catalog, read_switches())  # this process's: the parent's and the variants' switches
         monitor = ClockMonitor.for_pci_bus_id(job["pci_bus_id"])
-        timer = DeviceTimer(l2=job["l2"], warmup=job["warmup"], kernels=catalog.kernel_folder)
+        timer = DeviceTimer(l2=job["l2"], warmup=job["warmup"], kernels=catalog.kernel_folder,
+                            locked_sm_mhz=job["locked_sm_mhz"])
         measurer = Measurer(job["iters"], timer, monitor if monitor.available else None, StoppingRule(**job["rule"]))
         with np.load(work / INPUTS_FILE) as a:
             arrays = {k: a[k] for k in a.files}

@@ -249,6 +249,13 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("select-bench", *SMALL, "--l2", "lukewarm", *CPU), "Invalid value for '--l2'"),
     (("select-bench", *SMALL, "--l2", "cold"), "Invalid value for '--l2': 'cold' is now 'clean' (the read flush; "
                                                "'dirty' flushes by writing)"),
+    # --timer nvbench: an unknown timer, the CPU backend, another L2 state than nvbench's cold (cuda-bench is not
+    # installed here: tests/test_nvbench_timer.py refuses its absence with a stand-in put in its place)
+    (("select-bench", *SMALL, "--timer", "nsight", *CPU), "Invalid value for '--timer'"),
+    (("select-bench", *SMALL, "--timer", "nvbench", *CPU), "--timer nvbench times CUDA launches: it needs --backend "
+                                                           "gpu"),
+    (("topk-parity", *SMALL, "--timer", "nvbench", "--l2", "clean"), "--timer nvbench flushes the L2 by writing it "
+                                                                     "before each cold sample: it times --l2 dirty"),
     # the stopping rule: its bounds, a rule that could never be met, and its options with an exact ITERS
     (("select-bench", "100", "2", "many", "100", *CPU), "ITERS must be an integer or auto (got 'many')"),
     (("select-bench", "--inputs", "@scorer.npz", "--iters", "some", *CPU), "Invalid value for '--iters': 'some' is "

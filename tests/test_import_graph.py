@@ -134,7 +134,8 @@ def test_a_command_that_reads_records_loads_no_runner(command: str) -> None:
     runners = sorted(m for m in loaded(command) if _is_runner(m))
     assert not runners, f"{command} loads {', '.join(runners)}"
 
-OPTIONAL_HEAVY = ("cupy", "matplotlib", "pynvml")  # imported where used: everything else runs without them
+# imported where used: everything else runs without them (cuda: cuda-bench's cuda.bench, for --timer nvbench)
+OPTIONAL_HEAVY = ("cupy", "matplotlib", "pynvml", "cuda")
 
 
 def _function_imports(path: Path) -> list[tuple[int, str]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,16 +19,33 @@ from qsa_cli.output.report import blocks, result_csv
 from qsa_cli.record.load import load_record
 from qsa_cli.record.schema import RunRecord
 from qsa_cli.record.vocabulary import HOST_L2
-from qsa_cli.stages.common import Measurer
+from qsa_cli.session import Settings, session
+from qsa_cli.stages.common import Measurer, StageOutcome
 from qsa_cli.timing import (
     AUTO,
     BATCH_LAUNCHES,
     BATCHES,
+    DRAINED,
+    HOLD_FLAG,
+    HOLD_RELEASED,
+    HOLD_STATUS,
+    HOLD_TIMED_OUT,
+    HOLD_WAITED,
+    HOLD_WORDS,
     HOST,
     MAX_ITERATIONS,
+    MAX_REMEASURES,
     ROUND,
+    STAMP_END,
+    STAMP_START,
+    THROTTLE_PAUSE_S,
+    THROTTLE_THRESHOLD,
+    THROTTLED,
+    HoldReport,
+    RoundRule,
     StoppingRule,
     median_noise_pct,
+    round_sm_mhz,
     sample,
 )
 
@@ -50,8 +68,14 @@ class FakeStream:
         self.now_us += self.flush_us
         self.log.append("settle")
 
-    def hold(self, launches: int) -> None:
-        self.log.append(f"hold {launches}")
+    def hold(self) -> None:
+        self.log.append("hold")
+
+    def release(self) -> None:
+        self.log.append("release")
+
+    def held(self) -> HoldReport:
+        return HoldReport(timed_out=False, sm_mhz=1980.0)
 
     def mark(self) -> float:
         self.log.append("mark")
@@ -89,19 +113,31 @@ def fixed_wall() -> float:
     return 0.0
 
 
+def round_sizes(log: list[str]) -> list[int]:
+    """The samples (or launches) queued behind each hold: the marks between it and its release, over 2."""
+    sizes, inside = [], 0
+    for entry in log:
+        if entry == "hold":
+            inside = 0
+        elif entry == "mark":
+            inside += 1
+        elif entry == "release":
+            sizes.append(inside // 2)
+    return sizes
+
+
 def test_an_exact_count_is_taken_in_rounds_each_sample_settled_and_bracketed() -> None:
     stream = FakeStream(iter([7.0] * 2 + [5.0] * 70))
     poisoned = []
     timed = sample(stream, stream.launch, 70, warmup=2, before_last=lambda: poisoned.append(len(stream.log)))
     assert timed.samples_us == [5.0] * 70 and timed.batch is None and timed.stop is None
     assert stream.log[:4] == ["settle", "launch", "settle", "launch"]  # the warm-up, settled like a sample
-    rounds = [entry for entry in stream.log if entry.startswith("hold")]
-    assert rounds == [f"hold {ROUND}", f"hold {ROUND}", f"hold {70 - 2 * ROUND}"]
+    assert round_sizes(stream.log) == [ROUND, ROUND, 70 - 2 * ROUND]
     one_sample = ["settle", "mark", "launch", "mark"]
-    first_round = stream.log[4:5 + 4 * ROUND + 1]
-    assert first_round == [f"hold {ROUND}", *one_sample * ROUND, "wait"]
+    first_round = stream.log[4:5 + 4 * ROUND + 2]
+    assert first_round[:-1] == ["hold", *one_sample * ROUND, "release"] and stream.log[5 + 4 * ROUND + 1] == "wait"
     # the output poisoned once, before the last sample's settle: what it holds after is the last call's
-    assert len(poisoned) == 1 and stream.log[poisoned[0]:] == [*one_sample, "wait"]
+    assert len(poisoned) == 1 and stream.log[poisoned[0]:] == [*one_sample, "release", "wait"]
 
 
 def test_the_flush_is_outside_the_samples() -> None:
@@ -118,7 +154,7 @@ def test_a_batch_is_back_to_back_launches_between_one_pair_of_events() -> None:
              for b in range(BATCHES)]
     assert timed.batch == {"launches": BATCH_LAUNCHES, "means_us": means}
     assert timed.samples_us == [1.0] * 3
-    one_batch = ["settle", f"hold {BATCH_LAUNCHES}", "mark", *["launch"] * BATCH_LAUNCHES, "mark", "wait"]
+    one_batch = ["settle", "hold", "mark", *["launch"] * BATCH_LAUNCHES, "mark", "release", "wait"]
     assert stream.log[:len(one_batch) * BATCHES] == one_batch * BATCHES  # before the samples
 
 
@@ -149,7 +185,7 @@ def test_quiet_samples_meet_the_rule_at_its_least_count() -> None:
     assert len(timed.samples_us) == 20
     assert timed.stop == {"met": True, "reason": "met", "noise_pct": 0.0, "measured_s": pytest.approx(200e-6),
                           "wall_s": 0.0}
-    assert [e for e in stream.log if e.startswith("hold")] == ["hold 20"]  # the least count first, in one round
+    assert round_sizes(stream.log) == [20]  # the least count first, in one round
 
 
 def test_noisy_samples_take_rounds_until_the_first_that_meets_the_rule(rng: np.random.Generator) -> None:
@@ -291,3 +327,138 @@ def test_the_tables_show_the_batch_the_rule_and_the_l2_state_within_80_columns(r
     named = dict(zip(header.split(","), halve.split(",")))
     assert (named["l2"], named["rule_met"], named["noise_pct"], named["batch_us"]) == ("dirty", "False", "1.25", "36.0")
     assert dict(zip(header.split(","), multi.split(",")))["rule_met"] == "True"
+
+
+class HostStallStream(FakeStream):
+    """A stream whose hold times out after ``timeout_us`` of host time, as the GPU's does in its own time: the
+    host queues a launch in ``queue_us``, and a launch listed in ``stalls`` (by its index) first sleeps on the
+    host. Once the hold has timed out the GPU runs each launch as it arrives, so a sample that waits on a
+    stalled launch holds the host's gap. Each hold reports its SM clock from ``clocks_mhz`` (then 1980)."""
+
+    def __init__(self, durations_us: Iterator[float], timeout_us: float, stalls: dict[int, float],
+                 clocks_mhz: Iterator[float | None] = iter(()), queue_us: float = 5.0) -> None:
+        super().__init__(durations_us)
+        self.timeout_us, self.stalls, self.clocks, self.queue_us = timeout_us, stalls, clocks_mhz, queue_us
+        self.host_us = self.held_at = 0.0
+        self.launches = 0
+        self.holding = self.timed_out = False
+
+    def hold(self) -> None:
+        super().hold()
+        self.holding, self.timed_out, self.held_at = True, False, self.host_us
+
+    def launch(self) -> None:
+        stall = self.stalls.get(self.launches, 0.0)
+        self.launches += 1
+        self.host_us += stall + self.queue_us
+        if self.holding and self.host_us - self.held_at > self.timeout_us:
+            # the hold ran out during the stall: the GPU ran what was queued, then waited for this launch
+            self.holding, self.timed_out = False, True
+            self.now_us += self.host_us - self.held_at - self.timeout_us
+        elif not self.holding:
+            self.now_us += stall  # the GPU waited on the host for this launch, inside the sample's events
+        super().launch()
+
+    def release(self) -> None:
+        super().release()
+        self.holding = False
+
+    def held(self) -> HoldReport:
+        held_us = self.timeout_us if self.timed_out else self.host_us - self.held_at
+        return HoldReport(timed_out=self.timed_out, sm_mhz=next(self.clocks, 1980.0), held_us=held_us)
+
+
+def no_sleep(seconds: float) -> None:
+    pass
+
+
+CARD = RoundRule(reference_mhz=1980.0, sleep=no_sleep)
+
+
+def test_a_hold_drained_by_a_host_stall_is_detected_and_its_round_measured_again() -> None:
+    # the 40th launch (the 8th of the second round) sleeps 500 µs on the host, past the hold's 200 µs
+    stream = HostStallStream(constant(10.0), timeout_us=200.0, stalls={ROUND + 7: 500.0})
+    timed = sample(stream, stream.launch, 70, warmup=0, rule=CARD)
+    assert timed.samples_us == [10.0] * 70  # no sample holds the host's gap
+    assert timed.rounds is not None
+    (drained,) = timed.rounds["discarded"]
+    assert drained["reason"] == DRAINED and not drained["batch"] and len(drained["samples_us"]) == ROUND
+    # the thrown-away round held it: the GPU waited from the timeout (200 µs after the hold) until the host had
+    # queued 8 launches (5 µs each) and slept 500 µs
+    assert max(drained["samples_us"]) == 10.0 + (8 * 5.0 + 500.0 - 200.0)
+    assert round_sizes(stream.log) == [ROUND, ROUND, ROUND, 70 - 2 * ROUND]  # the second round taken twice
+    assert timed.rounds["sm_mhz"] == [1980.0] * 3 and timed.rounds["suspect"] == []
+    assert timed.rounds["held_us"] == [ROUND * 5.0, ROUND * 5.0, (70 - 2 * ROUND) * 5.0]  # the host's queueing
+
+
+def test_the_same_stall_without_the_rule_would_be_timed_with_the_gap() -> None:
+    """What the rule guards against: without it the drained round's gap is in a sample."""
+    stream = HostStallStream(constant(10.0), timeout_us=200.0, stalls={ROUND + 7: 500.0})
+    assert max(sample(stream, stream.launch, 70, warmup=0).samples_us) == 10.0 + (8 * 5.0 + 500.0 - 200.0)
+
+
+def test_a_drained_batch_is_measured_again() -> None:
+    # the first batch's 4th launch sleeps 1.5 ms; a batch's 32 launches are queued in 160 µs, well inside 1 ms
+    stream = HostStallStream(constant(4.0), timeout_us=1000.0, stalls={3: 1500.0})
+    timed = sample(stream, stream.launch, 5, warmup=0, batches=2, rule=CARD)
+    assert timed.batch == {"launches": BATCH_LAUNCHES, "means_us": [4.0, 4.0]}
+    assert timed.rounds is not None
+    (drained,) = timed.rounds["discarded"]
+    assert drained["batch"] and drained["reason"] == DRAINED
+    assert drained["samples_us"] == [pytest.approx(4.0 + (4 * 5.0 + 1500.0 - 1000.0) / BATCH_LAUNCHES)]
+
+
+def test_holds_that_keep_draining_are_kept_after_the_bound_and_named_suspect() -> None:
+    stream = HostStallStream(constant(10.0), timeout_us=50.0, stalls={i: 100.0 for i in range(10_000)})
+    timed = sample(stream, stream.launch, 40, warmup=0, rule=CARD)
+    assert timed.rounds is not None and len(timed.samples_us) == 40
+    assert len(timed.rounds["discarded"]) == MAX_REMEASURES
+    assert timed.rounds["suspect"] == [DRAINED, DRAINED]  # both kept rounds: no re-measure was left
+
+
+def test_a_throttled_round_is_thrown_away_after_a_pause_and_measured_again() -> None:
+    pauses: list[float] = []
+    rule = RoundRule(reference_mhz=1980.0, sleep=pauses.append)
+    durations = iter([10.0] * ROUND + [14.0] * ROUND + [10.0] * (2 * ROUND))
+    stream = HostStallStream(durations, timeout_us=1e9, stalls={}, clocks_mhz=iter([1980.0, 1200.0, 1975.0]))
+    timed = sample(stream, stream.launch, 2 * ROUND, warmup=0, rule=rule)
+    assert timed.samples_us == [10.0] * (2 * ROUND)  # the slow round's samples are not in the estimate
+    assert timed.rounds is not None
+    (throttled,) = timed.rounds["discarded"]
+    assert throttled == {"reason": THROTTLED, "batch": False, "samples_us": [14.0] * ROUND, "sm_mhz": 1200.0}
+    assert pauses == [THROTTLE_PAUSE_S] and timed.rounds["sm_mhz"] == [1980.0, 1975.0]
+    assert timed.rounds["reference_mhz"] == 1980.0 and timed.rounds["threshold"] == THROTTLE_THRESHOLD
+
+
+def test_the_throttle_threshold_is_a_fraction_of_the_reference_and_an_unmeasured_clock_passes() -> None:
+    assert CARD.fault(HoldReport(timed_out=False, sm_mhz=0.75 * 1980.0)) is None
+    assert CARD.fault(HoldReport(timed_out=False, sm_mhz=0.74 * 1980.0)) == THROTTLED
+    assert CARD.fault(HoldReport(timed_out=False, sm_mhz=None)) is None
+    assert CARD.fault(HoldReport(timed_out=True, sm_mhz=100.0)) == DRAINED  # a drained round first
+
+
+def test_the_rounds_clock_is_sm_0s_cycles_over_global_nanoseconds() -> None:
+    words = [0] * HOLD_WORDS
+    words[STAMP_START:STAMP_START + 2] = [1_000_000, 5_000]
+    words[STAMP_END:STAMP_END + 2] = [1_500_000, 5_000 + 990_000]  # 990,000 cycles in 0.5 ms
+    assert round_sm_mhz(words) == pytest.approx(1980.0)
+    words[STAMP_END] = -1  # no block of the last stamp ran on SM 0
+    assert round_sm_mhz(words) is None
+
+
+def test_the_words_of_bench_cu_are_the_timers() -> None:
+    source = (Path(__file__).parent.parent / "kernels" / "bench.cu").read_text()
+    defines = {name: int(value) for name, value in re.findall(r"^#define\s+(QSA_\w+)\s+(\d+)", source, re.MULTILINE)}
+    assert defines == {"QSA_HOLD_FLAG": HOLD_FLAG, "QSA_HOLD_STATUS": HOLD_STATUS, "QSA_HOLD_WAITED": HOLD_WAITED,
+                       "QSA_STAMP_START": STAMP_START, "QSA_STAMP_END": STAMP_END, "QSA_HOLD_WORDS": HOLD_WORDS,
+                       "QSA_HOLD_RELEASED": HOLD_RELEASED, "QSA_HOLD_TIMED_OUT": HOLD_TIMED_OUT}
+
+
+def test_a_suspect_measurement_is_noted_in_the_record() -> None:
+    m = _measured(3)
+    m.rounds = {"sm_mhz": [1980.0], "held_us": [2100.0], "reference_mhz": 1980.0, "threshold": THROTTLE_THRESHOLD,
+                "discarded": [], "suspect": [DRAINED]}
+    with session(Settings(backend="cpu"), "select-bench", []) as s:
+        s.take(StageOutcome([m]))
+    assert s.record.notes == [f"multi on {m.key}: 1 round(s) kept after 0 re-measures though faulty "
+                              "(hold timed out): its times are suspect"]

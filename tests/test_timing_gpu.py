@@ -1,8 +1,16 @@
 """The timer on the GPU (``-m gpu``; skipped without CuPy or a device): select-bench under each L2 state and
-the stopping rule, its record's fields; the flushes' states; a rule that cannot be met ends at its timeout."""
+the stopping rule, its record's fields; the flushes' states; a rule that cannot be met ends at its timeout;
+the hold released by the host (a launcher that sleeps on the host past its timeout is detected, one that
+sleeps within it is held) and each round's SM clock; qsa's --l2 dirty against nvbench's cold (with
+cuda-bench installed)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +19,9 @@ import pytest
 from qsa_cli.cli import main
 from qsa_cli.record.load import load_record
 from qsa_cli.record.schema import RunRecord
-from qsa_cli.record.vocabulary import L2_STATES, READ_FLOOR
-from qsa_cli.timing import BATCH_LAUNCHES, BATCHES, DeviceTimer, StoppingRule
+from qsa_cli.record.vocabulary import L2_STATES, NVBENCH_TIMER, READ_FLOOR
+from qsa_cli.runs.selftest import timers_disagree
+from qsa_cli.timing import BATCH_LAUNCHES, BATCHES, DRAINED, ROUND, DeviceTimer, StoppingRule, sample
 
 
 def bench(capsys: pytest.CaptureFixture[str], tmp_path: Path, *argv: str) -> tuple[RunRecord, str]:
@@ -72,3 +81,77 @@ def test_each_state_times_a_read_and_its_rule(cupy: Any, l2: str) -> None:
     timed = timer.measure(timer.read_launcher(data), StoppingRule(min_samples=10, max_noise_pct=5.0, timeout_s=10.0))
     assert timed.stop is not None and len(timed.samples_us) >= 10
     assert all(x > 0 for x in timed.samples_us) and timed.batch is not None and len(timed.batch["means_us"]) == BATCHES
+
+
+def sleeping(launch: Callable[[], None], at: set[int], seconds: float) -> Callable[[], None]:
+    """``launch``, after sleeping ``seconds`` on the host before each call whose index is in ``at``."""
+    calls = iter(range(10**9))
+
+    def run() -> None:
+        if next(calls) in at:
+            time.sleep(seconds)
+        launch()
+    return run
+
+
+@pytest.mark.gpu
+def test_a_launcher_that_sleeps_on_the_host_past_the_holds_timeout_is_detected_and_measured_again(cupy: Any) -> None:
+    timer = DeviceTimer(l2="warm", warmup=0, hold_timeout_ns=5_000_000)  # 5 ms
+    read = timer.read_launcher(cupy.random.default_rng(2).random(4 * 2**20, dtype=cupy.float32))
+    # the second round's 9th launch sleeps 30 ms: the hold runs out while the host sleeps
+    timed = sample(timer, sleeping(read, {ROUND + 8}, 0.03), 2 * ROUND, warmup=0, rule=timer.rule)
+    assert timed.rounds is not None
+    (drained,) = timed.rounds["discarded"]
+    assert drained["reason"] == DRAINED and not drained["batch"]
+    assert max(drained["samples_us"]) > 10_000  # the GPU waited on the host inside that round's events
+    assert len(timed.samples_us) == 2 * ROUND and max(timed.samples_us) < 1_000  # none of the kept rounds did
+    assert timed.rounds["suspect"] == []
+
+
+@pytest.mark.gpu
+def test_a_host_slower_than_the_gpu_within_the_timeout_is_held_and_each_rounds_clock_measured(cupy: Any) -> None:
+    """Every launch sleeps 1 ms on the host, ten times the kernel's time, 32 ms a round within the 100 ms
+    timeout: the hold waits for the release, so no sample holds a gap."""
+    timer = DeviceTimer(l2="warm", warmup=0)
+    read = timer.read_launcher(cupy.random.default_rng(3).random(4 * 2**20, dtype=cupy.float32))
+    timed = sample(timer, sleeping(read, set(range(10**6)), 0.001), 2 * ROUND, warmup=0, rule=timer.rule)
+    assert timed.rounds is not None and timed.rounds["discarded"] == [] and timed.rounds["suspect"] == []
+    assert max(timed.samples_us) < 500
+    assert all(h is not None and 30_000 <= h < 100_000 for h in timed.rounds["held_us"])  # it waited for the host
+    clocks = timed.rounds["sm_mhz"]
+    assert len(clocks) == 2 and all(c is not None and 100 < c <= 1.05 * timed.rounds["reference_mhz"] for c in clocks)
+
+
+@pytest.mark.gpu
+def test_select_bench_records_every_rounds_clock(cupy: Any, capsys, tmp_path: Path) -> None:
+    record, _ = bench(capsys, tmp_path, "40", "524288", "--variants", "halve")
+    for m in record.measurements:
+        assert m.rounds is not None and len(m.rounds["sm_mhz"]) == BATCHES + 2  # the batches, then 32 + 8 samples
+        assert m.rounds["reference_mhz"] > 0 and all(c is not None for c in m.rounds["sm_mhz"])
+
+
+@pytest.mark.gpu
+def test_qsa_dirty_and_nvbench_cold_agree_on_a_latency_bound_scorer_and_its_read_floor(cupy: Any, capsys,
+                                                                                      tmp_path: Path) -> None:
+    """The same launchers (halve on a 32K call of one query, 6.5 µs on an H200, and its read floor) timed by
+    qsa's timer under --l2 dirty here and by nvbench in a process of its own (nvbench runs once a process):
+    their medians within the selftest's tolerance (5 % or 0.5 µs)."""
+    pytest.importorskip("cuda.bench", reason="cuda-bench is not installed (pip install '.[nvbench]')")
+    call = ["select-bench", "32768", "1", "auto", "65536", "--variants", "halve", "--quiet"]
+    nv_json = tmp_path / "nvbench.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "qsa_cli", *call, "--timer", "nvbench", "--json", str(nv_json)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    theirs = {(m.key, m.variant): m for m in load_record(nv_json).measurements}
+    assert {v for _, v in theirs} == {"halve", READ_FLOOR}
+    assert all(m.timer == NVBENCH_TIMER and m.nvbench is not None and m.nvbench["samples"] == len(m.samples_us)
+               for m in theirs.values())
+    ours_json = tmp_path / "qsa.json"
+    with pytest.raises(SystemExit) as ended:
+        main([*call, "--l2", "dirty", "--json", str(ours_json)])
+    assert (ended.value.code or 0) == 0, capsys.readouterr().out
+    for m in load_record(ours_json).measurements:
+        nv = theirs[(m.key, m.variant)]
+        assert not timers_disagree(m.median_us, nv.median_us), (m.variant, m.median_us, nv.median_us)

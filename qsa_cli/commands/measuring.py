@@ -21,6 +21,7 @@ from ..interrupts import exit_status, interrupted_by, signal_of
 from ..output.printed import of_selftest
 from ..output.progress import progress_on
 from ..record.schema import RunRecord, SelftestCheck
+from ..record.vocabulary import QSA_TIMER
 from ..runs.selftest import SelftestRow
 from ..runs.sweep import sweep
 from ..session import Session
@@ -87,7 +88,7 @@ def open_session(opts: dict[str, Any], command: str, iters: Iters, config: Sweep
                                 check_model=not opts["no_model"], device_id=opts["device_id"],
                                 engines=opts["engines"], variants=opts["variants"], baseline=opts["baseline"],
                                 candidate=opts["candidate"], kernels=opts["kernels"], sides=sides,
-                                limits=opts["limits"])
+                                limits=opts["limits"], timer=opts.get("timer", QSA_TIMER))
     if config is not None:  # the command line's limits after the file's, so they take their place
         settings = dataclasses.replace(settings, l2=config.l2, warmup=config.warmup, seed=config.seed,
                                        engines=(*config.engines, *settings.engines),

@@ -15,7 +15,7 @@ from ..catalog import check_kernels
 from ..core.errors import EngineError, KernelError, LimitError
 from ..engine.checkout import parse_engine_spec
 from ..record.limits import parse_limit
-from ..record.vocabulary import DEFAULT_KEYS, DEFAULT_L2, L2_STATES, RENAMED_L2, SCORER_KEYS
+from ..record.vocabulary import DEFAULT_KEYS, DEFAULT_L2, L2_STATES, QSA_TIMER, RENAMED_L2, SCORER_KEYS, TIMERS
 from ..session import GPU_TIMER_SETTINGS
 from ..timing import (
     AUTO,
@@ -112,6 +112,11 @@ ENGINE_OPTION = click.option(
 KERNELS_OPTION = click.option(
     "--kernels", type=click.Path(), metavar="DIR", callback=_kernels_folder, is_eager=True,
     help="Compile qsa's kernels from this copy of kernels/ instead of the installed ones (edit the copy).")
+
+TIMER_OPTION = click.option(
+    "--timer", type=click.Choice(TIMERS), default=QSA_TIMER, show_default=True,
+    help="What times the variants: qsa's timer, or NVIDIA's nvbench on the same launchers (needs cuda-bench: "
+         "pip install '.[nvbench]'; its cold state is --l2 dirty).")
 
 KEYS_OPTION = click.option(
     "--keys", type=click.Choice(SCORER_KEYS), default=DEFAULT_KEYS, show_default=True,

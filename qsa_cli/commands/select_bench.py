@@ -25,7 +25,7 @@ from .positional import (
     check_iters,
     decode_call,
 )
-from .run_options import KEYS_OPTION, RUN_OPTIONS
+from .run_options import KEYS_OPTION, RUN_OPTIONS, TIMER_OPTION
 
 
 @click.command("select-bench", context_settings=POSITIONAL_NEGATIVES)
@@ -38,6 +38,7 @@ from .run_options import KEYS_OPTION, RUN_OPTIONS
               help="Write every variant's scores (and the CPU model's) to this .npz file.")
 @click.option("--config", "config_name", metavar="CONFIG", help="Run the scorer cases of a YAML sweep instead.")
 @KEYS_OPTION
+@TIMER_OPTION
 @RUN_OPTIONS
 def command(args: tuple[str, ...], inputs_path: str | None, iters_opt: Iters, dump_path: str | None,
             config_name: str | None, keys: str, **opts: Any) -> int:

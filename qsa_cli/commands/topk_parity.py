@@ -18,7 +18,7 @@ from .finish import chosen_format, finish_record
 from .measuring import finish_selftest, open_session, run_sweep
 from .options import OUTPUT, check_distinct
 from .positional import DEFAULT_ITERS, ITERATIONS, POSITIONAL_NEGATIVES, check_given_with_inputs, check_iters, integers
-from .run_options import RUN_OPTIONS
+from .run_options import RUN_OPTIONS, TIMER_OPTION
 
 
 @click.command("topk-parity", context_settings=POSITIONAL_NEGATIVES)
@@ -33,6 +33,7 @@ from .run_options import RUN_OPTIONS
 @click.option("--dump", "dump_path", type=OUTPUT,
               help="Write every variant's ids (and the CPU oracle's) to this .npz file.")
 @click.option("--config", "config_name", metavar="CONFIG", help="Run the top-k cases of a YAML sweep instead.")
+@TIMER_OPTION
 @RUN_OPTIONS
 def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iters_opt: Iters, count_opt: int,
             dump_path: str | None, config_name: str | None, **opts: Any) -> int:

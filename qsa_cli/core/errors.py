@@ -99,3 +99,8 @@ class EngineRefused(QsaError, ValueError):
 class RevisionError(QsaError, ValueError):
     """A revision of a folder that cannot be checked out: not a repository, an unknown revision, a worktree
     git refused; one line."""
+
+
+class TimerError(QsaError, RuntimeError):
+    """A timer that cannot time this run: ``--timer nvbench`` without cuda-bench, on the CPU backend, or in
+    another L2 state than nvbench's."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core.errors import InputError
 from .schema import SCHEMA, SCHEMA_VERSION, RunRecord
-from .vocabulary import RENAMED_L2, SCORES, TOPK
+from .vocabulary import QSA_TIMER, RENAMED_L2, SCORES, TOPK
 
 # The largest shipped record is under 1 MB; a sweep keeping every sample of a thousand cases is tens of
 # MB. Past this the file is not a record, and reading it would only cost memory.
@@ -76,8 +76,14 @@ def _to_version_4(data: dict[str, Any]) -> dict[str, Any]:
 
 def _to_version_5(data: dict[str, Any]) -> dict[str, Any]:
     """Version 5 added ``agreements``, the measures of variants declared not bitwise: no earlier run had one
-    (every variant's output was checked bit for bit)."""
-    return {"agreements": [], **data}
+    (every variant's output was checked bit for bit); and a measurement's ``rounds`` (its holds and SM clocks
+    judged), which no earlier run kept (its holds ran for a guessed time, unchecked), and the ``timer`` that
+    timed it with ``nvbench``'s summary: every earlier measurement was qsa's timer's."""
+    out = {"agreements": [], **data}
+    if isinstance(out.get("measurements"), list):
+        out["measurements"] = [{"rounds": None, "timer": QSA_TIMER, "nvbench": None, **m} if isinstance(m, dict)
+                               else m for m in out["measurements"]]
+    return out
 
 
 # version -> the step that makes a record of that version one of the next

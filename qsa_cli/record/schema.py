@@ -27,8 +27,8 @@ from ..core.source import Source, commit_label, running_source
 
 SCHEMA = "qsa.run"
 # 2 added "incomplete" and "sanitizer"; 3 added "checks"; 4 named the L2 states (clean, dirty, warm) and added a
-# measurement's "batch" and "stop"; 5 added "agreements", an inexact variant's measures (record/load.py migrates
-# older ones)
+# measurement's "batch" and "stop"; 5 added "agreements", an inexact variant's measures, and a measurement's
+# "rounds", "timer" and "nvbench" (record/load.py migrates older ones)
 SCHEMA_VERSION = 5
 INFO_SCHEMA = "qsa.info"  # what ``qsa info`` reports (InfoReport)
 
@@ -68,6 +68,48 @@ class BatchTiming(TypedDict):
 
     launches: int
     means_us: list[float]
+
+
+class DiscardedRound(TypedDict):
+    """A round of samples (or a batch) the timer threw away and measured again (``timing.RoundRule``): why
+    (``hold timed out``: the host had not released the stream's hold, so the times hold its launch gaps;
+    ``throttled``: the SM clock over it was below the threshold), its times and its SM clock (MHz; None:
+    not measured)."""
+
+    reason: str
+    batch: bool
+    samples_us: list[float]
+    sm_mhz: float | None
+
+
+class RoundChecks(TypedDict):
+    """How a GPU measurement's rounds were judged: each kept batch's and round's SM clock (MHz, in the order
+    taken: the batches first; None: not measured) and how long its hold held the stream while the host
+    queued it (µs: how near the hold's timeout it came), the clock the threshold is a fraction of, the
+    rounds thrown away, and the reasons of those kept though faulty once the re-measures ran out (the
+    measurement is then suspect, and the record's notes say so)."""
+
+    sm_mhz: list[float | None]
+    held_us: list[float | None]
+    reference_mhz: float
+    threshold: float
+    discarded: list[DiscardedRound]
+    suspect: list[str]
+
+
+class NvbenchSummary(TypedDict):
+    """What nvbench reported of a measurement it timed (``--timer nvbench``; qsa_cli/nvbench_timer.py): the
+    cuda-bench version, its cold measurement's mean and median (µs), the relative standard deviation of its
+    samples (percent: nvbench's noise, not the median's), how many samples it took, and its batch
+    measurement's mean per launch (µs) and launches (None: nvbench took no batch)."""
+
+    version: str
+    cold_mean_us: float
+    cold_median_us: float
+    noise_pct: float
+    samples: int
+    batch_mean_us: float | None
+    batch_launches: int | None
 
 
 class StoppingSettings(TypedDict):
@@ -196,6 +238,7 @@ class RunSettings(TypedDict, total=False):
     config: str
     iterations: int | Literal["auto"]  # a sweep's; "auto": as many samples as the stopping rule takes
     stopping: StoppingSettings  # ITERS auto: the rule
+    timer: str  # --timer nvbench (a run without it was timed by qsa's timer)
     dispatch: Dispatch | dict[str, Dispatch]  # one call's, or a sweep's per kind of call
     clock_lock: ClockLockRecord
     kernels: str  # --kernels: the folder of kernel sources used instead of the installed ones
@@ -242,6 +285,9 @@ class Measurement(CaseKeyed):
     throttled: bool = False  # a clocks-event reason for thermal, power or hardware slowdown was seen
     batch: BatchTiming | None = None  # back-to-back launches beside the isolated samples (GPU backend)
     stop: StopOutcome | None = None  # ITERS auto: how the stopping rule ended (None: ITERS was a count)
+    rounds: RoundChecks | None = None  # the rounds' holds and SM clocks, judged (GPU backend)
+    timer: str = "qsa"  # what timed it (record.vocabulary TIMERS)
+    nvbench: NvbenchSummary | None = None  # --timer nvbench: nvbench's own summary (samples_us: its cold samples)
 
     @property
     def median_us(self) -> float:

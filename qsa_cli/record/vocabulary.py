@@ -34,6 +34,11 @@ DEFAULT_L2 = "dirty"
 HOST_L2 = "host"
 RENAMED_L2 = {"cold": "clean"}
 
+# What timed a measurement (--timer; docs/timing.md): qsa's own timer, or NVIDIA's nvbench (cuda-bench's
+# cuda.bench) on the same launchers. Records before version 5 were all qsa's.
+QSA_TIMER, NVBENCH_TIMER = "qsa", "nvbench"
+TIMERS = (QSA_TIMER, NVBENCH_TIMER)
+
 # The scorer's synthetic keys: spec section 5's, or adversarial. A case names its keys only when they are
 # not the default, so a synthetic case keeps the key earlier records have.
 SCORER_KEYS = ("synthetic", "adversarial")

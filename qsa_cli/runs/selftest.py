@@ -15,7 +15,7 @@ import numpy as np
 
 from ..catalog import Variant
 from ..config import config_path, load_config
-from ..core.errors import NoDeviceError, SanitizerError
+from ..core.errors import NoDeviceError, SanitizerError, TimerError
 from ..core.geometry import MAX_QUERIES, PROMPT_QUERIES, Call, header_mismatches
 from ..core.progress import Progress, no_progress
 from ..device import probe
@@ -23,13 +23,16 @@ from ..dispatch import Dispatch
 from ..inputs import SCORE_SETS, ScorerInputs, synthetic_scorer_inputs, synthetic_scores
 from ..kernels import header_defines
 from ..model.scores import score_blocks
+from ..nvbench_timer import L2_STATE as NVBENCH_L2
+from ..nvbench_timer import NvbenchTimer, cuda_bench, nvbench_used
 from ..record.schema import RunRecord
-from ..record.vocabulary import SCORER_KEYS
+from ..record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from ..sanitize import Children, default_jobs, find_sanitizer
 from ..session import Session, Settings, session
 from ..stages import scores as scores_stage
 from ..stages import topk as topk_stage
 from ..stages.common import Measurer, StageOutcome
+from ..timing import AUTO, DeviceTimer
 from .pool import Task, in_order
 from .sanitizer import sanitize_run
 from .stages import run_topk_case, topk_parity, topk_score_set
@@ -82,6 +85,11 @@ SELFTEST_SCORER_CASES: tuple[tuple[int, int, int], ...] = (
 )
 SELFTEST_TOPK_CASES: tuple[tuple[int, int], ...] = ((2052, 4096), (9000, 262144), (135176, 135176))
 DISPATCH_CALL = Call(420001, 4, 524288)  # the selftest's check of what the engine dispatches here
+# The timers' check: qsa's timer under nvbench's cold state (--l2 dirty) against nvbench on the same launchers,
+# the candidate scorer and the read floor of a latency-bound call (6.5 µs on an H200) and of a bandwidth-bound
+# one (24 µs); they agree within 5 % or 0.5 µs, whichever is more (docs/timing.md says why).
+TIMERS_CALLS = (Call(32768, 1, 65536), Call(420000, 4, 524288))
+TIMERS_TOLERANCE, TIMERS_TOLERANCE_US = 0.05, 0.5
 SELFTEST_SANITIZERS = ("memcheck", "racecheck")  # the fast subset: one small call of every variant
 
 
@@ -204,7 +212,7 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
         raise NoDeviceError(f"--require-gpu: {found.reason}")
     so_far = so_far if so_far is not None else SelftestSoFar()
     rows = so_far.rows
-    total = 3 + (4 if found.available else 0)  # the CPU's checks, and the GPU's
+    total = 3 + (5 if found.available else 0)  # the CPU's checks, and the GPU's
     cpu = Settings(backend="cpu", seed=settings.seed, kernels=settings.kernels)
     with contextlib.ExitStack() as stack:
         g = stack.enter_context(session(replace(settings, backend="gpu"), "selftest", argv)) if found.available \
@@ -240,10 +248,48 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
         rows.append(_timed(f"dispatch here (sm_{g.compute_capability}): {d.scores} + {d.topk}",
                            lambda: _dispatched_check(g, made, d)))
         progress(6, total, "compute-sanitizer")
-        rows.append(sanitized())
+        rows.append(sanitized())  # its children done: the timers below measure on a quiet card
+        progress(7, total, "timers")
+        rows.append(timers_check(g, settings.seed))
         record = g.record
     progress(total, total, "done")
     return record, rows
+
+
+def timers_disagree(ours_us: float, nvbench_us: float) -> bool:
+    """Whether qsa's median and nvbench's cold median of one launcher differ by more than the tolerance."""
+    return abs(ours_us - nvbench_us) > max(TIMERS_TOLERANCE * nvbench_us, TIMERS_TOLERANCE_US)
+
+
+def timers_check(s: Session, seed: int) -> SelftestRow:
+    """qsa's timer (--l2 dirty, ITERS auto) and nvbench's (cold, stdrel) on the same launchers, each median
+    against the other's; skipped, and said so, where cuda-bench is missing or nvbench already ran here."""
+    name = (f"timers: qsa --l2 {NVBENCH_L2} == nvbench cold (within {TIMERS_TOLERANCE:.0%} or "
+            f"{TIMERS_TOLERANCE_US} µs)")
+    try:
+        bench = cuda_bench()
+        if nvbench_used():
+            raise TimerError("nvbench runs once per process and already ran in this one")
+    except TimerError as unavailable:
+        return SelftestRow(name, 0, None, 0.0, f"skipped: {unavailable}")
+    t0 = time.perf_counter()
+    timer = DeviceTimer(l2=NVBENCH_L2, warmup=s.settings.warmup, kernels=s.catalog.kernel_folder)
+    nvbench = NvbenchTimer(bench, s.settings.device_id, s.settings.warmup)
+    candidate = s.variants("scores", (s.roles["scores"]["candidate"],))
+    ours = []
+    for call in TIMERS_CALLS:
+        inputs = synthetic_scorer_inputs(call, seed, DEFAULT_KEYS)
+        for queued in (None, nvbench):
+            measurer = Measurer(AUTO, timer, s.clocks, s.settings.stopping, nvbench=queued)
+            ours += scores_stage.run_scores(inputs, measurer, candidate, s.roles["scores"], s.launcher,
+                                            check_model=False).measurements
+    try:
+        theirs = {(m.key, m.variant): m for m in nvbench.run(s.clocks)}
+    except TimerError as failed:
+        return SelftestRow(name, len(ours), False, time.perf_counter() - t0, str(failed).splitlines()[0])
+    failures = [f"{m.variant} on {m.key}: qsa {m.median_us:.2f} µs, nvbench {nv.median_us:.2f} µs"
+                for m in ours if timers_disagree(m.median_us, (nv := theirs[(m.key, m.variant)]).median_us)]
+    return SelftestRow(name, len(ours), not failures, time.perf_counter() - t0, failures[0] if failures else "")
 
 
 @contextlib.contextmanager

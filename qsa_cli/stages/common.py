@@ -12,6 +12,7 @@ import numpy as np
 from ..core.geometry import STEP_NKV
 from ..core.integrity import GuardedBuffers, Pristine, digest, fingerprint
 from ..inputs import ScorerInputs
+from ..nvbench_timer import NvbenchTimer
 from ..record.schema import Agreement, Measurement, ParityCheck
 from ..record.vocabulary import DEFAULT_KEYS, GUARD_ZONES, HOST_L2, INPUTS, INPUTS_HASH, OUTPUT_HASH, last_call
 from ..timing import AUTO, HOST, DeviceTimer, Iters, Launch, StoppingRule, sample
@@ -65,7 +66,8 @@ class StageOutcome:
 @dataclass
 class Measurer:
     """Times variants on the GPU (``timer``) or on the host (CPU backend), with clock reads around each:
-    ``iters`` samples, or with ITERS ``auto`` as many as ``rule`` takes.
+    ``iters`` samples, or with ITERS ``auto`` as many as ``rule`` takes. With ``nvbench`` (--timer nvbench)
+    a variant is queued for nvbench's one run instead, which the session makes when the stages are done.
 
     With ``iters == 0`` nothing is timed: the runners still run every variant once and check parity.
     """
@@ -75,6 +77,7 @@ class Measurer:
     clocks: ClockSource | None = None
     rule: StoppingRule = field(default_factory=StoppingRule)
     host_warmup: int = 1
+    nvbench: NvbenchTimer | None = None
 
     @property
     def l2(self) -> str:
@@ -96,6 +99,9 @@ class Measurer:
         if self.iters == 0:
             return None
         count = self.rule if self.iters == AUTO else self.iters
+        if self.nvbench is not None:  # timed later, in the run's one nvbench run: no last timed call to check now
+            self.nvbench.queue(stage, variant, case, run, bytes_read, count)
+            return None
         before = self._read_clocks()
         if self.timer is not None:
             timed = self.timer.measure(run, count, before_last=before_last)
@@ -117,6 +123,7 @@ class Measurer:
             throttled=any(r.throttled for r in readings),
             batch=timed.batch,
             stop=timed.stop,
+            rounds=timed.rounds,
         )
 
 

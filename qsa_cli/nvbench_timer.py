@@ -1,0 +1,200 @@
+"""``--timer nvbench``: the run's launchers timed by NVIDIA's nvbench (the cuda-bench package's ``cuda.bench``)
+instead of qsa's timer, into the same record.
+
+nvbench runs its registered benchmarks once per process (``run_all_benchmarks`` refuses a second call), so
+the measurer queues each launcher here while the stages run their variants and checks (stages/common.py), and
+the session times them all in one nvbench run when the command's stages are done (session.py). Each launcher
+becomes a benchmark that launches it on nvbench's stream (CuPy's current stream, which every qsa launcher
+launches on, made nvbench's); nvbench's cold measurement (the L2 flushed by a write, as qsa's ``--l2 dirty``;
+a blocking kernel while it queues; its own throttle rule) and batch measurement time it. ITERS is nvbench's
+exact sample count (its ``sample-count`` criterion), ``auto`` its ``stdrel`` criterion with qsa's
+``--min-samples``, ``--max-noise``, ``--min-time`` and ``--timeout`` (its noise is the samples' relative
+standard deviation, not the median's standard error: docs/timing.md). Its JSON output with every cold sample
+(``--jsonbin``) is read back through ``cuda.bench.results``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .core.errors import TimerError
+from .record.schema import BatchTiming, Measurement, NvbenchSummary
+from .record.vocabulary import NVBENCH_TIMER
+from .timing import MAX_TIMEOUT_S, Launch, StoppingRule
+
+PACKAGE = "cuda-bench"
+INSTALL = "pip install '.[nvbench]'"
+L2_STATE = "dirty"  # nvbench's cold measurement flushes the L2 by writing it (cudaMemsetAsync), as qsa's dirty
+_COLD, _BATCH = "nv/cold/", "nv/batch/"
+# Whether this process has run nvbench: its benchmarks run once per process (a second run_all_benchmarks
+# raises), so a second run is refused with a message that says why.
+_RUN_IN_THIS_PROCESS: list[bool] = []
+
+
+def nvbench_used() -> bool:
+    """Whether nvbench has run in this process already (it runs once per process)."""
+    return bool(_RUN_IN_THIS_PROCESS)
+
+
+def cuda_bench() -> Any:
+    """The ``cuda.bench`` module; a TimerError naming the package when it is not installed."""
+    try:
+        import cuda.bench
+    except ImportError as missing:
+        raise TimerError(f"--timer nvbench needs NVIDIA's nvbench, the {PACKAGE} package ({INSTALL}): "
+                         f"{missing}") from None
+    return cuda.bench
+
+
+def check_timer(timer: str, backend: str, l2: str) -> None:
+    """``--timer nvbench`` refused where it cannot time the run, before anything is measured: on the CPU
+    backend, in another L2 state than its cold measurement's, or without cuda-bench."""
+    if timer != NVBENCH_TIMER:
+        return
+    if backend != "gpu":
+        raise TimerError("--timer nvbench times CUDA launches: it needs --backend gpu")
+    if l2 != L2_STATE:
+        raise TimerError(f"--timer nvbench flushes the L2 by writing it before each cold sample: it times --l2 "
+                         f"{L2_STATE} only (got --l2 {l2})")
+    cuda_bench()
+
+
+@dataclass(frozen=True)
+class _Queued:
+    name: str  # the benchmark's, unique in the run
+    stage: str
+    variant: str
+    case: dict[str, Any]
+    launch: Launch
+    bytes_read: int | None
+    iters: int | StoppingRule
+
+
+@contextlib.contextmanager
+def _output_to(log: Path) -> Iterator[None]:
+    """The process's stdout and stderr (nvbench's C++ writes its tables to file descriptors 1 and 2) into
+    ``log``: the run's own output stays qsa's."""
+    saved = [os.dup(fd) for fd in (1, 2)]
+    with log.open("wb") as sink:
+        try:
+            for fd in (1, 2):
+                os.dup2(sink.fileno(), fd)
+            yield
+        finally:
+            for fd, kept in zip((1, 2), saved):
+                os.dup2(kept, fd)
+                os.close(kept)
+
+
+def _seconds_to_us(value: Any) -> float:
+    return float(value) * 1e6
+
+
+def on_cupy_stream(stream: Any, device_id: int) -> contextlib.AbstractContextManager[Any]:
+    """nvbench's stream (a ``cuda.bench.CudaStream``) as CuPy's current stream, where qsa's launchers launch."""
+    import cupy
+
+    return cupy.cuda.ExternalStream(stream.addressof(), device_id)
+
+
+@dataclass
+class NvbenchTimer:
+    """The launchers queued for one nvbench run on device ``device_id``, each after ``warmup`` untimed runs;
+    ``bench``: the ``cuda.bench`` module, and ``on_stream`` what makes its stream the launchers' (a test's
+    stand-ins)."""
+
+    bench: Any
+    device_id: int
+    warmup: int
+    on_stream: Callable[[Any, int], contextlib.AbstractContextManager[Any]] = on_cupy_stream
+    queued: list[_Queued] = field(default_factory=list)
+
+    def queue(self, stage: str, variant: str, case: dict[str, Any], launch: Launch, bytes_read: int | None,
+              iters: int | StoppingRule) -> None:
+        self.queued.append(_Queued(f"{len(self.queued)}: {stage} {variant}", stage, variant, dict(case), launch,
+                                   bytes_read, iters))
+
+    def _register(self, item: _Queued) -> None:
+        def on_nvbench_stream(launch: Any) -> None:
+            with self.on_stream(launch.get_stream(), self.device_id):
+                item.launch()
+
+        def benchmark(state: Any) -> None:
+            state.exec(on_nvbench_stream)
+
+        registered = self.bench.register(benchmark)
+        registered.set_name(item.name)
+        registered.set_cold_warmup_runs(self.warmup)
+        if isinstance(item.iters, StoppingRule):
+            rule = item.iters
+            registered.set_stopping_criterion("stdrel")
+            registered.set_criterion_param_float64("max-noise", rule.max_noise_pct / 100)  # nvbench's: a ratio
+            registered.set_criterion_param_float64("min-time", rule.min_time_s)
+            registered.set_min_samples(rule.min_samples)
+            registered.set_timeout(rule.timeout_s)
+        else:
+            registered.set_stopping_criterion("sample-count")
+            registered.set_criterion_param_int64("target-samples", item.iters)
+            registered.set_min_samples(item.iters)
+            registered.set_timeout(MAX_TIMEOUT_S)  # an exact count is taken whole
+
+    def run(self, clocks: Any = None) -> list[Measurement]:
+        """Every queued launcher timed in one nvbench run: a measurement each, timed by nvbench (its cold
+        samples, its summary, its batch), with ``clocks`` (a ClockSource; None: no NVML) read around the run."""
+        if not self.queued:
+            return []
+        if nvbench_used():
+            raise TimerError("nvbench runs once per process and already ran in this one: time with it in a run "
+                             "of its own")
+        _RUN_IN_THIS_PROCESS.append(True)
+        before = clocks.read() if clocks is not None else None
+        for item in self.queued:
+            self._register(item)
+        from cuda.bench.results import BenchmarkResult
+
+        with tempfile.TemporaryDirectory(prefix="qsa-nvbench-") as folder:
+            path, log = Path(folder) / "nvbench.json", Path(folder) / "nvbench.log"
+            try:
+                with _output_to(log):
+                    self.bench.run_all_benchmarks(["qsa", "--devices", str(self.device_id), "--jsonbin", str(path)])
+            except RuntimeError as failed:
+                tail = log.read_text(errors="replace").strip().splitlines()[-12:]
+                raise TimerError(f"nvbench failed: {failed}" + "".join(f"\n  {line}" for line in tail)) from None
+            after = clocks.read() if clocks is not None else None
+            results = BenchmarkResult.from_json(path)
+            return [self._measurement(item, results[item.name].states[0], before, after) for item in self.queued]
+
+    def _measurement(self, item: _Queued, state: Any, before: Any, after: Any) -> Measurement:
+        summaries = state.summaries
+        if state.is_skipped or state.samples is None:
+            raise TimerError(f"nvbench kept no samples of {item.variant} ({state.skip_reason or 'no --jsonbin file'})")
+
+        def value(tag: str) -> Any:
+            return summaries[tag].value if tag in summaries else None
+
+        batch_mean = value(_BATCH + "time/gpu/mean")
+        batch_launches = value(_BATCH + "sample_size")
+        summary = NvbenchSummary(
+            version=str(getattr(self.bench, "__version__", "unknown")),
+            cold_mean_us=_seconds_to_us(value(_COLD + "time/gpu/mean")),
+            cold_median_us=_seconds_to_us(value(_COLD + "time/gpu/median")),
+            noise_pct=100 * float(value(_COLD + "time/gpu/stdev/relative")),
+            samples=int(value(_COLD + "sample_size")),
+            batch_mean_us=_seconds_to_us(batch_mean) if batch_mean is not None else None,
+            batch_launches=int(batch_launches) if batch_launches is not None else None,
+        )
+        batch = (BatchTiming(launches=summary["batch_launches"], means_us=[summary["batch_mean_us"]])
+                 if summary["batch_mean_us"] is not None and summary["batch_launches"] else None)
+        return Measurement(stage=item.stage, variant=item.variant, case=item.case,
+                           samples_us=[_seconds_to_us(t) for t in state.samples], warmup=self.warmup,
+                           bytes_read=item.bytes_read,
+                           clocks_before=before.to_dict() if before is not None else None,
+                           clocks_after=after.to_dict() if after is not None else None,
+                           throttled=any(r.throttled for r in (before, after) if r is not None), batch=batch,
+                           timer=NVBENCH_TIMER, nvbench=summary)
