@@ -194,7 +194,8 @@ def session(
     if settings.kernels is not None:
         s.record_settings(kernels=str(catalog.kernel_folder))
     if settings.engines:  # a checkout's own problem first: it is what a device or the GPU backend would meet
-        check_engines(settings.engines)
+        check_engines(settings.engines, variants=filter(None, (*(settings.variants or ()), settings.baseline,
+                                                               settings.candidate)))
     if not s.on_gpu:
         if settings.engines:
             raise EngineError("--engine runs an engine checkout's kernels: it needs --backend gpu")
