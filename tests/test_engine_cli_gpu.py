@@ -314,3 +314,16 @@ def test_sanitize_runs_the_checkouts_variants(capsys: Any, trees: dict[str, Path
     assert code == 0, out + err
     rows = record(js)["sanitizer"]
     assert {r["variant"] for r in rows} == {"fake.scores", "fake.topk"} and all(r["errors"] == 0 for r in rows)
+
+
+@pytest.mark.slow  # compute-sanitizer's children
+def test_sanitize_runs_a_newer_checkouts_paths_under_their_switches(capsys: Any, trees: dict[str, Path],
+                                                                    tmp_path: Path) -> None:
+    """Each child of NAME.scores-dx and NAME.topk-multi has the switches their kinds imply (the launchers refuse
+    to run them anywhere else)."""
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "sanitize", "--engine", f"new={trees['newer']}", "--variants",
+                         "new.scores-dx,new.topk-multi", "--quick", "--json", str(js))
+    assert code == 0, out + err
+    rows = record(js)["sanitizer"]
+    assert {r["variant"] for r in rows} == {"new.scores-dx", "new.topk-multi"} and all(r["errors"] == 0 for r in rows)

@@ -15,7 +15,8 @@ class EngineKind:
 
     ``implies``: the engine's switches its path is taken under (set in the child process it runs in, so that
     the name means the path); ``past_cluster``: a path of qsa_block_topk that the cluster kernel, dispatched
-    first, hides on a card that runs it, so that ``STRATA_QSA_CLUSTER=0`` is implied there too."""
+    first, hides on a card that runs it, so that ``STRATA_QSA_CLUSTER=0`` is implied there too; ``decode_only``:
+    a top-k path the engine takes for decode calls only (no active count), so a prompt call is refused."""
 
     stage: str
     functions: tuple[str, ...]
@@ -24,6 +25,7 @@ class EngineKind:
     exact: bool = True
     implies: tuple[tuple[str, str], ...] = ()
     past_cluster: bool = False
+    decode_only: bool = False
 
 
 # NAME.KIND for an engine checkout named NAME. "scores": qsa_block_scores with no active count (the
@@ -43,7 +45,8 @@ ENGINE_KINDS: dict[str, EngineKind] = {
     "topk-split": EngineKind("topk", ("qsa_topk_split_bytes", "qsa_block_topk_split"), "split", in_window=True),
     "topk-cluster": EngineKind("topk", ("qsa_block_topk_cluster",), "cluster", in_window=True),
     "topk-multi": EngineKind("topk", ("qsa_topk_multi_scratch_ints", "qsa_block_topk.multi_scratch"), "reference",
-                             in_window=True, implies=(("STRATA_TOPK_MULTI", "1"),), past_cluster=True),
+                             in_window=True, implies=(("STRATA_TOPK_MULTI", "1"),), past_cluster=True,
+                             decode_only=True),
 }
 ENGINE_SCORER = "scores"  # the kind an engine's top-k kinds follow in a window
 

@@ -21,7 +21,7 @@ from ..inputs import ID_POISON, ScorerInputs
 from ..launch.shape import ScorerShape, TopkShape
 from ..launch.topk import TopkLaunch, check_arrays
 from .domains import variant_refusal
-from .kinds import EngineEntry, engine_kinds
+from .kinds import ENGINE_KINDS, EngineEntry, engine_kinds
 from .library import EngineLibrary
 
 NO_ACTIVE_COUNT = -1  # the engine's "no active block count": a decode call
@@ -125,10 +125,10 @@ def engine_topk_launcher(lib: EngineLibrary, variant: str, scores: Any, steps: A
         import cupy
 
         scratch = PlainAllocator(cupy)
+    if active_blocks and ENGINE_KINDS[variant].decode_only:
+        raise EngineRefused(f"{lib.name}: {variant} serves decode calls (no active count); this is a prompt call of "
+                            f"{active_blocks} active blocks")
     if variant == "topk-multi":
-        if active_blocks:
-            raise EngineRefused(f"{lib.name}: qsa_block_topk's multi_scratch serves decode calls (no active count); "
-                                f"this is a prompt call of {active_blocks} active blocks")
         ints = lib.multi_scratch_ints(nq)
         if ints <= 0:
             raise EngineRefused(f"{lib.name}: qsa_topk_multi_scratch_ints({nq}) is {ints}: "
