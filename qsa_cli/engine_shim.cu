@@ -1,6 +1,6 @@
 // engine_shim.cu: qsa's extern "C" face of an engine checkout's QSA selection (docs/spec.md section 8).
 //
-// Compiled by qsa_cli/engine.py in one nvcc command with the checkout's src/kernels/cuda/qsa_select.cu,
+// Compiled by qsa_cli/engine/build.py in one nvcc command with the checkout's src/kernels/cuda/qsa_select.cu,
 // whose host functions are C++ (namespace strata::kernels, mangled names): each wrapper below takes plain
 // pointers, int64 counts and the stream as void*, so that Python can call it through ctypes.
 //
@@ -8,9 +8,10 @@
 // does), 0 when a bool function returned false (it launched nothing: the call is outside its domain), and
 // -1 when it threw (the message is qsa_shim_exception()'s): a C++ exception must not unwind into ctypes.
 //
-// QSA_SHIM_HAS_<NAME> (0 or 1, one per host function) says whether the checkout's header declares it;
-// engine.py reads the header and sets them, so a function a checkout lacks is a wrapper that is not there.
-// qsa_shim_functions() names those that are.
+// QSA_SHIM_HAS_<NAME> (0 or 1, one per host path: a function, or an optional parameter of one such as
+// qsa_block_scores's decode_dx, QSA_SHIM_HAS_QSA_BLOCK_SCORES_DECODE_DX) says whether the checkout's header
+// declares it; qsa_cli/engine/build.py reads the header and sets them, so a path a checkout lacks is a
+// wrapper that is not there. qsa_shim_functions() names those that are (a parameter as function.parameter).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -36,6 +37,19 @@
 #endif
 #ifndef QSA_SHIM_HAS_QSA_BLOCK_TOPK_REF
 #define QSA_SHIM_HAS_QSA_BLOCK_TOPK_REF 1
+#endif
+// the newer generation's paths: absent unless the build finds them declared
+#ifndef QSA_SHIM_HAS_QSA_BLOCK_SCORES_TC
+#define QSA_SHIM_HAS_QSA_BLOCK_SCORES_TC 0
+#endif
+#ifndef QSA_SHIM_HAS_QSA_TOPK_MULTI_SCRATCH_INTS
+#define QSA_SHIM_HAS_QSA_TOPK_MULTI_SCRATCH_INTS 0
+#endif
+#ifndef QSA_SHIM_HAS_QSA_BLOCK_SCORES_DECODE_DX
+#define QSA_SHIM_HAS_QSA_BLOCK_SCORES_DECODE_DX 0
+#endif
+#ifndef QSA_SHIM_HAS_QSA_BLOCK_TOPK_MULTI_SCRATCH
+#define QSA_SHIM_HAS_QSA_BLOCK_TOPK_MULTI_SCRATCH 0
 #endif
 
 namespace {
@@ -91,6 +105,18 @@ const char* qsa_shim_functions() {
 #endif
 #if QSA_SHIM_HAS_QSA_BLOCK_TOPK_REF
            "qsa_block_topk_ref,"
+#endif
+#if QSA_SHIM_HAS_QSA_BLOCK_SCORES_TC
+           "qsa_block_scores_tc,"
+#endif
+#if QSA_SHIM_HAS_QSA_TOPK_MULTI_SCRATCH_INTS
+           "qsa_topk_multi_scratch_ints,"
+#endif
+#if QSA_SHIM_HAS_QSA_BLOCK_SCORES_DECODE_DX
+           "qsa_block_scores.decode_dx,"
+#endif
+#if QSA_SHIM_HAS_QSA_BLOCK_TOPK_MULTI_SCRATCH
+           "qsa_block_topk.multi_scratch,"
 #endif
         ;
 }
@@ -171,6 +197,50 @@ int qsa_shim_block_topk_ref(const float* scores, const int32_t* steps, int64_t n
                             int32_t* ids, void* stream) {
     return guarded([&] {
         sk::qsa_block_topk_ref(scores, steps, nq, max_blocks, cap, shapes(), ids, stream);
+        return true;
+    });
+}
+#endif
+
+#if QSA_SHIM_HAS_QSA_BLOCK_SCORES_TC
+int qsa_shim_block_scores_tc(const float* pooled, const float* dead, const float* q_idx, const int32_t* steps,
+                             int64_t nq, int64_t max_blocks, float* scores, void* stream, int64_t active_blocks) {
+    return guarded([&] {
+        return sk::qsa_block_scores_tc(pooled, dead, q_idx, steps, nq, max_blocks, shapes(), scores, stream,
+                                       active_blocks);
+    });
+}
+#endif
+
+#if QSA_SHIM_HAS_QSA_TOPK_MULTI_SCRATCH_INTS
+int qsa_shim_topk_multi_scratch_ints(int64_t nq, int64_t* ints) {
+    return guarded([&] {
+        *ints = static_cast<int64_t>(sk::qsa_topk_multi_scratch_ints(nq));
+        return true;
+    });
+}
+#endif
+
+// qsa_block_scores with decode_dx = true: the path that parameter opens (the shuffle-free decode scorer).
+#if QSA_SHIM_HAS_QSA_BLOCK_SCORES_DECODE_DX
+int qsa_shim_block_scores_decode_dx(const float* pooled, const float* dead, const float* q_idx, const int32_t* steps,
+                                    int64_t nq, int64_t max_blocks, float* scores, void* stream,
+                                    int64_t active_blocks) {
+    return guarded([&] {
+        sk::qsa_block_scores(pooled, dead, q_idx, steps, nq, max_blocks, shapes(), scores, stream, active_blocks,
+                             true);
+        return true;
+    });
+}
+#endif
+
+// qsa_block_topk with a multi_scratch: the path that parameter opens (several CTAs a query).
+#if QSA_SHIM_HAS_QSA_BLOCK_TOPK_MULTI_SCRATCH
+int qsa_shim_block_topk_multi_scratch(const float* scores, const int32_t* steps, int64_t nq, int64_t max_blocks,
+                                      int64_t cap, int32_t* ids, void* stream, int64_t active_blocks,
+                                      int32_t* multi_scratch) {
+    return guarded([&] {
+        sk::qsa_block_topk(scores, steps, nq, max_blocks, cap, shapes(), ids, stream, active_blocks, multi_scratch);
         return true;
     });
 }

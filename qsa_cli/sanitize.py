@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -308,10 +308,12 @@ def run_tool(command: list[str], env: dict[str, str], timeout: float = CHILD_TIM
 def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownHazard], sanitizer: Path,
              kernels: Path, kept: Callable[[list[SanitizerRun]], None], jobs: int = 2, device_id: int = 0,
              progress: Callable[[int, int, str], None] = lambda done, total, msg: None,
-             engines: tuple[str, ...] = (), children: Children | None = None) -> None:
+             engines: tuple[str, ...] = (), switches: Mapping[str, tuple[tuple[str, str], ...]] | None = None,
+             children: Children | None = None) -> None:
     """Every (case, tool) in its own child, ``jobs`` at a time; ``kept`` is given, each time a child ends, the
     rows of every child ended so far, in (case, tool) order. ``kernels``: the run's folder of kernel sources;
-    ``engines``: its engine checkouts, which each child attaches (their libraries come from the cache). When
+    ``engines``: its engine checkouts, which each child attaches (their libraries come from the cache);
+    ``switches``: the engine's switches a variant runs under (engine/switches.py), set in its children. When
     the run stops (Ctrl-C, SIGTERM, an error), the children running are ended and their rows never kept;
     ``children``: where they are started, for a caller in another thread to stop them (``Children.stop``)."""
     env = {**os.environ, ENV_LINEINFO: "1", "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", str(device_id)),
@@ -327,7 +329,8 @@ def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownH
     def one(i: int) -> list[SanitizerRun] | None:
         tool, group = work[i]
         try:
-            output, code, seconds = run_tool(child_command(sanitizer, tool, group, kernels, engines), env,
+            output, code, seconds = run_tool(child_command(sanitizer, tool, group, kernels, engines),
+                                             {**env, **dict((switches or {}).get(group[0].variant, ()))},
                                              children=children)
         except ChildrenStopped:
             return None

@@ -237,7 +237,8 @@ def session(
     if settings.kernels is not None:
         s.record_settings(kernels=str(catalog.kernel_folder))
     if settings.engines:  # a checkout's own problem first: it is what a device or the GPU backend would meet
-        check_engines(settings.engines)
+        check_engines(settings.engines, variants=filter(None, (*(settings.variants or ()), settings.baseline,
+                                                               settings.candidate)))
     if not s.on_gpu:
         if settings.engines:
             raise EngineError("--engine runs an engine checkout's kernels: it needs --backend gpu")
@@ -320,6 +321,12 @@ def _cast(s: Session, spelled: Mapping[str, str]) -> None:
         s.picked = tuple(spelled.get(n, n) for n in s.settings.variants)
     if s.settings.sides:
         s.compared = _compared(s.catalog, *(side.name for side in s.settings.sides))
+        for stage in STAGES:  # a variant one side has and the other lacks (another API generation) is named
+            paired = {name for pair in s.compared.pairs[stage] for name in pair}
+            for side in s.settings.sides:
+                alone = [n for n in s.catalog.names(stage) if n.startswith(side.name + ".") and n not in paired]
+                if alone:
+                    s.note(f"compare: {', '.join(alone)}: only the {side.name} side has them here; not compared")
         for stage in STAGES:
             if s.compared.pairs[stage]:
                 roles[stage].update({"baseline": s.compared.pairs[stage][0][0],

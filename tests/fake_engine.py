@@ -3,10 +3,26 @@ section 8) over qsa's own kernels.
 
 ``write_fake_engine(root)`` writes the four files a checkout must have. Its ``qsa_select.cu`` includes
 qsa's ``kernels/*.cu`` by absolute path (the tree is generated at test time) and launches them with the
-grids, blocks and shared memory of qsa's launchers (``qsa_cli/launch/*.py``), so each of its variants
-must give qsa's bits. It reads its ``STRATA_*`` switches once per process, as the engine does. Options
-make a checkout that must fail a check: a variant slowed down, a variant with one bit flipped, functions
-left out.
+grids, blocks and shared memory of qsa's launchers (``qsa_cli/launch/*.py``), so each of its bitwise
+variants must give qsa's bits. It reads its ``STRATA_*`` switches once per process, as the engine does.
+
+Two API generations (``generation``), as the engine's lineages have them (docs/spec.md section 8):
+
+- ``"seed"``: the seed's six host functions; a decode scorer that is qsa's halve kernel (the engine's
+  reduce-scatter one; ``STRATA_SCORES_RS=0``: qsa's multi kernel, the older window-shared one).
+- ``"newer"``: no split functions and no reduce-scatter scorer (the decode scorer is qsa's multi kernel);
+  ``qsa_block_scores(..., bool decode_dx)``, whose dx path is qsa's halve kernel (the reference's bits)
+  where ``STRATA_SCORES_DX`` lets it (0 off, 1 on, unset on for sm_6x only); ``qsa_block_topk(...,
+  int32_t* multi_scratch)`` with ``qsa_topk_multi_scratch_ints``, whose multi-CTA path runs qsa's split
+  kernels over that scratch (cleared by the call itself, so it needs no initial value, and all of it
+  written, so a short one breaks a guard zone) where ``STRATA_TOPK_MULTI`` lets it (0 off, 1 on, unset on
+  for sm_6x only) and the cluster kernel did not take the call; ``qsa_block_scores_tc``, deliberately NOT
+  bitwise: the per-block reference's scores with the last mantissa bit of every TC_INEXACT_STRIDE-th block
+  of each query flipped (sm_80 and newer, an active count given; false otherwise). It reads
+  ``STRATA_TOPK_MULTI_N`` and ``STRATA_QSA_EARLY_EXIT`` as the engine does, to no effect here.
+
+Options make a checkout that must fail a check: a variant slowed down, a variant with one bit flipped
+(each on its own path: ``flip="scores-dx"`` flips only where the dx path ran), functions left out.
 """
 
 from __future__ import annotations
@@ -24,7 +40,7 @@ from qsa_cli.core.geometry import (
     TOP_K,
     max_blocks,
 )
-from qsa_cli.engine.checkout import ENGINE_FILES, HOST_FUNCTIONS
+from qsa_cli.engine.checkout import ENGINE_FILES, HOST_FUNCTIONS, HOST_PARAMETERS
 from qsa_cli.engine.kinds import ENGINE_KINDS
 from qsa_cli.kernels import kernel_dir
 from qsa_cli.launch.scores import HALVE_WARPS_PER_CTA, MULTI_CTAS, WARPS_PER_CTA
@@ -35,6 +51,38 @@ SLOW_NS = 20_000  # the slowed variant's busy wait before its kernels
 FLIPPED_ENTRY = 5  # the flipped variant XORs 1 into query 0's score of block 5, or its id at position 5
 # The split's scratch holds every chunk's counts of a query up to qsa's largest capacity.
 SPLIT_MAX_CHUNKS = -(-max_blocks(MAX_CAPACITY) // SPLIT_CHUNK_BLOCKS)
+TC_INEXACT_STRIDE = 7  # the tc scorer flips the last mantissa bit of blocks 0, 7, 14, ... of each query
+
+SEED, NEWER = "seed", "newer"
+GENERATIONS = (SEED, NEWER)
+# the host functions each generation declares (HOST_FUNCTIONS' order)
+FUNCTIONS = {SEED: HOST_FUNCTIONS[:6],
+             NEWER: ("qsa_block_scores", "qsa_block_topk", "qsa_block_topk_cluster", "qsa_block_topk_ref",
+                     "qsa_block_scores_tc", "qsa_topk_multi_scratch_ints")}
+PARAMETERS = {SEED: (), NEWER: tuple(HOST_PARAMETERS)}  # the optional parameters each declares
+# the switches each generation's sources read (STRATA_EMULATE_CC: emulate.hpp's), sorted
+_READS = {SEED: ("STRATA_SCORES_MULTI", "STRATA_SCORES_RS", "STRATA_QSA_CLUSTER"),
+          NEWER: ("STRATA_SCORES_MULTI", "STRATA_QSA_CLUSTER", "STRATA_SCORES_DX", "STRATA_TOPK_MULTI",
+                  "STRATA_TOPK_MULTI_N", "STRATA_QSA_EARLY_EXIT")}
+SWITCHES = {g: tuple(sorted((*names, "STRATA_EMULATE_CC"))) for g, names in _READS.items()}
+# the Switches struct's fields, in order: the switch each holds
+_SWITCH_FIELDS = ("STRATA_SCORES_MULTI", "STRATA_SCORES_RS", "STRATA_QSA_CLUSTER", "STRATA_SCORES_DX",
+                  "STRATA_TOPK_MULTI", "STRATA_TOPK_MULTI_N", "STRATA_QSA_EARLY_EXIT")
+# What differs in the text of qsa_block_scores and qsa_block_topk between the generations: the newer one's
+# optional parameter (its declaration, with doc comments between the parameters as the engine's header has,
+# its definition's parameter) and what the body passes on for it.
+_GENERATION_TEXT = {
+    SEED: {"@DX_DECL@": ");", "@DX_PARAM@": "", "@DX@": "false",
+           "@MULTI_DECL@": ");", "@MULTI_PARAM@": "", "@MULTI@": "nullptr"},
+    NEWER: {"@DX_DECL@": ",  ///< > 0: score only this many blocks (the call's largest n_bid + 1)\n"
+                         "                      bool decode_dx = false);  ///< a decode call of 1-8 queries may take "
+                         "the\n                                                ///< dx scorer (STRATA_SCORES_DX)",
+            "@DX_PARAM@": ", bool decode_dx", "@DX@": "decode_dx",
+            "@MULTI_DECL@": ",  ///< > 0: no query has more blocks\n"
+                            "                    int32_t* multi_scratch = nullptr);  ///< qsa_topk_multi_scratch_ints(nq) "
+                            "ints, or\n                                                        ///< null (no multi-CTA path)",
+            "@MULTI_PARAM@": ", int32_t* multi_scratch", "@MULTI@": "multi_scratch"},
+}
 
 _EMULATE = """\
 // Fake engine: the host side answers as the card STRATA_EMULATE_CC names (75, 80, 86, 89), read once.
@@ -83,43 +131,51 @@ _FUNCTIONS: dict[str, tuple[str, str]] = {
     "qsa_block_scores": (
         """void qsa_block_scores(const float* pooled, const float* dead, const float* q_idx, const int32_t* steps,
                       int64_t nq, int64_t max_blocks, const QsaShapes& s, float* scores, void* stream,
-                      int64_t active_blocks = -1);""",
+                      int64_t active_blocks = -1@DX_DECL@""",
         """void qsa_block_scores(const float* pooled, const float* dead, const float* q_idx, const int32_t* steps,
                       int64_t nq, int64_t max_blocks, const QsaShapes&, float* scores, void* stream,
-                      int64_t active_blocks) {
+                      int64_t active_blocks@DX_PARAM@) {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const bool decode = active_blocks < 0;
-    const char* variant = decode ? "scores" : "scores-ref";
-    slow_if(variant, s);
     const int n = static_cast<int>(nq), mb = static_cast<int>(max_blocks);
-    if (decode && nq <= QSA_MAX_QUERIES && switches().scores_multi) {
-        if (switches().scores_rs) {
-            for (int start = 0; start < n; start += QSA_HALVE_MAX_QUERIES)
-                launch_halve(pooled, dead, q_idx, steps, scores, start, min(QSA_HALVE_MAX_QUERIES, n - start), mb, s);
-        } else {
-            block_scores_multi_kernel<<<kMultiCtas, kWarpsPerCta * QSA_WARP, 0, s>>>(pooled, dead, q_idx, steps,
-                                                                                   scores, n, mb);
-        }
+    const bool dx = decode && nq <= QSA_MAX_QUERIES && dx_taken(@DX@);
+    const char* variant = dx ? "scores-dx" : decode ? "scores" : "scores-ref";
+    slow_if(variant, s);
+    if (dx || (decode && nq <= QSA_MAX_QUERIES && switches().scores_multi != 0 && kReduceScatter &&
+               switches().scores_rs != 0)) {
+        launch_halve_all(pooled, dead, q_idx, steps, scores, n, mb, s);
+    } else if (decode && nq <= QSA_MAX_QUERIES && switches().scores_multi != 0) {
+        block_scores_multi_kernel<<<kMultiCtas, kWarpsPerCta * QSA_WARP, 0, s>>>(pooled, dead, q_idx, steps, scores,
+                                                                               n, mb);
     } else {
-        const int blocks = active_blocks > 0 ? static_cast<int>(active_blocks) : mb;
-        const dim3 grid((blocks + kWarpsPerCta - 1) / kWarpsPerCta, n);
-        block_scores_kernel<<<grid, kWarpsPerCta * QSA_WARP, 0, s>>>(pooled, dead, q_idx, steps, scores, n, mb);
+        launch_per_block(pooled, dead, q_idx, steps, scores, n, mb, active_blocks > 0 ? active_blocks : mb, s);
     }
     flip_if(variant, reinterpret_cast<unsigned*>(scores) + kFlippedEntry, s);
 }""",
     ),
     "qsa_block_topk": (
         """void qsa_block_topk(const float* scores, const int32_t* steps, int64_t nq, int64_t max_blocks, int64_t cap,
-                    const QsaShapes& s, int32_t* ids, void* stream, int64_t active_blocks = -1);""",
+                    const QsaShapes& s, int32_t* ids, void* stream, int64_t active_blocks = -1@MULTI_DECL@""",
         """void qsa_block_topk(const float* scores, const int32_t* steps, int64_t nq, int64_t max_blocks, int64_t,
-                    const QsaShapes&, int32_t* ids, void* stream, int64_t active_blocks) {
+                    const QsaShapes&, int32_t* ids, void* stream, int64_t active_blocks@MULTI_PARAM@) {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    slow_if("topk", s);
     const int active = active_blocks > 0 ? static_cast<int>(active_blocks) : 0;
-    if (!launch_cluster(scores, steps, ids, nq, max_blocks, active, s))
+    const bool cluster = cluster_domain(nq, max_blocks, active);
+    int32_t* const multi = @MULTI@;
+    const bool several = !cluster && multi_taken(multi, nq, max_blocks, active);
+    const char* variant = several ? "topk-multi" : "topk";
+    slow_if(variant, s);
+    if (cluster) {
+        launch_cluster(scores, steps, ids, nq, max_blocks, active, s);
+    } else if (several) {
+        // no initial value needed: the call clears the whole scratch (qsa_topk_multi_scratch_ints's) first
+        cudaMemsetAsync(multi, 0, split_scratch_bytes(nq), s);
+        launch_split(scores, steps, ids, nq, max_blocks, multi, s);
+    } else {
         block_topk_wide_kernel<<<static_cast<int>(nq), QSA_TOPK_WIDE_THREADS, 0, s>>>(
             scores, steps, ids, static_cast<int>(nq), static_cast<int>(max_blocks), active);
-    flip_if("topk", reinterpret_cast<unsigned*>(ids) + kFlippedEntry, s);
+    }
+    flip_if(variant, reinterpret_cast<unsigned*>(ids) + kFlippedEntry, s);
 }""",
     ),
     "qsa_block_topk_cluster": (
@@ -137,10 +193,7 @@ _FUNCTIONS: dict[str, tuple[str, str]] = {
     ),
     "qsa_topk_split_bytes": (
         "size_t qsa_topk_split_bytes(int64_t nq);",
-        """size_t qsa_topk_split_bytes(int64_t nq) {
-    return static_cast<size_t>(nq) * (kSplitHistWords * sizeof(unsigned) + kSplitSelectWords * sizeof(unsigned) +
-                                      kSplitMaxChunks * sizeof(topk_counts));
-}""",
+        """size_t qsa_topk_split_bytes(int64_t nq) { return split_scratch_bytes(nq); }""",
     ),
     "qsa_block_topk_split": (
         """bool qsa_block_topk_split(const float* scores, const int32_t* steps, int64_t nq, int64_t max_blocks,
@@ -148,27 +201,14 @@ _FUNCTIONS: dict[str, tuple[str, str]] = {
         """bool qsa_block_topk_split(const float* scores, const int32_t* steps, int64_t nq, int64_t max_blocks,
                           int64_t cap, const QsaShapes&, int32_t* ids, void* scratch, void* stream) {
     const int cc = card_cc();
-    const int64_t chunks = (max_blocks + QSA_SPLIT_CHUNK_BLOCKS - 1) / QSA_SPLIT_CHUNK_BLOCKS;
-    if (cc < 70 || cc >= 90 || scratch == nullptr || cap != QSA_SELECT_CAP || chunks > kSplitMaxChunks ||
-        nq > kMaxGridY)
+    if (cc < 70 || cc >= 90 || scratch == nullptr || cap != QSA_SELECT_CAP || !split_fits(nq, max_blocks))
         return false;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     slow_if("topk-split", s);
-    // the scratch: every query's histograms, then their select slots, then their chunks' counts
-    unsigned* hist = static_cast<unsigned*>(scratch);
-    unsigned* select = hist + nq * kSplitHistWords;
-    topk_counts* counts = reinterpret_cast<topk_counts*>(select + nq * kSplitSelectWords);
-    const int n = static_cast<int>(nq), mb = static_cast<int>(max_blocks);
-    const dim3 grid(static_cast<unsigned>(chunks), n);
-    const int threads = QSA_TOPK_SPLIT_THREADS;
-    block_topk_split_pass_kernel<0><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select);
-    block_topk_split_pass_kernel<1><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select);
-    block_topk_split_pass_kernel<2><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select);
-    block_topk_split_pass_kernel<3><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select);
-    block_topk_split_count_kernel<<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, counts, select);
-    block_topk_split_emit_kernel<<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, counts, select);
+    launch_split(scores, steps, ids, nq, max_blocks, scratch, s);
     // The engine's contract: a call leaves the whole scratch zero. qsa's emit zeroes the histograms; its
     // select slots and chunk counts (written before they are read in every call) are cleared here.
+    unsigned* select = static_cast<unsigned*>(scratch) + nq * kSplitHistWords;
     cudaMemsetAsync(select, 0, nq * (kSplitSelectWords * sizeof(unsigned) + kSplitMaxChunks * sizeof(topk_counts)), s);
     flip_if("topk-split", reinterpret_cast<unsigned*>(ids) + kFlippedEntry, s);
     return true;
@@ -184,6 +224,31 @@ _FUNCTIONS: dict[str, tuple[str, str]] = {
     block_topk_kernel<<<static_cast<int>(nq), QSA_TOPK_REF_THREADS, 0, s>>>(scores, steps, ids, static_cast<int>(nq),
                                                                            static_cast<int>(max_blocks), 0);
     flip_if("topk-ref", reinterpret_cast<unsigned*>(ids) + kFlippedEntry, s);
+}""",
+    ),
+    "qsa_block_scores_tc": (
+        """bool qsa_block_scores_tc(const float* pooled, const float* dead, const float* q_idx, const int32_t* steps,
+                         int64_t nq, int64_t max_blocks, const QsaShapes& s, float* scores, void* stream,
+                         int64_t active_blocks);""",
+        """bool qsa_block_scores_tc(const float* pooled, const float* dead, const float* q_idx, const int32_t* steps,
+                         int64_t nq, int64_t max_blocks, const QsaShapes&, float* scores, void* stream,
+                         int64_t active_blocks) {
+    if (card_cc() < 80 || active_blocks <= 0 || active_blocks > max_blocks || nq > kMaxGridY) return false;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    slow_if("scores-tc", s);
+    const int n = static_cast<int>(nq), mb = static_cast<int>(max_blocks);
+    launch_per_block(pooled, dead, q_idx, steps, scores, n, mb, active_blocks, s);
+    // deliberately not bitwise: another arithmetic's last bit on some blocks
+    const int blocks = static_cast<int>(active_blocks);
+    tc_inexact_kernel<<<dim3((blocks + 255) / 256, n), 256, 0, s>>>(scores, steps, mb, blocks);
+    flip_if("scores-tc", reinterpret_cast<unsigned*>(scores) + kFlippedEntry, s);
+    return true;
+}""",
+    ),
+    "qsa_topk_multi_scratch_ints": (
+        "int64_t qsa_topk_multi_scratch_ints(int64_t nq);",
+        """int64_t qsa_topk_multi_scratch_ints(int64_t nq) {
+    return static_cast<int64_t>((split_scratch_bytes(nq) + sizeof(int32_t) - 1) / sizeof(int32_t));
 }""",
     ),
 }
@@ -221,6 +286,8 @@ constexpr int kSplitHistWords = QSA_RADIX_PASSES * QSA_RADIX_BINS;
 constexpr int kSplitSelectWords = 2 * QSA_RADIX_PASSES;
 constexpr int64_t kSplitMaxChunks = {split_max_chunks};
 constexpr int kFlippedEntry = {flipped_entry};
+constexpr int kTcInexactStride = {tc_stride};
+constexpr bool kReduceScatter = {reduce_scatter};  // the seed's decode scorer; the newer generation has none
 constexpr long long kSlowNs = {slow_ns};
 const char* const kSlowed = "{slow}";
 const char* const kFlipped = "{flip}";
@@ -235,19 +302,20 @@ constexpr bool built_for_cluster() {{
     return false;
 }}
 
+// -1: unset (or empty, or not read by this generation); 0: "0"; 1: any other value
 struct Switches {{
-    bool scores_multi, scores_rs, cluster;
+    int scores_multi, scores_rs, cluster, scores_dx, topk_multi, topk_multi_n, early_exit;
 }};
 
-bool switched_off(const char* name) {{
+int read_switch(const char* name) {{
     const char* v = std::getenv(name);
-    return v != nullptr && std::strcmp(v, "0") == 0;
+    if (v == nullptr || *v == '\0') return -1;
+    return std::strcmp(v, "0") == 0 ? 0 : 1;
 }}
 
-// Each switch read once per process, at first use, as the engine reads them.
+// Each switch this generation reads, once per process, at first use, as the engine reads them.
 const Switches& switches() {{
-    static const Switches s{{!switched_off("STRATA_SCORES_MULTI"), !switched_off("STRATA_SCORES_RS"),
-                            !switched_off("STRATA_QSA_CLUSTER")}};
+    static const Switches s{{{switch_reads}}};
     return s;
 }}
 
@@ -266,6 +334,60 @@ int card_cc() {{
 
 // A hold that no host releases (its flag stays 0, below generation 1): it holds the stream for its timeout.
 __device__ long long slow_hold_words[QSA_HOLD_WORDS];
+
+// A decode call's dx scorer where it is asked for: STRATA_SCORES_DX 0 off, 1 on, unset on for sm_6x only.
+bool dx_taken(bool requested) {{
+    const int dx = switches().scores_dx;
+    return requested && (dx == 1 || (dx < 0 && card_cc() / 10 == 6));
+}}
+
+// The split's scratch: every query's histograms, then their select slots, then their chunks' counts.
+size_t split_scratch_bytes(int64_t nq) {{
+    return static_cast<size_t>(nq) * (kSplitHistWords * sizeof(unsigned) + kSplitSelectWords * sizeof(unsigned) +
+                                      kSplitMaxChunks * sizeof(topk_counts));
+}}
+
+bool split_fits(int64_t nq, int64_t max_blocks) {{
+    return (max_blocks + QSA_SPLIT_CHUNK_BLOCKS - 1) / QSA_SPLIT_CHUNK_BLOCKS <= kSplitMaxChunks && nq <= kMaxGridY;
+}}
+
+// A decode call's multi-CTA top-k where a scratch is given: STRATA_TOPK_MULTI 0 off, 1 on, unset on for sm_6x.
+bool multi_taken(const int32_t* scratch, int64_t nq, int64_t max_blocks, int active) {{
+    const int multi = switches().topk_multi;
+    return scratch != nullptr && active == 0 && split_fits(nq, max_blocks) &&
+           (multi == 1 || (multi < 0 && card_cc() / 10 == 6));
+}}
+
+// qsa's split kernels over a scratch laid out as split_scratch_bytes says (its histograms zero).
+void launch_split(const float* scores, const int32_t* steps, int32_t* ids, int64_t nq, int64_t max_blocks,
+                  void* scratch, cudaStream_t s) {{
+    unsigned* hist = static_cast<unsigned*>(scratch);
+    unsigned* select = hist + nq * kSplitHistWords;
+    topk_counts* counts = reinterpret_cast<topk_counts*>(select + nq * kSplitSelectWords);
+    const int n = static_cast<int>(nq), mb = static_cast<int>(max_blocks);
+    const dim3 grid(static_cast<unsigned>((max_blocks + QSA_SPLIT_CHUNK_BLOCKS - 1) / QSA_SPLIT_CHUNK_BLOCKS), n);
+    const int threads = QSA_TOPK_SPLIT_THREADS;
+    block_topk_split_pass_kernel<0><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select);
+    block_topk_split_pass_kernel<1><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select);
+    block_topk_split_pass_kernel<2><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select);
+    block_topk_split_pass_kernel<3><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select);
+    block_topk_split_count_kernel<<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, counts, select);
+    block_topk_split_emit_kernel<<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, counts, select);
+}}
+
+// qsa's per-block reference scorer over blocks 0..blocks-1 of each query.
+void launch_per_block(const float* pooled, const float* dead, const float* q, const int32_t* steps, float* scores,
+                      int n, int mb, int64_t blocks, cudaStream_t s) {{
+    const dim3 grid(static_cast<unsigned>((blocks + kWarpsPerCta - 1) / kWarpsPerCta), n);
+    block_scores_kernel<<<grid, kWarpsPerCta * QSA_WARP, 0, s>>>(pooled, dead, q, steps, scores, n, mb);
+}}
+
+// The tc scorer's deliberate inexactness: the last mantissa bit of every kTcInexactStride-th scored block flipped.
+__global__ void tc_inexact_kernel(float* scores, const int32_t* steps, int mb, int blocks) {{
+    const int b = blockIdx.x * blockDim.x + threadIdx.x, q = blockIdx.y;
+    if (b < blocks && b <= steps[q * QSA_STEP_INTS + QSA_STEP_NBID] && b % kTcInexactStride == 0)
+        reinterpret_cast<unsigned*>(scores)[static_cast<size_t>(q) * mb + b] ^= 1u;
+}}
 
 void slow_if(const char* variant, cudaStream_t s) {{
     if (std::strcmp(variant, kSlowed) != 0) return;
@@ -305,6 +427,13 @@ void launch_halve(const float* pooled, const float* dead, const float* q, const 
     }}
 }}
 
+// Every query of a decode call on the halve kernel, 1..4 at a time, as launch/scores.py does.
+void launch_halve_all(const float* pooled, const float* dead, const float* q, const int32_t* steps, float* scores,
+                      int n, int mb, cudaStream_t s) {{
+    for (int start = 0; start < n; start += QSA_HALVE_MAX_QUERIES)
+        launch_halve(pooled, dead, q, steps, scores, start, min(QSA_HALVE_MAX_QUERIES, n - start), mb, s);
+}}
+
 int cluster_smem_bytes(int64_t blocks) {{
     const int64_t keys = (blocks + QSA_CLUSTER_CTAS - 1) / QSA_CLUSTER_CTAS;
     return static_cast<int>(((keys + kClusterLaneKeys - 1) / kClusterLaneKeys * kClusterLaneKeys +
@@ -313,7 +442,7 @@ int cluster_smem_bytes(int64_t blocks) {{
 }}
 
 bool cluster_domain(int64_t nq, int64_t max_blocks, int active) {{
-    if (!built_for_cluster() || card_cc() < 90 || !switches().cluster || nq > kMaxClusterQueries) return false;
+    if (!built_for_cluster() || card_cc() < 90 || switches().cluster == 0 || nq > kMaxClusterQueries) return false;
     const int64_t blocks = active > 0 ? active : max_blocks;
     cudaFuncAttributes attr{{}};
     cudaFuncGetAttributes(&attr, block_topk_cluster_kernel);
@@ -345,32 +474,45 @@ namespace strata::kernels {{
 """
 
 
-def write_fake_engine(root: Path, *, slow: str = "", flip: str = "", without: tuple[str, ...] = ()) -> Path:
-    """Write a fake checkout into ``root`` and return ``root``.
+def write_fake_engine(root: Path, *, generation: str = SEED, slow: str = "", flip: str = "",
+                      without: tuple[str, ...] = ()) -> Path:
+    """Write a fake checkout of API ``generation`` (GENERATIONS) into ``root`` and return ``root``.
 
     ``slow``: the variant (engine/kinds.py's names) that busy-waits SLOW_NS before its kernels. ``flip``: the
     variant that XORs 1 into query 0's entry FLIPPED_ENTRY after them (a score's bits, or an id).
-    ``without``: host functions left out of the header and the source.
+    ``without``: host functions of the generation's left out of the header and the source.
     """
+    if generation not in GENERATIONS:
+        raise ValueError(f"generation={generation!r} is not one of {GENERATIONS}")
     for name, value in (("slow", slow), ("flip", flip)):
         if value and value not in tuple(ENGINE_KINDS):
             raise ValueError(f"{name}={value!r} is not an engine variant")
-    unknown = set(without) - set(HOST_FUNCTIONS)
+    unknown = set(without) - set(FUNCTIONS[generation])
     if unknown:
-        raise ValueError(f"unknown host function(s) {sorted(unknown)}")
-    kept = [name for name in HOST_FUNCTIONS if name not in without]
-    declarations = "\n\n".join(_FUNCTIONS[name][0] for name in kept)
+        raise ValueError(f"unknown host function(s) {sorted(unknown)} of the {generation} generation")
+    kept = [name for name in FUNCTIONS[generation] if name not in without]
+    texts = {name: tuple(_of_generation(text, generation) for text in _FUNCTIONS[name]) for name in kept}
+    declarations = "\n\n".join(declaration for declaration, _ in texts.values())
     header = ("// Fake engine: the QSA selection's host API.\n#pragma once\n#include <cstddef>\n#include <cstdint>\n\n"
               '#include "strata/kernels/qsa.hpp"\n\nnamespace strata::kernels {\n\n'
               f"{declarations}\n\n}}  // namespace strata::kernels\n")
+    reads = ", ".join(f'read_switch("{name}")' if name in _READS[generation] else "-1" for name in _SWITCH_FIELDS)
     prelude = _PRELUDE.format(
         kernels=kernel_dir(), warps_per_cta=WARPS_PER_CTA, multi_ctas=MULTI_CTAS, halve_warps=HALVE_WARPS_PER_CTA,
         split_max_chunks=SPLIT_MAX_CHUNKS, flipped_entry=FLIPPED_ENTRY, slow_ns=SLOW_NS, slow=slow, flip=flip,
         lane_keys=CLUSTER_LANE_KEYS, chunk_keys=CLUSTER_CHUNK_KEYS, chunk_words=CHUNK_WORDS,
-        cluster_max_chunks=MAX_CHUNKS, word_bytes=WORD_BYTES)
-    source = prelude + "\n\n".join(_FUNCTIONS[name][1] for name in kept) + "\n\n}  // namespace strata::kernels\n"
+        cluster_max_chunks=MAX_CHUNKS, word_bytes=WORD_BYTES, tc_stride=TC_INEXACT_STRIDE,
+        reduce_scatter=str(generation == SEED).lower(), switch_reads=reads)
+    source = prelude + "\n\n".join(definition for _, definition in texts.values()) + "\n\n}  // namespace strata::kernels\n"
     for relative, text in ((SELECT_CU, source), (SELECT_HPP, header), (QSA_HPP, _QSA), (EMULATE_HPP, _EMULATE)):
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return root
+
+
+def _of_generation(text: str, generation: str) -> str:
+    """A function's text with the generation's parts in place (_GENERATION_TEXT)."""
+    for marker, part in _GENERATION_TEXT[generation].items():
+        text = text.replace(marker, part)
+    return text

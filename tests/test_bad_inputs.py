@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_engine import SELECT_HPP, write_fake_engine
+from fake_engine import NEWER, SELECT_HPP, write_fake_engine
 from record_factory import seed_record
 
 from qsa_cli.cli import main
@@ -216,6 +216,7 @@ FILES: dict[str, Callable[[Path], None]] = {
                                                                 steps=np.repeat(a["steps"][1:], 9, axis=0))),
     # engine checkouts
     "engine-good": _engine(),
+    "engine-newer": lambda path: write_fake_engine(path, generation=NEWER),
     "engine-empty": lambda path: path.mkdir(),
     "engine-no-header": _engine(remove=SELECT_HPP),
     "engine-open-brace": _engine(lambda text: text + "garbage !!! {{\n"),
@@ -449,6 +450,15 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("topk-parity", *SMALL, *CPU, "--variants", ","), "--variants: no variant named"),
     (("select-bench", *SMALL, *CPU, "--variants", "halve,x.scores[STRATA_SCORES_RS=0,STRATA_TOPK_OLD=1]"),
      "--variants: no variant 'x.scores[STRATA_SCORES_RS=0,STRATA_TOPK_OLD=1]'"),
+    (("select-bench", *SMALL, *CPU, "--engine", "@engine-good", "--variants", "engine-good.scores[STRATA_SCORES_DX=1]"),
+     "variant 'engine-good.scores[STRATA_SCORES_DX=1]': checkout engine-good reads no STRATA_SCORES_DX (its sources "
+     "read STRATA_EMULATE_CC, STRATA_QSA_CLUSTER, STRATA_SCORES_MULTI, STRATA_SCORES_RS)"),
+    (("topk-parity", *SMALL, *CPU, "--engine", "@engine-newer", "--candidate", "engine-newer.topk[STRATA_TOPK_SPLIT=1]"),
+     "checkout engine-newer reads no STRATA_TOPK_SPLIT (its sources read STRATA_EMULATE_CC, STRATA_QSA_CLUSTER, "),
+    (("topk-parity", *SMALL, *CPU, "--engine", "@engine-newer", "--variants", "engine-newer.topk-multi[STRATA_TOPK_MULTI=0]"),
+     "topk-multi runs under STRATA_TOPK_MULTI=1 (its path), so it cannot set STRATA_TOPK_MULTI=0"),
+    (("select-bench", *SMALL, *CPU, "--engine", "@engine-newer", "--variants", "engine-newer.scores[STRATA_TOPK_MULTI_N=x]"),
+     "STRATA_TOPK_MULTI_N must be a positive count (got 'x')"),
     (("select-bench", *SMALL, *CPU, "--baseline", "slowest"), "--baseline: no variant 'slowest'"),
     (("select-bench", *SMALL, *CPU, "--candidate", "cluster2"), "--candidate: no variant 'cluster2'"),
     (("sweep", "@engine-list.yaml", *CPU), "engine must be a mapping"),

@@ -1,30 +1,37 @@
-"""The engine adapter without a GPU: a fake checkout (tests/fake_engine.py) built through qsa_cli/engine/
-with nvcc (compile only; skipped without nvcc), its library's symbols, the cache, the errors a checkout
-can cause, PATH@REV checkouts and the variants a card runs."""
+"""The engine adapter without a GPU: a fake checkout (tests/fake_engine.py, both API generations) built through
+qsa_cli/engine/ with nvcc (compile only; skipped without nvcc), its library's symbols, the cache, the errors a
+checkout can cause, PATH@REV checkouts, what a header declares (functions and optional parameters), the
+switches a checkout's sources read, and the variants a card runs under which switches."""
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
+import re
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_engine import write_fake_engine
+from fake_engine import FUNCTIONS, GENERATIONS, NEWER, PARAMETERS, SEED, SWITCHES, write_fake_engine
 
 from qsa_cli.core.errors import EngineBuildError, EngineError, RevisionError
 from qsa_cli.core.geometry import SELECT_CAP, Call
 from qsa_cli.core.git import folder_at_revision
-from qsa_cli.engine.build import build_engine, engine_cache_dir, find_nvcc
+from qsa_cli.engine.build import BUILD_FLAGS, SHIM, build_engine, engine_cache_dir, find_nvcc, shim_macro
 from qsa_cli.engine.checkout import (
     ENGINE_FILES,
-    HOST_FUNCTIONS,
+    HOST_PATHS,
+    INCLUDE_DIR,
     SOURCE,
     EngineCheckout,
     EngineSpec,
+    declared_in,
     open_engine,
     parse_engine_spec,
+    switches_read,
 )
 from qsa_cli.engine.domains import answered_cc, engine_variants, variant_refusal
 from qsa_cli.engine.launch import engine_scorer_launcher, engine_topk_launcher
@@ -70,26 +77,76 @@ def git(repo: Path, *args: str) -> str:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", [90, 80])
-def test_fake_builds_and_exports_the_shim(cache: Path, fake: EngineCheckout, arch: int) -> None:
+@pytest.mark.parametrize(("generation", "arch"), [(SEED, 90), (NEWER, 80)])
+def test_fake_builds_and_exports_the_shim(cache: Path, tmp_path: Path, generation: str, arch: int) -> None:
+    fake = EngineCheckout(write_fake_engine(tmp_path / "strata", generation=generation), "fake")
     build = build_engine(fake, arch)
     assert build.compiled and build.library.parent == cache and build.library.is_file()
+    paths = (*FUNCTIONS[generation], *PARAMETERS[generation])
     symbols = exported(build.library)
-    wanted = {*SHIM_OWN, *(shim_symbol(f) for f in HOST_FUNCTIONS)}
+    wanted = {*SHIM_OWN, *(shim_symbol(f) for f in paths)}
     assert wanted <= symbols, f"missing: {sorted(wanted - symbols)}"
+    assert not {shim_symbol(f) for f in HOST_PATHS if f not in paths} & symbols, "a path it lacks has no wrapper"
     lib = load_engine(build)  # no driver needed: nothing here calls into CUDA
-    assert lib.functions == HOST_FUNCTIONS
+    assert lib.functions == paths
     assert lib.index_shapes() == INDEX_SHAPES
-    assert lib.split_bytes(8) > 0
+    if generation == SEED:
+        assert lib.split_bytes(8) > 0
+    else:  # the multi-CTA path's scratch: the split's layout in int32s (tests/fake_engine.py)
+        assert lib.multi_scratch_ints(8) == 8 * lib.multi_scratch_ints(1) > 0
+    assert lib.switches == SWITCHES[generation]
     p = build.provenance
     assert p["name"] == "fake" and p["path"] == str(fake.path) and p["commit"] is None and p["revision"] is None
     assert p["arch"] == f"sm_{arch}" and f"-arch=sm_{arch}" in p["flags"] and "release" in p["nvcc"]
+    assert {f"-D{shim_macro(f)}={int(f in paths)}" for f in HOST_PATHS} <= set(p["flags"])
     assert set(ENGINE_FILES) <= set(p["sources"])
     assert str(kernel_dir().resolve() / "topk.cu") in p["sources"], "an include by absolute path counts too"
-    assert p["functions"] == list(HOST_FUNCTIONS)
+    assert p["functions"] == list(paths) and p["switches"] == list(SWITCHES[generation])
     record = json.loads((cache / f"{p['cache_key']}.json").read_text())
-    assert record["library_sha256"] == p["library_sha256"]
+    assert record["library_sha256"] == p["library_sha256"] and record["switches"] == p["switches"]
     json.dumps(p)  # plain data for the run record
+
+
+_PROPERTIES = re.compile(r"Function properties for (\S+)\s*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores, "
+                         r"(\d+) bytes spill loads")
+COMPILE_ARCHS = (75, 80, 86, 90)
+
+
+@functools.cache
+def _compiled_fakes(folder: str) -> dict[str, tuple[int, str, set[str]]]:
+    """Each generation's fake with the shim, as build.py compiles it (its flags and defines), for every card of
+    COMPILE_ARCHS in one library, with ptxas's report; the two at once: (nvcc's status, its log, the symbols)."""
+    nvcc = find_nvcc()
+
+    def one(generation: str) -> tuple[int, str, set[str]]:
+        root = write_fake_engine(Path(folder) / generation, generation=generation)
+        declared = EngineCheckout(root).declared_functions()
+        library = root / "fake.so"
+        cmd = [str(nvcc), *BUILD_FLAGS, *(f"-gencode=arch=compute_{a},code=sm_{a}" for a in COMPILE_ARCHS),
+               "-Xptxas", "-v", *(f"-D{shim_macro(f)}={int(f in declared)}" for f in HOST_PATHS),
+               "-I", str(root / INCLUDE_DIR), str(root / SOURCE), str(SHIM), "-o", str(library)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        return proc.returncode, proc.stdout + proc.stderr, exported(library) if proc.returncode == 0 else set()
+
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip(GENERATIONS, pool.map(one, GENERATIONS)))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("generation", GENERATIONS)
+def test_both_generations_compile_with_the_shim_without_spills(tmp_path_factory: pytest.TempPathFactory,
+                                                               generation: str) -> None:
+    """For sm_75, sm_80, sm_86 and sm_90: every kernel of the fake (qsa's, and its own) without a spill."""
+    folder = tmp_path_factory.getbasetemp() / "compiled-fakes"
+    folder.mkdir(exist_ok=True)
+    status, log, symbols = _compiled_fakes(str(folder))[generation]
+    assert status == 0, log
+    assert {shim_symbol(f) for f in (*FUNCTIONS[generation], *PARAMETERS[generation])} <= symbols
+    assert all(f"for 'sm_{arch}'" in log for arch in COMPILE_ARCHS), "ptxas compiled every card"
+    functions = _PROPERTIES.findall(log)
+    assert len(functions) >= len(COMPILE_ARCHS), "ptxas reported every card's functions"
+    spilling = [f"{fn}: {st} B spill stores, {ld} B spill loads" for fn, st, ld in functions if st != "0" or ld != "0"]
+    assert not spilling, f"the {generation} fake spills registers:\n" + "\n".join(spilling)
 
 
 @needs_nvcc
@@ -173,12 +230,90 @@ def test_declared_functions_skip_comments(tmp_path: Path) -> None:
     assert "qsa_block_topk_cluster" not in declared and "qsa_block_topk" in declared
 
 
-def test_variants_follow_the_card_and_the_switches() -> None:
+# A newer generation's declarations as its header writes them (our own text, in the engine's form): doc
+# comments between the parameters, a parameter's default, and a block comment inside a parameter list.
+NEWER_HEADER = """\
+#pragma once
+#include "strata/kernels/qsa.hpp"
+namespace strata::kernels {
+/// scores [nq, max_blocks]
+void qsa_block_scores(const float* pooled, const float* dead, const float* q_idx, const int32_t* steps, int64_t nq,
+                      int64_t max_blocks, const QsaShapes& s, float* scores, void* stream,
+                      int64_t active_blocks = -1,    ///< > 0: only this many blocks (the largest n_bid + 1,
+                                                     ///< not for a graph)
+                      bool decode_dx = false);       ///< a decode call may take the dx scorer (same bits)
+/// the same scores on tensor cores: not bitwise
+bool qsa_block_scores_tc(const float* pooled, const float* dead, const float* q_idx, const int32_t* steps, int64_t nq,
+                         int64_t max_blocks, const QsaShapes& s, float* scores, void* stream, int64_t active_blocks);
+void qsa_block_topk(const float* scores, const int32_t* steps, int64_t nq, int64_t max_blocks, int64_t cap,
+                    const QsaShapes& s, int32_t* ids, void* stream,
+                    int64_t active_blocks = -1,    ///< > 0: no query has more blocks (a comma, here)
+                    std::int32_t * /* device */ multi_scratch = nullptr);   ///< qsa_topk_multi_scratch_ints(nq)
+int64_t qsa_topk_multi_scratch_ints(int64_t nq);   ///< 0 without the multi-CTA path
+bool qsa_block_topk_cluster(const float* scores, const int32_t* steps, int64_t nq, int64_t max_blocks, int64_t cap,
+                            const QsaShapes& s, int32_t* ids, void* stream);
+void qsa_block_topk_ref(const float* scores, const int32_t* steps, int64_t nq, int64_t max_blocks, int64_t cap,
+                        const QsaShapes& s, int32_t* ids, void* stream);
+}  // namespace strata::kernels
+"""
+NEWER_PATHS = ("qsa_block_scores", "qsa_block_topk", "qsa_block_topk_cluster", "qsa_block_topk_ref",
+               "qsa_block_scores_tc", "qsa_topk_multi_scratch_ints", "qsa_block_scores.decode_dx",
+               "qsa_block_topk.multi_scratch")
+
+
+def test_a_newer_header_declares_its_functions_and_optional_parameters() -> None:
+    assert declared_in(NEWER_HEADER) == NEWER_PATHS
+
+
+@pytest.mark.parametrize(("change", "lost"), [
+    (("bool decode_dx = false);", "int decode_dx = false);"), "qsa_block_scores.decode_dx"),  # another type
+    (("bool decode_dx = false);", "bool dx = false);"), "qsa_block_scores.decode_dx"),  # another name
+    (("int64_t active_blocks = -1,    ///< > 0: only", "///< > 0: only"), "qsa_block_scores.decode_dx"),  # moved up
+    (("int64_t active_blocks = -1,    ///< > 0: no query has more blocks (a comma, here)\n"
+      "                    std::int32_t * /* device */ multi_scratch = nullptr);",
+      "int64_t active_blocks = -1 /*, int32_t* multi_scratch = nullptr */);"), "qsa_block_topk.multi_scratch"),
+    (("int64_t qsa_topk_multi_scratch_ints(int64_t nq);", "// int64_t qsa_topk_multi_scratch_ints(int64_t nq);"),
+     "qsa_topk_multi_scratch_ints"),
+], ids=["type", "name", "position", "commented-out", "function-commented-out"])
+def test_a_parameter_counts_only_where_qsa_passes_it(change: tuple[str, str], lost: str) -> None:
+    """The shim passes an optional parameter by position: one of another type, name or place is not that path."""
+    old, new = change
+    assert old in NEWER_HEADER
+    text = NEWER_HEADER.replace(old, new, 1)
+    assert declared_in(text) == tuple(p for p in NEWER_PATHS if p != lost)
+
+
+@pytest.mark.parametrize("generation", GENERATIONS)
+def test_each_fake_generation_declares_its_paths_and_reads_its_switches(tmp_path: Path, generation: str) -> None:
+    checkout = EngineCheckout(write_fake_engine(tmp_path / "strata", generation=generation))
+    assert checkout.declared_functions() == (*FUNCTIONS[generation], *PARAMETERS[generation])
+    assert checkout.switches() == SWITCHES[generation]
+
+
+def test_switches_are_the_string_literals_that_spell_a_name_whole() -> None:
+    source = """
+    static bool on = env_flag("STRATA_TOPK_MULTI");       // "STRATA_IN_A_COMMENT"
+    const char* v = std::getenv("STRATA_EMULATE_CC");
+    /* getenv("STRATA_IN_A_BLOCK_COMMENT") */
+    const char* url = "http://example.invalid/STRATA_NOT_WHOLE";
+    printf("set STRATA_QSA_CLUSTER=0 to turn it off\\n");  // a sentence, not a read
+    char quote = '"'; const char* last = "STRATA_SELECT_EXACT";
+    #define STRATA_SEL_SM80 1
+    """
+    assert switches_read(source) == {"STRATA_TOPK_MULTI", "STRATA_EMULATE_CC", "STRATA_SELECT_EXACT"}
+
+
+def _library(functions: tuple[str, ...]) -> object:
     class Library:  # what variant_refusal reads of a loaded library
         name = "fake"
-        functions = HOST_FUNCTIONS
 
     lib = Library()
+    lib.functions = functions  # type: ignore[attr-defined]
+    return lib
+
+
+def test_variants_follow_the_card_and_the_switches() -> None:
+    lib = _library(FUNCTIONS[SEED])
     both = ("scores", "scores-ref", "topk", "topk-ref")
     assert engine_variants(lib, 90, {}) == (*both, "topk-cluster")
     assert engine_variants(lib, 86, {}) == (*both, "topk-split")
@@ -192,6 +327,24 @@ def test_variants_follow_the_card_and_the_switches() -> None:
         answered_cc(90, {"STRATA_EMULATE_CC": "sm86"})
     with pytest.raises(ValueError, match="unknown engine variant"):
         variant_refusal(lib, "split", 90, {})
+    for kind, missing in (("scores-dx", "qsa_block_scores(..., decode_dx)"), ("scores-tc", "qsa_block_scores_tc"),
+                          ("topk-multi", "qsa_topk_multi_scratch_ints or qsa_block_topk(..., multi_scratch)")):
+        assert variant_refusal(lib, kind, 90, {}) == f"fake: its qsa_select.hpp declares no {missing}"
+
+
+def test_a_newer_checkouts_variants_on_each_card() -> None:
+    """No split; the dx scorer and the multi-CTA top-k everywhere (their switches implied), the TF32 scorer from
+    sm_80; the multi-CTA top-k under STRATA_QSA_CLUSTER=0 too (it implies that where the cluster would run)."""
+    lib = _library((*FUNCTIONS[NEWER], *PARAMETERS[NEWER]))
+    both = ("scores", "scores-ref", "scores-dx")
+    assert engine_variants(lib, 90, {}) == (*both, "scores-tc", "topk", "topk-ref", "topk-cluster", "topk-multi")
+    assert engine_variants(lib, 86, {}) == (*both, "scores-tc", "topk", "topk-ref", "topk-multi")
+    assert engine_variants(lib, 75, {}) == (*both, "topk", "topk-ref", "topk-multi")
+    assert engine_variants(lib, 90, {"STRATA_QSA_CLUSTER": "0"}) == (*both, "scores-tc", "topk", "topk-ref",
+                                                                      "topk-multi")
+    assert variant_refusal(lib, "topk-split", 86, {}) == ("fake: its qsa_select.hpp declares no qsa_topk_split_bytes "
+                                                          "or qsa_block_topk_split")
+    assert "qsa_block_scores_tc needs sm_80 or newer" in variant_refusal(lib, "scores-tc", 90, {"STRATA_EMULATE_CC": "75"})
 
 
 def test_parse_engine_spec(tmp_path: Path) -> None:

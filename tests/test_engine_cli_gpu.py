@@ -1,6 +1,8 @@
 """The commands with an engine checkout's variants (--engine, qsa compare), end to end on the GPU, over the
-fake engine tree (tests/fake_engine.py): its variants must give qsa's bits, the flipped one must fail
-naming the first differing position, and compare must call the slowed one SLOW."""
+fake engine tree (tests/fake_engine.py) in both API generations: its variants must give qsa's bits (the
+newer one's dx scorer and multi-CTA top-k, each in a child under the switches its kind implies), its TF32
+scorer is timed and compared with nothing, the flipped one must fail naming the first differing position,
+and compare must call the slowed one SLOW and, across the generations, judge what both sides have."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import fresh_seed
-from fake_engine import FLIPPED_ENTRY, write_fake_engine
+from fake_engine import FLIPPED_ENTRY, NEWER, write_fake_engine
 
 from qsa_cli.cli import main
 from qsa_cli.core.errors import EngineError
@@ -52,7 +54,10 @@ def trees(cupy: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path
     root = tmp_path_factory.mktemp("trees")
     return {"plain": write_fake_engine(root / "plain"), "slow": write_fake_engine(root / "slow", slow="scores"),
             "flip-topk": write_fake_engine(root / "flip-topk", flip="topk"),
-            "flip-scores": write_fake_engine(root / "flip-scores", flip="scores")}
+            "flip-scores": write_fake_engine(root / "flip-scores", flip="scores"),
+            "newer": write_fake_engine(root / "newer", generation=NEWER),
+            "newer-flip-dx": write_fake_engine(root / "newer-flip-dx", generation=NEWER, flip="scores-dx"),
+            "newer-flip-multi": write_fake_engine(root / "newer-flip-multi", generation=NEWER, flip="topk-multi")}
 
 
 def record(path: Path) -> dict[str, Any]:
@@ -150,6 +155,83 @@ def test_a_switched_variant_runs_in_a_child(capsys: Any, trees: dict[str, Path],
     assert variants_of(record(js)) >= {"fake.scores", "fake.scores[STRATA_SCORES_RS=0]"}
 
 
+def test_select_bench_runs_a_newer_checkouts_scorers(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
+    """The dx scorer (in a child under STRATA_SCORES_DX=1) held to the reference's bits; the TF32 scorer timed,
+    its integrity checked, its output compared with nothing (not bitwise), a note saying so."""
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "select-bench", "420000", "4", "5", "524288", "--engine", f"new={trees['newer']}",
+                         "--json", str(js))
+    assert code == 0, out + err
+    rec = record(js)
+    ran = variants_of(rec)
+    assert {"new.scores", "new.scores-ref", "new.scores-dx"} <= ran
+    against = {p["against"] for p in rec["parity"] if p["subject"] == "new.scores-dx"}
+    assert {"reference", "cpu-model", "guard zones", "inputs"} <= against and all(p["equal"] for p in rec["parity"])
+    engine = rec["settings"]["engines"][0]
+    assert "STRATA_SCORES_DX" in engine["switches"] and "qsa_block_scores.decode_dx" in engine["functions"]
+    if "new.scores-tc" in ran:  # sm_80 and newer
+        checked = {p["against"] for p in rec["parity"] if p["subject"].startswith("new.scores-tc")}
+        assert checked and not checked & {"reference", "cpu-model"}, checked
+        assert any(n.startswith("new.scores-tc: not bitwise") for n in rec["notes"]), rec["notes"]
+
+
+def test_the_dx_scorer_and_the_multi_topk_are_the_paths_they_name(capsys: Any, trees: dict[str, Path],
+                                                                  tmp_path: Path) -> None:
+    """A checkout whose dx scorer, and one whose multi-CTA top-k, flips a bit on that path only: qsa's
+    NAME.scores-dx and NAME.topk-multi fail there, so they ran those paths (their switches implied)."""
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "select-bench", "131072", "3", "2", "262144", "--engine",
+                         f"flip={trees['newer-flip-dx']}", "--json", str(js))
+    assert code == 1, out + err
+    assert {p["subject"] for p in record(js)["parity"] if not p["equal"]} == {"flip.scores-dx"}
+    code, out, err = run(capsys, "topk-parity", "524288", "8", "2", "524288", "0", "--engine",
+                         f"flip={trees['newer-flip-multi']}", "--json", str(js))
+    assert code == 1, out + err
+    failed = [p for p in record(js)["parity"] if not p["equal"]]
+    assert failed and {p["subject"].split(" (")[0] for p in failed} == {"flip.topk-multi"}
+    assert all(f"query 0 position {FLIPPED_ENTRY}:" in p["detail"] for p in failed if p["against"] == "reference")
+
+
+def test_topk_parity_and_the_window_run_a_newer_checkouts_multi_topk(capsys: Any, trees: dict[str, Path],
+                                                                    tmp_path: Path) -> None:
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "topk-parity", "524288", "8", "3", "524288", "0", "--engine",
+                         f"new={trees['newer']}", "--json", str(js))
+    assert code == 0, out + err
+    rec = record(js)
+    assert {"new.topk", "new.topk-ref", "new.topk-multi"} <= variants_of(rec)
+    against = {p["against"] for p in rec["parity"] if p["subject"] == "new.topk-multi"}
+    assert {"reference", "cpu-oracle", "guard zones", "inputs"} <= against and all(p["equal"] for p in rec["parity"])
+    code, out, err = run(capsys, "window-bench", "420000", "4", "3", "524288", "--engine", f"new={trees['newer']}",
+                         "--json", str(js))
+    assert code == 0, out + err
+    rows = [p for p in record(js)["parity"] if p["subject"] == "new.scores+new.topk-multi"]
+    assert {p["against"] for p in rows} >= {"cpu-oracle", "guard zones", "inputs"} and all(p["equal"] for p in rows)
+
+
+def test_compare_across_the_generations_judges_what_both_have(capsys: Any, trees: dict[str, Path],
+                                                             tmp_path: Path) -> None:
+    """The seed's generation against the newer one: every variant of each side named (the record's engines and a
+    note for those only one side has), the pairs both have judged, their bits the same."""
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "compare", f"seed={trees['plain']}", f"new={trees['newer']}", "131072", "4", "10",
+                         "262144", "--tolerance", "0.5", "--json", str(js))
+    rec = record(js)
+    seed, new = rec["settings"]["engines"]
+    assert {"seed.scores", "seed.scores-ref", "seed.topk", "seed.topk-ref"} <= set(seed["variants"])
+    assert {"new.scores", "new.scores-ref", "new.scores-dx", "new.topk", "new.topk-ref", "new.topk-multi"} <= set(
+        new["variants"])
+    pairs = {(p["base"], p["candidate"]) for p in rec["settings"]["compare"]["pairs"]}
+    both = {v.removeprefix("seed.") for v in seed["variants"]} & {v.removeprefix("new.") for v in new["variants"]}
+    assert {(b, c) for b, c in pairs if "+" not in b} == {(f"seed.{k}", f"new.{k}") for k in both}
+    alone = {v for v in new["variants"] if v.removeprefix("new.") not in both}
+    assert alone >= {"new.scores-dx", "new.topk-multi"}
+    assert all(any(v in note and "only the new side has them" in note for note in rec["notes"]) for v in alone)
+    same = [p for p in rec["parity"] if (p["against"], p["subject"]) in pairs]
+    assert same and all(p["equal"] for p in same)
+    assert code == 0, out + err
+
+
 def test_compare_same_bits_passes_and_names_both_sides(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
     js = tmp_path / "r.json"
     code, out, err = run(capsys, "compare", f"base={trees['plain']}", f"pr={trees['plain']}", "131072", "4", "10",
@@ -232,3 +314,16 @@ def test_sanitize_runs_the_checkouts_variants(capsys: Any, trees: dict[str, Path
     assert code == 0, out + err
     rows = record(js)["sanitizer"]
     assert {r["variant"] for r in rows} == {"fake.scores", "fake.topk"} and all(r["errors"] == 0 for r in rows)
+
+
+@pytest.mark.slow  # compute-sanitizer's children
+def test_sanitize_runs_a_newer_checkouts_paths_under_their_switches(capsys: Any, trees: dict[str, Path],
+                                                                    tmp_path: Path) -> None:
+    """Each child of NAME.scores-dx and NAME.topk-multi has the switches their kinds imply (the launchers refuse
+    to run them anywhere else)."""
+    js = tmp_path / "r.json"
+    code, out, err = run(capsys, "sanitize", "--engine", f"new={trees['newer']}", "--variants",
+                         "new.scores-dx,new.topk-multi", "--quick", "--json", str(js))
+    assert code == 0, out + err
+    rows = record(js)["sanitizer"]
+    assert {r["variant"] for r in rows} == {"new.scores-dx", "new.topk-multi"} and all(r["errors"] == 0 for r in rows)

@@ -1,5 +1,8 @@
-"""A fake engine checkout's variants on the GPU, through qsa_cli/engine/: the same bytes as qsa's kernels
-and CPU models, a flipped variant caught where it flips, a slowed one measured slower, a CUDA error named.
+"""A fake engine checkout's variants on the GPU, through qsa_cli/engine/, in both API generations
+(tests/fake_engine.py): the same bytes as qsa's kernels and CPU models (the newer generation's dx scorer and
+multi-CTA top-k too), its TF32 scorer inexact exactly where the fake makes it so, a flipped variant caught
+where it flips, a slowed one measured slower, a short multi-CTA scratch caught by its guard zones, a CUDA
+error named.
 
 GPU tests (``-m gpu``) skip cleanly without cupy or a device; each draws a fresh seed, printed
 (``QSA_TEST_SEED=N`` replays one). The engine reads its switches once per process, so every other
@@ -20,17 +23,18 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import fresh_seed, scorer_launch, topk_launch
-from fake_engine import FLIPPED_ENTRY, SLOW_NS, write_fake_engine
+from fake_engine import FLIPPED_ENTRY, GENERATIONS, NEWER, SLOW_NS, TC_INEXACT_STRIDE, write_fake_engine
 
 from qsa_cli.core.errors import EngineError, EngineRefused
 from qsa_cli.core.geometry import MAX_QUERIES, PROMPT_QUERIES, SELECT_CAP, STEP_NBID, Call
+from qsa_cli.core.integrity import GuardedBuffers
 from qsa_cli.engine.build import build_engine, find_nvcc
 from qsa_cli.engine.checkout import EngineCheckout
 from qsa_cli.engine.domains import CLUSTER_MAX_QUERIES, engine_variants
-from qsa_cli.engine.kinds import engine_kinds
+from qsa_cli.engine.kinds import ENGINE_KINDS, engine_kinds
 from qsa_cli.engine.launch import engine_scorer_launcher, engine_topk_launcher
 from qsa_cli.engine.library import EngineLibrary, load_engine
-from qsa_cli.inputs import SCORE_SETS, id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
+from qsa_cli.inputs import ID_POISON, SCORE_SETS, id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
 from qsa_cli.launch.scores import DeviceScorerInputs
 from qsa_cli.model.scores import first_difference as first_score_difference
 from qsa_cli.model.scores import score_blocks
@@ -46,12 +50,26 @@ CHILD_SETTINGS = [
     ({"STRATA_QSA_CLUSTER": "0"}, "topk or graphs"),
     ({"STRATA_SCORES_RS": "0"}, "scorers or graphs"),
     ({"STRATA_SCORES_MULTI": "0"}, "scorers or graphs"),
+    # what NAME.scores-dx and NAME.topk-multi imply on an H200 (qsa runs them so): the newer paths taken
+    ({"STRATA_SCORES_DX": "1", "STRATA_TOPK_MULTI": "1", "STRATA_QSA_CLUSTER": "0"}, "scorers or topk or graphs or paths or scratch"),
 ]
 SWITCHES = sorted({name for setting, _ in CHILD_SETTINGS for name in setting})
 
 
 def device_cc(cupy: Any) -> int:
     return int(cupy.cuda.Device().compute_capability)
+
+
+def newer_paths_on() -> bool:
+    """Whether this process takes the newer generation's dx scorer and multi-CTA top-k (the child that sets
+    their switches; the cluster off, which on sm_90 is dispatched before the multi-CTA path)."""
+    return (os.environ.get("STRATA_SCORES_DX") == "1" and os.environ.get("STRATA_TOPK_MULTI") == "1"
+            and os.environ.get("STRATA_QSA_CLUSTER") == "0")
+
+
+def bitwise_kinds(stage: str, runs: tuple[str, ...]) -> tuple[str, ...]:
+    """The kinds of ``stage`` the checkout runs here that are held to qsa's bits."""
+    return tuple(k for k in engine_kinds(stage) if k in runs and ENGINE_KINDS[k].exact)
 
 
 @pytest.fixture(scope="module")
@@ -112,10 +130,14 @@ def sub_window(dev: DeviceScorerInputs, nq: int) -> DeviceScorerInputs:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("generation", GENERATIONS)
 @pytest.mark.parametrize(("ctx", "capacity"), WINDOWS, ids=[f"{c}-of-{k}" for c, k in WINDOWS])
 def test_engine_scorers_match_qsa_and_the_model(cupy: Any, engines: Callable[..., EngineLibrary], ctx: int,
-                                                capacity: int) -> None:
-    lib = engines()
+                                                capacity: int, generation: str) -> None:
+    """Every bitwise scorer the checkout runs here (the newer one's dx scorer: its path in the child that sets
+    STRATA_SCORES_DX=1, the default path elsewhere; the same bits either way)."""
+    lib = engines(generation=generation)
+    kinds = bitwise_kinds("scores", engine_variants(lib, device_cc(cupy)))
     inputs = synthetic_scorer_inputs(Call(ctx, MAX_QUERIES, capacity), fresh_seed())
     model = score_blocks(inputs, order="butterfly")
     dev_all = DeviceScorerInputs.from_host(inputs)
@@ -124,9 +146,9 @@ def test_engine_scorers_match_qsa_and_the_model(cupy: Any, engines: Callable[...
         steps = inputs.steps[-nq:]
         out = cupy.empty((nq, inputs.max_blocks), np.float32)
         qsa = run_scorer(cupy, scorer_launch("reference", dev, out), out)
-        for variant in engine_kinds("scores"):
+        for variant in kinds:
             got = run_scorer(cupy, engine_scorer_launcher(lib, variant, dev, out), out)
-            what = f"engine {variant}, context {ctx} of {capacity}, {nq} queries"
+            what = f"{generation} engine {variant}, context {ctx} of {capacity}, {nq} queries"
             assert_same_scores(got, qsa, steps, f"{what} vs qsa's reference kernel")
             assert_same_scores(got, model[-nq:], steps, f"{what} vs the CPU model")
 
@@ -142,12 +164,14 @@ def test_engine_reference_scorer_takes_a_prompt_call(cupy: Any, engines: Callabl
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("generation", GENERATIONS)
 @pytest.mark.parametrize("prompt", [False, True], ids=["decode", "prompt"])
 @pytest.mark.parametrize(("ctx", "capacity"), TOPK_CASES, ids=[f"{c}-of-{k}" for c, k in TOPK_CASES])
 def test_engine_topk_variants_match_qsa_and_the_oracle(cupy: Any, engines: Callable[..., EngineLibrary], ctx: int,
-                                                       capacity: int, prompt: bool) -> None:
-    """Every top-k variant the checkout runs here; the others refused at construction, launching nothing."""
-    lib = engines()
+                                                       capacity: int, prompt: bool, generation: str) -> None:
+    """Every top-k variant the checkout runs here; the others refused at construction, launching nothing (the
+    multi-CTA top-k for a prompt call: its scratch serves decode calls)."""
+    lib = engines(generation=generation)
     runs = engine_variants(lib, device_cc(cupy))
     seed = fresh_seed()
     call = Call(ctx, PROMPT_QUERIES if prompt else MAX_QUERIES, capacity, prompt)
@@ -161,13 +185,14 @@ def test_engine_topk_variants_match_qsa_and_the_oracle(cupy: Any, engines: Calla
         assert_same_ids(qsa, oracle, inputs.steps, f"qsa's reference, {label}")
         for variant in engine_kinds("topk"):
             make = functools.partial(engine_topk_launcher, lib, variant, scores, steps, ids, call.active_blocks)
-            if variant not in runs or (variant == "topk-cluster" and call.nq > CLUSTER_MAX_QUERIES):
+            if (variant not in runs or (variant == "topk-cluster" and call.nq > CLUSTER_MAX_QUERIES)
+                    or (variant == "topk-multi" and prompt)):
                 with pytest.raises(EngineRefused) as info:
                     make()
                 assert "\n" not in str(info.value)
                 continue
             got = run_topk(cupy, make(), ids)
-            assert_same_ids(got, qsa, inputs.steps, f"engine {variant} vs qsa's reference, {label}")
+            assert_same_ids(got, qsa, inputs.steps, f"{generation} engine {variant} vs qsa's reference, {label}")
 
 
 def decode_graph(cupy: Any, launch: Callable[[], None], stream: Any) -> Any:
@@ -178,9 +203,12 @@ def decode_graph(cupy: Any, launch: Callable[[], None], stream: Any) -> Any:
 
 
 @pytest.mark.gpu
-def test_engine_variants_replay_from_cuda_graphs(cupy: Any, engines: Callable[..., EngineLibrary]) -> None:
-    """Each variant of a decode call captured and replayed; the split's scratch zero after every replay."""
-    lib = engines()
+@pytest.mark.parametrize("generation", GENERATIONS)
+def test_engine_variants_replay_from_cuda_graphs(cupy: Any, engines: Callable[..., EngineLibrary],
+                                                 generation: str) -> None:
+    """Each bitwise variant of a decode call captured and replayed; the split's scratch zero after every replay
+    (the TF32 scorer takes an active count, which the engine does not capture)."""
+    lib = engines(generation=generation)
     runs = engine_variants(lib, device_cc(cupy))
     seed = fresh_seed()
     call = Call(300001, MAX_QUERIES, 524288)
@@ -193,12 +221,12 @@ def test_engine_variants_replay_from_cuda_graphs(cupy: Any, engines: Callable[..
         out = cupy.empty((call.nq, call.max_blocks), np.float32)
         scores, steps = cupy.asarray(topk_in.scores), cupy.asarray(topk_in.steps)
         ids = cupy.empty((call.nq, SELECT_CAP), np.int32)
-        for variant in (v for v in engine_kinds("scores") if v in runs):
+        for variant in bitwise_kinds("scores", runs):
             graph = decode_graph(cupy, engine_scorer_launcher(lib, variant, dev, out), stream)
             for replay in range(5):
                 got = run_scorer(cupy, functools.partial(graph.launch, stream), out)
                 assert_same_scores(got, model, call.steps, f"engine {variant}, graph replay {replay}")
-        for variant in (v for v in engine_kinds("topk") if v in runs):
+        for variant in bitwise_kinds("topk", runs):
             launch = engine_topk_launcher(lib, variant, scores, steps, ids)
             graph = decode_graph(cupy, launch, stream)
             for replay in range(5):
@@ -206,6 +234,71 @@ def test_engine_variants_replay_from_cuda_graphs(cupy: Any, engines: Callable[..
                 assert_same_ids(got, oracle, call.steps, f"engine {variant}, graph replay {replay}")
                 dirty = [a for a in launch.accumulators if bool(a.any())]
                 assert not dirty, f"engine {variant} left its scratch dirty after replay {replay}"
+
+
+@pytest.mark.gpu
+def test_the_tc_scorer_is_inexact_where_the_fake_makes_it_so(cupy: Any, engines: Callable[..., EngineLibrary]) -> None:
+    """The newer generation's TF32 scorer: the reference's scores but the last mantissa bit of every
+    TC_INEXACT_STRIDE-th block of each query, over the call's blocks (the launcher passes the largest n_bid + 1)."""
+    lib = engines(generation=NEWER)
+    inputs = synthetic_scorer_inputs(Call(32771, 4, 65536), fresh_seed())
+    dev = DeviceScorerInputs.from_host(inputs)
+    out = cupy.empty((inputs.nq, inputs.max_blocks), np.float32)
+    if "scores-tc" not in engine_variants(lib, device_cc(cupy)):
+        with pytest.raises(EngineRefused, match="qsa_block_scores_tc needs sm_80"):
+            engine_scorer_launcher(lib, "scores-tc", dev, out)
+        return
+    want = score_blocks(inputs)
+    for q, n_bid in enumerate(inputs.steps[:, STEP_NBID]):
+        want.view(np.uint32)[q, : int(n_bid) + 1 : TC_INEXACT_STRIDE] ^= 1
+    got = run_scorer(cupy, engine_scorer_launcher(lib, "scores-tc", dev, out), out)
+    assert_same_scores(got, want, inputs.steps, "engine scores-tc against the reference with its documented bits flipped")
+
+
+@pytest.mark.gpu
+def test_the_newer_paths_run_under_their_switches(cupy: Any, engines: Callable[..., EngineLibrary]) -> None:
+    """Each flipped on its own path: the dx scorer's and the multi-CTA top-k's flips show where their switches
+    are set (the child of CHILD_SETTINGS that sets what qsa's scores-dx and topk-multi imply), and nowhere else;
+    the multi-CTA top-k writes its scratch (poisoned by qsa: it needs no initial value) only there."""
+    on = newer_paths_on()
+    inputs = synthetic_scorer_inputs(Call(9001, 4, 16384), fresh_seed())
+    dev = DeviceScorerInputs.from_host(inputs)
+    out = cupy.empty((inputs.nq, inputs.max_blocks), np.float32)
+    got = run_scorer(cupy, engine_scorer_launcher(engines(generation=NEWER, flip="scores-dx"), "scores-dx", dev, out),
+                     out)
+    assert first_score_difference(got, score_blocks(inputs), inputs.steps) == ((0, FLIPPED_ENTRY) if on else None)
+    scores_in = synthetic_scores(Call(300001, MAX_QUERIES, 524288), "continuous", fresh_seed())
+    scores, steps = cupy.asarray(scores_in.scores), cupy.asarray(scores_in.steps)
+    ids = cupy.empty((scores_in.nq, SELECT_CAP), np.int32)
+    launch = engine_topk_launcher(engines(generation=NEWER, flip="topk-multi"), "topk-multi", scores, steps, ids)
+    scratch = launch.launches[0].arrays[-1]
+    got = run_topk(cupy, launch, ids)
+    assert first_id_difference(got, topk_ids(scores_in, "oracle"), scores_in.steps) == ((0, FLIPPED_ENTRY) if on
+                                                                                            else None)
+    assert bool((scratch == ID_POISON).all()) != on, "the multi-CTA path writes its scratch; no other path does"
+
+
+@pytest.mark.gpu
+def test_a_short_multi_scratch_breaks_a_guard_zone(cupy: Any, engines: Callable[..., EngineLibrary]) -> None:
+    """qsa sizes the multi-CTA scratch by the checkout's qsa_topk_multi_scratch_ints: one 64 ints short is caught
+    (the fake writes all of it), where the multi-CTA path runs."""
+    if not newer_paths_on():
+        pytest.skip("the multi-CTA path runs in the child that sets its switches")
+    lib = engines(generation=NEWER)
+    inputs = synthetic_scores(Call(9000, MAX_QUERIES, 9000), "continuous", fresh_seed())
+    buffers = GuardedBuffers(cupy)
+    scores, steps = buffers.asarray("scores", inputs.scores), buffers.asarray("steps", inputs.steps)
+    ids = buffers.empty("ids", (inputs.nq, SELECT_CAP), np.int32)
+
+    class Short:
+        def zeros(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+            return buffers.zeros(name, (shape[0] - 64,), dtype)
+
+    for allocator, breached in ((buffers, False), (Short(), True)):
+        run_topk(cupy, engine_topk_launcher(lib, "topk-multi", scores, steps, ids, scratch=allocator), ids)
+        cupy.cuda.get_current_stream().synchronize()
+        breaches = buffers.breaches()
+        assert bool(breaches) == breached and all("multi scratch" in b for b in breaches), breaches
 
 
 @pytest.mark.gpu

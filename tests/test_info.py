@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_engine import write_fake_engine
+from fake_engine import FUNCTIONS, NEWER, SEED, SWITCHES, write_fake_engine
 
 from qsa_cli.catalog import qsa_catalog
 from qsa_cli.cli import main
 from qsa_cli.device import probe
 from qsa_cli.dispatch import dispatch
-from qsa_cli.engine.checkout import HOST_FUNCTIONS
+from qsa_cli.engine.checkout import HOST_PATHS
 from qsa_cli.kernels import kernel_dir
 from qsa_cli.output.info import info_blocks, info_csv, kernel_names
 from qsa_cli.output.layout import text_of
@@ -70,8 +70,9 @@ def test_info_reads_an_engine_checkouts_header_without_building_it(capsys, monke
     report = info(capsys, "--engine", f"pr={root}")
     (engine,) = report["engines"]
     assert (engine["name"], engine["path"], engine["revision"], engine["nvcc"]) == ("pr", str(root), None, None)
-    assert engine["functions"] == [f for f in HOST_FUNCTIONS if "split" not in f]
-    assert engine["lacks"] == ["qsa_topk_split_bytes", "qsa_block_topk_split"]
+    assert engine["functions"] == [f for f in FUNCTIONS[SEED] if "split" not in f]
+    assert engine["lacks"] == [f for f in HOST_PATHS if f not in engine["functions"]]
+    assert engine["switches"] == list(SWITCHES[SEED]) and engine["implies"] == {card: {} for card in engine["variants"]}
     # no split (the header lacks it) and no cluster (STRATA_QSA_CLUSTER=0) on any card
     assert set(CARDS) <= set(engine["variants"])
     assert all(v == ["pr.scores", "pr.scores-ref", "pr.topk", "pr.topk-ref"] for v in engine["variants"].values())
@@ -121,3 +122,35 @@ def test_a_templates_instances_are_named_once() -> None:
     assert kernel_names(["p<0>", "p<1>", "count", "emit"]) == "p<0..1>, count, emit"
     assert kernel_names(["a<1>", "a<3>", "b"]) == "a<1>, a<3>, b"
     assert kernel_names([]) == ""
+
+
+@no_device
+def test_info_names_a_newer_checkouts_paths_switches_and_what_each_variant_implies(capsys, monkeypatch,
+                                                                                  tmp_path: Path) -> None:
+    root = write_fake_engine(tmp_path / "strata", generation=NEWER)
+    for name in ("STRATA_QSA_CLUSTER", "STRATA_EMULATE_CC", "STRATA_SCORES_DX", "STRATA_TOPK_MULTI"):
+        monkeypatch.delenv(name, raising=False)
+    report = info(capsys, "--engine", f"new={root}")
+    (engine,) = report["engines"]
+    assert engine["lacks"] == ["qsa_topk_split_bytes", "qsa_block_topk_split"]
+    assert "qsa_block_scores.decode_dx" in engine["functions"] and "qsa_block_topk.multi_scratch" in engine["functions"]
+    assert engine["switches"] == list(SWITCHES[NEWER])
+    assert engine["variants"]["sm_90"] == ["new.scores", "new.scores-ref", "new.scores-dx", "new.scores-tc", "new.topk",
+                                           "new.topk-ref", "new.topk-cluster", "new.topk-multi"]
+    assert engine["implies"]["sm_90"] == {"new.scores-dx": ["STRATA_SCORES_DX=1"],
+                                          "new.topk-multi": ["STRATA_TOPK_MULTI=1", "STRATA_QSA_CLUSTER=0"]}
+    assert engine["implies"]["sm_86"] == {"new.scores-dx": ["STRATA_SCORES_DX=1"],
+                                          "new.topk-multi": ["STRATA_TOPK_MULTI=1"]}
+    text = text_of(info_blocks(InfoReport(**{k: v for k, v in report.items() if k not in ("schema", "schema_version")})),
+                   100)
+    said = " ".join(text.split())  # the prose folds at 100 columns
+    assert ("its qsa_select.hpp declares qsa_block_scores, qsa_block_topk, qsa_block_topk_cluster, qsa_block_topk_ref, "
+            "qsa_block_scores_tc, qsa_topk_multi_scratch_ints, qsa_block_scores.decode_dx, "
+            "qsa_block_topk.multi_scratch; it lacks qsa_topk_split_bytes, qsa_block_topk_split (no variant of "
+            "theirs); its sources read the switches STRATA_EMULATE_CC, STRATA_QSA_CLUSTER, STRATA_QSA_EARLY_EXIT, "
+            "STRATA_SCORES_DX, STRATA_SCORES_MULTI, STRATA_TOPK_MULTI, STRATA_TOPK_MULTI_N;") in said
+    assert all(len(line) <= 100 for line in text.splitlines())
+    assert ("sm_90 variants new.scores, new.scores-ref, new.scores-dx (STRATA_SCORES_DX=1), new.scores-tc, new.topk, "
+            "new.topk-ref, new.topk-cluster, new.topk-multi (STRATA_TOPK_MULTI=1, STRATA_QSA_CLUSTER=0) ") in said
+    assert ("sm_75 variants new.scores, new.scores-ref, new.scores-dx (STRATA_SCORES_DX=1), new.topk, new.topk-ref, "
+            "new.topk-multi (STRATA_TOPK_MULTI=1) ") in said

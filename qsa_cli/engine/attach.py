@@ -17,9 +17,9 @@ from ..core.errors import EngineError
 from .build import EngineBuild, build_engine, find_nvcc
 from .checkout import EngineSpec, open_engine, parse_engine_spec
 from .domains import check_engine_environment, engine_variants
-from .kinds import ENGINE_KINDS, ENGINE_SCORER, EngineEntry
-from .launch import ENGINE_SHAPES
+from .kinds import ENGINE_SCORER
 from .library import EngineLibrary, load_engine
+from .switches import check_named, engine_variant
 
 
 @dataclass(frozen=True)
@@ -32,16 +32,6 @@ class Attached:
     provenance: list[dict[str, Any]]
 
 
-def engine_variant(checkout: str, kind: str, switches: tuple[tuple[str, str], ...] = ()) -> Variant:
-    """An engine checkout's variant of ``kind`` (ENGINE_KINDS), named ``checkout.kind`` (``[K=V,...]`` after
-    it when it runs under switches)."""
-    k = ENGINE_KINDS[kind]
-    suffix = f"[{','.join(f'{key}={value}' for key, value in switches)}]" if switches else ""
-    scorer = f"{checkout}.{ENGINE_SCORER}{suffix}" if k.in_window else None
-    return Variant(k.stage, f"{checkout}.{kind}{suffix}", "variant", "", k.functions, k.model, ENGINE_SHAPES[k.stage],
-                   window_scorer=scorer, engine=EngineEntry(checkout, kind, switches), exact=k.exact)
-
-
 def _loaded(libraries: list[EngineLibrary], env: Mapping[str, str] | None) -> Attached:
     """Each library's variants that run on the card it was built for (a top-k follows the checkout's scorer
     in a window, where it has one)."""
@@ -49,7 +39,7 @@ def _loaded(libraries: list[EngineLibrary], env: Mapping[str, str] | None) -> At
     provenance = []
     for lib in libraries:
         here = engine_variants(lib, lib.arch, env)
-        given = [engine_variant(lib.name, kind) for kind in here]
+        given = [engine_variant(lib.name, kind, lib.arch) for kind in here]
         if ENGINE_SCORER not in here:  # nothing to follow in a window
             given = [dataclasses.replace(v, window_scorer=None) for v in given]
         variants += given
@@ -69,13 +59,17 @@ def engine_specs(specs: tuple[str | EngineSpec, ...], env: Mapping[str, str] | N
     return parsed
 
 
-def check_engines(specs: tuple[str | EngineSpec, ...], env: Mapping[str, str] | None = None) -> None:
+def check_engines(specs: tuple[str | EngineSpec, ...], env: Mapping[str, str] | None = None,
+                  variants: Iterable[str] = ()) -> None:
     """Each checkout of ``specs`` as its build would find it, without building: the switches, the folder (a
-    ``PATH@REV``'s worktree, made and removed), its files and header (engine/checkout.py), and nvcc. An
+    ``PATH@REV``'s worktree, made and removed), its files and header (engine/checkout.py), the switched
+    variants of ``variants`` (names a run was given) against the switches its sources read, and nvcc. An
     EngineError naming the first problem: what a run reports before it says that no device can run them."""
+    reads = {}
     for spec in engine_specs(specs, env):
-        with open_engine(spec):
-            pass
+        with open_engine(spec) as checkout:
+            reads[checkout.name] = checkout.switches()
+    check_named(variants, reads)
     find_nvcc()
 
 

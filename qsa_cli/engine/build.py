@@ -17,7 +17,7 @@ from typing import Any
 from ..core.errors import EngineBuildError, EngineError
 from ..core.files import atomic_write
 from ..kernels import cache_dir
-from .checkout import HOST_FUNCTIONS, INCLUDE_DIR, SOURCE, EngineCheckout
+from .checkout import HOST_PATHS, INCLUDE_DIR, SOURCE, EngineCheckout
 
 SHIM = Path(__file__).resolve().parent.parent / "engine_shim.cu"
 # The engine's build of this file (spec section 8): nvcc's defaults otherwise (fmad on, no ftz).
@@ -70,8 +70,13 @@ def engine_cache_dir() -> Path:
     return cache_dir() / "engines"
 
 
-def _shim_defines(functions: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(f"-DQSA_SHIM_HAS_{name.upper()}={int(name in functions)}" for name in HOST_FUNCTIONS)
+def shim_macro(path: str) -> str:
+    """The shim's switch for a host path: qsa_block_scores.decode_dx -> QSA_SHIM_HAS_QSA_BLOCK_SCORES_DECODE_DX."""
+    return "QSA_SHIM_HAS_" + path.upper().replace(".", "_")
+
+
+def _shim_defines(declared: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f"-D{shim_macro(path)}={int(path in declared)}" for path in HOST_PATHS)
 
 
 def build_engine(checkout: EngineCheckout, arch: int, nvcc: Path | None = None) -> EngineBuild:
@@ -103,6 +108,7 @@ def build_engine(checkout: EngineCheckout, arch: int, nvcc: Path | None = None) 
         "arch": f"sm_{arch}",
         "flags": list(flags),
         "functions": list(functions),
+        "switches": list(checkout.switches()),
         "cache_key": key,
     }
     digest = _cached_digest(library, record)
@@ -112,7 +118,8 @@ def build_engine(checkout: EngineCheckout, arch: int, nvcc: Path | None = None) 
         try:
             with atomic_write(record) as fh:
                 json.dump({"key": key, "library_sha256": digest, "sources": sources, "nvcc": version,
-                           "flags": list(flags)}, fh, indent=1)
+                           "flags": list(flags), "functions": list(functions),
+                           "switches": provenance["switches"]}, fh, indent=1)
         except OSError as exc:
             raise EngineError(f"cannot write {record} ({exc}): set QSA_CACHE_DIR to a writable folder") from None
     provenance["library_sha256"] = digest

@@ -19,7 +19,30 @@ ENGINE_FILES = (SOURCE, HEADER, "include/strata/kernels/qsa.hpp", "include/strat
 INCLUDE_DIR = "include"
 
 HOST_FUNCTIONS = ("qsa_block_scores", "qsa_block_topk", "qsa_block_topk_cluster", "qsa_topk_split_bytes",
-                  "qsa_block_topk_split", "qsa_block_topk_ref")
+                  "qsa_block_topk_split", "qsa_block_topk_ref", "qsa_block_scores_tc", "qsa_topk_multi_scratch_ints")
+
+
+@dataclass(frozen=True)
+class HostParameter:
+    """An optional parameter of a host function that opens a path of its own (a newer generation's): at
+    ``position`` in the declaration's parameter list (from 0), of ``type`` (spaces and ``std::`` dropped)."""
+
+    function: str
+    position: int
+    type: str
+    name: str
+
+    @property
+    def path(self) -> str:
+        """What a checkout that declares it is said to declare: ``function.name``."""
+        return f"{self.function}.{self.name}"
+
+
+# The optional parameters qsa drives (spec section 8): the shim passes each explicitly, so each must sit where
+# qsa's wrapper puts it, after the active block count.
+HOST_PARAMETERS = {p.path: p for p in (HostParameter("qsa_block_scores", 10, "bool", "decode_dx"),
+                                       HostParameter("qsa_block_topk", 9, "int32_t*", "multi_scratch"))}
+HOST_PATHS = (*HOST_FUNCTIONS, *HOST_PARAMETERS)  # what a checkout may declare: functions, then parameters
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
@@ -27,6 +50,9 @@ _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _NOT_CODE = re.compile(r"//[^\n]*|/\*.*?(?:\*/|\Z)|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'"
                        r"|^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", re.DOTALL | re.MULTILINE)
 _PAIRS = {")": "(", "}": "{", "]": "["}
+# comments and literals, one token each (a "//" inside a literal opens no comment); group 1: a literal's text
+_TOKENS = re.compile(r"//[^\n]*|/\*.*?(?:\*/|\Z)|\"((?:\\.|[^\"\\\n])*)\"|'(?:\\.|[^'\\\n])*'", re.DOTALL)
+SWITCH_NAME = re.compile(r"STRATA_[A-Z0-9_]+")
 
 
 def header_problem(text: str) -> str | None:
@@ -61,10 +87,52 @@ def header_problem(text: str) -> str | None:
     return None
 
 
+def _parameters(code: str, opening: int) -> list[str]:
+    """The parameters of the list whose "(" is at ``opening`` in ``code`` (comments blanked), split at its
+    top-level commas; [] when the list does not close."""
+    depth, start, found = 0, opening + 1, []
+    for i in range(opening, len(code)):
+        char = code[i]
+        if char in "(<[{":
+            depth += 1
+        elif char in ")>]}":
+            depth -= 1
+            if depth == 0:
+                return [*found, code[start:i]] if code[start:i].strip() or found else found
+        elif char == "," and depth == 1:
+            found.append(code[start:i])
+            start = i + 1
+    return []
+
+
+def _typed_name(parameter: str) -> tuple[str, str]:
+    """(type, name) of one parameter's text: its default dropped, the type without spaces or ``std::``."""
+    declared = parameter.split("=", 1)[0].strip()
+    m = re.search(r"([A-Za-z_]\w*)\s*$", declared)
+    if m is None:
+        return "".join(declared.split()), ""
+    kind = declared[:m.start()].replace("std::", "")
+    return "".join(kind.split()), m.group(1)
+
+
 def declared_in(header: str) -> tuple[str, ...]:
-    """The host functions (of HOST_FUNCTIONS) that the text of a qsa_select.hpp declares outside comments."""
-    text = _COMMENT.sub(" ", header)
-    return tuple(name for name in HOST_FUNCTIONS if re.search(rf"\b{name}\s*\(", text))
+    """The host paths (of HOST_PATHS) that the text of a qsa_select.hpp declares outside comments: each host
+    function, and each optional parameter its first declaration has at qsa's position with qsa's type."""
+    code = _COMMENT.sub(" ", header)
+    lists: dict[str, list[str]] = {}
+    for name in HOST_FUNCTIONS:
+        m = re.search(rf"\b{name}\s*\(", code)
+        if m is not None:
+            lists[name] = _parameters(code, m.end() - 1)
+    declared = [p.path for p in HOST_PARAMETERS.values() if p.function in lists and len(lists[p.function]) > p.position
+                and _typed_name(lists[p.function][p.position]) == (p.type, p.name)]
+    return (*lists, *declared)
+
+
+def switches_read(text: str) -> set[str]:
+    """The ``STRATA_*`` names that a source's string literals spell whole (``getenv("STRATA_X")``, a helper's
+    ``env_flag("STRATA_X")``): its comments and a literal that only mentions one in a sentence do not count."""
+    return {m.group(1) for m in _TOKENS.finditer(text) if m.group(1) and SWITCH_NAME.fullmatch(m.group(1))}
 
 
 class EngineCheckout:
@@ -94,8 +162,15 @@ class EngineCheckout:
         self.revision = revision
 
     def declared_functions(self) -> tuple[str, ...]:
-        """The host functions (of HOST_FUNCTIONS) that the checkout's qsa_select.hpp declares outside comments."""
+        """The host paths (of HOST_PATHS: functions, then optional parameters) that the checkout's qsa_select.hpp
+        declares outside comments."""
         return declared_in(self._header)
+
+    def switches(self) -> tuple[str, ...]:
+        """The ``STRATA_*`` switches the build's files read (``switches_read``), sorted: those a variant
+        ``NAME.KIND[K=V]`` of this checkout may set."""
+        return tuple(sorted(set().union(*(switches_read(path.read_text(errors="replace"))
+                                          for path in self.build_files().values()))))
 
     def build_files(self) -> dict[str, Path]:
         """Every file the build reads that the checkout provides, by its path in the checkout: the four files

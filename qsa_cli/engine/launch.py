@@ -15,16 +15,20 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import EngineError, EngineRefused, GeometryError
-from ..core.geometry import IDX_DIM, IDX_HEADS, MAX_QUERIES, SELECT_CAP
+from ..core.geometry import IDX_DIM, IDX_HEADS, MAX_QUERIES, SELECT_CAP, blocks_read
 from ..core.integrity import Allocator, PlainAllocator
-from ..inputs import ScorerInputs
+from ..inputs import ID_POISON, ScorerInputs
 from ..launch.shape import ScorerShape, TopkShape
 from ..launch.topk import TopkLaunch, check_arrays
 from .domains import variant_refusal
-from .kinds import EngineEntry, engine_kinds
+from .kinds import ENGINE_KINDS, EngineEntry, engine_kinds
 from .library import EngineLibrary
 
 NO_ACTIVE_COUNT = -1  # the engine's "no active block count": a decode call
+DECODE_SCORERS = ("scores", "scores-dx")  # the kinds of qsa_block_scores's decode paths: at most 8 queries
+# each scorer kind's host path (engine/library.py's wrappers)
+SCORER_PATHS = {"scores": "qsa_block_scores", "scores-ref": "qsa_block_scores",
+                "scores-dx": "qsa_block_scores.decode_dx", "scores-tc": "qsa_block_scores_tc"}
 
 
 def _require_runs(lib: EngineLibrary, variant: str, nq: int) -> None:
@@ -66,16 +70,19 @@ class EngineCall:
 
 
 def engine_scorer_launcher(lib: EngineLibrary, variant: str, dev: ScorerInputs, out: Any) -> Callable[[], None]:
-    """A closure calling ``lib``'s qsa_block_scores on ``dev`` (cupy arrays) into ``out`` (float32
+    """A closure calling ``lib``'s scorer ``variant`` on ``dev`` (cupy arrays) into ``out`` (float32
     [nq, max_blocks], poisoned by the caller).
 
-    "scores": no active count (-1), the engine's decode scorer, at most 8 queries; "scores-ref": an active
-    count of max_blocks, its per-block reference kernel over every block.
+    "scores": qsa_block_scores with no active count (-1), the engine's decode scorer, at most 8 queries;
+    "scores-dx": the same with decode_dx = true (the shuffle-free decode scorer where STRATA_SCORES_DX lets
+    it); "scores-ref": an active count of max_blocks, its per-block reference kernel over every block;
+    "scores-tc": qsa_block_scores_tc with the call's largest n_bid + 1 as its active count, as the engine's
+    prompt path passes it (read from ``dev.steps`` here, before any launch).
     """
     if variant not in engine_kinds("scores"):
         raise ValueError(f"unknown engine scorer variant {variant!r} (expected one of {', '.join(engine_kinds('scores'))})")
     nq, mb = dev.nq, dev.max_blocks
-    if variant == "scores" and nq > MAX_QUERIES:
+    if variant in DECODE_SCORERS and nq > MAX_QUERIES:
         raise GeometryError(f"the engine's decode scorer takes at most {MAX_QUERIES} queries (got {nq})")
     for name, a, shape, dtype in (("pooled", dev.pooled, (mb, IDX_DIM), np.float32),
                                   ("dead", dev.dead, (IDX_DIM,), np.float32),
@@ -86,8 +93,8 @@ def engine_scorer_launcher(lib: EngineLibrary, variant: str, dev: ScorerInputs, 
     _require_runs(lib, variant, nq)
     arrays = (dev.pooled, dev.dead, dev.q, dev.steps, out)
     pointers = tuple(a.data.ptr for a in arrays)
-    active = NO_ACTIVE_COUNT if variant == "scores" else mb
-    return EngineCall(lib, "qsa_block_scores", (*pointers[:4], nq, mb, pointers[4]), (active,), arrays)
+    active = {"scores-ref": mb, "scores-tc": blocks_read(dev.steps)}.get(variant, NO_ACTIVE_COUNT)
+    return EngineCall(lib, SCORER_PATHS[variant], (*pointers[:4], nq, mb, pointers[4]), (active,), arrays)
 
 
 def engine_topk_launcher(lib: EngineLibrary, variant: str, scores: Any, steps: Any, ids: Any, active_blocks: int = 0,
@@ -98,7 +105,10 @@ def engine_topk_launcher(lib: EngineLibrary, variant: str, scores: Any, steps: A
     "topk": qsa_block_topk, what the engine dispatches (passing ``active_blocks``, a prompt call's count;
     0, a decode call, passes none); "topk-ref", "topk-split", "topk-cluster": those functions alone. The
     split's scratch, ``qsa_topk_split_bytes(nq)`` bytes, is taken zeroed from ``scratch`` (default: a plain
-    CuPy array) once; every call leaves it zero. EngineRefused when the variant is outside its domain here.
+    CuPy array) once; every call leaves it zero. "topk-multi": qsa_block_topk of a decode call with a
+    multi_scratch of ``qsa_topk_multi_scratch_ints(nq)`` int32s, taken from ``scratch`` once and filled with
+    the id poison (the engine promises it needs no initial value: this holds it to that). EngineRefused when
+    the variant is outside its domain here.
     """
     if variant not in engine_kinds("topk"):
         raise ValueError(f"unknown engine top-k variant {variant!r} (expected one of {', '.join(engine_kinds('topk'))})")
@@ -108,13 +118,25 @@ def engine_topk_launcher(lib: EngineLibrary, variant: str, scores: Any, steps: A
     head = (scores.data.ptr, steps.data.ptr, nq, mb, SELECT_CAP, ids.data.ptr)
     if variant == "topk":
         return TopkLaunch((EngineCall(lib, "qsa_block_topk", head, (active_blocks or NO_ACTIVE_COUNT,), arrays),))
-    if variant != "topk-split":
+    if variant in ("topk-ref", "topk-cluster"):
         function = "qsa_block_topk_ref" if variant == "topk-ref" else "qsa_block_topk_cluster"
         return TopkLaunch((EngineCall(lib, function, head, (), arrays),))
     if scratch is None:
         import cupy
 
         scratch = PlainAllocator(cupy)
+    if active_blocks and ENGINE_KINDS[variant].decode_only:
+        raise EngineRefused(f"{lib.name}: {variant} serves decode calls (no active count); this is a prompt call of "
+                            f"{active_blocks} active blocks")
+    if variant == "topk-multi":
+        ints = lib.multi_scratch_ints(nq)
+        if ints <= 0:
+            raise EngineRefused(f"{lib.name}: qsa_topk_multi_scratch_ints({nq}) is {ints}: "
+                                "the build has no multi-CTA path")
+        multi = scratch.zeros(f"{lib.name} multi scratch", (ints,), np.int32)
+        multi.fill(ID_POISON)
+        call = EngineCall(lib, "qsa_block_topk.multi_scratch", head, (NO_ACTIVE_COUNT, multi.data.ptr), (*arrays, multi))
+        return TopkLaunch((call,))
     buffer = scratch.zeros(f"{lib.name} split scratch", (lib.split_bytes(nq),), np.uint8)
     call = EngineCall(lib, "qsa_block_topk_split", (*head, buffer.data.ptr), (), (*arrays, buffer))
     return TopkLaunch((call,), accumulators=(buffer,))

@@ -22,6 +22,10 @@ _SIGNATURES: dict[str, tuple[Any, ...]] = {
     "qsa_topk_split_bytes": (_I, ctypes.POINTER(ctypes.c_uint64)),  # nq, the bytes out
     "qsa_block_topk_split": (_P, _P, _I, _I, _I, _P, _P, _P),  # scores steps nq mb cap ids scratch stream
     "qsa_block_topk_ref": (_P, _P, _I, _I, _I, _P, _P),  # scores steps nq mb cap ids stream
+    "qsa_block_scores_tc": (_P, _P, _P, _P, _I, _I, _P, _P, _I),  # pooled dead q steps nq mb scores stream active
+    "qsa_topk_multi_scratch_ints": (_I, ctypes.POINTER(ctypes.c_int64)),  # nq, the ints out
+    "qsa_block_scores.decode_dx": (_P, _P, _P, _P, _I, _I, _P, _P, _I),  # as qsa_block_scores (decode_dx = true)
+    "qsa_block_topk.multi_scratch": (_P, _P, _I, _I, _I, _P, _P, _I, _P),  # as qsa_block_topk, then the scratch
 }
 # The shim's own functions: (arguments, result)
 _SHIM_FUNCTIONS: dict[str, tuple[tuple[Any, ...], Any]] = {
@@ -35,9 +39,10 @@ _SHIM_FUNCTIONS: dict[str, tuple[tuple[Any, ...], Any]] = {
 INDEX_SHAPES = (IDX_HEADS, IDX_DIM, BLOCK_CELLS, TOP_K)  # qsa_real_shapes()'s idx_n_head, idx_dim, idx_block, idx_top_k
 
 
-def shim_symbol(function: str) -> str:
-    """The shim's wrapper of a host function: qsa_block_scores -> qsa_shim_block_scores."""
-    return "qsa_shim_" + function.removeprefix("qsa_")
+def shim_symbol(path: str) -> str:
+    """The shim's wrapper of a host path: qsa_block_scores -> qsa_shim_block_scores, qsa_block_scores.decode_dx
+    -> qsa_shim_block_scores_decode_dx."""
+    return "qsa_shim_" + path.removeprefix("qsa_").replace(".", "_")
 
 
 class EngineLibrary:
@@ -48,6 +53,7 @@ class EngineLibrary:
         self.name = build.name
         self.arch = build.arch
         self.provenance = build.provenance
+        self.switches = tuple(build.provenance["switches"])  # the STRATA_* switches its sources read
         try:
             self._dll = ctypes.CDLL(str(build.library))
         except OSError as exc:
@@ -74,6 +80,12 @@ class EngineLibrary:
     def split_bytes(self, nq: int) -> int:
         out = ctypes.c_uint64()
         self._checked("qsa_topk_split_bytes", self._wrappers["qsa_topk_split_bytes"](nq, ctypes.byref(out)))
+        return int(out.value)
+
+    def multi_scratch_ints(self, nq: int) -> int:
+        out = ctypes.c_int64()
+        self._checked("qsa_topk_multi_scratch_ints",
+                      self._wrappers["qsa_topk_multi_scratch_ints"](nq, ctypes.byref(out)))
         return int(out.value)
 
     def _checked(self, function: str, result: int) -> int:

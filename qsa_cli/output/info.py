@@ -97,13 +97,16 @@ def info_blocks(info: InfoReport) -> list[Block]:
         blocks.append(cards)
     for e in info.engines:
         where = e["path"] + (f" at {e['revision']}" if e["revision"] else "")
-        lacks = f"; it lacks {', '.join(e['lacks'])}" if e["lacks"] else ""
+        lacks = f"; it lacks {', '.join(e['lacks'])} (no variant of theirs)" if e["lacks"] else ""
         blocks.append(Prose(f"Engine checkout {e['name']} ({where}): its qsa_select.hpp declares "
-                            f"{', '.join(e['functions'])}{lacks}; nvcc to build it: {e['nvcc'] or 'none found'}."))
-        variants = Sheet(f"Engine checkout {e['name']}: its variants on each card", (
-            Column("card", bare=True), Column("variants")))
+                            f"{', '.join(e['functions'])}{lacks}; its sources read the switches "
+                            f"{', '.join(e['switches']) or 'none'}; nvcc to build it: {e['nvcc'] or 'none found'}."))
+        variants = Sheet(f"Engine checkout {e['name']}: its variants on each card (a child process runs one under "
+                         "the switches after it)", (Column("card", bare=True), Column("variants")))
         for card, names in e["variants"].items():
-            variants.add(card, ", ".join(names) or "none")
+            implied = e["implies"].get(card, {})
+            variants.add(card, ", ".join(f"{n} ({', '.join(implied[n])})" if n in implied else n for n in names)
+                         or "none")
         blocks.append(variants)
     switches = ", ".join(f"{k}={v}" for k, v in info.switches.items())
     blocks.append(Prose(f"Switches set: {switches or 'none'}."))
@@ -126,8 +129,10 @@ def info_csv(info: InfoReport) -> str:
               for kind, d in kinds.items() for stage, why in d["reasons"].items()]
     for e in info.engines:
         lines += [("engine", e["name"], f, e[f]) for f in ("path", "revision", "nvcc")]
-        lines += [("engine", e["name"], f, " ".join(e[f])) for f in ("functions", "lacks")]
+        lines += [("engine", e["name"], f, " ".join(e[f])) for f in ("functions", "lacks", "switches")]
         lines += [("engine", e["name"], f"variants {card}", " ".join(names)) for card, names in e["variants"].items()]
+        lines += [("engine", e["name"], f"implies {card} {name}", " ".join(kv)) for card, implied in e["implies"].items()
+                  for name, kv in implied.items()]
     lines += [("switch", name, "value", value) for name, value in info.switches.items()]
     lines += [("note", "", "", note) for note in info.notes]
     return csv_text(("section", "item", "field", "value"), lines)

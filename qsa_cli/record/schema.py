@@ -205,7 +205,8 @@ class EngineProvenance(TypedDict, total=False):
     nvcc: str
     arch: str
     flags: list[str]
-    functions: list[str]
+    functions: list[str]  # the host paths its header declares: functions, then parameters (function.parameter)
+    switches: list[str]  # the STRATA_* switches its sources read
     cache_key: str
     library_sha256: str
     variants: list[str]  # the variants it gave this run
@@ -501,6 +502,8 @@ class EngineDeclared(TypedDict):
     lacks: list[str]  # those it does not
     variants: dict[str, list[str]]  # "sm_XX" -> its variants that card would run
     nvcc: str | None  # the release line of the nvcc a build would use; None: none found
+    switches: list[str]  # the STRATA_* switches its sources read: those its variants may set
+    implies: dict[str, dict[str, list[str]]]  # "sm_XX" -> a variant there -> the switches it runs under ("K=V")
 
 
 @dataclass

@@ -15,8 +15,8 @@ from ..device import probe
 from ..dispatch import ENV_PDL, dispatch, programmatic_launches, read_switches
 from ..engine.attach import engine_specs
 from ..engine.build import find_nvcc, nvcc_release, nvcc_version
-from ..engine.checkout import HOST_FUNCTIONS, open_engine
-from ..engine.domains import ENGINE_SWITCHES, engine_variants
+from ..engine.checkout import HOST_PATHS, open_engine
+from ..engine.domains import ENGINE_SWITCHES, engine_variants, implied_switches
 from ..launch import topk_cluster
 from ..record.schema import CatalogEntry, EngineDeclared, InfoReport, KernelResources
 from ..session import Session, Settings, session
@@ -54,18 +54,22 @@ def _nvcc() -> str | None:
 
 def declared_engines(specs: tuple[str, ...]) -> list[EngineDeclared]:
     """Each checkout of ``specs`` read, not built (its files and header checked, engine/checkout.py): what its
-    header declares, and the variants that gives on each card under this process's switches."""
+    header declares and its sources' switches, and the variants that gives on each card under this process's
+    switches, with the switches each runs under there by its kind."""
     out = []
     nvcc = _nvcc() if specs else None
     for spec in engine_specs(specs):
         with open_engine(spec) as checkout:
             declared = _Declared(checkout.name, checkout.declared_functions())
+            kinds = {f"sm_{cc}": (cc, engine_variants(declared, cc, os.environ)) for cc in ARCHITECTURES}
             out.append(EngineDeclared(
                 name=checkout.name, path=str(checkout.origin), revision=checkout.revision,
-                functions=list(declared.functions), lacks=[f for f in HOST_FUNCTIONS if f not in declared.functions],
-                variants={f"sm_{cc}": [f"{checkout.name}.{kind}" for kind in engine_variants(declared, cc, os.environ)]
-                          for cc in ARCHITECTURES},
-                nvcc=nvcc))
+                functions=list(declared.functions), lacks=[f for f in HOST_PATHS if f not in declared.functions],
+                variants={card: [f"{checkout.name}.{kind}" for kind in here] for card, (_, here) in kinds.items()},
+                nvcc=nvcc, switches=list(checkout.switches()),
+                implies={card: {f"{checkout.name}.{kind}": [f"{k}={v}" for k, v in implied.items()] for kind in here
+                                if (implied := implied_switches(kind, cc, os.environ))}
+                         for card, (cc, here) in kinds.items()}))
     return out
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..catalog import STAGES
 from ..core.progress import Progress, no_progress
+from ..engine.kinds import ENGINE_KINDS
 from ..inputs import SCORE_SETS
 from ..sanitize import Children, matrix, sanitize
 from ..session import Session
@@ -26,12 +27,17 @@ def sanitize_run(s: Session, tools: tuple[str, ...], chosen: tuple[str, ...] | N
     variants = sanitize_variants(s)
     if chosen is not None:
         variants = {stage: tuple(v for v in names if v in chosen) for stage, names in variants.items()}
-    cases = matrix(variants, SCORE_SETS, s.settings.seed, quick=quick)
+    engine = {name: v.engine for stage, names in variants.items() for name in names
+              if (v := s.catalog.get(stage, name)).engine is not None}
+    # an engine path for decode calls only has no prompt case (its launcher refuses one)
+    cases = [c for c in matrix(variants, SCORE_SETS, s.settings.seed, quick=quick)
+             if not (c.kind == "prompt" and c.variant in engine and ENGINE_KINDS[engine[c.variant].kind].decode_only)]
     s.record_settings(sanitizer=str(sanitizer), tools=list(tools), quick=quick)
     start = len(s.record.sanitizer)
 
     def kept(rows: list[Any]) -> None:  # the rows so far: what an interrupted run's record keeps
         s.record.sanitizer[start:] = rows
 
+    switched = {name: entry.switches for name, entry in engine.items() if entry.switches}
     sanitize(cases, tools, known, sanitizer, s.catalog.kernel_folder, kept, jobs, s.settings.device_id, progress,
-             s.settings.engines, children)
+             s.settings.engines, switched, children)
