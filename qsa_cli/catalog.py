@@ -64,6 +64,7 @@ class Variant:
     window_scorer: str | None = None  # a top-k variant: the scorer it follows in window-bench's graph
     folder: Path | None = None  # a folder of qsa's kernel sources other than the run's (a compare side's)
     engine: EngineEntry | None = None  # an engine checkout's variant (an engine launch shape)
+    exact: bool = True  # its bits must be its model's; False: a declared approximation (an adapter's entry)
 
     @property
     def qsa_own(self) -> bool:

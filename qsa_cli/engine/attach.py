@@ -14,6 +14,8 @@ from typing import Any
 
 from ..catalog import Variant
 from ..core.errors import EngineError
+from .adapter import MODELS, adapter_source, check_adapter_file
+from .adapter_launch import ADAPTER_SHAPES
 from .build import EngineBuild, build_engine, find_nvcc
 from .checkout import EngineSpec, open_engine, parse_engine_spec
 from .domains import check_engine_environment, engine_variants
@@ -42,9 +44,18 @@ def engine_variant(checkout: str, kind: str, switches: tuple[tuple[str, str], ..
                    window_scorer=scorer, engine=EngineEntry(checkout, kind, switches))
 
 
+def adapter_variants(lib: EngineLibrary, kinds: tuple[str, ...]) -> list[Variant]:
+    """The variants ``NAME.ENTRY`` of ``lib``'s adapter entries (engine/adapter.py), beside the checkout's
+    ``kinds`` here: a top-k follows the scorer its entry names in a window where the checkout has it."""
+    scorers = {*kinds, *(e.name for e in lib.adapter.values() if e.stage == "scores")}
+    return [Variant(e.stage, f"{lib.name}.{e.name}", "variant", "", (e.name,), MODELS[e.stage], ADAPTER_SHAPES[e.stage],
+                    window_scorer=f"{lib.name}.{e.window_scorer}" if e.window_scorer in scorers else None,
+                    engine=EngineEntry(lib.name, e.name), exact=e.exact) for e in lib.adapter.values()]
+
+
 def _loaded(libraries: list[EngineLibrary], env: Mapping[str, str] | None) -> Attached:
     """Each library's variants that run on the card it was built for (a top-k follows the checkout's scorer
-    in a window, where it has one)."""
+    in a window, where it has one), its adapter's after them."""
     variants: list[Variant] = []
     provenance = []
     for lib in libraries:
@@ -52,8 +63,12 @@ def _loaded(libraries: list[EngineLibrary], env: Mapping[str, str] | None) -> At
         given = [engine_variant(lib.name, kind) for kind in here]
         if ENGINE_SCORER not in here:  # nothing to follow in a window
             given = [dataclasses.replace(v, window_scorer=None) for v in given]
+        given += adapter_variants(lib, here)
         variants += given
-        provenance.append({**lib.provenance, "variants": [v.name for v in given]})
+        built = {**lib.provenance, "variants": [v.name for v in given]}
+        if lib.adapter:
+            built["adapter"] = {**lib.provenance["adapter"], "entries": [e.record() for e in lib.adapter.values()]}
+        provenance.append(built)
     return Attached({lib.name: lib for lib in libraries}, tuple(variants), provenance)
 
 
@@ -69,27 +84,41 @@ def engine_specs(specs: tuple[str | EngineSpec, ...], env: Mapping[str, str] | N
     return parsed
 
 
-def check_engines(specs: tuple[str | EngineSpec, ...], env: Mapping[str, str] | None = None) -> None:
+def check_engines(specs: tuple[str | EngineSpec, ...], env: Mapping[str, str] | None = None,
+                  adapter: Path | None = None) -> None:
     """Each checkout of ``specs`` as its build would find it, without building: the switches, the folder (a
-    ``PATH@REV``'s worktree, made and removed), its files and header (engine/checkout.py), and nvcc. An
-    EngineError naming the first problem: what a run reports before it says that no device can run them."""
+    ``PATH@REV``'s worktree, made and removed), its files and header (engine/checkout.py), its adapter
+    (``adapter``, else its own), and nvcc. An EngineError naming the first problem: what a run reports before
+    it says that no device can run them."""
+    require_checkout_for(adapter, specs)
     for spec in engine_specs(specs, env):
-        with open_engine(spec):
-            pass
+        with open_engine(spec) as checkout:
+            adapter_source(checkout, adapter)
     find_nvcc()
+
+
+def require_checkout_for(adapter: Path | None, specs: tuple[str | EngineSpec, ...]) -> None:
+    """An EngineError when ``adapter`` (``--adapter``) is given with no checkout to build it with."""
+    if adapter is not None and not specs:
+        check_adapter_file(adapter)
+        raise EngineError(f"--adapter {adapter}: an adapter adds variants to an engine checkout: name one with "
+                          "--engine")
 
 
 @contextlib.contextmanager
 def attached(specs: tuple[str | EngineSpec, ...], compute_capability: int,
-             env: Mapping[str, str] | None = None) -> Iterator[Attached]:
-    """Each checkout of ``specs`` (``[NAME=]PATH[@REV]``) built for this card and loaded, with its variants
-    that the checkout and the card run (under the switches of ``env``, default this process's), for the
-    block's length (a ``PATH@REV`` checkout lives in a temporary worktree until then)."""
+             env: Mapping[str, str] | None = None, adapter: Path | None = None) -> Iterator[Attached]:
+    """Each checkout of ``specs`` (``[NAME=]PATH[@REV]``) built for this card, with ``adapter`` (else the
+    checkout's own, engine/adapter.py), and loaded, with its variants that the checkout and the card run
+    (under the switches of ``env``, default this process's) and its adapter's, for the block's length (a
+    ``PATH@REV`` checkout lives in a temporary worktree until then)."""
+    require_checkout_for(adapter, specs)
     with contextlib.ExitStack() as stack:
         libraries = []
         for spec in engine_specs(specs, env):
             checkout = stack.enter_context(open_engine(spec))
-            libraries.append(load_engine(build_engine(checkout, compute_capability)))
+            build = build_engine(checkout, compute_capability, adapter=adapter_source(checkout, adapter))
+            libraries.append(load_engine(build))
         yield _loaded(libraries, env)
 
 
