@@ -59,20 +59,22 @@ class AdapterEntry:
                 "window_scorer": self.window_scorer}
 
 
-def check_adapter_file(path: Path) -> Path:
-    """``path`` resolved, as a readable ``.cu`` file of UTF-8 text; an EngineError (one line) saying why not."""
+def check_adapter_file(path: Path, what: str = "adapter") -> Path:
+    """``path`` resolved, as a readable ``.cu`` file of UTF-8 text; an EngineError (one line, the file named
+    as ``what`` names it) saying why not."""
+    named = f"{what} {path}"
     if not path.exists():
-        raise EngineError(f"adapter {path}: no such file")
+        raise EngineError(f"{named}: no such file")
     if not path.is_file():
-        raise EngineError(f"adapter {path}: not a file")
+        raise EngineError(f"{named}: not a file")
     if path.suffix != ".cu":
-        raise EngineError(f"adapter {path}: not a .cu file (nvcc compiles it as CUDA by its suffix)")
+        raise EngineError(f"{named}: not a .cu file (nvcc compiles it as CUDA by its suffix)")
     try:
         path.read_bytes().decode("utf-8")
     except OSError as exc:
-        raise EngineError(f"adapter {path}: cannot read it ({exc.strerror or exc})") from None
+        raise EngineError(f"{named}: cannot read it ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:
-        raise EngineError(f"adapter {path}: not UTF-8 text (byte {exc.start})") from None
+        raise EngineError(f"{named}: not UTF-8 text (byte {exc.start})") from None
     return path.resolve()
 
 

@@ -32,4 +32,4 @@ def sanitize_run(s: Session, tools: tuple[str, ...], chosen: tuple[str, ...] | N
         s.record.sanitizer[start:] = rows
 
     sanitize(cases, tools, known, sanitizer, s.catalog.kernel_folder, kept, jobs, s.settings.device_id, progress,
-             s.settings.engines)
+             s.settings.engines, s.settings.adapter)
