@@ -194,7 +194,8 @@ def session(
         s.record_settings(l2=settings.l2, warmup=settings.warmup)
     if settings.kernels is not None:
         s.record_settings(kernels=str(catalog.kernel_folder))
-    if settings.engines or settings.adapter:  # a checkout's own problem first: what a device or the GPU would meet
+    # a checkout's own problem first: what a device or the GPU would meet (a compare's sides are checked as opened)
+    if settings.engines or (settings.adapter is not None and settings.sides is None):
         check_engines(settings.engines, adapter=settings.adapter)
     if not s.on_gpu:
         if settings.engines:
