@@ -1,6 +1,7 @@
 """The launch shapes of an adapter's variants (engine/adapter.py, qsa_adapter.h): closures that check their
-arrays and the card, then only call the adapter's function with the current CuPy stream, as the checkout's
-own launchers do (engine/launch.py), so a CUDA graph can capture them.
+arrays and the card, then only call the adapter's function with the current CuPy stream (an EngineCall of
+the variant's name, its stream the last argument), as the checkout's own launchers do (engine/launch.py), so
+a CUDA graph can capture them.
 
 CuPy is imported inside the functions that launch, never at import.
 """
@@ -8,7 +9,6 @@ CuPy is imported inside the functions that launch, never at import.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,29 +19,9 @@ from ..core.integrity import Allocator, PlainAllocator
 from ..inputs import ScorerInputs
 from ..launch.shape import ScorerShape, TopkShape
 from ..launch.topk import TopkLaunch, check_arrays
-from .adapter import SCORER, SCRATCH_BYTES, TOPK, AdapterEntry
-from .launch import require_built_for_device, require_scorer_arrays, require_switches
+from .adapter import SCRATCH_BYTES, AdapterEntry
+from .launch import EngineCall, require_built_for_device, require_scorer_arrays, require_switches
 from .library import EngineLibrary
-
-
-@dataclass(frozen=True, eq=False)
-class AdapterCall:
-    """One call of an adapter's function on the current CuPy stream (the stream is its last argument).
-
-    ``arrays`` holds every array whose address is among the arguments, so none is freed while the call
-    (or a graph that captured it) can still reach it.
-    """
-
-    lib: EngineLibrary
-    variant: str
-    function: Any  # a ctypes function of qsa_adapter.h
-    args: tuple[int, ...]
-    arrays: tuple[Any, ...]
-
-    def __call__(self) -> None:
-        import cupy
-
-        self.lib.launch_adapter(self.variant, self.function, *self.args, cupy.cuda.get_current_stream().ptr)
 
 
 def _entry(lib: EngineLibrary, variant: Any) -> AdapterEntry:
@@ -57,11 +37,10 @@ def adapter_scorer_launcher(lib: EngineLibrary, variant: Any, dev: ScorerInputs,
     [nq, max_blocks], poisoned by the caller)."""
     require_scorer_arrays(dev, out)
     require_built_for_device(lib)
-    entry = _entry(lib, variant)
+    _entry(lib, variant)
     arrays = (dev.pooled, dev.dead, dev.q, dev.steps, out)
     pointers = tuple(a.data.ptr for a in arrays)
-    return AdapterCall(lib, variant.name, SCORER(entry.function), (*pointers[:4], dev.nq, dev.max_blocks, pointers[4]),
-                       arrays)
+    return EngineCall(lib, variant.name, (*pointers[:4], dev.nq, dev.max_blocks, pointers[4]), (), arrays)
 
 
 def adapter_topk_launcher(lib: EngineLibrary, variant: Any, scores: Any, steps: Any, ids: Any, active_blocks: int = 0,
@@ -85,9 +64,8 @@ def adapter_topk_launcher(lib: EngineLibrary, variant: Any, scores: Any, steps: 
             scratch = PlainAllocator(cupy)
         buffer = scratch.zeros(f"{variant.name} scratch", (size,), np.uint8)
         arrays, scratch_pointer = (*arrays, buffer), buffer.data.ptr
-    call = AdapterCall(lib, variant.name, TOPK(entry.function),
-                       (scores.data.ptr, steps.data.ptr, nq, mb, SELECT_CAP, ids.data.ptr, scratch_pointer), arrays)
-    return TopkLaunch((call,))
+    head = (scores.data.ptr, steps.data.ptr, nq, mb, SELECT_CAP, ids.data.ptr, scratch_pointer)
+    return TopkLaunch((EngineCall(lib, variant.name, head, (), arrays),))
 
 
 class AdapterScorer(ScorerShape):

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..core.errors import EngineError, EngineRefused
 from ..core.geometry import BLOCK_CELLS, IDX_DIM, IDX_HEADS, TOP_K
-from .adapter import TABLE_SYMBOL, AdapterEntry, read_table
+from .adapter import SCORER, TABLE_SYMBOL, TOPK, AdapterEntry, read_table
 from .build import EngineBuild
 
 # The shim's results (engine_shim.cu), an adapter's too (qsa_adapter.h)
@@ -69,6 +69,9 @@ class EngineLibrary:
         adapter = build.provenance.get("adapter")
         self.adapter: dict[str, AdapterEntry] = {} if adapter is None else {
             e.name: e for e in read_table(self._table_address(adapter["path"]), adapter["path"])}
+        # each entry's function by its variant's name (a '.' in it: never a host function's)
+        self._adapter_functions = {f"{self.name}.{e.name}": (SCORER if e.stage == "scores" else TOPK)(e.function)
+                                   for e in self.adapter.values()}
 
     def _table_address(self, adapter: str) -> int:
         try:
@@ -94,8 +97,11 @@ class EngineLibrary:
         return result
 
     def launch(self, function: str, *args: Any) -> None:
-        """Call ``function`` through the shim: EngineError on an exception or a CUDA error it left,
-        EngineRefused when it returned false (it launched nothing)."""
+        """Call ``function`` through the shim (or an adapter's entry, by its variant's name): EngineError on an
+        exception or a CUDA error it left, EngineRefused when it returned false (it launched nothing)."""
+        if function in self._adapter_functions:
+            self._launch_adapter(function, *args)
+            return
         result = self._checked(function, self._wrappers[function](*args))
         self._no_cuda_error(function)
         if result == REFUSED:
@@ -110,10 +116,10 @@ class EngineLibrary:
             text = self._dll.qsa_shim_error_string(code).decode()
             raise EngineError(f"{self.name}: {function} left CUDA error {code} {name} ({text})")
 
-    def launch_adapter(self, variant: str, function: Any, *args: Any) -> None:
-        """Call an adapter's ``function`` (a ctypes function of qsa_adapter.h) of ``variant``: EngineError when
-        it failed or left a CUDA error, EngineRefused when it refused the call."""
-        result = function(*args)
+    def _launch_adapter(self, variant: str, *args: Any) -> None:
+        """Call the adapter's function of ``variant`` (qsa_adapter.h): EngineError when it failed or left a CUDA
+        error, EngineRefused when it refused the call."""
+        result = self._adapter_functions[variant](*args)
         self._no_cuda_error(variant)
         if result == REFUSED:
             raise EngineRefused(f"{variant} refused this call: it launched nothing (outside its domain)")
