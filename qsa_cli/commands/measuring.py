@@ -83,7 +83,8 @@ def open_session(opts: dict[str, Any], command: str, iters: Iters, config: Sweep
     settings = session.Settings(backend=opts["backend"], l2=opts["l2"], warmup=opts["warmup"],
                                 stopping=stopping_rule(opts), seed=opts["seed"],
                                 check_model=not opts["no_model"], device_id=opts["device_id"],
-                                engines=opts["engines"], adapter=opts["adapter"], variants=opts["variants"], baseline=opts["baseline"],
+                                engines=opts["engines"], adapter=opts["adapter"], variants=opts["variants"],
+                                baseline=opts["baseline"],
                                 candidate=opts["candidate"], kernels=opts["kernels"], sides=sides)
     if config is not None:
         settings = dataclasses.replace(settings, l2=config.l2, warmup=config.warmup, seed=config.seed,

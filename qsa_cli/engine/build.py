@@ -157,10 +157,8 @@ def _compile(checkout: EngineCheckout, nvcc: Path, flags: tuple[str, ...], libra
                               f"in {BUILD_TIMEOUT_S} s") from None
         if proc.returncode != 0 or not out.is_file():
             first = adapter.build_failure(proc.stdout + proc.stderr) if adapter else None
-            if first is not None:
-                raise EngineBuildError(f"{checkout.name}: {first}\n{' '.join(cmd)}\n{proc.stdout}{proc.stderr}".rstrip())
-            raise EngineBuildError(f"{checkout.name}: {checkout.path / SOURCE} with qsa's shim failed to compile for "
-                                   f"sm_{arch}:\n{' '.join(cmd)}\n{proc.stdout}{proc.stderr}".rstrip())
+            first = first or f"{checkout.path / SOURCE} with qsa's shim failed to compile for sm_{arch}:"
+            raise EngineBuildError(f"{checkout.name}: {first}\n{' '.join(cmd)}\n{proc.stdout}{proc.stderr}".rstrip())
         digest = _sha256(out.read_bytes())
         os.replace(out, library)
         return digest
