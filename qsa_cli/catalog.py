@@ -64,7 +64,7 @@ class Variant:
     window_scorer: str | None = None  # a top-k variant: the scorer it follows in window-bench's graph
     folder: Path | None = None  # a folder of qsa's kernel sources other than the run's (a compare side's)
     engine: EngineEntry | None = None  # an engine checkout's variant (an engine launch shape)
-    exact: bool = True  # False: declared not bitwise (a TF32 scorer), judged by measures (model/agreement.py)
+    exact: bool = True  # False: declared not bitwise (a TF32 scorer, an adapter's approximation), judged by measures
 
     @property
     def qsa_own(self) -> bool:

@@ -218,10 +218,11 @@ def judge(cases: list[SanitizeCase], tool: str, output: str, returncode: int, kn
 
 
 def child_command(sanitizer: Path, tool: str, cases: list[SanitizeCase], kernels: Path,
-                  engines: tuple[str, ...] = ()) -> list[str]:
+                  engines: tuple[str, ...] = (), adapter: Path | None = None) -> list[str]:
     """compute-sanitizer's ``tool`` over a child running ``cases``, its job (the cases, the run's kernels
-    folder and engine checkouts) its one argument."""
-    payload = json.dumps({"kernels": str(kernels), "engines": list(engines), "cases": [asdict(c) for c in cases]})
+    folder, engine checkouts and adapter) its one argument."""
+    payload = json.dumps({"kernels": str(kernels), "engines": list(engines), "adapter": adapter and str(adapter),
+                          "cases": [asdict(c) for c in cases]})
     flags = ["--racecheck-report", "all"] if tool == "racecheck" else []
     return [str(sanitizer), "--tool", tool, "--print-limit", "100", *flags,
             sys.executable, "-m", "qsa_cli.sanitize_child", payload]
@@ -309,13 +310,14 @@ def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownH
              kernels: Path, kept: Callable[[list[SanitizerRun]], None], jobs: int = 2, device_id: int = 0,
              progress: Callable[[int, int, str], None] = lambda done, total, msg: None,
              engines: tuple[str, ...] = (), switches: Mapping[str, tuple[tuple[str, str], ...]] | None = None,
-             children: Children | None = None) -> None:
+             children: Children | None = None, adapter: Path | None = None) -> None:
     """Every (case, tool) in its own child, ``jobs`` at a time; ``kept`` is given, each time a child ends, the
     rows of every child ended so far, in (case, tool) order. ``kernels``: the run's folder of kernel sources;
-    ``engines``: its engine checkouts, which each child attaches (their libraries come from the cache);
-    ``switches``: the engine's switches a variant runs under (engine/switches.py), set in its children. When
-    the run stops (Ctrl-C, SIGTERM, an error), the children running are ended and their rows never kept;
-    ``children``: where they are started, for a caller in another thread to stop them (``Children.stop``)."""
+    ``engines``: its engine checkouts, which each child attaches with ``adapter`` (their libraries come from
+    the cache); ``switches``: the engine's switches a variant runs under (engine/switches.py), set in its
+    children. When the run stops (Ctrl-C, SIGTERM, an error), the children running are ended and their rows
+    never kept; ``children``: where they are started, for a caller in another thread to stop them
+    (``Children.stop``)."""
     env = {**os.environ, ENV_LINEINFO: "1", "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", str(device_id)),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                         os.environ.get("PYTHONPATH")]))}
@@ -329,7 +331,7 @@ def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownH
     def one(i: int) -> list[SanitizerRun] | None:
         tool, group = work[i]
         try:
-            output, code, seconds = run_tool(child_command(sanitizer, tool, group, kernels, engines),
+            output, code, seconds = run_tool(child_command(sanitizer, tool, group, kernels, engines, adapter),
                                              {**env, **dict((switches or {}).get(group[0].variant, ()))},
                                              children=children)
         except ChildrenStopped:

@@ -50,7 +50,8 @@ def main(argv: list[str]) -> int:
 
     cupy.cuda.set_allocator(None)  # every array its own allocation: memcheck sees each one's bounds
     job = json.loads(argv[0])
-    with attached(tuple(job["engines"]), int(cupy.cuda.Device().compute_capability)) as engines:
+    adapter = Path(job["adapter"]) if job["adapter"] else None
+    with attached(tuple(job["engines"]), int(cupy.cuda.Device().compute_capability), adapter=adapter) as engines:
         catalog = qsa_catalog(Path(job["kernels"])).adding(engines.variants, engines.libraries)
         launcher = Launcher(catalog, read_switches())
         for i, case in enumerate(job["cases"]):

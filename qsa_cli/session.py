@@ -51,6 +51,7 @@ class Settings:
     check_model: bool = True
     device_id: int = 0
     engines: tuple[str, ...] = ()  # --engine [NAME=]PATH[@REV]: checkouts whose variants run beside qsa's
+    adapter: Path | None = None  # --adapter FILE.cu: built with each checkout, its entries their variants
     variants: tuple[str, ...] | None = None  # --variants: only these (each stage runs those of its own)
     baseline: str | None = None  # --baseline / --candidate: the "before" and "after" (default: the catalog's)
     candidate: str | None = None
@@ -236,9 +237,10 @@ def session(
         s.record_settings(timer=settings.timer)
     if settings.kernels is not None:
         s.record_settings(kernels=str(catalog.kernel_folder))
-    if settings.engines:  # a checkout's own problem first: it is what a device or the GPU backend would meet
+    # a checkout's own problem first: what a device or the GPU would meet (a compare's sides are checked as opened)
+    if settings.engines or (settings.adapter is not None and settings.sides is None):
         check_engines(settings.engines, variants=filter(None, (*(settings.variants or ()), settings.baseline,
-                                                               settings.candidate)))
+                                                               settings.candidate)), adapter=settings.adapter)
     if not s.on_gpu:
         if settings.engines:
             raise EngineError("--engine runs an engine checkout's kernels: it needs --backend gpu")
@@ -275,11 +277,11 @@ def _add_parts(s: Session, stack: contextlib.ExitStack) -> dict[str, str]:
     cc = s.card.compute_capability if s.card else 0
     engines: list[dict[str, Any]] = []
     if s.settings.engines:
-        found = stack.enter_context(attached(s.settings.engines, cc))
+        found = stack.enter_context(attached(s.settings.engines, cc, adapter=s.settings.adapter))
         s.catalog = s.catalog.adding(found.variants, found.libraries)
         engines += found.provenance
     if s.settings.sides:
-        sides = open_sides(stack, s.settings.sides, s.catalog, cc)
+        sides = open_sides(stack, s.settings.sides, s.catalog, cc, s.settings.adapter)
         s.catalog = s.catalog.adding(sides.variants, sides.libraries)
         engines += sides.engines
         s.record_settings(sides=sides.described)

@@ -63,10 +63,10 @@ class Sides:
 
 
 def open_sides(stack: contextlib.ExitStack, sides: tuple[SideSpec, SideSpec], catalog: Catalog,
-               compute_capability: int) -> Sides:
-    """Each side's variants: an engine checkout's built and loaded for the card, a kernels folder's as qsa's
-    own from it (``catalog.side``), each ``PATH@REV`` checked out into a temporary worktree until ``stack``
-    closes."""
+               compute_capability: int, adapter: Path | None = None) -> Sides:
+    """Each side's variants: an engine checkout's built and loaded for the card (with ``adapter``, else its
+    own, engine/adapter.py), a kernels folder's as qsa's own from it (``catalog.side``), each ``PATH@REV``
+    checked out into a temporary worktree until ``stack`` closes."""
     if sides[0].name == sides[1].name:
         raise SideError(f"both sides are named {sides[0].name!r}: name them BASE=PATH and CANDIDATE=PATH")
     described, engines, variants, libraries = [], [], [], {}
@@ -77,12 +77,14 @@ def open_sides(stack: contextlib.ExitStack, sides: tuple[SideSpec, SideSpec], ca
         kind, where = side_kind(path)
         described.append(side.describe(kind))
         if kind == "engine":
-            found = stack.enter_context(attached((f"{side.name}={where}",), compute_capability))
+            found = stack.enter_context(attached((f"{side.name}={where}",), compute_capability, adapter=adapter))
             engines += [{**p, "path": described[-1]["path"], "revision": side.revision} for p in found.provenance]
             variants += found.variants
             libraries.update(found.libraries)
         else:
             variants += catalog.side(side.name, where)
+    if adapter is not None and not engines:
+        raise SideError(f"--adapter {adapter}: neither side is an engine checkout to build it with")
     return Sides(described, engines, tuple(variants), libraries)
 
 

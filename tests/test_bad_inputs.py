@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_adapter import write_adapter
 from fake_engine import NEWER, SELECT_HPP, write_fake_engine
 from record_factory import seed_record
 
@@ -107,6 +108,14 @@ def _engine(header: Callable[[str], str] | None = lambda text: text, *, remove: 
             hpp.write_text(header(hpp.read_text()))
         if remove:
             (path / remove).unlink()
+    return write
+
+
+def _engine_with_adapter(data: bytes) -> Callable[[Path], None]:
+    """A fake engine checkout carrying its own adapter, qsa_adapter.cu, of these bytes."""
+    def write(path: Path) -> None:
+        write_fake_engine(path)
+        (path / "qsa_adapter.cu").write_bytes(data)
     return write
 
 
@@ -226,6 +235,12 @@ FILES: dict[str, Callable[[Path], None]] = {
     "engine-not-text": _engine(None),
     "engine-missing.yaml": _sweep("engine:\n  base: nowhere\n"),
     "limit-exact.yaml": _sweep("limits:\n  halve:\n    max_ulps: 8\n"),
+    "engine-bad-adapter": _engine_with_adapter(b"// mine\n\xff\xfe\n"),
+    # a user's adapters (tests/fake_adapter.py)
+    "adapter-good.cu": lambda path: write_adapter(path),
+    "adapter-not-text.cu": lambda path: path.write_bytes(b"// \xff\xfe\n"),
+    "adapter-dir.cu": lambda path: path.mkdir(),
+    "adapter.txt": lambda path: write_adapter(path),
     # output targets
     "dir": lambda path: path.mkdir(),
     # a copy of qsa's kernels whose scorer does not compile
@@ -442,6 +457,23 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("info", "--engine", "@engine-open-brace"), "engine-open-brace: include/strata/kernels/qsa_select.hpp: line 29"),
     (("info", "--engine", "@engine-no-functions"), "it declares none of qsa's host functions"),
     (("info", "--engine", "a=strata", "--engine", "a=strata2"), "two engine checkouts are named 'a'"),
+    # a user's adapter: its file checked as it is parsed, a checkout's own before anything is built
+    (("select-bench", *SMALL, "--engine", "@engine-good", "--adapter", "%none.cu"), "--adapter none.cu: no such file"),
+    (("topk-parity", *SMALL, "--engine", "@engine-good", "--adapter", "@adapter-dir.cu"),
+     "--adapter adapter-dir.cu: not a file"),
+    (("window-bench", *SMALL, "--engine", "@engine-good", "--adapter", "@adapter.txt"),
+     "--adapter adapter.txt: not a .cu file"),
+    (("info", "--engine", "@engine-good", "--adapter", "@adapter-not-text.cu"),
+     "--adapter adapter-not-text.cu: not UTF-8 text (byte 3)"),
+    (("selftest", "--engine", "@engine-good", "--adapter", "%none.cu"), "--adapter none.cu: no such file"),
+    (("select-bench", *SMALL, *CPU, "--adapter", "@adapter-good.cu"),
+     "an adapter adds variants to an engine checkout: name one with --engine"),
+    (("info", "--adapter", "@adapter-good.cu"), "an adapter adds variants to an engine checkout"),
+    (("sanitize", "--adapter", "@adapter-good.cu"), "an adapter adds variants to an engine checkout"),
+    (("sanitize", "--engine", "@engine-bad-adapter"), "engine-bad-adapter/qsa_adapter.cu: not UTF-8 text (byte 8)"),
+    (("select-bench", *SMALL, "--engine", "@engine-bad-adapter"), "qsa_adapter.cu: not UTF-8 text (byte 8)"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--adapter", "@adapter-good.cu"),
+     "--adapter adds variants to the run the gate makes; with --results it makes none"),
     (("STRATA_QSA_CLUSTER=banana", "info"), "STRATA_QSA_CLUSTER must be 0 or 1 (got 'banana')"),
     (("QSA_PDL=banana", "info"), "QSA_PDL must be 0 or 1 (got 'banana')"),
     (("PATH=/nonexistent", "CUDA_HOME=/nonexistent", "select-bench", *SMALL, "--engine", "@engine-good"),

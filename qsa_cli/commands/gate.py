@@ -55,6 +55,7 @@ def command(baseline_path: str, results_path: str | None, config_name: str, tole
     fmt = chosen_format(opts)
     if results_path:
         named = next((what for what, on in (("--json records", json_path), ("--engine adds variants to", engines),
+                                            ("--adapter adds variants to", opts["adapter"]),
                                             ("--kernels compiles the kernels of", given("kernels")),
                                             ("--config names the sweep of", given("config_name")),
                                             ("--device picks the device of", given("device_id"))) if on), None)
@@ -70,8 +71,8 @@ def command(baseline_path: str, results_path: str | None, config_name: str, tole
     else:
         config = load_config(config_path(config_name))
         settings = session.Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id,
-                                    engines=(*config.engines, *engines), kernels=opts["kernels"],
-                                    limits=(*config.limits, *limits))
+                                    engines=(*config.engines, *engines), adapter=opts["adapter"],
+                                    kernels=opts["kernels"], limits=(*config.limits, *limits))
         with (kept_if_interrupted(session.session(settings, "gate", sys.argv[1:]), json_path) as s,
               progress_on(opts["quiet"]) as progress):
             gate.check_comparable(s.record, baseline, force)  # refuse before measuring

@@ -3,6 +3,7 @@ needed), and the device, its kernels as compiled for it and the engine's dispatc
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -22,7 +23,7 @@ from .run_options import ENGINE_OPTION, KERNELS_OPTION
 @ENGINE_OPTION
 @DEVICE_OPTION
 @FORMAT_OPTIONS
-def command(device_id: int, engines: tuple[str, ...], **opts: Any) -> int:
+def command(device_id: int, engines: tuple[str, ...], adapter: Path | None, **opts: Any) -> int:
     """The catalog of variants, what the engine dispatches on each card and an engine checkout's functions (no
     device needed); the device, its clocks and limits and every kernel as compiled for it, where there is one."""
     fmt = chosen_format(opts)
@@ -31,4 +32,5 @@ def command(device_id: int, engines: tuple[str, ...], **opts: Any) -> int:
         if not found.available:  # the folder's kernels are listed as compiled for a device: none would be
             raise UsageProblem(f"--kernels {opts['kernels']}: no device here to compile its kernels ({found.reason}); "
                                "qsa info lists the catalog without one")
-    return finish(of_info(info_report(Settings(device_id=device_id, engines=engines, kernels=opts["kernels"]))), fmt)
+    settings = Settings(device_id=device_id, engines=engines, adapter=adapter, kernels=opts["kernels"])
+    return finish(of_info(info_report(settings)), fmt)

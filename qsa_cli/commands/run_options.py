@@ -13,6 +13,7 @@ import click
 
 from ..catalog import check_kernels
 from ..core.errors import EngineError, KernelError, LimitError
+from ..engine.adapter import check_adapter_file
 from ..engine.checkout import parse_engine_spec
 from ..record.limits import parse_limit
 from ..record.vocabulary import DEFAULT_KEYS, DEFAULT_L2, L2_STATES, QSA_TIMER, RENAMED_L2, SCORER_KEYS, TIMERS
@@ -53,6 +54,16 @@ def _engine_specs(ctx: click.Context, param: click.Parameter, value: tuple[str, 
         except EngineError as bad:
             raise UsageProblem(f"--engine: {bad}") from None
     return value
+
+
+def _adapter_file(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
+    """--adapter FILE.cu, checked now (a file of UTF-8 text): a bad one is exit 2 before anything runs."""
+    if value is None:
+        return None
+    try:
+        return check_adapter_file(Path(value), "--adapter")
+    except EngineError as bad:
+        raise UsageProblem(str(bad)) from None
 
 
 def _names(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
@@ -104,10 +115,15 @@ class FiniteRange(click.FloatRange):
 RULE_OPTIONS = {"min_samples": "--min-samples", "max_noise_pct": "--max-noise", "min_time_s": "--min-time",
                 "timeout_s": "--timeout"}
 
-ENGINE_OPTION = click.option(
-    "--engine", "engines", multiple=True, metavar="[NAME=]PATH[@REV]", callback=_engine_specs,
-    help="An engine checkout (or PATH@REV, a git revision of one) whose variants NAME.scores, NAME.topk, ... "
-         "run beside qsa's; repeat for several (--engine base=../strata --engine pr=../strata@my-branch).")
+ENGINE_OPTION = with_options([
+    click.option("--engine", "engines", multiple=True, metavar="[NAME=]PATH[@REV]", callback=_engine_specs,
+                 help="An engine checkout (or PATH@REV, a git revision of one) whose variants NAME.scores, NAME.topk, "
+                      "... run beside qsa's; repeat for several (--engine base=../strata --engine "
+                      "pr=../strata@my-branch)."),
+    click.option("--adapter", type=click.Path(), metavar="FILE.cu", callback=_adapter_file,
+                 help="Your own host paths in qsa's variant ABI (qsa_adapter.h), built with each --engine checkout "
+                      "(in place of a qsa_adapter.cu the checkout carries): its entries run as NAME.ENTRY."),
+])
 
 KERNELS_OPTION = click.option(
     "--kernels", type=click.Path(), metavar="DIR", callback=_kernels_folder, is_eager=True,

@@ -50,10 +50,11 @@ def command(tools: str, variants_opt: str | None, quick: bool, known_path: str |
         raise UsageProblem(f"--tools: unknown tool {unknown[0] if unknown else tools!r} (expected {', '.join(TOOLS)})")
     chosen = tuple(dict.fromkeys(v.strip() for v in variants_opt.split(","))) if variants_opt else None
     known = load_known(known_path) if known_path else []
-    if engines:  # a checkout's own problem first, before the tools or the device are looked for
-        check_engines(engines)
+    if engines or opts["adapter"]:  # a checkout's own problem first, before the tools or the device are looked for
+        check_engines(engines, adapter=opts["adapter"])
     sanitizer = find_sanitizer()
-    settings = session.Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"])
+    settings = session.Settings(seed=seed, device_id=device_id, engines=engines, adapter=opts["adapter"],
+                                kernels=opts["kernels"])
     with kept_if_interrupted(session.session(settings, "sanitize", sys.argv[1:]), json_path) as s:
         if chosen is not None:
             runnable = {v for names in sanitize_variants(s).values() for v in names}

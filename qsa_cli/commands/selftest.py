@@ -35,8 +35,8 @@ def command(require_gpu: bool, seed: int, device_id: int, json_path: str | None,
     """Every check this machine can run: the CPU models always, the kernels (an engine checkout's too) when
     a device is found."""
     fmt = chosen_format(opts)
-    if engines:  # a checkout's own problem first, before any device is looked for
-        check_engines(engines)
+    if engines or opts["adapter"]:  # a checkout's own problem first, before any device is looked for
+        check_engines(engines, adapter=opts["adapter"])
     named = [*([f"--kernels {opts['kernels']}"] if opts["kernels"] is not None else []),
              *(f"--engine {e}" for e in engines)]
     if named and not require_gpu:
@@ -44,7 +44,8 @@ def command(require_gpu: bool, seed: int, device_id: int, json_path: str | None,
         if not found.available:  # the CPU models alone would run: the folder's or checkout's kernels would not
             raise UsageProblem(f"{named[0]}: no device here to compile and run its kernels "
                                f"({found.reason}); the CPU models selftest runs without one do not use them")
-    settings = Settings(seed=seed, device_id=device_id, engines=engines, kernels=opts["kernels"])
+    settings = Settings(seed=seed, device_id=device_id, engines=engines, adapter=opts["adapter"],
+                        kernels=opts["kernels"])
     so_far = SelftestSoFar()
     try:
         with progress_on(opts["quiet"]) as progress:

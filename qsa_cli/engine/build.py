@@ -17,6 +17,7 @@ from typing import Any
 from ..core.errors import EngineBuildError, EngineError
 from ..core.files import atomic_write
 from ..kernels import cache_dir
+from .adapter import ADAPTER_INCLUDE, AdapterSource
 from .checkout import HOST_PATHS, INCLUDE_DIR, SOURCE, EngineCheckout
 
 SHIM = Path(__file__).resolve().parent.parent / "engine_shim.cu"
@@ -79,12 +80,14 @@ def _shim_defines(declared: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(f"-D{shim_macro(path)}={int(path in declared)}" for path in HOST_PATHS)
 
 
-def build_engine(checkout: EngineCheckout, arch: int, nvcc: Path | None = None) -> EngineBuild:
-    """The checkout's library for sm_``arch``, compiled with the shim or taken from the cache.
+def build_engine(checkout: EngineCheckout, arch: int, nvcc: Path | None = None,
+                 adapter: AdapterSource | None = None) -> EngineBuild:
+    """The checkout's library for sm_``arch``, compiled with the shim (and ``adapter``, a user's own host
+    paths: engine/adapter.py) or taken from the cache.
 
     The cache key is sha256 over every file of ``checkout.build_files()`` (path and bytes), the shim's
-    text, ``nvcc --version`` and the flags (the arch's included). A cached library is used only when its
-    bytes still have the sha256 stored beside it; otherwise it is built again.
+    text, the adapter's files, ``nvcc --version`` and the flags (the arch's included). A cached library is
+    used only when its bytes still have the sha256 stored beside it; otherwise it is built again.
     """
     nvcc = nvcc or find_nvcc()
     version = nvcc_version(nvcc)
@@ -93,8 +96,10 @@ def build_engine(checkout: EngineCheckout, arch: int, nvcc: Path | None = None) 
     files = checkout.build_files()
     sources = {label: _sha256(path.read_bytes()) for label, path in files.items()}
     shim = SHIM.read_bytes()
-    key = hashlib.sha256(json.dumps({"sources": sources, "shim": _sha256(shim), "nvcc": version, "flags": flags},
-                                    sort_keys=True).encode()).hexdigest()
+    keyed: dict[str, Any] = {"sources": sources, "shim": _sha256(shim), "nvcc": version, "flags": flags}
+    if adapter is not None:  # only then: a build without one keeps its key
+        keyed["adapter"] = {label: _sha256(path.read_bytes()) for label, path in adapter.files.items()}
+    key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()
     directory = engine_cache_dir()
     library, record = directory / f"{key}.so", directory / f"{key}.json"
     provenance = {
@@ -111,10 +116,13 @@ def build_engine(checkout: EngineCheckout, arch: int, nvcc: Path | None = None) 
         "switches": list(checkout.switches()),
         "cache_key": key,
     }
+    if adapter is not None:
+        provenance["adapter"] = {"path": str(adapter.path), "origin": adapter.origin,
+                                 "sha256": _sha256(adapter.path.read_bytes()), "sources": keyed["adapter"]}
     digest = _cached_digest(library, record)
     compiled = digest is None
     if compiled:
-        digest = _compile(checkout, nvcc, flags, library, arch)
+        digest = _compile(checkout, nvcc, flags, library, arch, adapter)
         try:
             with atomic_write(record) as fh:
                 json.dump({"key": key, "library_sha256": digest, "sources": sources, "nvcc": version,
@@ -136,7 +144,8 @@ def _cached_digest(library: Path, record: Path) -> str | None:
     return actual if actual == stored else None
 
 
-def _compile(checkout: EngineCheckout, nvcc: Path, flags: tuple[str, ...], library: Path, arch: int) -> str:
+def _compile(checkout: EngineCheckout, nvcc: Path, flags: tuple[str, ...], library: Path, arch: int,
+             adapter: AdapterSource | None) -> str:
     """nvcc into a temporary folder of the cache, then renamed into place; the library's sha256."""
     try:
         library.parent.mkdir(parents=True, exist_ok=True)
@@ -147,15 +156,16 @@ def _compile(checkout: EngineCheckout, nvcc: Path, flags: tuple[str, ...], libra
     try:
         out = build_dir / library.name
         cmd = [str(nvcc), *flags, "-I", str(checkout.path / INCLUDE_DIR), str(checkout.path / SOURCE), str(SHIM),
-               "-o", str(out)]
+               *(("-I", str(ADAPTER_INCLUDE), str(adapter.path)) if adapter else ()), "-o", str(out)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise EngineError(f"{checkout.name}: nvcc did not finish building {SOURCE} for sm_{arch} "
                               f"in {BUILD_TIMEOUT_S} s") from None
         if proc.returncode != 0 or not out.is_file():
-            raise EngineBuildError(f"{checkout.name}: {checkout.path / SOURCE} with qsa's shim failed to compile for "
-                                   f"sm_{arch}:\n{' '.join(cmd)}\n{proc.stdout}{proc.stderr}".rstrip())
+            first = adapter.build_failure(proc.stdout + proc.stderr) if adapter else None
+            first = first or f"{checkout.path / SOURCE} with qsa's shim failed to compile for sm_{arch}:"
+            raise EngineBuildError(f"{checkout.name}: {first}\n{' '.join(cmd)}\n{proc.stdout}{proc.stderr}".rstrip())
         digest = _sha256(out.read_bytes())
         os.replace(out, library)
         return digest

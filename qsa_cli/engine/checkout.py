@@ -135,6 +135,32 @@ def switches_read(text: str) -> set[str]:
     return {m.group(1) for m in _TOKENS.finditer(text) if m.group(1) and SWITCH_NAME.fullmatch(m.group(1))}
 
 
+def included_files(roots: list[Path], include_dirs: tuple[Path, ...], base: Path) -> dict[str, Path]:
+    """``roots`` and every file they include, transitively, that exists (a quoted name beside its includer
+    first, then in ``include_dirs``; an absolute name as it is), by its path relative to ``base`` (else its
+    absolute path). A header of the toolkit's or the system's is not found here: the nvcc version stands for them."""
+    found: dict[str, Path] = {}
+
+    def visit(path: Path) -> None:
+        label = str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
+        if label in found:
+            return
+        found[label] = path
+        for quote, name in _INCLUDE.findall(path.read_text(errors="replace")):
+            if os.path.isabs(name):
+                candidates = [Path(name)]
+            else:
+                candidates = ([path.parent / name] if quote == '"' else []) + [folder / name for folder in include_dirs]
+            for candidate in candidates:
+                if candidate.is_file():
+                    visit(candidate.resolve())
+                    break
+
+    for root in roots:
+        visit(root)
+    return dict(sorted(found.items()))
+
+
 class EngineCheckout:
     """A checkout of the engine's source at ``path`` (its four files checked), named ``name`` in records.
 
@@ -176,27 +202,8 @@ class EngineCheckout:
         """Every file the build reads that the checkout provides, by its path in the checkout: the four files
         and what qsa_select.cu and they include, transitively (an include by absolute path too, named by it).
         The toolkit's and the system's headers are not listed: the nvcc version stands for them."""
-        include = self.path / INCLUDE_DIR
-        found: dict[str, Path] = {}
-
-        def visit(path: Path) -> None:
-            label = str(path.relative_to(self.path)) if path.is_relative_to(self.path) else str(path)
-            if label in found:
-                return
-            found[label] = path
-            for quote, name in _INCLUDE.findall(path.read_text(errors="replace")):
-                if os.path.isabs(name):
-                    candidates = [Path(name)]
-                else:
-                    candidates = ([path.parent / name] if quote == '"' else []) + [include / name]
-                for candidate in candidates:
-                    if candidate.is_file():
-                        visit(candidate.resolve())
-                        break
-
-        for relative in ENGINE_FILES:
-            visit(self.path / relative)
-        return dict(sorted(found.items()))
+        return included_files([self.path / relative for relative in ENGINE_FILES], (self.path / INCLUDE_DIR,),
+                              self.path)
 
     def commit(self) -> str | None:
         """The checked-out commit, with ``-dirty`` when the checkout's files differ from it; None outside git,

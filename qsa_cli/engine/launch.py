@@ -31,13 +31,18 @@ SCORER_PATHS = {"scores": "qsa_block_scores", "scores-ref": "qsa_block_scores",
                 "scores-dx": "qsa_block_scores.decode_dx", "scores-tc": "qsa_block_scores_tc"}
 
 
-def _require_runs(lib: EngineLibrary, variant: str, nq: int) -> None:
+def require_built_for_device(lib: EngineLibrary) -> int:
+    """The device's compute capability, the one ``lib`` was built for (an EngineError if not)."""
     import cupy
 
     cc = int(cupy.cuda.Device().compute_capability)
     if cc != lib.arch:
         raise EngineError(f"{lib.name} was built for sm_{lib.arch}; this device is sm_{cc}")
-    refusal = variant_refusal(lib, variant, cc, nq=nq)
+    return cc
+
+
+def _require_runs(lib: EngineLibrary, variant: str, nq: int) -> None:
+    refusal = variant_refusal(lib, variant, require_built_for_device(lib), nq=nq)
     if refusal is not None:
         raise EngineRefused(refusal)
 
@@ -47,6 +52,17 @@ def _require(name: str, a: Any, shape: tuple[int, ...], dtype: Any) -> None:
     if a.dtype != dtype or tuple(a.shape) != shape or not a.flags.c_contiguous:
         raise GeometryError(f"{name} must be C-contiguous {np.dtype(dtype).name} {list(shape)} "
                             f"(got {a.dtype} {list(a.shape)})")
+
+
+def require_scorer_arrays(dev: ScorerInputs, out: Any) -> None:
+    """A GeometryError unless ``dev``'s arrays and ``out`` are exactly what a scorer's bare pointers point at."""
+    nq, mb = dev.nq, dev.max_blocks
+    for name, a, shape, dtype in (("pooled", dev.pooled, (mb, IDX_DIM), np.float32),
+                                  ("dead", dev.dead, (IDX_DIM,), np.float32),
+                                  ("q", dev.q, (nq, IDX_HEADS, IDX_DIM), np.float32),
+                                  ("steps", dev.steps, (nq, 4), np.int32),
+                                  ("scores", out, (nq, mb), np.float32)):
+        _require(name, a, shape, dtype)
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,12 +100,7 @@ def engine_scorer_launcher(lib: EngineLibrary, variant: str, dev: ScorerInputs, 
     nq, mb = dev.nq, dev.max_blocks
     if variant in DECODE_SCORERS and nq > MAX_QUERIES:
         raise GeometryError(f"the engine's decode scorer takes at most {MAX_QUERIES} queries (got {nq})")
-    for name, a, shape, dtype in (("pooled", dev.pooled, (mb, IDX_DIM), np.float32),
-                                  ("dead", dev.dead, (IDX_DIM,), np.float32),
-                                  ("q", dev.q, (nq, IDX_HEADS, IDX_DIM), np.float32),
-                                  ("steps", dev.steps, (nq, 4), np.int32),
-                                  ("scores", out, (nq, mb), np.float32)):
-        _require(name, a, shape, dtype)
+    require_scorer_arrays(dev, out)
     _require_runs(lib, variant, nq)
     arrays = (dev.pooled, dev.dead, dev.q, dev.steps, out)
     pointers = tuple(a.data.ptr for a in arrays)

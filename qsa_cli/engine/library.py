@@ -8,10 +8,11 @@ from typing import Any
 
 from ..core.errors import EngineError, EngineRefused
 from ..core.geometry import BLOCK_CELLS, IDX_DIM, IDX_HEADS, TOP_K
+from .adapter import SCORER, TABLE_SYMBOL, TOPK, AdapterEntry, read_table
 from .build import EngineBuild
 
-# The shim's results other than 1, "launched" (engine_shim.cu)
-REFUSED, THREW = 0, -1
+# The shim's results (engine_shim.cu), an adapter's too (qsa_adapter.h)
+LAUNCHED, REFUSED, THREW = 1, 0, -1
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 # The shim's wrapper of each host function: its arguments (engine_shim.cu).
@@ -71,6 +72,19 @@ class EngineLibrary:
         if shapes != INDEX_SHAPES:
             raise EngineError(f"{self.name}: qsa_real_shapes() has idx_n_head, idx_dim, idx_block, idx_top_k = "
                               f"{shapes}, not the spec's {INDEX_SHAPES}")
+        adapter = build.provenance.get("adapter")
+        self.adapter: dict[str, AdapterEntry] = {} if adapter is None else {
+            e.name: e for e in read_table(self._table_address(adapter["path"]), adapter["path"])}
+        # each entry's function by its variant's name (a '.' in it: never a host function's)
+        self._adapter_functions = {f"{self.name}.{e.name}": (SCORER if e.stage == "scores" else TOPK)(e.function)
+                                   for e in self.adapter.values()}
+
+    def _table_address(self, adapter: str) -> int:
+        try:
+            return ctypes.addressof(ctypes.c_char.in_dll(self._dll, TABLE_SYMBOL))
+        except ValueError:
+            raise EngineError(f"adapter {adapter}: it defines no extern \"C\" {TABLE_SYMBOL}[] "
+                              "(qsa_adapter.h)") from None
 
     def index_shapes(self) -> tuple[int, ...]:
         out = (ctypes.c_int64 * 4)()
@@ -95,17 +109,35 @@ class EngineLibrary:
         return result
 
     def launch(self, function: str, *args: Any) -> None:
-        """Call ``function`` through the shim: EngineError on an exception or a CUDA error it left,
-        EngineRefused when it returned false (it launched nothing)."""
+        """Call ``function`` through the shim (or an adapter's entry, by its variant's name): EngineError on an
+        exception or a CUDA error it left, EngineRefused when it returned false (it launched nothing)."""
+        if function in self._adapter_functions:
+            self._launch_adapter(function, *args)
+            return
         result = self._checked(function, self._wrappers[function](*args))
+        self._no_cuda_error(function)
+        if result == REFUSED:
+            raise EngineRefused(f"{self.name}: {function} returned false: it launched nothing for this call "
+                                "(outside its domain, e.g. a capacity it cannot hold)")
+
+    def _no_cuda_error(self, function: str) -> None:
+        """An EngineError when the CUDA runtime of this library holds an error (cleared) after ``function``."""
         code = self._dll.qsa_shim_last_error(1)
         if code:
             name = self._dll.qsa_shim_error_name(code).decode()
             text = self._dll.qsa_shim_error_string(code).decode()
             raise EngineError(f"{self.name}: {function} left CUDA error {code} {name} ({text})")
+
+    def _launch_adapter(self, variant: str, *args: Any) -> None:
+        """Call the adapter's function of ``variant`` (qsa_adapter.h): EngineError when it failed or left a CUDA
+        error, EngineRefused when it refused the call."""
+        result = self._adapter_functions[variant](*args)
+        self._no_cuda_error(variant)
         if result == REFUSED:
-            raise EngineRefused(f"{self.name}: {function} returned false: it launched nothing for this call "
-                                "(outside its domain, e.g. a capacity it cannot hold)")
+            raise EngineRefused(f"{variant} refused this call: it launched nothing (outside its domain)")
+        if result != LAUNCHED:
+            raise EngineError(f"{variant} failed: it returned {result}"
+                              f"{'' if result == THREW else ', not one of 1, 0, -1 (qsa_adapter.h)'}")
 
 
 def load_engine(build: EngineBuild) -> EngineLibrary:

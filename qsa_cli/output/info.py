@@ -108,6 +108,15 @@ def info_blocks(info: InfoReport) -> list[Block]:
             variants.add(card, ", ".join(f"{n} ({', '.join(implied[n])})" if n in implied else n for n in names)
                          or "none")
         blocks.append(variants)
+    for a in info.adapters:
+        entries = Sheet(f"Adapter {a['path']} of engine checkout {a['checkout']} ({a['origin']}), as built for "
+                        f"{a['arch']}: its variants", (
+            Column("variant", bare=True), Column("kind"), Column("exact"), Column("scratch"), Column("window scorer")))
+        for e in a["entries"]:
+            entries.add(f"{a['checkout']}.{e['name']}", e["kind"], "yes" if e["exact"] else "no",
+                        "yes" if e["scratch"] else "no",
+                        f"{a['checkout']}.{e['window_scorer']}" if e["window_scorer"] else MISSING)
+        blocks.append(entries)
     switches = ", ".join(f"{k}={v}" for k, v in info.switches.items())
     blocks.append(Prose(f"Switches set: {switches or 'none'}."))
     return blocks
@@ -133,6 +142,10 @@ def info_csv(info: InfoReport) -> str:
         lines += [("engine", e["name"], f"variants {card}", " ".join(names)) for card, names in e["variants"].items()]
         lines += [("engine", e["name"], f"implies {card} {name}", " ".join(kv)) for card, implied in e["implies"].items()
                   for name, kv in implied.items()]
+    for a in info.adapters:
+        lines += [("adapter", a["checkout"], f, a[f]) for f in ("path", "origin", "sha256", "arch")]
+        lines += [("adapter", f"{a['checkout']}.{e['name']}", f, e[f]) for e in a["entries"]
+                  for f in ("kind", "exact", "scratch", "window_scorer")]
     lines += [("switch", name, "value", value) for name, value in info.switches.items()]
     lines += [("note", "", "", note) for note in info.notes]
     return csv_text(("section", "item", "field", "value"), lines)

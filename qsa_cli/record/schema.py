@@ -193,6 +193,37 @@ class Roles(TypedDict, total=False):
     candidate: str
 
 
+class AdapterEntryRecord(TypedDict):
+    """An entry of a user's adapter table (engine/adapter.py): its variant is NAME.name."""
+
+    name: str
+    kind: str  # its stage: scores or topk
+    exact: bool  # False: declared not bit for bit its model
+    scratch: bool  # a top-k that takes scratch
+    window_scorer: str | None  # a top-k: the scorer it follows in a window
+
+
+class AdapterProvenance(TypedDict, total=False):
+    """The user's adapter a checkout's library was built with (``--adapter``, or the checkout's own)."""
+
+    path: str
+    origin: str  # "--adapter" or "checkout"
+    sha256: str  # the adapter file's
+    sources: dict[str, str]  # every file of it qsa hashed (its own includes, qsa_adapter.h): sha256
+    entries: list[AdapterEntryRecord]
+
+
+class AdapterDeclared(TypedDict):
+    """An engine checkout's adapter as ``qsa info`` lists it, built for ``arch`` to read its table."""
+
+    checkout: str
+    path: str
+    origin: str
+    sha256: str
+    arch: str
+    entries: list[AdapterEntryRecord]
+
+
 class EngineProvenance(TypedDict, total=False):
     """An engine checkout whose variants ran (``engine.build.build_engine``): what its library was built from."""
 
@@ -210,6 +241,7 @@ class EngineProvenance(TypedDict, total=False):
     cache_key: str
     library_sha256: str
     variants: list[str]  # the variants it gave this run
+    adapter: AdapterProvenance  # built with a user's adapter (absent: none)
 
 
 class ComparePair(TypedDict):
@@ -523,6 +555,7 @@ class InfoReport:
     architectures: dict[str, dict[str, Dispatch]] = field(default_factory=dict)  # "sm_XX" -> kind -> choice
     engines: list[EngineDeclared] = field(default_factory=list)
     switches: dict[str, str] = field(default_factory=dict)  # qsa's and the engine's switches the environment sets
+    adapters: list[AdapterDeclared] = field(default_factory=list)  # --adapter or a checkout's own: their entries
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": INFO_SCHEMA, "schema_version": 1, **asdict(self)}

@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..catalog import STAGES, Catalog, qsa_catalog
 from ..core.errors import EngineError
 from ..device import probe
 from ..dispatch import ENV_PDL, dispatch, programmatic_launches, read_switches
-from ..engine.attach import engine_specs
-from ..engine.build import find_nvcc, nvcc_release, nvcc_version
+from ..engine.adapter import adapter_source
+from ..engine.attach import engine_specs, require_checkout_for
+from ..engine.build import build_engine, find_nvcc, nvcc_release, nvcc_version
 from ..engine.checkout import HOST_PATHS, open_engine
 from ..engine.domains import ENGINE_SWITCHES, engine_variants, implied_switches
+from ..engine.library import load_engine
 from ..launch import topk_cluster
-from ..record.schema import CatalogEntry, EngineDeclared, InfoReport, KernelResources
+from ..record.schema import AdapterDeclared, CatalogEntry, EngineDeclared, InfoReport, KernelResources
 from ..session import Session, Settings, session
 
 # the cards the engine's dispatch is shown for without one: Turing to Blackwell
@@ -73,6 +76,24 @@ def declared_engines(specs: tuple[str, ...]) -> list[EngineDeclared]:
     return out
 
 
+def declared_adapters(specs: tuple[str, ...], adapter: Path | None, compute_capability: int) -> list[AdapterDeclared]:
+    """The adapter of each checkout of ``specs`` (``adapter``, else the checkout's own) and its entries: the
+    checkout built with it for sm_``compute_capability`` and loaded to read its table (no device needed)."""
+    require_checkout_for(adapter, specs)
+    out = []
+    for spec in engine_specs(specs):
+        with open_engine(spec) as checkout:
+            source = adapter_source(checkout, adapter)
+            if source is None:
+                continue
+            lib = load_engine(build_engine(checkout, compute_capability, adapter=source))
+            built = lib.provenance["adapter"]
+            out.append(AdapterDeclared(checkout=checkout.name, path=built["path"], origin=built["origin"],
+                                       sha256=built["sha256"], arch=f"sm_{compute_capability}",
+                                       entries=[e.record() for e in lib.adapter.values()]))
+    return out
+
+
 def _device_notes(s: Session, cc: int) -> list[str]:
     """The built checkouts' variants here, the cluster top-k's reach, the split's launches."""
     notes = [f"engine checkout {c['name']} ({c['path']}, commit {c['commit']}), as built for sm_{cc}: "
@@ -104,6 +125,9 @@ def info_report(settings: Settings) -> InfoReport:
         if e["nvcc"] is None:
             report.notes.append(f"engine checkout {e['name']}: no nvcc found on PATH or in $CUDA_HOME/bin to build it")
     found = probe(settings.device_id)
+    if all(e["nvcc"] for e in engines):  # an adapter's table is read from the checkout's library built with it
+        cc = found.compute_capability if found.available else ARCHITECTURES[0]
+        report.adapters = declared_adapters(settings.engines, settings.adapter, cc)
     if not found.available:
         report.no_device = found.reason
         return report

@@ -31,7 +31,7 @@ def sanitize_run(s: Session, tools: tuple[str, ...], chosen: tuple[str, ...] | N
               if (v := s.catalog.get(stage, name)).engine is not None}
     # an engine path for decode calls only has no prompt case (its launcher refuses one)
     cases = [c for c in matrix(variants, SCORE_SETS, s.settings.seed, quick=quick)
-             if not (c.kind == "prompt" and c.variant in engine and ENGINE_KINDS[engine[c.variant].kind].decode_only)]
+             if not (c.kind == "prompt" and c.variant in engine and _decode_only(engine[c.variant].kind))]
     s.record_settings(sanitizer=str(sanitizer), tools=list(tools), quick=quick)
     start = len(s.record.sanitizer)
 
@@ -40,4 +40,9 @@ def sanitize_run(s: Session, tools: tuple[str, ...], chosen: tuple[str, ...] | N
 
     switched = {name: entry.switches for name, entry in engine.items() if entry.switches}
     sanitize(cases, tools, known, sanitizer, s.catalog.kernel_folder, kept, jobs, s.settings.device_id, progress,
-             s.settings.engines, switched, children)
+             s.settings.engines, switched, children, s.settings.adapter)
+
+
+def _decode_only(kind: str) -> bool:
+    """An engine kind the engine takes for decode calls only (an adapter's entry is no kind: it takes both)."""
+    return kind in ENGINE_KINDS and ENGINE_KINDS[kind].decode_only
