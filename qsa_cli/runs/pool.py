@@ -64,5 +64,9 @@ def in_order(tasks: Sequence[Task], workers: int | None = None) -> Iterator[Iter
     try:
         yield _ordered(pool, tasks, AHEAD_PER_WORKER * workers)
     finally:  # tasks not taken yet are not waited for
+        # SIGKILL, not Pool.terminate's SIGTERM alone: a worker still starting has the parent's signal mask
+        # (SIGTERM blocked, qsa_cli/__main__.py), so it would outlive the pipe and print EOFError's traceback
+        for worker in pool._pool:
+            worker.kill()
         pool.terminate()
         pool.join()
