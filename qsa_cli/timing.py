@@ -433,6 +433,40 @@ class DeviceTimer:
     def elapsed_us(self, start: Any, end: Any) -> float:
         return self._cupy.cuda.get_elapsed_time(start, end) * 1e3
 
-    def measure(self, launch: Launch, iters: int | StoppingRule, before_last: Launch | None = None) -> Timed:
-        """The samples (``iters`` of them, or by the stopping rule) and BATCHES batches of ``launch``."""
+    def measure(self, launch: Launch, iters: int | StoppingRule, before_last: Launch | None = None,
+                synchronizes: bool = False) -> Timed:
+        """The samples (``iters`` of them, or by the stopping rule) and BATCHES batches of ``launch``.
+        ``synchronizes``: the launch itself waits for the stream on the host (a library sort), so no hold can
+        cover its queueing (each round would wait out the hold's timeout): its samples are taken on the stream
+        unheld, one after another, with no batches, the host's time between them in them."""
+        if synchronizes:
+            return sample(_Unheld(self), launch, iters, warmup=self.warmup, before_last=before_last)
         return sample(self, launch, iters, warmup=self.warmup, batches=BATCHES, before_last=before_last, rule=self.rule)
+
+
+class _Unheld:
+    """A device timer's stream without its hold: the L2 settled and the events as the timer's."""
+
+    def __init__(self, timer: DeviceTimer) -> None:
+        self._timer = timer
+
+    def settle(self) -> None:
+        self._timer.settle()
+
+    def hold(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+    def held(self) -> HoldReport:
+        return HoldReport(timed_out=False, sm_mhz=None)
+
+    def mark(self) -> Any:
+        return self._timer.mark()
+
+    def wait(self) -> None:
+        self._timer.wait()
+
+    def elapsed_us(self, start: Any, end: Any) -> float:
+        return self._timer.elapsed_us(start, end)

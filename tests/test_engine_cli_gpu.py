@@ -157,7 +157,7 @@ def test_a_switched_variant_runs_in_a_child(capsys: Any, trees: dict[str, Path],
 
 def test_select_bench_runs_a_newer_checkouts_scorers(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
     """The dx scorer (in a child under STRATA_SCORES_DX=1) held to the reference's bits; the TF32 scorer timed,
-    its integrity checked, its output compared with nothing (not bitwise), a note saying so."""
+    its integrity checked, its output measured against the reference (not bitwise): the fake's flipped bits seen."""
     js = tmp_path / "r.json"
     code, out, err = run(capsys, "select-bench", "420000", "4", "5", "524288", "--engine", f"new={trees['newer']}",
                          "--json", str(js))
@@ -172,7 +172,8 @@ def test_select_bench_runs_a_newer_checkouts_scorers(capsys: Any, trees: dict[st
     if "new.scores-tc" in ran:  # sm_80 and newer
         checked = {p["against"] for p in rec["parity"] if p["subject"].startswith("new.scores-tc")}
         assert checked and not checked & {"reference", "cpu-model"}, checked
-        assert any(n.startswith("new.scores-tc: not bitwise") for n in rec["notes"]), rec["notes"]
+        measured = [a for a in rec["agreements"] if a["subject"] == "new.scores-tc" and a["against"] == "reference"]
+        assert measured and all(a["scores"]["differing"] > 0 for a in measured), measured  # its flipped bits seen
 
 
 def test_the_dx_scorer_and_the_multi_topk_are_the_paths_they_name(capsys: Any, trees: dict[str, Path],
@@ -212,7 +213,7 @@ def test_topk_parity_and_the_window_run_a_newer_checkouts_multi_topk(capsys: Any
 def test_compare_across_the_generations_judges_what_both_have(capsys: Any, trees: dict[str, Path],
                                                              tmp_path: Path) -> None:
     """The seed's generation against the newer one: every variant of each side named (the record's engines and a
-    note for those only one side has), the pairs both have judged, their bits the same."""
+    note for those only one side has), the pairs both have judged, their bits the same (their times may differ)."""
     js = tmp_path / "r.json"
     code, out, err = run(capsys, "compare", f"seed={trees['plain']}", f"new={trees['newer']}", "131072", "4", "10",
                          "262144", "--tolerance", "0.5", "--json", str(js))
@@ -229,7 +230,10 @@ def test_compare_across_the_generations_judges_what_both_have(capsys: Any, trees
     assert all(any(v in note and "only the new side has them" in note for note in rec["notes"]) for v in alone)
     same = [p for p in rec["parity"] if (p["against"], p["subject"]) in pairs]
     assert same and all(p["equal"] for p in same)
-    assert code == 0, out + err
+    # the two generations' scorers are different kernels: a SLOW verdict is the comparison's to give, changed
+    # bits are not
+    failures = [line for line in (out + err).splitlines() if line.startswith("COMPARE FAIL ") and "/" in line[:20]]
+    assert code in (0, 1) and (code == 0) == (not failures) and all(": SLOW: " in f for f in failures), out + err
 
 
 def test_compare_same_bits_passes_and_names_both_sides(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from qsa_cli.timing import (
     HoldReport,
     RoundRule,
     StoppingRule,
+    _Unheld,
     median_noise_pct,
     round_sm_mhz,
     sample,
@@ -462,3 +463,13 @@ def test_a_suspect_measurement_is_noted_in_the_record() -> None:
         s.take(StageOutcome([m]))
     assert s.record.notes == [f"multi on {m.key}: 1 round(s) kept after 0 re-measures though faulty "
                               "(hold timed out): its times are suspect"]
+
+
+def test_a_launch_that_waits_on_the_host_is_timed_unheld() -> None:
+    """cupy.argpartition's sort waits for the stream on the host: behind a hold it would wait out the hold's
+    timeout every round. Unheld, the samples are still settled and bracketed one by one, with no hold at all."""
+    stream = FakeStream(constant(12.0))
+    timed = sample(_Unheld(stream), stream.launch, 40, warmup=2)
+    assert timed.samples_us == [12.0] * 40 and timed.batch is None and timed.rounds is None
+    assert "hold" not in stream.log and "release" not in stream.log
+    assert stream.log.count("launch") == 42 and stream.log.count("settle") == 42

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..core.cores import usable_cores
+from ..interrupts import SIGNALS
 
 AHEAD_PER_WORKER = 2  # results made ahead of the parent, a worker: bounds the memory results wait in
 
@@ -60,13 +61,16 @@ def in_order(tasks: Sequence[Task], workers: int | None = None) -> Iterator[Iter
     if workers <= 1:
         yield (_run(*task) for task in tasks)
         return
-    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start_worker)
+    # signals held while the workers start: an interruption raised between a worker's start and the parent's
+    # write of its start-up data would leave it reading an empty pipe (EOFError's traceback on stderr); one that
+    # comes meanwhile arrives once they are started, and the pool is ended below
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start_worker)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     try:
         yield _ordered(pool, tasks, AHEAD_PER_WORKER * workers)
     finally:  # tasks not taken yet are not waited for
-        # SIGKILL, not Pool.terminate's SIGTERM alone: a worker still starting has the parent's signal mask
-        # (SIGTERM blocked, qsa_cli/__main__.py), so it would outlive the pipe and print EOFError's traceback
-        for worker in pool._pool:
-            worker.kill()
         pool.terminate()
         pool.join()

@@ -95,6 +95,7 @@ class Measurer:
         *,
         bytes_read: int | None = None,
         before_last: Launch | None = None,
+        synchronizes: bool = False,
     ) -> Measurement | None:
         if self.iters == 0:
             return None
@@ -104,7 +105,7 @@ class Measurer:
             return None
         before = self._read_clocks()
         if self.timer is not None:
-            timed = self.timer.measure(run, count, before_last=before_last)
+            timed = self.timer.measure(run, count, before_last=before_last, synchronizes=synchronizes)
             warmup = self.timer.warmup
         else:  # no batches: the models run synchronously, so a batch would time what the samples do
             timed = sample(HOST, run, count, warmup=self.host_warmup, before_last=before_last)
