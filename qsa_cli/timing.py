@@ -298,12 +298,8 @@ def sample(stream: EventStream, launch: Launch, iters: int | StoppingRule, *, wa
             return Timed(samples, batch, stop, rounds())
 
 
-class _HostStream:
-    """The host as a stream: the CPU backend's models run synchronously, so a mark is the time now, and
-    there is no L2 to settle and no queue to hold."""
-
-    def settle(self) -> None:
-        pass
+class _NoHold:
+    """A stream whose work is never held: nothing to release, no hold to report on."""
 
     def hold(self) -> None:
         pass
@@ -313,6 +309,14 @@ class _HostStream:
 
     def held(self) -> HoldReport:
         return HoldReport(timed_out=False, sm_mhz=None)
+
+
+class _HostStream(_NoHold):
+    """The host as a stream: the CPU backend's models run synchronously, so a mark is the time now, and
+    there is no L2 to settle and no queue to hold."""
+
+    def settle(self) -> None:
+        pass
 
     def mark(self) -> float:
         return time.perf_counter()
@@ -444,7 +448,7 @@ class DeviceTimer:
         return sample(self, launch, iters, warmup=self.warmup, batches=BATCHES, before_last=before_last, rule=self.rule)
 
 
-class _Unheld:
+class _Unheld(_NoHold):
     """A device timer's stream without its hold: the L2 settled and the events as the timer's."""
 
     def __init__(self, timer: DeviceTimer) -> None:
@@ -452,15 +456,6 @@ class _Unheld:
 
     def settle(self) -> None:
         self._timer.settle()
-
-    def hold(self) -> None:
-        pass
-
-    def release(self) -> None:
-        pass
-
-    def held(self) -> HoldReport:
-        return HoldReport(timed_out=False, sm_mhz=None)
 
     def mark(self) -> Any:
         return self._timer.mark()
