@@ -16,7 +16,7 @@ import click
 
 from .commands.exit_status import EXIT_USAGE
 from .core.errors import KernelError, QsaError
-from .interrupts import exit_status, interrupted_by, interruptions, signal_of
+from .interrupts import exit_status, interrupted_by, interruptions, signal_of, signals_held
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,10 @@ COMMANDS = {
 
 
 def load_command(name: str) -> click.Command:
-    """The click command of the table's ``name``, its module imported now."""
-    return importlib.import_module(f"{__package__}.commands.{COMMANDS[name].module}").command
+    """The click command of the table's ``name``, its module imported now (an interruption meanwhile arrives
+    once it is imported)."""
+    with signals_held():
+        return importlib.import_module(f"{__package__}.commands.{COMMANDS[name].module}").command
 
 
 class LazyGroup(click.Group):

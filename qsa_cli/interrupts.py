@@ -83,6 +83,18 @@ def hold_signals() -> None:
 
 
 @contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked within the block, the mask as it was after: one that comes meanwhile
+    arrives as the block ends, outside whatever the block was doing (a module's import, where Python 3.11
+    wraps an exception raised in a class body's ``__set_name__`` into a RuntimeError)."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+@contextlib.contextmanager
 def interruptions() -> Iterator[Callable[[], None]]:
     """Within the block SIGINT and SIGTERM raise Interrupted in the main thread; the block is given the
     function that releases signals held since ``hold_signals`` (one that came meanwhile arrives as it returns:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..core.cores import usable_cores
-from ..interrupts import SIGNALS
+from ..interrupts import signals_held
 
 AHEAD_PER_WORKER = 2  # results made ahead of the parent, a worker: bounds the memory results wait in
 
@@ -64,11 +64,8 @@ def in_order(tasks: Sequence[Task], workers: int | None = None) -> Iterator[Iter
     # signals held while the workers start: an interruption raised between a worker's start and the parent's
     # write of its start-up data would leave it reading an empty pipe (EOFError's traceback on stderr); one that
     # comes meanwhile arrives once they are started, and the pool is ended below
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    try:
+    with signals_held():
         pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start_worker)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     try:
         yield _ordered(pool, tasks, AHEAD_PER_WORKER * workers)
     finally:  # tasks not taken yet are not waited for
