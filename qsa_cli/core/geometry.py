@@ -127,11 +127,6 @@ def check_queries(nq: int, prompt: bool) -> None:
         raise GeometryError(f"a {kind} call has at most {limit} queries (got {nq})")
 
 
-def step_record(pos: int) -> tuple[int, int, int, int]:
-    n_kv = pos + 1
-    return pos, n_kv, n_kv // BLOCK_CELLS, selection_width(n_kv)
-
-
 def window_steps(ctx: int, nq: int) -> np.ndarray:
     """Step records of ``nq`` queries at consecutive positions ending the context: pos = ctx - nq + i."""
     pos = np.arange(ctx - nq, ctx, dtype=np.int64)
