@@ -84,14 +84,25 @@ def hold_signals() -> None:
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM blocked within the block, the mask as it was after: one that comes meanwhile
-    arrives as the block ends, outside whatever the block was doing (a module's import, where Python 3.11
-    wraps an exception raised in a class body's ``__set_name__`` into a RuntimeError)."""
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    """SIGINT and SIGTERM held back within the block: one that comes meanwhile (from a delivery to any
+    thread, or a resend) reaches the handler as the block ends, outside whatever the block was doing: a
+    module's import, where Python 3.11 wraps an exception raised in a class body's ``__set_name__`` into a
+    RuntimeError, or a worker's start, which an exception between its spawn and the write of its start-up
+    data leaves reading an empty pipe (EOFError's traceback). The handlers, not the signal mask, hold them
+    back: a thread's mask does not keep Python's handlers from running in the main thread. Outside the main
+    thread, where handlers cannot be set, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, frame: came.append(signum)) for signum in SIGNALS}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        for signum in dict.fromkeys(came):
+            signal.raise_signal(signum)
 
 
 @contextlib.contextmanager

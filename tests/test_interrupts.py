@@ -16,7 +16,7 @@ import pytest
 from test_clocks import RESET_GPU, RESET_MEM, SET_GPU, SET_MEM, monitor
 
 from qsa_cli.clocks import lock_clocks
-from qsa_cli.interrupts import RESEND_S, Interrupted, exit_status, interruptions, signal_of
+from qsa_cli.interrupts import RESEND_S, Interrupted, exit_status, interruptions, signal_of, signals_held
 
 ROOT = Path(__file__).resolve().parent.parent
 ENDS_WITHIN_S = 20  # far beyond any run's unwinding: past it, the command hung
@@ -55,6 +55,20 @@ def test_no_second_interrupt_cuts_the_handling_of_the_first_short() -> None:
             _wait(2.5 * RESEND_S)  # writing the record: resends see it handled and do nothing
             os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C meanwhile changes nothing either
             assert signal_of(stop) == signal.SIGINT
+
+
+def test_a_signal_within_a_held_block_arrives_as_it_ends() -> None:
+    """Held back by the handlers, not the mask: a signal sent in the block (as another thread's delivery or a
+    resend would bring it) interrupts nothing inside it, and arrives at the block's end."""
+    with interruptions() as release:
+        release()
+        reached_the_end = False
+        with pytest.raises(Interrupted) as stopped:
+            with signals_held():
+                signal.raise_signal(signal.SIGTERM)
+                time.sleep(0.05)
+                reached_the_end = True
+        assert reached_the_end and signal_of(stopped.value) == signal.SIGTERM
 
 
 def test_the_handlers_and_the_signal_mask_are_put_back() -> None:
