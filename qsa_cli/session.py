@@ -158,7 +158,7 @@ class Session:
             row.limits = verdicts(row, self.roles.get(row.stage, {}).get("reference"), self.inexact, limits)
         for m in outcome.measurements:
             if m.rounds and m.rounds["suspect"]:
-                self.note(f"{m.variant} on {m.key}: {len(m.rounds['suspect'])} round(s) kept after "
+                self.note(f"{m.variant} on {m.key}: {len(m.rounds['suspect'])} sample(s) or batch(es) kept after "
                           f"{len(m.rounds['discarded'])} re-measures though faulty "
                           f"({', '.join(sorted(set(m.rounds['suspect'])))}): its times are suspect")
         self.record.measurements += outcome.measurements

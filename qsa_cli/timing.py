@@ -1,18 +1,21 @@
 """Measurement: CUDA-event timing of launch closures with warm-up, a named L2 state, a stopping rule and
 batch timing.
 
-Only measures; never prints. Modelled on nvbench's measurements. Before each sample the L2 is put in the
+Only measures; never prints. Modelled on nvbench's cold measurement. Before each sample the L2 is put in the
 run's state, outside the timed region: ``clean`` reads a buffer twice the L2's size (the L2 then holds clean
 lines of other data), ``dirty`` writes it, as nvbench's cold measurement flushes (the measured kernel must
-first write dirty lines back), ``warm`` leaves what the previous call left. Each sample is bracketed by its
-own pair of events; samples are queued in rounds behind a kernel that holds the stream until the host has
-queued the round and releases it, so the host's launch rate never shows in the times. A round whose hold
-ran out before the host released it (the host's launch gaps would be in its times), or whose SM clock,
-measured on the GPU over the round, was below a threshold of the card's, is thrown away (kept in the
-record, flagged) and measured again, a bounded number of times. ITERS is an exact count, or ``auto``:
-rounds until the stopping rule holds (or its timeout). Beside the isolated samples, batches of back-to-back launches are each timed by one pair of
-events (their mean per launch), as nvbench's batch measurement: where a kernel's launches overlap or queue
-behind one another, the batch differs from the samples.
+first write dirty lines back), ``warm`` leaves what the previous call left. The stream is then drained, so
+that the flush is done and the card idle when the sample starts (as nvbench synchronises after its flush: a
+sample queued straight behind a write flush reads about 0.5 µs slower, docs/timing.md), and the sample is
+queued behind a kernel that holds the stream until the host has queued it and releases it, so the host's
+launch rate never shows in the times; its own pair of events brackets it. A sample whose hold ran out before
+the host released it (the host's launch gaps would be in its time), or whose SM clock, measured on the GPU
+over the sample, was below a threshold of the card's, is thrown away (kept in the record, flagged) and
+measured again, a bounded number of times. ITERS is an exact count, or ``auto``: samples until the stopping
+rule holds (or its timeout), checked every ROUND samples. Beside the isolated samples, batches of
+back-to-back launches are each timed by one pair of events (their mean per launch), as nvbench's batch
+measurement: where a kernel's launches overlap or queue behind one another, the batch differs from the
+samples.
 
 The loop (``sample``) runs against an ``EventStream``: the GPU's (``DeviceTimer``: CuPy events on the current
 stream), the host's (``HOST``: the CPU backend's models, which run synchronously) or a test's fake.
@@ -45,24 +48,24 @@ MAX_WARMUP = 10_000
 AUTO = "auto"  # ITERS spelled so: as many samples as the stopping rule takes
 Iters = int | Literal["auto"]
 
-ROUND = 32  # samples queued behind one hold of the stream
-BATCH_LAUNCHES = 32  # launches of one batch: one round's worth, so one hold covers their enqueueing
+ROUND = 32  # samples between two checks of the stopping rule (each sample its own hold)
+BATCH_LAUNCHES = 32  # launches of one batch, queued behind one hold
 BATCHES = 5  # batches a GPU measurement times, so the batch's spread shows beside its median
 _FLOOR_THREADS = 256
 
-# A hold's timeout: the host queues a round of 32 samples (events, a flush and up to 6 launches each) in about
-# 2 ms, so a hold still unreleased after 50 times that means the host stalled (or waits on the held stream);
-# the round is then measured again (docs/timing.md).
+# A hold's timeout: the host queues what one hold covers (a sample: two events, two clock stamps and up to 6
+# launches; a batch: 32 launches) in well under 1 ms, so a hold still unreleased after 100 ms means the host
+# stalled (or waits on the held stream); the sample or batch is then measured again (docs/timing.md).
 HOLD_TIMEOUT_NS = 100_000_000
-# The throttle rule (docs/timing.md): a round whose SM clock is below this fraction of the card's is measured
-# again after a pause (nvbench's threshold and recovery delay).
+# The throttle rule (docs/timing.md): a sample (or batch) whose SM clock is below this fraction of the card's is
+# measured again after a pause (nvbench's threshold and recovery delay).
 THROTTLE_THRESHOLD = 0.75
 THROTTLE_PAUSE_S = 0.05
-# Rounds (and batches) one measurement throws away and measures again, at most: past it a faulty round is
-# kept, counted in the record as suspect, and the run says so in a note.
+# Samples and batches one measurement throws away and measures again, at most: past it a faulty one is kept,
+# counted in the record as suspect, and the run says so in a note.
 MAX_REMEASURES = 10
-DRAINED = "hold timed out"  # the host had not released the hold: the round's times hold its launch gaps
-THROTTLED = "throttled"  # the SM clock over the round was below the threshold
+DRAINED = "hold timed out"  # the host had not released the hold: the times hold its launch gaps
+THROTTLED = "throttled"  # the SM clock over the sample (or batch) was below the threshold
 # bench.cu's words in host-mapped memory (QSA_HOLD_*, QSA_STAMP_*; a test checks they agree)
 HOLD_FLAG, HOLD_STATUS, HOLD_WAITED, STAMP_START, STAMP_END, HOLD_WORDS = 0, 1, 2, 3, 5, 7
 HOLD_RELEASED, HOLD_TIMED_OUT = 1, 2
@@ -134,8 +137,8 @@ class StoppingRule:
 
 @dataclass(frozen=True)
 class HoldReport:
-    """How a round's hold ended and how long it held the stream (µs; None: no hold), and the SM clock over the
-    round as the GPU measured it (None: not measured)."""
+    """How a hold ended and how long it held the stream (µs; None: no hold), and the SM clock over what it
+    covered (a sample or a batch) as the GPU measured it (None: not measured)."""
 
     timed_out: bool
     sm_mhz: float | None
@@ -144,9 +147,9 @@ class HoldReport:
 
 @dataclass(frozen=True)
 class RoundRule:
-    """When a round is thrown away and measured again: its hold timed out, or its SM clock was below
-    ``threshold`` of ``reference_mhz`` (the card's peak, or a lock's); at most ``max_remeasures`` times per
-    measurement, a throttled round after ``pause_s`` of rest (by ``sleep``)."""
+    """When a sample or batch (a round: what one hold covers) is thrown away and measured again: its hold timed
+    out, or its SM clock was below ``threshold`` of ``reference_mhz`` (the card's peak, or a lock's); at most
+    ``max_remeasures`` times per measurement, a throttled one after ``pause_s`` of rest (by ``sleep``)."""
 
     reference_mhz: float
     threshold: float = THROTTLE_THRESHOLD
@@ -164,7 +167,8 @@ class RoundRule:
 
 @dataclass
 class _RoundLog:
-    """A measurement's rounds as the rule judged them (the record's RoundChecks)."""
+    """A measurement's rounds (its samples and batches, a hold each) as the rule judged them (the record's
+    RoundChecks)."""
 
     rule: RoundRule
     sm_mhz: list[float | None] = field(default_factory=list)
@@ -199,7 +203,7 @@ class EventStream(Protocol):
         """Hold the stream until ``release`` (or the hold's timeout), and start measuring the SM clock."""
 
     def release(self) -> None:
-        """Stop measuring the SM clock after what is queued, and release the hold: the round is queued."""
+        """Stop measuring the SM clock after what is queued, and release the hold: what it covers is queued."""
 
     def held(self) -> HoldReport:
         """After ``wait``: how the last hold ended and the SM clock between hold and release."""
@@ -214,9 +218,9 @@ class EventStream(Protocol):
 
 
 def _judged(stream: EventStream, take: Callable[[], list[float]], log: _RoundLog | None, batch: bool) -> list[float]:
-    """``take`` (a round of samples, or a batch's mean), taken again while the rule finds a fault in its hold's
-    report and the measurement has re-measures left; the rounds thrown away, and a faulty round kept past the
-    bound, go to ``log``."""
+    """``take`` (a sample, or a batch's mean: what one hold covers), taken again while the rule finds a fault in
+    its hold's report and the measurement has re-measures left; those thrown away, and a faulty one kept past
+    the bound, go to ``log``."""
     while True:
         times = take()
         if log is None:
@@ -234,26 +238,31 @@ def _judged(stream: EventStream, take: Callable[[], list[float]], log: _RoundLog
             log.rule.sleep(log.rule.pause_s)
 
 
-def _round(stream: EventStream, launch: Launch, count: int, before_last: Launch | None) -> list[float]:
-    """``count`` samples behind one hold; ``before_last`` before the last (outside its events)."""
+def _settled(stream: EventStream) -> None:
+    """The L2 put in its state and the stream drained: the flush done and the card idle before what follows."""
+    stream.settle()
+    stream.wait()
+
+
+def _isolated(stream: EventStream, launch: Launch, before: Launch | None) -> list[float]:
+    """One sample: ``before`` (outside its events, before the L2 is settled), the L2 settled and the stream
+    drained, then the launch queued behind a hold between its two events."""
+    if before is not None:
+        before()
+    _settled(stream)
     stream.hold()
-    marks = []
-    for i in range(count):
-        if before_last and i == count - 1:
-            before_last()
-        stream.settle()
-        start = stream.mark()
-        launch()
-        marks.append((start, stream.mark()))
+    start = stream.mark()
+    launch()
+    end = stream.mark()
     stream.release()
     stream.wait()
-    return [stream.elapsed_us(start, end) for start, end in marks]
+    return [stream.elapsed_us(start, end)]
 
 
 def _batch(stream: EventStream, launch: Launch) -> list[float]:
     """One batch of BATCH_LAUNCHES back-to-back launches after the L2 is put in its state, timed by one pair
     of events (its mean per launch): the launches after the first meet what the one before left."""
-    stream.settle()
+    _settled(stream)
     stream.hold()
     start = stream.mark()
     for _ in range(BATCH_LAUNCHES):
@@ -268,11 +277,11 @@ def sample(stream: EventStream, launch: Launch, iters: int | StoppingRule, *, wa
            before_last: Launch | None = None, wall: Callable[[], float] = time.monotonic,
            rule: RoundRule | None = None) -> Timed:
     """``warmup`` untimed runs, ``batches`` batches, then the samples: exactly ``iters`` of them, or as many as
-    the stopping rule takes (its timeout by ``wall``, from the first sample on). ``before_last`` runs before
-    the last sample (outside its events, before the L2 is settled), e.g. to poison the output again so that
-    what it holds afterwards is the last timed call's; under the rule, before each round's last, since any
-    round may be the last. With a ``rule``, each round and batch is judged by its hold's report and measured
-    again when faulty (None: the stream has no hold to judge, as the host's)."""
+    the stopping rule takes (checked every ROUND samples; its timeout by ``wall``, from the first sample on).
+    ``before_last`` runs before the last sample (outside its events, before the L2 is settled), e.g. to poison
+    the output again so that what it holds afterwards is the last timed call's; under the rule, before each
+    round's last, since any round may be the last. With a ``rule``, each sample and batch is judged by its
+    hold's report and measured again when faulty (None: the stream has no hold to judge, as the host's)."""
     log = _RoundLog(rule) if rule is not None else None
     for _ in range(warmup):
         stream.settle()
@@ -283,7 +292,12 @@ def sample(stream: EventStream, launch: Launch, iters: int | StoppingRule, *, wa
     samples: list[float] = []
 
     def take(count: int, last: Launch | None) -> list[float]:
-        return _judged(stream, lambda: _round(stream, launch, count, last), log, batch=False)
+        """``count`` samples, ``last`` before the last of them."""
+        taken: list[float] = []
+        for i in range(count):
+            before = last if i == count - 1 else None
+            taken += _judged(stream, lambda: _isolated(stream, launch, before), log, batch=False)
+        return taken
 
     if not isinstance(iters, StoppingRule):
         while len(samples) < iters:
@@ -339,7 +353,7 @@ _CUDA_HOST_ALLOC_MAPPED = 2  # cudaHostAllocMapped (driver_types.h)
 
 
 def round_sm_mhz(words: Any) -> float | None:
-    """The SM clock between a round's two stamps (SM 0's cycles over global nanoseconds), in MHz; None when a
+    """The SM clock between a hold's two stamps (SM 0's cycles over global nanoseconds), in MHz; None when a
     stamp was not written (no block of the stamp kernel ran on SM 0) or no global time passed."""
     (t0, c0), (t1, c1) = words[STAMP_START:STAMP_START + 2], words[STAMP_END:STAMP_END + 2]
     if min(t0, c0, t1, c1) < 0 or t1 <= t0:
@@ -441,7 +455,7 @@ class DeviceTimer:
                 synchronizes: bool = False) -> Timed:
         """The samples (``iters`` of them, or by the stopping rule) and BATCHES batches of ``launch``.
         ``synchronizes``: the launch itself waits for the stream on the host (a library sort), so no hold can
-        cover its queueing (each round would wait out the hold's timeout): its samples are taken on the stream
+        cover its queueing (each sample would wait out the hold's timeout): its samples are taken on the stream
         unheld, one after another, with no batches, the host's time between them in them."""
         if synchronizes:
             return sample(_Unheld(self), launch, iters, warmup=self.warmup, before_last=before_last)

@@ -114,31 +114,32 @@ def fixed_wall() -> float:
     return 0.0
 
 
-def round_sizes(log: list[str]) -> list[int]:
-    """The samples (or launches) queued behind each hold: the marks between it and its release, over 2."""
+def holds(log: list[str]) -> list[int]:
+    """The launches queued behind each hold: those between it and its release."""
     sizes, inside = [], 0
     for entry in log:
         if entry == "hold":
             inside = 0
-        elif entry == "mark":
+        elif entry == "launch":
             inside += 1
         elif entry == "release":
-            sizes.append(inside // 2)
+            sizes.append(inside)
     return sizes
 
 
-def test_an_exact_count_is_taken_in_rounds_each_sample_settled_and_bracketed() -> None:
+ONE_SAMPLE = ["settle", "wait", "hold", "mark", "launch", "mark", "release", "wait"]
+
+
+def test_an_exact_count_is_taken_each_sample_settled_drained_held_and_bracketed() -> None:
     stream = FakeStream(iter([7.0] * 2 + [5.0] * 70))
     poisoned = []
     timed = sample(stream, stream.launch, 70, warmup=2, before_last=lambda: poisoned.append(len(stream.log)))
     assert timed.samples_us == [5.0] * 70 and timed.batch is None and timed.stop is None
     assert stream.log[:4] == ["settle", "launch", "settle", "launch"]  # the warm-up, settled like a sample
-    assert round_sizes(stream.log) == [ROUND, ROUND, 70 - 2 * ROUND]
-    one_sample = ["settle", "mark", "launch", "mark"]
-    first_round = stream.log[4:5 + 4 * ROUND + 2]
-    assert first_round[:-1] == ["hold", *one_sample * ROUND, "release"] and stream.log[5 + 4 * ROUND + 1] == "wait"
+    # nvbench's order: the flush done and the stream drained before each sample's hold
+    assert stream.log[4:] == ONE_SAMPLE * 70
     # the output poisoned once, before the last sample's settle: what it holds after is the last call's
-    assert len(poisoned) == 1 and stream.log[poisoned[0]:] == [*one_sample, "release", "wait"]
+    assert len(poisoned) == 1 and stream.log[poisoned[0]:] == ONE_SAMPLE
 
 
 def test_the_flush_is_outside_the_samples() -> None:
@@ -155,7 +156,7 @@ def test_a_batch_is_back_to_back_launches_between_one_pair_of_events() -> None:
              for b in range(BATCHES)]
     assert timed.batch == {"launches": BATCH_LAUNCHES, "means_us": means}
     assert timed.samples_us == [1.0] * 3
-    one_batch = ["settle", "hold", "mark", *["launch"] * BATCH_LAUNCHES, "mark", "release", "wait"]
+    one_batch = ["settle", "wait", "hold", "mark", *["launch"] * BATCH_LAUNCHES, "mark", "release", "wait"]
     assert stream.log[:len(one_batch) * BATCHES] == one_batch * BATCHES  # before the samples
 
 
@@ -186,7 +187,7 @@ def test_quiet_samples_meet_the_rule_at_its_least_count() -> None:
     assert len(timed.samples_us) == 20
     assert timed.stop == {"met": True, "reason": "met", "noise_pct": 0.0, "measured_s": pytest.approx(200e-6),
                           "wall_s": 0.0}
-    assert round_sizes(stream.log) == [20]  # the least count first, in one round
+    assert holds(stream.log) == [1] * 20  # the least count first, a hold a sample
 
 
 def test_noisy_samples_take_rounds_until_the_first_that_meets_the_rule(rng: np.random.Generator) -> None:
@@ -376,26 +377,26 @@ def no_sleep(seconds: float) -> None:
 CARD = RoundRule(reference_mhz=1980.0, sleep=no_sleep)
 
 
-def test_a_hold_drained_by_a_host_stall_is_detected_and_its_round_measured_again() -> None:
-    # the 40th launch (the 8th of the second round) sleeps 500 µs on the host, past the hold's 200 µs
-    stream = HostStallStream(constant(10.0), timeout_us=200.0, stalls={ROUND + 7: 500.0})
+def test_a_hold_drained_by_a_host_stall_is_detected_and_its_sample_measured_again() -> None:
+    # the 40th launch sleeps 500 µs on the host, past the hold's 200 µs
+    stream = HostStallStream(constant(10.0), timeout_us=200.0, stalls={39: 500.0})
     timed = sample(stream, stream.launch, 70, warmup=0, rule=CARD)
     assert timed.samples_us == [10.0] * 70  # no sample holds the host's gap
     assert timed.rounds is not None
     (drained,) = timed.rounds["discarded"]
-    assert drained["reason"] == DRAINED and not drained["batch"] and len(drained["samples_us"]) == ROUND
-    # the thrown-away round held it: the GPU waited from the timeout (200 µs after the hold) until the host had
-    # queued 8 launches (5 µs each) and slept 500 µs
-    assert max(drained["samples_us"]) == 10.0 + (8 * 5.0 + 500.0 - 200.0)
-    assert round_sizes(stream.log) == [ROUND, ROUND, ROUND, 70 - 2 * ROUND]  # the second round taken twice
-    assert timed.rounds["sm_mhz"] == [1980.0] * 3 and timed.rounds["suspect"] == []
-    assert timed.rounds["held_us"] == [ROUND * 5.0, ROUND * 5.0, (70 - 2 * ROUND) * 5.0]  # the host's queueing
+    assert drained["reason"] == DRAINED and not drained["batch"]
+    # the thrown-away sample held it: the GPU waited from the timeout (200 µs after the hold) until the host
+    # had slept 500 µs and queued the launch (5 µs)
+    assert drained["samples_us"] == [10.0 + (500.0 + 5.0 - 200.0)]
+    assert holds(stream.log) == [1] * 71  # the 40th sample taken twice
+    assert timed.rounds["sm_mhz"] == [1980.0] * 70 and timed.rounds["suspect"] == []
+    assert timed.rounds["held_us"] == [5.0] * 70  # the host's queueing of each kept sample
 
 
 def test_the_same_stall_without_the_rule_would_be_timed_with_the_gap() -> None:
     """What the rule guards against: without it the drained round's gap is in a sample."""
-    stream = HostStallStream(constant(10.0), timeout_us=200.0, stalls={ROUND + 7: 500.0})
-    assert max(sample(stream, stream.launch, 70, warmup=0).samples_us) == 10.0 + (8 * 5.0 + 500.0 - 200.0)
+    stream = HostStallStream(constant(10.0), timeout_us=200.0, stalls={39: 500.0})
+    assert max(sample(stream, stream.launch, 70, warmup=0).samples_us) == 10.0 + (500.0 + 5.0 - 200.0)
 
 
 def test_a_drained_batch_is_measured_again() -> None:
@@ -414,20 +415,20 @@ def test_holds_that_keep_draining_are_kept_after_the_bound_and_named_suspect() -
     timed = sample(stream, stream.launch, 40, warmup=0, rule=CARD)
     assert timed.rounds is not None and len(timed.samples_us) == 40
     assert len(timed.rounds["discarded"]) == MAX_REMEASURES
-    assert timed.rounds["suspect"] == [DRAINED, DRAINED]  # both kept rounds: no re-measure was left
+    assert timed.rounds["suspect"] == [DRAINED] * 40  # every kept sample: no re-measure was left
 
 
-def test_a_throttled_round_is_thrown_away_after_a_pause_and_measured_again() -> None:
+def test_a_throttled_sample_is_thrown_away_after_a_pause_and_measured_again() -> None:
     pauses: list[float] = []
     rule = RoundRule(reference_mhz=1980.0, sleep=pauses.append)
-    durations = iter([10.0] * ROUND + [14.0] * ROUND + [10.0] * (2 * ROUND))
-    stream = HostStallStream(durations, timeout_us=1e9, stalls={}, clocks_mhz=iter([1980.0, 1200.0, 1975.0]))
-    timed = sample(stream, stream.launch, 2 * ROUND, warmup=0, rule=rule)
-    assert timed.samples_us == [10.0] * (2 * ROUND)  # the slow round's samples are not in the estimate
+    durations = iter([10.0, 14.0, 10.0, 10.0])
+    stream = HostStallStream(durations, timeout_us=1e9, stalls={}, clocks_mhz=iter([1980.0, 1200.0, 1975.0, 1980.0]))
+    timed = sample(stream, stream.launch, 3, warmup=0, rule=rule)
+    assert timed.samples_us == [10.0] * 3  # the slow sample is not in the estimate
     assert timed.rounds is not None
     (throttled,) = timed.rounds["discarded"]
-    assert throttled == {"reason": THROTTLED, "batch": False, "samples_us": [14.0] * ROUND, "sm_mhz": 1200.0}
-    assert pauses == [THROTTLE_PAUSE_S] and timed.rounds["sm_mhz"] == [1980.0, 1975.0]
+    assert throttled == {"reason": THROTTLED, "batch": False, "samples_us": [14.0], "sm_mhz": 1200.0}
+    assert pauses == [THROTTLE_PAUSE_S] and timed.rounds["sm_mhz"] == [1980.0, 1975.0, 1980.0]
     assert timed.rounds["reference_mhz"] == 1980.0 and timed.rounds["threshold"] == THROTTLE_THRESHOLD
 
 
@@ -438,7 +439,7 @@ def test_the_throttle_threshold_is_a_fraction_of_the_reference_and_an_unmeasured
     assert CARD.fault(HoldReport(timed_out=True, sm_mhz=100.0)) == DRAINED  # a drained round first
 
 
-def test_the_rounds_clock_is_sm_0s_cycles_over_global_nanoseconds() -> None:
+def test_a_holds_clock_is_sm_0s_cycles_over_global_nanoseconds() -> None:
     words = [0] * HOLD_WORDS
     words[STAMP_START:STAMP_START + 2] = [1_000_000, 5_000]
     words[STAMP_END:STAMP_END + 2] = [1_500_000, 5_000 + 990_000]  # 990,000 cycles in 0.5 ms
@@ -461,7 +462,7 @@ def test_a_suspect_measurement_is_noted_in_the_record() -> None:
                 "discarded": [], "suspect": [DRAINED]}
     with session(Settings(backend="cpu"), "select-bench", []) as s:
         s.take(StageOutcome([m]))
-    assert s.record.notes == [f"multi on {m.key}: 1 round(s) kept after 0 re-measures though faulty "
+    assert s.record.notes == [f"multi on {m.key}: 1 sample(s) or batch(es) kept after 0 re-measures though faulty "
                               "(hold timed out): its times are suspect"]
 
 

@@ -28,8 +28,10 @@ from ..core.source import Source, commit_label, running_source
 SCHEMA = "qsa.run"
 # 2 added "incomplete" and "sanitizer"; 3 added "checks"; 4 named the L2 states (clean, dirty, warm) and added a
 # measurement's "batch" and "stop"; 5 added "agreements", an inexact variant's measures, and a measurement's
-# "rounds", "timer" and "nvbench" (record/load.py migrates older ones)
-SCHEMA_VERSION = 5
+# "rounds", "timer" and "nvbench"; 6 drains the stream before each sample, each sample its own hold (a round
+# in "rounds" is one sample or one batch; in 5 a round was 32 samples queued back to back) (record/load.py
+# migrates older ones)
+SCHEMA_VERSION = 6
 INFO_SCHEMA = "qsa.info"  # what ``qsa info`` reports (InfoReport)
 
 # "keys" is in a scorer case only for keys other than the synthetic ones: the cases of earlier runs keep their key
@@ -83,11 +85,12 @@ class DiscardedRound(TypedDict):
 
 
 class RoundChecks(TypedDict):
-    """How a GPU measurement's rounds were judged: each kept batch's and round's SM clock (MHz, in the order
-    taken: the batches first; None: not measured) and how long its hold held the stream while the host
-    queued it (µs: how near the hold's timeout it came), the clock the threshold is a fraction of, the
-    rounds thrown away, and the reasons of those kept though faulty once the re-measures ran out (the
-    measurement is then suspect, and the record's notes say so)."""
+    """How a GPU measurement's rounds (what one hold covers: a batch, or a sample; 32 samples in schema 5)
+    were judged: each kept one's
+    SM clock (MHz, in the order taken: the batches first; None: not measured) and how long its hold held the
+    stream while the host queued it (µs: how near the hold's timeout it came), the clock the threshold is a
+    fraction of, the rounds thrown away, and the reasons of those kept though faulty once the re-measures
+    ran out (the measurement is then suspect, and the record's notes say so)."""
 
     sm_mhz: list[float | None]
     held_us: list[float | None]
