@@ -1,8 +1,8 @@
 """The timer on the GPU (``-m gpu``; skipped without CuPy or a device): select-bench under each L2 state and
 the stopping rule, its record's fields; the flushes' states; a rule that cannot be met ends at its timeout;
 the hold released by the host (a launcher that sleeps on the host past its timeout is detected, one that
-sleeps within it is held) and each round's SM clock; qsa's --l2 dirty against nvbench's cold (with
-cuda-bench installed)."""
+sleeps within it is held) and each sample's SM clock; qsa's --l2 dirty against nvbench's cold on a scorer
+and a window's graph (with cuda-bench installed)."""
 
 from __future__ import annotations
 
@@ -131,13 +131,17 @@ def test_select_bench_records_every_samples_clock(cupy: Any, capsys, tmp_path: P
 
 
 @pytest.mark.gpu
-def test_qsa_dirty_and_nvbench_cold_agree_on_a_latency_bound_scorer_and_its_read_floor(cupy: Any, capsys,
-                                                                                      tmp_path: Path) -> None:
-    """The same launchers (halve on a 32K call of one query, 6.5 µs on an H200, and its read floor) timed by
-    qsa's timer under --l2 dirty here and by nvbench in a process of its own (nvbench runs once a process):
-    their medians within the selftest's tolerance (5 % or 0.5 µs)."""
+@pytest.mark.parametrize("call, variants", [
+    (["select-bench", "32768", "1", "auto", "65536", "--variants", "halve"], {"halve", READ_FLOOR}),
+    (["window-bench", "131072", "4", "auto", "262144", "--variants", "halve+cluster"], {"halve+cluster"}),
+], ids=["scorer-32K", "window-131K"])
+def test_qsa_dirty_and_nvbench_cold_agree(cupy: Any, capsys, tmp_path: Path, call: list[str],
+                                          variants: set[str]) -> None:
+    """The same launchers (halve on a 32K call of one query, 6.5 µs on an H200, and its read floor; a window's
+    CUDA graph) timed by qsa's timer under --l2 dirty here and by nvbench in a process of its own (nvbench
+    runs once a process): their medians within the selftest's tolerance (5 % or 0.5 µs)."""
     pytest.importorskip("cuda.bench", reason="cuda-bench is not installed (pip install '.[nvbench]')")
-    call = ["select-bench", "32768", "1", "auto", "65536", "--variants", "halve", "--quiet"]
+    call = [*call, "--quiet"]
     nv_json = tmp_path / "nvbench.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
                                                          os.environ.get("PYTHONPATH", "")])}
@@ -145,7 +149,7 @@ def test_qsa_dirty_and_nvbench_cold_agree_on_a_latency_bound_scorer_and_its_read
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     theirs = {(m.key, m.variant): m for m in load_record(nv_json).measurements}
-    assert {v for _, v in theirs} == {"halve", READ_FLOOR}
+    assert {v for _, v in theirs} == variants
     assert all(m.timer == NVBENCH_TIMER and m.nvbench is not None and m.nvbench["samples"] == len(m.samples_us)
                for m in theirs.values())
     ours_json = tmp_path / "qsa.json"

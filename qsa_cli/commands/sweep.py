@@ -8,11 +8,12 @@ import click
 
 from .finish import chosen_format
 from .measuring import run_sweep
-from .run_options import RUN_OPTIONS
+from .run_options import RUN_OPTIONS, TIMER_OPTION
 
 
 @click.command("sweep")
 @click.argument("config_name", metavar="CONFIG")
+@TIMER_OPTION
 @RUN_OPTIONS
 def command(config_name: str, **opts: Any) -> int:
     """Run a YAML sweep (a file, or a shipped config by name: ci, selftest, sm75-decode)."""

@@ -12,12 +12,13 @@ from .exit_status import UsageProblem
 from .finish import chosen_format, finish_record
 from .measuring import open_session
 from .positional import POSITIONAL_NEGATIVES, decode_call
-from .run_options import KEYS_OPTION, RUN_OPTIONS
+from .run_options import KEYS_OPTION, RUN_OPTIONS, TIMER_OPTION
 
 
 @click.command("window-bench", context_settings=POSITIONAL_NEGATIVES)
 @click.argument("args", nargs=-1, metavar="CTX Q ITERS CAP")
 @KEYS_OPTION
+@TIMER_OPTION
 @RUN_OPTIONS
 def command(args: tuple[str, ...], keys: str, **opts: Any) -> int:
     """A decode window's selection (scores, then top-k) as one CUDA graph per kernel pair, replays timed."""

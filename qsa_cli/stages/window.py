@@ -84,6 +84,8 @@ class WindowStage(StageBase):
         return Placed(watched, self.ids, repoison)
 
     def launch(self, variant: WindowPair, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
+        import cupy
+
         score = self.launcher.scorer(variant.scorer, self.placed, self.scores)
         select = self.launcher.topk(variant.topk, self.scores, self.placed.steps, self.ids, scratch=buffers)
         score()
@@ -92,7 +94,8 @@ class WindowStage(StageBase):
         score()
         select()
         graph = self.stream.end_capture()
-        return lambda: graph.launch(self.stream)
+        # replayed on the current stream: the window's own under qsa's timer (scope), nvbench's under its
+        return lambda: graph.launch(cupy.cuda.get_current_stream())
 
     def host(self, output: Any) -> np.ndarray:
         import cupy
