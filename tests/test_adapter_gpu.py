@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from conftest import fresh_seed
 from fake_adapter import ENTRIES, write_adapter
+from fake_builds import FakeBuilds
 from fake_engine import write_fake_engine
 from test_engine import needs_nvcc
 from test_engine_cli_gpu import run
@@ -27,10 +28,9 @@ def piped(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def tree(cupy: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The fake engine and the example adapter beside it."""
-    root = tmp_path_factory.mktemp("adapter")
-    return {"engine": write_fake_engine(root / "strata"), "adapter": write_adapter(root / "my_adapter.cu")}
+def tree(fake_builds: FakeBuilds) -> dict[str, Path]:
+    """The fake engine and the example adapter beside it (built beforehand)."""
+    return {"engine": fake_builds.adapter_checkout, "adapter": fake_builds.adapter_file}
 
 
 def checks_of(rec: dict[str, Any], subject: str) -> dict[str, list[bool]]:

@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 from conftest import fresh_seed
-from fake_engine import FLIPPED_ENTRY, NEWER, write_fake_engine
+from fake_builds import ENGINES, FakeBuilds
+from fake_engine import FLIPPED_ENTRY
 
 from qsa_cli.cli import main
-from qsa_cli.core.errors import EngineError
-from qsa_cli.engine.build import find_nvcc
 from qsa_cli.kernels import kernel_dir
 
 pytestmark = pytest.mark.gpu
@@ -45,19 +44,11 @@ def failure_lines(out: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def trees(cupy: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Fake checkouts: plain, its decode scorer slowed, its dispatched top-k's and scorer's bits flipped."""
-    try:
-        find_nvcc()
-    except EngineError as exc:
-        pytest.skip(str(exc))
-    root = tmp_path_factory.mktemp("trees")
-    return {"plain": write_fake_engine(root / "plain"), "slow": write_fake_engine(root / "slow", slow="scores"),
-            "flip-topk": write_fake_engine(root / "flip-topk", flip="topk"),
-            "flip-scores": write_fake_engine(root / "flip-scores", flip="scores"),
-            "newer": write_fake_engine(root / "newer", generation=NEWER),
-            "newer-flip-dx": write_fake_engine(root / "newer-flip-dx", generation=NEWER, flip="scores-dx"),
-            "newer-flip-multi": write_fake_engine(root / "newer-flip-multi", generation=NEWER, flip="topk-multi")}
+def trees(fake_builds: FakeBuilds) -> dict[str, Path]:
+    """Fake checkouts by their names in fake_builds.ENGINES (built beforehand): plain, its decode scorer
+    slowed, its dispatched top-k's and scorer's bits flipped, the newer generation plain and flipped on its
+    dx scorer's and its multi-CTA top-k's paths."""
+    return {name: fake_builds.engine(name) for name in ENGINES}
 
 
 def record(path: Path) -> dict[str, Any]:
