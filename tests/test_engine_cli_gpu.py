@@ -63,7 +63,7 @@ def test_select_bench_runs_the_checkouts_scorers_beside_qsas(capsys: Any, trees:
                                                             tmp_path: Path) -> None:
     js = tmp_path / "r.json"
     seed = str(fresh_seed() % 1000)
-    code, out, err = run(capsys, "select-bench", "420000", "4", "5", "524288", "--seed", seed,
+    code, out, err = run(capsys, "select-bench", "131072", "4", "5", "262144", "--seed", seed,
                          "--engine", f"fake={trees['plain']}", "--json", str(js))
     assert code == 0, out + err
     rec = record(js)
@@ -120,7 +120,7 @@ def test_a_flipped_top_k_fails_in_topk_parity(capsys: Any, trees: dict[str, Path
 
 def test_window_bench_captures_the_checkouts_pair(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
     js = tmp_path / "r.json"
-    code, out, err = run(capsys, "window-bench", "420000", "4", "5", "524288", "--engine",
+    code, out, err = run(capsys, "window-bench", "131072", "4", "5", "262144", "--engine",
                          f"fake={trees['plain']}", "--json", str(js))
     assert code == 0, out + err
     rec = record(js)
@@ -150,7 +150,7 @@ def test_select_bench_runs_a_newer_checkouts_scorers(capsys: Any, trees: dict[st
     """The dx scorer (in a child under STRATA_SCORES_DX=1) held to the reference's bits; the TF32 scorer timed,
     its integrity checked, its output measured against the reference (not bitwise): the fake's flipped bits seen."""
     js = tmp_path / "r.json"
-    code, out, err = run(capsys, "select-bench", "420000", "4", "5", "524288", "--engine", f"new={trees['newer']}",
+    code, out, err = run(capsys, "select-bench", "131072", "4", "5", "262144", "--engine", f"new={trees['newer']}",
                          "--json", str(js))
     assert code == 0, out + err
     rec = record(js)
@@ -194,7 +194,7 @@ def test_topk_parity_and_the_window_run_a_newer_checkouts_multi_topk(capsys: Any
     assert {"new.topk", "new.topk-ref", "new.topk-multi"} <= variants_of(rec)
     against = {p["against"] for p in rec["parity"] if p["subject"] == "new.topk-multi"}
     assert {"reference", "cpu-oracle", "guard zones", "inputs"} <= against and all(p["equal"] for p in rec["parity"])
-    code, out, err = run(capsys, "window-bench", "420000", "4", "3", "524288", "--engine", f"new={trees['newer']}",
+    code, out, err = run(capsys, "window-bench", "131072", "4", "3", "262144", "--engine", f"new={trees['newer']}",
                          "--json", str(js))
     assert code == 0, out + err
     rows = [p for p in record(js)["parity"] if p["subject"] == "new.scores+new.topk-multi"]
