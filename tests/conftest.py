@@ -4,8 +4,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fake_builds import FakeBuilds, build_all, write_fake_builds
 
 from qsa_cli.catalog import Launcher, qsa_catalog
+from qsa_cli.core.errors import EngineError
+from qsa_cli.engine.build import find_nvcc
+from qsa_cli.timing import DeviceTimer
 
 QSA = qsa_catalog()  # qsa's own variants, from the installed kernels
 
@@ -36,6 +40,29 @@ def cupy():
     if count == 0:
         pytest.skip("no CUDA device")
     return cupy
+
+
+def compile_qsa_kernels(compute_capability: int) -> None:
+    """qsa's kernels of every variant this card runs, and the timer's, compiled for it (NVRTC; kept in this
+    process and in the disk cache, where a run's child finds them)."""
+    for variant in {v.source: v for v in QSA.variants if v.runs_on(compute_capability)}.values():
+        QSA.compiled(variant)
+    DeviceTimer(l2="warm")
+
+
+@pytest.fixture(scope="session")
+def fake_builds(cupy: Any, tmp_path_factory: pytest.TempPathFactory) -> FakeBuilds:
+    """Every fake engine build the GPU tests make (tests/fake_builds.py), made for this device at once: nvcc a
+    build a core, and qsa's kernels compiled meanwhile; later builds of the same files are cache hits. Skipped
+    without nvcc."""
+    try:
+        find_nvcc()
+    except EngineError as exc:
+        pytest.skip(str(exc))
+    builds = write_fake_builds(tmp_path_factory.mktemp("fake-builds"))
+    cc = int(cupy.cuda.Device().compute_capability)
+    build_all(list(builds.jobs().values()), cc, meanwhile=lambda: compile_qsa_kernels(cc))
+    return builds
 
 
 def fresh_seed() -> int:

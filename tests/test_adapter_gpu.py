@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from conftest import fresh_seed
 from fake_adapter import ENTRIES, write_adapter
+from fake_builds import FakeBuilds
 from fake_engine import write_fake_engine
 from test_engine import needs_nvcc
 from test_engine_cli_gpu import run
@@ -27,10 +28,9 @@ def piped(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def tree(cupy: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The fake engine and the example adapter beside it."""
-    root = tmp_path_factory.mktemp("adapter")
-    return {"engine": write_fake_engine(root / "strata"), "adapter": write_adapter(root / "my_adapter.cu")}
+def tree(fake_builds: FakeBuilds) -> dict[str, Path]:
+    """The fake engine and the example adapter beside it (built beforehand)."""
+    return {"engine": fake_builds.adapter_checkout, "adapter": fake_builds.adapter_file}
 
 
 def checks_of(rec: dict[str, Any], subject: str) -> dict[str, list[bool]]:
@@ -45,7 +45,7 @@ def checks_of(rec: dict[str, Any], subject: str) -> dict[str, list[bool]]:
 def test_select_bench_runs_the_adapters_exact_scorer_bit_for_bit(capsys: Any, tree: dict[str, Path],
                                                                  tmp_path: Path) -> None:
     js = tmp_path / "r.json"
-    code, out, err = run(capsys, "select-bench", "420000", "4", "5", "524288", "--seed", str(fresh_seed() % 1000),
+    code, out, err = run(capsys, "select-bench", "131072", "4", "5", "262144", "--seed", str(fresh_seed() % 1000),
                          "--engine", f"fake={tree['engine']}", "--adapter", str(tree["adapter"]),
                          "--variants", "reference,multi,fake.scores,fake.scores-all", "--json", str(js))
     assert code == 0, out + err
@@ -89,7 +89,7 @@ def test_topk_parity_runs_the_adapters_top_k_with_its_scratch(capsys: Any, tree:
 
 def test_window_bench_follows_the_entry_its_top_k_names(capsys: Any, tree: dict[str, Path], tmp_path: Path) -> None:
     js = tmp_path / "r.json"
-    code, out, err = run(capsys, "window-bench", "420000", "4", "5", "524288", "--engine", f"fake={tree['engine']}",
+    code, out, err = run(capsys, "window-bench", "131072", "4", "5", "262144", "--engine", f"fake={tree['engine']}",
                          "--adapter", str(tree["adapter"]), "--json", str(js))
     assert code == 0, out + err
     rec = json.loads(js.read_text())

@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 from conftest import fresh_seed
-from fake_engine import FLIPPED_ENTRY, NEWER, write_fake_engine
+from fake_builds import ENGINES, FakeBuilds
+from fake_engine import FLIPPED_ENTRY
 
 from qsa_cli.cli import main
-from qsa_cli.core.errors import EngineError
-from qsa_cli.engine.build import find_nvcc
 from qsa_cli.kernels import kernel_dir
 
 pytestmark = pytest.mark.gpu
@@ -45,19 +44,11 @@ def failure_lines(out: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def trees(cupy: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Fake checkouts: plain, its decode scorer slowed, its dispatched top-k's and scorer's bits flipped."""
-    try:
-        find_nvcc()
-    except EngineError as exc:
-        pytest.skip(str(exc))
-    root = tmp_path_factory.mktemp("trees")
-    return {"plain": write_fake_engine(root / "plain"), "slow": write_fake_engine(root / "slow", slow="scores"),
-            "flip-topk": write_fake_engine(root / "flip-topk", flip="topk"),
-            "flip-scores": write_fake_engine(root / "flip-scores", flip="scores"),
-            "newer": write_fake_engine(root / "newer", generation=NEWER),
-            "newer-flip-dx": write_fake_engine(root / "newer-flip-dx", generation=NEWER, flip="scores-dx"),
-            "newer-flip-multi": write_fake_engine(root / "newer-flip-multi", generation=NEWER, flip="topk-multi")}
+def trees(fake_builds: FakeBuilds) -> dict[str, Path]:
+    """Fake checkouts by their names in fake_builds.ENGINES (built beforehand): plain, its decode scorer
+    slowed, its dispatched top-k's and scorer's bits flipped, the newer generation plain and flipped on its
+    dx scorer's and its multi-CTA top-k's paths."""
+    return {name: fake_builds.engine(name) for name in ENGINES}
 
 
 def record(path: Path) -> dict[str, Any]:
@@ -72,7 +63,7 @@ def test_select_bench_runs_the_checkouts_scorers_beside_qsas(capsys: Any, trees:
                                                             tmp_path: Path) -> None:
     js = tmp_path / "r.json"
     seed = str(fresh_seed() % 1000)
-    code, out, err = run(capsys, "select-bench", "420000", "4", "5", "524288", "--seed", seed,
+    code, out, err = run(capsys, "select-bench", "131072", "4", "5", "262144", "--seed", seed,
                          "--engine", f"fake={trees['plain']}", "--json", str(js))
     assert code == 0, out + err
     rec = record(js)
@@ -129,7 +120,7 @@ def test_a_flipped_top_k_fails_in_topk_parity(capsys: Any, trees: dict[str, Path
 
 def test_window_bench_captures_the_checkouts_pair(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
     js = tmp_path / "r.json"
-    code, out, err = run(capsys, "window-bench", "420000", "4", "5", "524288", "--engine",
+    code, out, err = run(capsys, "window-bench", "131072", "4", "5", "262144", "--engine",
                          f"fake={trees['plain']}", "--json", str(js))
     assert code == 0, out + err
     rec = record(js)
@@ -159,7 +150,7 @@ def test_select_bench_runs_a_newer_checkouts_scorers(capsys: Any, trees: dict[st
     """The dx scorer (in a child under STRATA_SCORES_DX=1) held to the reference's bits; the TF32 scorer timed,
     its integrity checked, its output measured against the reference (not bitwise): the fake's flipped bits seen."""
     js = tmp_path / "r.json"
-    code, out, err = run(capsys, "select-bench", "420000", "4", "5", "524288", "--engine", f"new={trees['newer']}",
+    code, out, err = run(capsys, "select-bench", "131072", "4", "5", "262144", "--engine", f"new={trees['newer']}",
                          "--json", str(js))
     assert code == 0, out + err
     rec = record(js)
@@ -203,7 +194,7 @@ def test_topk_parity_and_the_window_run_a_newer_checkouts_multi_topk(capsys: Any
     assert {"new.topk", "new.topk-ref", "new.topk-multi"} <= variants_of(rec)
     against = {p["against"] for p in rec["parity"] if p["subject"] == "new.topk-multi"}
     assert {"reference", "cpu-oracle", "guard zones", "inputs"} <= against and all(p["equal"] for p in rec["parity"])
-    code, out, err = run(capsys, "window-bench", "420000", "4", "3", "524288", "--engine", f"new={trees['newer']}",
+    code, out, err = run(capsys, "window-bench", "131072", "4", "3", "262144", "--engine", f"new={trees['newer']}",
                          "--json", str(js))
     assert code == 0, out + err
     rows = [p for p in record(js)["parity"] if p["subject"] == "new.scores+new.topk-multi"]

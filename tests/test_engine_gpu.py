@@ -23,12 +23,13 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import fresh_seed, scorer_launch, topk_launch
-from fake_engine import FLIPPED_ENTRY, GENERATIONS, NEWER, SLOW_NS, TC_INEXACT_STRIDE, write_fake_engine
+from fake_builds import FakeBuilds
+from fake_engine import FLIPPED_ENTRY, GENERATIONS, NEWER, SLOW_NS, TC_INEXACT_STRIDE
 
 from qsa_cli.core.errors import EngineError, EngineRefused
 from qsa_cli.core.geometry import MAX_QUERIES, PROMPT_QUERIES, SELECT_CAP, STEP_NBID, Call
 from qsa_cli.core.integrity import GuardedBuffers
-from qsa_cli.engine.build import build_engine, find_nvcc
+from qsa_cli.engine.build import build_engine
 from qsa_cli.engine.checkout import EngineCheckout
 from qsa_cli.engine.domains import CLUSTER_MAX_QUERIES, engine_variants
 from qsa_cli.engine.kinds import ENGINE_KINDS, engine_kinds
@@ -73,22 +74,16 @@ def bitwise_kinds(stage: str, runs: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="module")
-def engines(cupy: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., EngineLibrary]:
-    """Fake engines built for this device by their write_fake_engine options, each once (the libraries go
-    to qsa's usual cache, so a child process finds them built)."""
-    try:
-        find_nvcc()
-    except EngineError as exc:
-        pytest.skip(str(exc))
-    root = tmp_path_factory.mktemp("engines")
-    loaded: dict[tuple[tuple[str, Any], ...], EngineLibrary] = {}
+def engines(cupy: Any, fake_builds: FakeBuilds) -> Callable[..., EngineLibrary]:
+    """Fake engines for this device by their write_fake_engine options, each loaded once (fake_builds built
+    them beforehand, in qsa's usual cache, where a child process finds them built)."""
+    loaded: dict[Path, EngineLibrary] = {}
 
     def engine(**options: Any) -> EngineLibrary:
-        key = tuple(sorted(options.items()))
-        if key not in loaded:
-            tree = write_fake_engine(root / f"fake-{len(loaded)}", **options)
-            loaded[key] = load_engine(build_engine(EngineCheckout(tree, "fake"), device_cc(cupy)))
-        return loaded[key]
+        tree = fake_builds.with_options(**options)
+        if tree not in loaded:
+            loaded[tree] = load_engine(build_engine(EngineCheckout(tree, "fake"), device_cc(cupy)))
+        return loaded[tree]
 
     return engine
 
