@@ -82,7 +82,7 @@ def _partials(keys: np.ndarray, q: np.ndarray) -> np.ndarray:
     Blocks are the innermost axis, so every numpy loop runs over a long row against one per-lane scalar.
     Each fma is computed as RN32(RN64(k*q + p)), which is the correctly rounded fma unless the float64 sum
     sits on a float32 midpoint (or on the subnormal grid's); all such sums have the low 28 bits of their
-    float64 significand clear, so those few are recomputed exactly with ``fma_f32``.
+    float64 significand clear and are no float32, so those few are recomputed exactly with ``fma_f32``.
     """
     n = keys.shape[0]
     kt = np.ascontiguousarray(keys.reshape(n, WARP, LANE_DIMS).transpose(2, 1, 0))  # [dim of float4, lane, block]
@@ -90,6 +90,7 @@ def _partials(keys: np.ndarray, q: np.ndarray) -> np.ndarray:
     out = np.empty((qc.shape[0], WARP, n), np.float32)
     t = np.empty((WARP, n))
     low = np.empty(t.shape, np.uint64)
+    rounded = np.empty(t.shape, np.float32)
     with np.errstate(**_IEEE_QUIET):  # from the casts on: a signalling NaN raises "invalid" when converted
         kt64 = kt.astype(np.float64)
         q64 = qc.astype(np.float64)
@@ -100,16 +101,19 @@ def _partials(keys: np.ndarray, q: np.ndarray) -> np.ndarray:
                 np.multiply(kt64[c], q64[h, :, c, None], out=t)
                 np.add(t, p, out=t)
                 np.bitwise_and(t.view(np.uint64), _LOW28, out=low)
-                if low.min() == 0:  # rare on real data: min is the cheapest "any zero" numpy has
-                    lane, blk = np.nonzero(low == 0)
-                    s = t[lane, blk]  # a sum that is inf, NaN or a float32 (0 too) is the fma's already
-                    odd = np.isfinite(s) & (s.astype(np.float32) != s)
-                    lane, blk = lane[odd], blk[odd]
-                    exact = fma_f32(kt[c, lane, blk], qc[h, lane, c], p[lane, blk])
+                if low.min() != 0:  # the rule on real data: min is the cheapest "any zero" numpy has
                     np.copyto(p, t, casting="same_kind")
-                    p[lane, blk] = exact
-                else:
-                    np.copyto(p, t, casting="same_kind")
+                    continue
+                # adversarial keys clear the low bits of a third of the sums (zeros, exact products): a
+                # sum no float32 holds is the one the double rounding can get wrong, and they are few, so
+                # they are found over the whole array, not among every sum with clear bits (inf, NaN and
+                # a float32 are the fma's already); p, t and kt[c] are contiguous: ravel() is a view
+                np.copyto(rounded, t, casting="same_kind")
+                odd = np.flatnonzero((low == 0) & (rounded != t))
+                odd = odd[np.isfinite(t.ravel()[odd])]
+                exact = fma_f32(kt[c].ravel()[odd], qc[h, odd // n, c], p.ravel()[odd])
+                np.copyto(p, rounded)
+                p.ravel()[odd] = exact
     return out
 
 
