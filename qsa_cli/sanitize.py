@@ -1,7 +1,8 @@
 """``qsa sanitize``: compute-sanitizer's memcheck, racecheck, synccheck and initcheck over every variant.
 
 Each (variant, case, tool) runs in its own child process (qsa_cli/sanitize_child.py) with CuPy's memory
-pool off; the cases are decode and prompt calls, small and large contexts, every score set and kind of keys. The
+pool off, or (the quick matrix, qsa selftest's) a stage's cases share one per tool, again one by one where it
+reports anything; the cases are decode and prompt calls, small and large contexts, every score set and kind of keys. The
 kernels are compiled with line information (QSA_LINEINFO=1), so a report names its source line. Every
 report is attributed to the case that ran when it was printed; a report that a known-hazards file
 explains (a pattern it must contain, and the reason) is listed but does not fail the run.
@@ -310,41 +311,63 @@ def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownH
              kernels: Path, kept: Callable[[list[SanitizerRun]], None], jobs: int = 2, device_id: int = 0,
              progress: Callable[[int, int, str], None] = lambda done, total, msg: None,
              engines: tuple[str, ...] = (), switches: Mapping[str, tuple[tuple[str, str], ...]] | None = None,
-             children: Children | None = None, adapter: Path | None = None) -> None:
+             children: Children | None = None, adapter: Path | None = None, grouped: bool = False) -> None:
     """Every (case, tool) in its own child, ``jobs`` at a time; ``kept`` is given, each time a child ends, the
     rows of every child ended so far, in (case, tool) order. ``kernels``: the run's folder of kernel sources;
     ``engines``: its engine checkouts, which each child attaches with ``adapter`` (their libraries come from
     the cache); ``switches``: the engine's switches a variant runs under (engine/switches.py), set in its
-    children. When the run stops (Ctrl-C, SIGTERM, an error), the children running are ended and their rows
-    never kept; ``children``: where they are started, for a caller in another thread to stop them
-    (``Children.stop``)."""
+    children. ``grouped``: the cases of a stage under the same switches share one child per tool, which
+    starts python, CuPy and the tool once for them all (each row its share of the child's seconds); a shared
+    child that reports anything, or fails, is run again case by case, so that every report is attributed, and
+    a crash counted, as their own children would. When the run stops (Ctrl-C, SIGTERM, an error), the
+    children running are ended and their rows never kept; ``children``: where they are started, for a caller
+    in another thread to stop them (``Children.stop``)."""
     env = {**os.environ, ENV_LINEINFO: "1", "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", str(device_id)),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                         os.environ.get("PYTHONPATH")]))}
-    # one child per (case, tool), the likely longest first (racechecks, then large calls), so that they
-    # spread over the jobs; the rows keep the cases' order
-    work = [(tool, [case]) for case in cases for tool in tools]
-    order = sorted(range(len(work)), key=lambda i: (work[i][0] != "racecheck", -work[i][1][0].ctx * work[i][1][0].nq))
-    results: list[list[SanitizerRun] | None] = [None for _ in work]
+    tools = tuple(tools)
+
+    def switched(case: SanitizeCase) -> tuple[tuple[str, str], ...]:
+        return (switches or {}).get(case.variant, ())
+
+    groups: dict[Any, list[int]] = {}  # indices into cases
+    for i, case in enumerate(cases):
+        groups.setdefault((case.stage, switched(case)) if grouped else i, []).append(i)
+    # a child per (group, tool), the likely longest first (racechecks, then large calls), so that they spread
+    # over the jobs; the rows keep the cases' order
+    work = [(tool, members) for members in groups.values() for tool in tools]
+    order = sorted(range(len(work)), key=lambda w: (work[w][0] != "racecheck",
+                                                    -sum(cases[i].ctx * cases[i].nq for i in work[w][1])))
+    results: dict[tuple[int, str], SanitizerRun] = {}
     children = children if children is not None else Children()
 
-    def one(i: int) -> list[SanitizerRun] | None:
-        tool, group = work[i]
+    def child(tool: str, group: list[SanitizeCase]) -> list[SanitizerRun] | None:
         try:
             output, code, seconds = run_tool(child_command(sanitizer, tool, group, kernels, engines, adapter),
-                                             {**env, **dict((switches or {}).get(group[0].variant, ()))},
-                                             children=children)
+                                             {**env, **dict(switched(group[0]))}, children=children)
         except ChildrenStopped:
             return None
         # a child the stopping run ended says nothing of its case
         return None if children.stopped else judge(group, tool, output, code, known, seconds)
 
+    def one(w: int) -> dict[tuple[int, str], SanitizerRun] | None:
+        tool, members = work[w]
+        rows = child(tool, [cases[i] for i in members])
+        if rows is not None and len(members) > 1 and any(r.errors for r in rows):
+            rows = []
+            for i in members:
+                alone = child(tool, [cases[i]])
+                if alone is None:
+                    return None
+                rows += alone
+        return None if rows is None else {(i, tool): row for i, row in zip(members, rows)}
+
     pool = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        running = {pool.submit(one, i): i for i in order}
+        running = {pool.submit(one, w): w for w in order}
         for done, future in enumerate(as_completed(running), 1):
-            results[running[future]] = future.result()
-            kept([row for rows in results if rows is not None for row in rows])
+            results.update(future.result() or {})
+            kept([results[key] for key in sorted(results, key=lambda key: (key[0], tools.index(key[1])))])
             progress(done, len(work), "compute-sanitizer")
     except BaseException:
         children.stop()  # the workers' children end, so the pool's shutdown below does not wait for them

@@ -344,6 +344,50 @@ def test_jobs_children_run_at_once(tmp_path: Path) -> None:
     assert len(kept) == len(cases) == 4 and all(r.passed for r in kept), [r.first_report for r in kept]
 
 
+# a sanitizer that runs its job's cases as the child does (a marker before each), noting each start (its tool
+# and its cases' variants); under memcheck the halving scorer writes past its output and its child crashes
+GROUPING_SANITIZER = """#!{python}
+import json, os, sys
+tool = sys.argv[sys.argv.index("--tool") + 1]
+variants = [case["variant"] for case in json.loads(sys.argv[-1])["cases"]]
+with open(os.path.join({folder!r}, str(os.getpid())), "w") as noted:
+    noted.write(tool + " " + ",".join(variants))
+for i, variant in enumerate(variants):
+    print("{marker}", i)
+    if tool == "memcheck" and variant == "halve":
+        print("========= Invalid __global__ write of size 4 bytes")
+        print("=========     at block_scores_halve_kernel+0x10 in scores.cu:100")
+        print("Traceback (most recent call last):")
+        print("========= ERROR SUMMARY: 1 error")
+        sys.exit(1)
+print("========= ERROR SUMMARY: 0 errors")
+"""
+
+
+def test_grouped_a_stages_cases_share_a_child_per_tool_and_a_report_is_its_own_cases(tmp_path: Path) -> None:
+    """The quick matrix's cases of a stage run in one child per tool; one that reports anything is run again
+    case by case, so the report (and the crash after it) is the halving scorer's alone, as in children of
+    their own, and the cases after it in that child are run and clean."""
+    started = tmp_path / "started"
+    started.mkdir()
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text(GROUPING_SANITIZER.format(python=sys.executable, folder=str(started), marker=MARKER))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    cases = sanitize.matrix({"scores": ("multi", "halve", "paired"), "topk": ("wide", "split")}, ("continuous",),
+                            quick=True)
+    tools = ("memcheck", "racecheck")
+    kept: list[sanitize.SanitizerRun] = []
+    sanitize.sanitize(cases, tools, [], fake, tmp_path, lambda rows: kept.__setitem__(slice(None), rows), jobs=2,
+                      grouped=True)
+    assert [(r.variant, r.tool) for r in kept] == [(c.variant, t) for c in cases for t in tools]
+    assert [(r.variant, r.tool) for r in kept if not r.passed] == [("halve", "memcheck")]
+    bad = next(r for r in kept if not r.passed)
+    assert bad.errors == 1 and bad.first_report.startswith("Invalid __global__ write of size 4 bytes")
+    runs = sorted(path.read_text() for path in started.iterdir())
+    assert runs == sorted(["memcheck multi,halve,paired", "memcheck multi", "memcheck halve", "memcheck paired",
+                           "racecheck multi,halve,paired", "memcheck wide,split", "racecheck wide,split"])
+
+
 @pytest.mark.parametrize(("cores", "jobs"), [(1, 1), (3, 3), (16, 16), (128, sanitize.MAX_DEFAULT_JOBS)])
 def test_the_default_jobs_are_one_a_core_bounded(monkeypatch: pytest.MonkeyPatch, cores: int, jobs: int) -> None:
     monkeypatch.setattr(sanitize, "usable_cores", lambda: cores)
@@ -371,14 +415,19 @@ def test_selftests_sanitizer_started_beside_the_checks_ends_its_children_when_le
 
 
 def test_selftests_sanitizer_row_holds_every_childs_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every variant's rows under both tools, from a child per stage and tool."""
+    started = tmp_path / "started"
+    started.mkdir()
     fake = tmp_path / "compute-sanitizer"
-    fake.write_text(f"#!{sys.executable}\nprint('{MARKER} 0\\n========= ERROR SUMMARY: 0 errors')\n")
+    fake.write_text(GROUPING_SANITIZER.format(python=sys.executable, folder=str(started), marker=MARKER))
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(runs_sanitizer, "sanitize_variants", lambda s: {"scores": ("multi", "halve"), "topk": ("wide",)})
+    monkeypatch.setattr(runs_sanitizer, "sanitize_variants", lambda s: {"scores": ("multi", "paired"), "topk": ("wide",)})
     with session.session(session.Settings(backend="cpu"), "selftest", []) as s:
         with selftest_run._sanitizer_started(s) as row:
             done = row()
     assert (done.cases, done.passed, len(s.record.sanitizer)) == (6, True, 6)  # 3 variants, memcheck and racecheck
     assert [(r.variant, r.tool) for r in s.record.sanitizer] == [
-        (v, t) for v in ("multi", "halve", "wide") for t in selftest_run.SELFTEST_SANITIZERS]
+        (v, t) for v in ("multi", "paired", "wide") for t in selftest_run.SELFTEST_SANITIZERS]
+    assert sorted(path.read_text() for path in started.iterdir()) == sorted(
+        f"{t} {variants}" for t in selftest_run.SELFTEST_SANITIZERS for variants in ("multi,paired", "wide"))

@@ -22,8 +22,9 @@ def sanitize_run(s: Session, tools: tuple[str, ...], chosen: tuple[str, ...] | N
                  sanitizer: Any, quick: bool = False, jobs: int = 4, progress: Progress = no_progress,
                  children: Children | None = None) -> None:
     """compute-sanitizer over every case of the chosen variants (all this device runs by default) into
-    the session's record, each child's rows as it ends, ``jobs`` children at a time; ``progress``: each child
-    that ended; ``children``: where they are started (sanitize.sanitize)."""
+    the session's record, each child's rows as it ends, ``jobs`` children at a time (``quick``: the quick
+    matrix, a stage's cases sharing a child per tool); ``progress``: each child that ended; ``children``: where
+    they are started (sanitize.sanitize)."""
     variants = sanitize_variants(s)
     if chosen is not None:
         variants = {stage: tuple(v for v in names if v in chosen) for stage, names in variants.items()}
@@ -40,7 +41,7 @@ def sanitize_run(s: Session, tools: tuple[str, ...], chosen: tuple[str, ...] | N
 
     switched = {name: entry.switches for name, entry in engine.items() if entry.switches}
     sanitize(cases, tools, known, sanitizer, s.catalog.kernel_folder, kept, jobs, s.settings.device_id, progress,
-             s.settings.engines, switched, children, s.settings.adapter)
+             s.settings.engines, switched, children, s.settings.adapter, grouped=quick)
 
 
 def _decode_only(kind: str) -> bool:
