@@ -4,12 +4,14 @@ qsa selftest's and topk-parity --selftest's records the same, bit for bit, eithe
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
 
 from qsa_cli.catalog import qsa_catalog
 from qsa_cli.core.geometry import Call
+from qsa_cli.core.progress import no_progress
 from qsa_cli.inputs import SCORE_SETS, synthetic_scorer_inputs, synthetic_scores
 from qsa_cli.model.scores import score_blocks
 from qsa_cli.model.topk import topk_ids
@@ -102,6 +104,27 @@ def test_selftest_records_the_same_with_worker_processes(monkeypatch) -> None:
         records.append(_without_times({**record.to_dict(), "checks": [vars(r) for r in rows]}))
     assert records[0] == records[1]
     assert [r["passed"] for r in records[0]["checks"]] == [True, True, True, None]  # no device here
+
+
+def test_selftests_kernels_rows_run_each_case_made_once_for_both_rows(monkeypatch) -> None:
+    """With a device, a worker makes each case's inputs and CPU models once, for the models' row and the
+    kernels' row, which runs the case as it comes. A second CPU session stands for the GPU's here (its
+    "kernels" are the models): its rows and parity rows are the models' rows, check for check."""
+    monkeypatch.setattr(selftest_run, "SELFTEST_SCORER_CASES", ((4099, 2, 8192),))
+    monkeypatch.setattr(selftest_run, "SELFTEST_TOPK_CASES", ((4099, 8192),))
+    rows: list[selftest_run.SelftestRow] = []
+    with session(Settings(backend="cpu", seed=5), "selftest", []) as s, \
+            session(Settings(backend="cpu", seed=5), "selftest", []) as gpu:
+        tasks = selftest_run._tasks(s, 5, on_gpu=True)
+        with pool.in_order(tasks, workers=2) as made:
+            selftest_run._models_rows(s, gpu, made, rows, no_progress, 8)
+            dispatch = list(made)
+    assert len(tasks) == 2 + 2 * len(SCORE_SETS) + len(dispatch)  # each case once: 1 scorer call x 2 keys, 2 top-k calls
+    assert len(dispatch) == 2 + len(SCORE_SETS)  # left for the dispatch's row
+    assert [r.check.split(" (")[0] for r in rows] == ["scorer models", "top-k models", "scorer kernels", "top-k kernels"]
+    assert [r.cases for r in rows[2:]] == [r.cases for r in rows[:2]] and all(r.passed for r in rows)
+    assert rows[0].cases > 0 and rows[1].cases > 0
+    assert [dataclasses.asdict(p) for p in gpu.record.parity] == [dataclasses.asdict(p) for p in s.record.parity]
 
 
 def test_a_model_made_beforehand_is_what_every_variant_is_checked_against() -> None:

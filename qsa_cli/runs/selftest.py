@@ -4,6 +4,7 @@ matrix)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
 import time
@@ -20,9 +21,10 @@ from ..core.geometry import MAX_QUERIES, PROMPT_QUERIES, Call, header_mismatches
 from ..core.progress import Progress, no_progress
 from ..device import probe
 from ..dispatch import Dispatch
-from ..inputs import SCORE_SETS, ScorerInputs, synthetic_scorer_inputs, synthetic_scores
+from ..inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from ..kernels import header_defines
 from ..model.scores import score_blocks
+from ..model.topk import topk_ids
 from ..nvbench_timer import L2_STATE as NVBENCH_L2
 from ..nvbench_timer import NvbenchTimer, cuda_bench, nvbench_used
 from ..record.schema import RunRecord
@@ -103,13 +105,32 @@ def _parity_failures(outcome: StageOutcome) -> list[str]:
     return [f"{p.key}: {p.subject} vs {p.against}: {p.detail}" for p in outcome.parity if not p.equal]
 
 
-# ---- what worker processes make (runs/pool.py): a CPU-backend case whole, or a GPU case's inputs and model ----
+# ---- what worker processes make (runs/pool.py): each case's inputs and CPU models once, for both rows ----
 
 
-def scorer_models_case(call: Call, seed: int, keys: str, variants: tuple[Variant, ...],
-                       roles: dict[str, str]) -> StageOutcome:
-    """A scorer case on the CPU backend: every variant's CPU model against each other and the butterfly's."""
-    return scores_stage.run_scores(synthetic_scorer_inputs(call, seed, keys), Measurer(0), variants, roles, None)
+@dataclass
+class ModelledCase:
+    """A case made by a worker: its CPU-backend outcome (every variant's CPU model against the model or
+    oracle; the outputs left in the worker, which no row reads) and, for the kernels' row, its inputs with
+    that model's output (None on a run without a device: nothing to pickle back)."""
+
+    outcome: StageOutcome
+    for_kernels: tuple[Any, np.ndarray] | None
+
+
+def _modelled(outcome: StageOutcome, inputs: Any, model: np.ndarray, for_kernels: bool) -> ModelledCase:
+    outcome.outputs.clear()
+    return ModelledCase(outcome, (inputs, model) if for_kernels else None)
+
+
+def scorer_models_case(call: Call, seed: int, keys: str, variants: tuple[Variant, ...], roles: dict[str, str],
+                       for_kernels: bool) -> ModelledCase:
+    """A scorer case on the CPU backend (every variant's CPU model against each other and the butterfly's),
+    and its inputs and butterfly model for the kernels to equal."""
+    inputs = synthetic_scorer_inputs(call, seed, keys)
+    model = score_blocks(inputs, "butterfly")
+    return _modelled(scores_stage.run_scores(inputs, Measurer(0), variants, roles, None, model=model), inputs, model,
+                     for_kernels)
 
 
 def scorer_case_model(call: Call, seed: int, keys: str) -> tuple[ScorerInputs, np.ndarray]:
@@ -118,11 +139,14 @@ def scorer_case_model(call: Call, seed: int, keys: str) -> tuple[ScorerInputs, n
     return inputs, score_blocks(inputs, "butterfly")
 
 
-def topk_models_case(call: Call, score_set: str, seed: int, variants: tuple[Variant, ...],
-                     roles: dict[str, str]) -> StageOutcome:
-    """A top-k score set on the CPU backend: every variant's CPU model against each other and the oracle."""
-    return topk_stage.run_topk(synthetic_scores(call, score_set, seed), Measurer(0), variants, roles, None,
-                               call.active_blocks, check_model=True)
+def topk_models_case(call: Call, score_set: str, seed: int, variants: tuple[Variant, ...], roles: dict[str, str],
+                     for_kernels: bool) -> ModelledCase:
+    """A top-k score set on the CPU backend (every variant's CPU model against each other and the oracle),
+    and the set and its oracle's ids for the kernels to equal."""
+    inputs = synthetic_scores(call, score_set, seed)
+    oracle = topk_ids(inputs, "oracle")
+    return _modelled(topk_stage.run_topk(inputs, Measurer(0), variants, roles, None, call.active_blocks,
+                                         check_model=True, oracle=oracle), inputs, oracle, for_kernels)
 
 
 def _scorer_calls() -> list[tuple[Call, str]]:
@@ -134,48 +158,97 @@ def _topk_calls() -> list[Call]:
             for nq, prompt in ((MAX_QUERIES, False), (PROMPT_QUERIES, True))]
 
 
-def _cpu_tasks(s: Session, seed: int) -> list[Task]:
-    """The CPU models' rows, case by case: the scorer's, then the top-k's."""
+def _tasks(s: Session, seed: int, on_gpu: bool) -> list[Task]:
+    """Every case's inputs and CPU models, the scorer's then the top-k's (and, ``on_gpu``, the dispatch
+    check's inputs and models): each made once, for the models' row and the kernels'."""
     scorers, topks = s.variants("scores", s.catalog.names("scores")), s.variants("topk", s.catalog.names("topk"))
-    return [*((scorer_models_case, (call, seed, keys, scorers, s.roles["scores"])) for call, keys in _scorer_calls()),
-            *((topk_models_case, (call, name, seed, topks, s.roles["topk"])) for call in _topk_calls()
-              for name in SCORE_SETS)]
+    dispatch: list[Task] = [*((scorer_case_model, (DISPATCH_CALL, seed, keys)) for keys in SCORER_KEYS),
+                            *((topk_score_set, (DISPATCH_CALL, name, seed, True)) for name in SCORE_SETS)]
+    return [*((scorer_models_case, (call, seed, keys, scorers, s.roles["scores"], on_gpu))
+              for call, keys in _scorer_calls()),
+            *((topk_models_case, (call, name, seed, topks, s.roles["topk"], on_gpu)) for call in _topk_calls()
+              for name in SCORE_SETS),
+            *(dispatch if on_gpu else [])]
 
 
-def _gpu_tasks(seed: int) -> list[Task]:
-    """The kernels' rows' inputs and models, case by case: the scorer's, the top-k's, then the dispatch's."""
-    return [*((scorer_case_model, (call, seed, keys)) for call, keys in _scorer_calls()),
-            *((topk_score_set, (call, name, seed, True)) for call in _topk_calls() for name in SCORE_SETS),
-            *((scorer_case_model, (DISPATCH_CALL, seed, keys)) for keys in SCORER_KEYS),
-            *((topk_score_set, (DISPATCH_CALL, name, seed, True)) for name in SCORE_SETS)]
+@dataclass
+class _RowSoFar:
+    """A row whose cases run interleaved with another row's: its checks so far and the time its own steps
+    took in this thread (a CPU model row's is the wait for its cases, a kernels row's their runs)."""
+
+    name: str
+    checks: int = 0
+    failures: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def count(self, outcome: StageOutcome) -> None:
+        self.checks += len(outcome.parity)
+        self.failures += _parity_failures(outcome)
+
+    def row(self) -> SelftestRow:
+        return SelftestRow(self.name, self.checks, not self.failures, self.seconds,
+                           self.failures[0] if self.failures else "")
 
 
-def _scorer_kernels(s: Session, made: Iterator[Any], variants: tuple[str, ...]) -> StageOutcome:
-    """``variants`` on the next scorer case made, against the model made with it."""
-    inputs, model = next(made)
+def _models_and_kernels(s: Session, made: Iterator[Any], cases: int, models: _RowSoFar, kernels: _RowSoFar,
+                        run_kernels: Callable[[Any, np.ndarray], StageOutcome] | None) -> None:
+    """The next ``cases`` cases, each as it is made: its CPU models' rows taken into ``s`` (``models``), then, on
+    the GPU, its kernels run on its inputs against the model made with them (``run_kernels``, into
+    ``kernels``), while the workers make the cases after it."""
+    for _ in range(cases):
+        with models.step():
+            modelled = next(made)
+            models.count(s.take(modelled.outcome))
+        if run_kernels is not None:
+            with kernels.step():
+                kernels.count(run_kernels(*modelled.for_kernels))
+
+
+def _scorer_kernels(s: Session, variants: tuple[str, ...], inputs: ScorerInputs, model: np.ndarray) -> StageOutcome:
+    """``variants`` on a scorer case's inputs, against the model made with them."""
     return s.take(scores_stage.run_scores(inputs, s.measurer(0), s.variants("scores", variants), s.roles["scores"],
                                           s.launcher, model=model))
 
 
-def _scorer_check(s: Session, made: Iterator[Any], variants: tuple[str, ...]) -> tuple[int, list[str]]:
-    out = StageOutcome()
-    for _ in _scorer_calls():
-        out.extend(_scorer_kernels(s, made, variants) if s.on_gpu else s.take(next(made)))
-    return len(out.parity), _parity_failures(out)
+def _topk_kernels(s: Session, variants: tuple[str, ...], active_blocks: int, inputs: TopkInputs,
+                  oracle: np.ndarray) -> StageOutcome:
+    """Parity only: ``variants`` on a score set, against each other and the oracle's ids made with it."""
+    return run_topk_case(s, inputs, 0, variants, active_blocks, check_model=True, oracle=oracle)
 
 
-def _topk_check(s: Session, made: Iterator[Any]) -> tuple[int, list[str]]:
-    checks, failures = 0, []
+def _models_rows(s: Session, g: Session | None, made: Iterator[Any], rows: list[SelftestRow],
+                 progress: Progress, total: int) -> None:
+    """The CPU models' rows (scorer, top-k) and, on the GPU (``g``), the kernels' (scorer, top-k), in that
+    order into ``rows``: each case's models and kernels as it is made (``_models_and_kernels``), so that
+    the kernels run while the workers make the cases after it."""
+    scorers, topks = s.catalog.names("scores"), s.catalog.names("topk")
+    cc = (g.compute_capability or 0) if g is not None else 0
+    scorers_here = g.catalog.runs_on("scores", cc) if g is not None else ()
+    topks_here = g.catalog.runs_on("topk", cc) if g is not None else ()
+    scorer_models = _RowSoFar(f"scorer models ({', '.join(scorers)}) == butterfly ({' and '.join(SCORER_KEYS)} keys)")
+    scorer_kernels = _RowSoFar(f"scorer kernels ({', '.join(scorers_here)}) == model")
+    progress(len(rows), total, "scorer models and kernels" if g is not None else "scorer models")
+    _models_and_kernels(s, made, len(_scorer_calls()), scorer_models, scorer_kernels,
+                        functools.partial(_scorer_kernels, g, scorers_here) if g is not None else None)
+    rows.append(scorer_models.row())
+    topk_models = _RowSoFar(f"top-k models ({', '.join(topks)}) == oracle")
+    topk_kernels = _RowSoFar(f"top-k kernels ({', '.join(topks_here)}) == oracle")
+    progress(len(rows), total, "top-k models and kernels" if g is not None else "top-k models")
     for call in _topk_calls():
-        if s.on_gpu:
-            c, f = _topk_call_check(s, call, made, s.here("topk", call.max_blocks, call.active_blocks))
-        else:
-            out = StageOutcome()
-            for _ in SCORE_SETS:
-                out.extend(s.take(next(made)))
-            c, f = len(out.parity), _parity_failures(out)
-        checks, failures = checks + c, failures + f
-    return checks, failures
+        run_kernels = functools.partial(_topk_kernels, g, g.here("topk", call.max_blocks, call.active_blocks),
+                                        call.active_blocks) if g is not None else None
+        _models_and_kernels(s, made, len(SCORE_SETS), topk_models, topk_kernels, run_kernels)
+    rows.append(topk_models.row())
+    if g is not None:
+        rows += [scorer_kernels.row(), topk_kernels.row()]
 
 
 def _topk_call_check(s: Session, call: Call, made: Iterator[Any], variants: tuple[str, ...]) -> tuple[int, list[str]]:
@@ -206,7 +279,8 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
     """Every check this machine can run: the CPU models always, the kernels when a device is found
     (``require_gpu``: a missing device is a NoDeviceError before anything runs); ``progress``: each check;
     ``so_far``: filled as the checks go. The compute-sanitizer's children run from the start, beside the
-    other checks; the inputs and CPU models of every case are made by worker processes (runs/pool.py)."""
+    other checks; the inputs and CPU models of every case are made once, by worker processes (runs/pool.py),
+    and each case's kernels run as soon as it is made, while the workers make the cases after it."""
     found = probe(settings.device_id)
     if require_gpu and not found.available:
         raise NoDeviceError(f"--require-gpu: {found.reason}")
@@ -215,34 +289,25 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
     total = 3 + (5 if found.available else 0)  # the CPU's checks, and the GPU's
     cpu = Settings(backend="cpu", seed=settings.seed, kernels=settings.kernels)
     with contextlib.ExitStack() as stack:
+        s = stack.enter_context(session(cpu, "selftest", argv))
+        so_far.record = s.record
+        # the workers start first: they make the first cases while the device's session opens
+        made = stack.enter_context(in_order(_tasks(s, settings.seed, found.available)))
         g = stack.enter_context(session(replace(settings, backend="gpu"), "selftest", argv)) if found.available \
             else None
         sanitized = stack.enter_context(_sanitizer_started(g)) if g is not None else None
-        with session(cpu, "selftest", argv) as s:
-            so_far.record = s.record
-            made = stack.enter_context(in_order(_cpu_tasks(s, settings.seed) + (_gpu_tasks(settings.seed) if g else [])))
-            progress(0, total, "constants")
-            rows.append(_timed("constants: kernels/qsa_common.cuh == geometry", lambda: _constants_check(s)))
-            scorers, topks = s.catalog.names("scores"), s.catalog.names("topk")
-            progress(1, total, "scorer models")
-            rows.append(_timed(f"scorer models ({', '.join(scorers)}) == butterfly ({' and '.join(SCORER_KEYS)} keys)",
-                               lambda: _scorer_check(s, made, scorers)))
-            progress(2, total, "top-k models")
-            rows.append(_timed(f"top-k models ({', '.join(topks)}) == oracle", lambda: _topk_check(s, made)))
-            record = s.record
+        progress(0, total, "constants")
+        rows.append(_timed("constants: kernels/qsa_common.cuh == geometry", lambda: _constants_check(s)))
+        try:
+            _models_rows(s, g, made, rows, progress, total)
+        finally:  # the GPU's record holds the CPU's parity rows first, an interrupted one's too
+            if g is not None:
+                g.record.parity = s.record.parity + g.record.parity
+                so_far.record = g.record
         if g is None or sanitized is None:
             rows.append(SelftestRow("GPU checks", 0, None, 0.0, f"skipped: {found.reason}"))
             progress(total, total, "done")
-            return record, rows
-        g.record.parity = record.parity + g.record.parity
-        so_far.record = g.record
-        cc = g.compute_capability or 0
-        scorers = g.catalog.runs_on("scores", cc)
-        progress(3, total, "scorer kernels")
-        rows.append(_timed(f"scorer kernels ({', '.join(scorers)}) == model", lambda: _scorer_check(g, made, scorers)))
-        variants = g.catalog.runs_on("topk", cc)
-        progress(4, total, "top-k kernels")
-        rows.append(_timed(f"top-k kernels ({', '.join(variants)}) == oracle", lambda: _topk_check(g, made)))
+            return s.record, rows
         d = g.dispatch("decode", DISPATCH_CALL.max_blocks)
         progress(5, total, "dispatch")
         rows.append(_timed(f"dispatch here (sm_{g.compute_capability}): {d.scores} + {d.topk}",
@@ -340,6 +405,6 @@ def _dispatched_check(s: Session, made: Iterator[Any], d: Dispatch) -> tuple[int
     """The variants the engine would run on this card, on a decode call, against the models."""
     out = StageOutcome()
     for _ in SCORER_KEYS:
-        out.extend(_scorer_kernels(s, made, (d.scores,)))
+        out.extend(_scorer_kernels(s, (d.scores,), *next(made)))
     checks, failures = _topk_call_check(s, DISPATCH_CALL, made, (d.topk,))
     return checks + len(out.parity), _parity_failures(out) + failures
