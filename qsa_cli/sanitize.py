@@ -325,7 +325,7 @@ def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownH
     env = {**os.environ, ENV_LINEINFO: "1", "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", str(device_id)),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                         os.environ.get("PYTHONPATH")]))}
-    tools = tuple(tools)
+    tool_order = tuple(tools)
 
     def switched(case: SanitizeCase) -> tuple[tuple[str, str], ...]:
         return (switches or {}).get(case.variant, ())
@@ -335,7 +335,7 @@ def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownH
         groups.setdefault((case.stage, switched(case)) if grouped else i, []).append(i)
     # a child per (group, tool), the likely longest first (racechecks, then large calls), so that they spread
     # over the jobs; the rows keep the cases' order
-    work = [(tool, members) for members in groups.values() for tool in tools]
+    work = [(tool, members) for members in groups.values() for tool in tool_order]
     order = sorted(range(len(work)), key=lambda w: (work[w][0] != "racecheck",
                                                     -sum(cases[i].ctx * cases[i].nq for i in work[w][1])))
     results: dict[tuple[int, str], SanitizerRun] = {}
@@ -367,7 +367,7 @@ def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownH
         running = {pool.submit(one, w): w for w in order}
         for done, future in enumerate(as_completed(running), 1):
             results.update(future.result() or {})
-            kept([results[key] for key in sorted(results, key=lambda key: (key[0], tools.index(key[1])))])
+            kept([results[key] for key in sorted(results, key=lambda key: (key[0], tool_order.index(key[1])))])
             progress(done, len(work), "compute-sanitizer")
     except BaseException:
         children.stop()  # the workers' children end, so the pool's shutdown below does not wait for them
