@@ -110,9 +110,9 @@ def _parity_failures(outcome: StageOutcome) -> list[str]:
 
 @dataclass
 class ModelledCase:
-    """A case made by a worker: its CPU-backend outcome (every variant's CPU model against the model or
-    oracle; the outputs left in the worker, which no row reads) and, for the kernels' row, its inputs with
-    that model's output (None on a run without a device: nothing to pickle back)."""
+    """A case made by a worker: its CPU-backend outcome (the rows of every variant's CPU model against each
+    other and the model or oracle; without its outputs, which no row reads and pickling would copy back) and,
+    for the kernels' row, its inputs with the model's or oracle's output (None without a device)."""
 
     outcome: StageOutcome
     for_kernels: tuple[Any, np.ndarray] | None
