@@ -74,6 +74,7 @@ class _Queued:
     launch: Launch
     bytes_read: int | None
     iters: int | StoppingRule
+    synchronizes: bool  # the launch waits for the stream on the host (a library sort): nvbench's sync tag
 
 
 @contextlib.contextmanager
@@ -116,9 +117,9 @@ class NvbenchTimer:
     queued: list[_Queued] = field(default_factory=list)
 
     def queue(self, stage: str, variant: str, case: dict[str, Any], launch: Launch, bytes_read: int | None,
-              iters: int | StoppingRule) -> None:
+              iters: int | StoppingRule, synchronizes: bool = False) -> None:
         self.queued.append(_Queued(f"{len(self.queued)}: {stage} {variant}", stage, variant, dict(case), launch,
-                                   bytes_read, iters))
+                                   bytes_read, iters, synchronizes))
 
     def _register(self, item: _Queued) -> None:
         def on_nvbench_stream(launch: Any) -> None:
@@ -126,7 +127,9 @@ class NvbenchTimer:
                 item.launch()
 
         def benchmark(state: Any) -> None:
-            state.exec(on_nvbench_stream)
+            # a launch that synchronises cannot queue behind nvbench's blocking kernel (it would deadlock):
+            # nvbench's sync tag times it without one, and without batches
+            state.exec(on_nvbench_stream, sync=item.synchronizes)
 
         registered = self.bench.register(benchmark)
         registered.set_name(item.name)

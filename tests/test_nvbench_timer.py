@@ -77,9 +77,12 @@ class FakeState:
 
     def __init__(self, benchmark: FakeBenchmark) -> None:
         self.benchmark, self.cold, self.batch = benchmark, [], []
+        self.sync = False
 
-    def exec(self, fn: Callable[[FakeLaunch], None]) -> None:
+    def exec(self, fn: Callable[[FakeLaunch], None], *, sync: bool = False) -> None:
+        """``sync``: nvbench's sync tag (no blocking kernel, and no batch)."""
         b = self.benchmark
+        self.sync = sync
         count = b.params.get("target-samples", b.settings["min_samples"])
         for _ in range(b.settings["warmup"]):
             fn(FakeLaunch())
@@ -87,6 +90,8 @@ class FakeState:
             t0 = time.perf_counter()
             fn(FakeLaunch())
             self.cold.append(time.perf_counter() - t0)
+        if sync:
+            return
         t0 = time.perf_counter()
         for _ in range(8):
             fn(FakeLaunch())
@@ -108,6 +113,7 @@ class FakeBench(types.ModuleType):
         self.registered: list[FakeBenchmark] = []
         self.argv: list[str] | None = None
         self.fail = fail
+        self.synced: dict[str, bool] = {}  # each benchmark's sync tag, as its state.exec was given it
 
     def register(self, fn: Callable[[Any], None]) -> FakeBenchmark:
         self.registered.append(FakeBenchmark(fn))
@@ -126,11 +132,12 @@ class FakeBench(types.ModuleType):
             state = FakeState(b)
             b.fn(state)
             cold = np.array(state.cold)
+            batch = {"nv/batch/time/gpu/mean": state.batch[0], "nv/batch/sample_size": 8} if state.batch else {}
             out[b.settings["name"]] = {
                 "nv/cold/time/gpu/mean": float(cold.mean()), "nv/cold/time/gpu/median": float(np.median(cold)),
                 "nv/cold/time/gpu/stdev/relative": float(cold.std() / cold.mean()),
-                "nv/cold/sample_size": len(cold), "nv/batch/time/gpu/mean": state.batch[0],
-                "nv/batch/sample_size": 8, "samples": state.cold}
+                "nv/cold/sample_size": len(cold), **batch, "samples": state.cold}
+            self.synced[b.settings["name"]] = state.sync
         Path(argv[argv.index("--jsonbin") + 1]).write_text(json.dumps(out))
 
 
@@ -273,3 +280,16 @@ def test_the_selftests_timers_row_is_skipped_and_says_why_without_cuda_bench(mon
         row = timers_check(s, 0)
     assert row.passed is None and row.cases == 0
     assert row.detail.startswith("skipped: --timer nvbench needs NVIDIA's nvbench, the cuda-bench package")
+
+
+def test_a_launcher_that_synchronises_takes_nvbenchs_sync_tag_and_no_batch(bench: FakeBench) -> None:
+    """cupy.argpartition waits for the stream on the host: behind nvbench's blocking kernel it would deadlock
+    (nvbench: "missing nvbench::exec_tag::sync?"), so it is timed with the sync tag, which takes no batch."""
+    timer = timer_of(bench, [])
+    measurer = Measurer(5, clocks=None, nvbench=timer)
+    measurer.measure("topk", "cupy.argpartition", CASE, lambda: None, synchronizes=True)
+    measurer.measure("topk", "split", CASE, lambda: None)
+    sorted_, split = timer.run()
+    assert sorted_.batch is None and sorted_.nvbench is not None and sorted_.nvbench["batch_mean_us"] is None
+    assert split.batch is not None
+    assert bench.synced == {"0: topk cupy.argpartition": True, "1: topk split": False}

@@ -131,15 +131,18 @@ def test_select_bench_records_every_samples_clock(cupy: Any, capsys, tmp_path: P
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("call, variants", [
+@pytest.mark.parametrize("call, agreeing", [
     (["select-bench", "32768", "1", "auto", "65536", "--variants", "halve"], {"halve", READ_FLOOR}),
-    (["window-bench", "131072", "4", "auto", "262144", "--variants", "halve+cluster"], {"halve+cluster"}),
-], ids=["scorer-32K", "window-131K"])
+    (["topk-parity", "131072", "1", "auto", "262144", "0", "--variants", "split"], {"split"}),
+    (["window-bench", "131072", "4", "auto", "262144", "--variants", "halve"], None),
+], ids=["scorer-32K", "topk-131K", "window-131K"])
 def test_qsa_dirty_and_nvbench_cold_agree(cupy: Any, capsys, tmp_path: Path, call: list[str],
-                                          variants: set[str]) -> None:
-    """The same launchers (halve on a 32K call of one query, 6.5 µs on an H200, and its read floor; a window's
-    CUDA graph) timed by qsa's timer under --l2 dirty here and by nvbench in a process of its own (nvbench
-    runs once a process): their medians within the selftest's tolerance (5 % or 0.5 µs)."""
+                                          agreeing: set[str] | None) -> None:
+    """The same launchers (halve on a 32K call of one query, 6.5 µs on an H200, and its read floor; the split
+    top-k, beside cupy.argpartition, which synchronises: nvbench's sync tag times it; a window's CUDA graphs)
+    timed by qsa's timer under --l2 dirty here and by nvbench in a process of its own (nvbench runs once a
+    process): the same rows, and the medians of ``agreeing`` (None: all) within the selftest's tolerance
+    (5 % or 0.5 µs)."""
     pytest.importorskip("cuda.bench", reason="cuda-bench is not installed (pip install '.[nvbench]')")
     call = [*call, "--quiet"]
     nv_json = tmp_path / "nvbench.json"
@@ -149,13 +152,15 @@ def test_qsa_dirty_and_nvbench_cold_agree(cupy: Any, capsys, tmp_path: Path, cal
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     theirs = {(m.key, m.variant): m for m in load_record(nv_json).measurements}
-    assert {v for _, v in theirs} == variants
     assert all(m.timer == NVBENCH_TIMER and m.nvbench is not None and m.nvbench["samples"] == len(m.samples_us)
                for m in theirs.values())
     ours_json = tmp_path / "qsa.json"
     with pytest.raises(SystemExit) as ended:
         main([*call, "--l2", "dirty", "--json", str(ours_json)])
     assert (ended.value.code or 0) == 0, capsys.readouterr().out
-    for m in load_record(ours_json).measurements:
+    ours = load_record(ours_json).measurements
+    assert {(m.key, m.variant) for m in ours} == set(theirs)
+    for m in ours:
         nv = theirs[(m.key, m.variant)]
-        assert not timers_disagree(m.median_us, nv.median_us), (m.variant, m.median_us, nv.median_us)
+        if agreeing is None or m.variant in agreeing:
+            assert not timers_disagree(m.median_us, nv.median_us), (m.variant, m.median_us, nv.median_us)

@@ -101,7 +101,7 @@ class Measurer:
             return None
         count = self.rule if self.iters == AUTO else self.iters
         if self.nvbench is not None:  # timed later, in the run's one nvbench run: no last timed call to check now
-            self.nvbench.queue(stage, variant, case, run, bytes_read, count)
+            self.nvbench.queue(stage, variant, case, run, bytes_read, count, synchronizes)
             return None
         before = self._read_clocks()
         if self.timer is not None:
