@@ -1,9 +1,5 @@
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,53 +50,15 @@ def compile_qsa_kernels(compute_capability: int) -> None:
     DeviceTimer(l2="warm")
 
 
-def _built_for_this_device(root: Path) -> FakeBuilds:
-    """Every fake engine build of the GPU tests (tests/fake_builds.py) written under ``root`` and made for
-    this process's device."""
-    import cupy
-
-    find_nvcc()
-    builds = write_fake_builds(root)
-    build_all(list(builds.jobs().values()), int(cupy.cuda.Device().compute_capability))
-    return builds
-
-
-_STARTED: dict[str, Future[FakeBuilds]] = {}  # the fake builds, when the collection started them in a thread
-
-
-@pytest.hookimpl(trylast=True)  # after the markers' deselection: only the tests that will run
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests that need the fake engine builds run last, and with a device here the builds start now, in
-    a thread, so nvcc makes them (a build a core) while the GPU tests before them run."""
-    needing = [item for item in items if "fake_builds" in getattr(item, "fixturenames", ())]
-    if not needing:
-        return
-    late = set(needing)
-    items[:] = [item for item in items if item not in late] + needing
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() == 0:
-            return
-        find_nvcc()
-    except Exception:  # no CuPy, driver, device or nvcc: the fixture skips them, or says why it fails
-        return
-    root = Path(tempfile.mkdtemp(prefix="qsa-fake-builds-"))
-    config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
-    _STARTED["builds"] = ThreadPoolExecutor(max_workers=1).submit(_built_for_this_device, root)
-
-
 @pytest.fixture(scope="session")
 def fake_builds(cupy: Any, tmp_path_factory: pytest.TempPathFactory) -> FakeBuilds:
     """Every fake engine build the GPU tests make (tests/fake_builds.py), made for this device at once: nvcc a
-    build a core; later builds of the same files are cache hits. Started by the collection when it can
-    (above), else here with qsa's kernels compiled meanwhile. Skipped without nvcc."""
+    build a core, and qsa's kernels compiled meanwhile; later builds of the same files are cache hits. Skipped
+    without nvcc."""
     try:
         find_nvcc()
     except EngineError as exc:
         pytest.skip(str(exc))
-    if "builds" in _STARTED:
-        return _STARTED["builds"].result()
     builds = write_fake_builds(tmp_path_factory.mktemp("fake-builds"))
     cc = int(cupy.cuda.Device().compute_capability)
     build_all(list(builds.jobs().values()), cc, meanwhile=lambda: compile_qsa_kernels(cc))
