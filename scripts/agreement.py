@@ -8,9 +8,9 @@ the card, from the repository root, with cuda-bench installed and ncu on PATH):
   overhead, measured in the same run: what qsa's events time around an empty kernel (a wave of blocks) beyond
   what ncu gives its duration; within TOLERANCE.
 
-Usage: python3 scripts/agreement.py OUT_DIR [LABEL ...]   (only the rows whose label holds a LABEL; writes each command's record, the ncu logs, agreement.json and
-agreement.md there; exits 1 when a row disagrees). Never changes the card's clocks (``ncu --clock-control
-none``).
+Usage: python3 scripts/agreement.py OUT_DIR [LABEL ...]   (only the rows whose label holds a LABEL; writes
+each command's record, the ncu logs, agreement.jsonl (the summary, then a row a line) and agreement.md
+there; exits 1 when a row disagrees). Never changes the card's clocks (``ncu --clock-control none``).
 """
 
 from __future__ import annotations
@@ -164,8 +164,10 @@ def main(out: Path, only: list[str]) -> int:
         })
         print(json.dumps(results[-1]), flush=True)
     agree = all(abs(r["dirty_vs_nvbench"]) <= TOLERANCE and abs(r["clean_vs_ncu"]) <= TOLERANCE for r in results)
-    summary = {"tolerance": TOLERANCE, "empty_kernel": empty, "launch_overhead_us": overhead, "rows": results, "agree": agree, "row_definitions": [asdict(r) for r in ROWS]}
-    (out / "agreement.json").write_text(json.dumps(summary, indent=1))
+    summary = {"tolerance": TOLERANCE, "empty_kernel": empty, "launch_overhead_us": overhead, "agree": agree,
+               "row_definitions": [asdict(r) for r in ROWS]}
+    # JSON lines (the summary, then a row a line): not a qsa record, which a results folder's .json files are
+    (out / "agreement.jsonl").write_text("".join(json.dumps(x) + "\n" for x in (summary, *results)))
     lines = ["| launcher | qsa dirty median | nvbench cold mean | diff | qsa clean median | ncu + overhead | diff |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['row']} | {r['qsa_dirty_median_us']:.2f} | {r['nvbench_cold_mean_us']:.2f} | "
