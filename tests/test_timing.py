@@ -191,14 +191,17 @@ def test_quiet_samples_meet_the_rule_at_its_least_count() -> None:
 
 
 def test_noisy_samples_take_rounds_until_the_first_that_meets_the_rule(rng: np.random.Generator) -> None:
-    stream = FakeStream(drawn(rng, 50.0, 0.05))
-    rule = StoppingRule(min_samples=20, max_noise_pct=0.5)
+    # a 30 % spread against a 1 % rule: the median's noise at 20 samples is about 8 %, and the rule took 212
+    # to 2,868 samples over 3,000 seeds (a 5 % spread against 0.5 %, as before, met it at 20 for about 1 %
+    # of the seeds: 6 order statistics around the median of 20 can fall within 1 % of one another)
+    stream = FakeStream(drawn(rng, 50.0, 0.30))
+    rule = StoppingRule(min_samples=20, max_noise_pct=1.0)
     timed = sample(stream, stream.launch, rule, warmup=0, wall=fixed_wall)
     n = len(timed.samples_us)
     assert timed.stop is not None and timed.stop["met"] and timed.stop["reason"] == "met"
-    assert timed.stop["noise_pct"] == median_noise_pct(timed.samples_us) <= 0.5
+    assert timed.stop["noise_pct"] == median_noise_pct(timed.samples_us) <= 1.0
     assert n > 20 and (n - 20) % ROUND == 0
-    assert median_noise_pct(timed.samples_us[:n - ROUND]) > 0.5  # one round fewer had not met it
+    assert median_noise_pct(timed.samples_us[:n - ROUND]) > 1.0  # one round fewer had not met it
 
 
 def test_the_rule_waits_for_its_measured_time() -> None:
