@@ -289,7 +289,6 @@ def sample(stream: EventStream, launch: Launch, iters: int | StoppingRule, *, wa
     means = [m for _ in range(batches) for m in _judged(stream, lambda: _batch(stream, launch), log, batch=True)]
     batch = BatchTiming(launches=BATCH_LAUNCHES, means_us=means) if batches else None
     rounds = log.to_dict if log is not None else lambda: None
-    samples: list[float] = []
 
     def take(count: int, last: Launch | None) -> list[float]:
         """``count`` samples, ``last`` before the last of them."""
@@ -300,11 +299,9 @@ def sample(stream: EventStream, launch: Launch, iters: int | StoppingRule, *, wa
         return taken
 
     if not isinstance(iters, StoppingRule):
-        while len(samples) < iters:
-            count = min(ROUND, iters - len(samples))
-            samples += take(count, before_last if len(samples) + count == iters else None)
-        return Timed(samples, batch, rounds=rounds())
+        return Timed(take(iters, before_last), batch, rounds=rounds())
     started = wall()
+    samples: list[float] = []
     while True:
         samples += take(iters.next_round(len(samples)), before_last)
         stop = iters.outcome(samples, wall() - started)
