@@ -9,6 +9,7 @@
 #define QSA_SELECT_CAP 2051      // TOP_K + R - 1: widest selection, and the row stride of ids
 #define QSA_MAX_QUERIES 8        // queries of one decode call (a verify window)
 #define QSA_HALVE_MAX_QUERIES 4  // queries one block_scores_halve_kernel call keeps in registers
+#define QSA_QUERY_LANES 4        // lanes of block_scores_quarters_kernel a query: a quarter of the butterfly each
 #define QSA_SPLIT_CHUNK_BLOCKS 2048  // blocks per CTA of the split top-k
 #define QSA_CLUSTER_CTAS 8       // CTAs per query of the cluster top-k
 #define QSA_CLUSTER_LANE_KEYS 4  // order keys a lane of the cluster top-k reads at once (one 16-byte read)
@@ -30,6 +31,8 @@
 #define QSA_TOPK_WIDE_THREADS 1024
 #define QSA_TOPK_SPLIT_THREADS 256
 #define QSA_TOPK_CLUSTER_THREADS 1024
+// Threads a CTA of the quarters scorer: its per-warp rings of keys are static shared memory.
+#define QSA_QUARTERS_THREADS 128
 
 // A step record: four int32 per query, in this order.
 #define QSA_STEP_POS 0

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .core.errors import VariantError
 from .core.geometry import (
     HALVE_MAX_QUERIES,
+    MAX_QUERIES,
     PAIRED_SPLITS,
     RADIX_PASSES,
     TOPK_CLUSTER_THREADS,
@@ -35,7 +36,7 @@ from .core.geometry import (
     TOPK_WIDE_THREADS,
 )
 from .kernels import BENCH, HEADER, Module, check_kernel_dir, kernel_dir, load
-from .launch.scores import HALVING, PAIRED, PER_BLOCK, STRIDING
+from .launch.scores import HALVING, PAIRED, PER_BLOCK, QUARTERS, STRIDING
 from .launch.shape import LaunchShape
 from .launch.topk import ONE_CTA, SPLIT
 from .launch.topk_cluster import CLUSTER
@@ -82,6 +83,7 @@ class Variant:
 
 _HALVE_KERNELS = tuple(f"block_scores_halve_kernel<{n}>" for n in range(1, HALVE_MAX_QUERIES + 1))  # by queries
 _PAIRED_KERNELS = tuple(f"block_scores_paired_kernel<{a}, {b}>" for a, b in PAIRED_SPLITS)  # by queries
+_QUARTERS_KERNELS = tuple(f"block_scores_quarters_kernel<{n}>" for n in range(1, MAX_QUERIES + 1))  # by queries
 _SPLIT_KERNELS = (*(f"block_topk_split_pass_kernel<{p}>" for p in range(RADIX_PASSES)),  # launch order: the passes,
                   "block_topk_split_count_kernel", "block_topk_split_emit_kernel")  # the count, the emit
 
@@ -91,6 +93,7 @@ QSA_VARIANTS: tuple[Variant, ...] = (
     Variant("scores", "multi", "baseline", "scores.cu", ("block_scores_multi_kernel",), "butterfly", STRIDING),
     Variant("scores", "halve", "candidate", "scores.cu", _HALVE_KERNELS, "halve", HALVING),
     Variant("scores", "paired", "variant", "scores.cu", _PAIRED_KERNELS, "paired", PAIRED),
+    Variant("scores", "quarters", "variant", "scores.cu", _QUARTERS_KERNELS, "quarters", QUARTERS),
     Variant("topk", "reference", "reference", "topk.cu", ("block_topk_kernel",), "reference", ONE_CTA,
             TOPK_REF_THREADS),
     Variant("topk", "wide", "baseline", "topk.cu", ("block_topk_wide_kernel",), "wide", ONE_CTA, TOPK_WIDE_THREADS,

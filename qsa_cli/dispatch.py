@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .core.errors import SwitchError
-from .core.geometry import CLUSTER_MIN_CC, HALVE_MAX_QUERIES, MAX_QUERIES, NEW_KERNELS_CC, PDL_MIN_CC
+from .core.geometry import CLUSTER_MIN_CC, NEW_KERNELS_CC, PDL_MIN_CC
 
 CALL_KINDS = ("decode", "prompt")
 
@@ -43,21 +43,26 @@ def read_switches(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     return {k: env[k] for k in SWITCHES if k in env}
 
 
+# Where the halving scorer is dispatched, the scorer of a decode call by its queries (1-8), by launch shape: the
+# fastest of halve, paired and quarters at each count on an H200 (cold L2, 420K cells: docs/benchmarks.md).
+FASTEST_DECODE_SCORERS = ("halving", "halving", "halving", "quarters", "paired", "paired", "quarters", "quarters")
+
+
 @dataclass(frozen=True)
 class Dispatch:
     scores: str
     topk: str
-    reasons: Mapping[str, str]  # stage -> one line saying why ("scores_wide" too, where it is set)
-    scores_wide: str | None = None  # the scorer of a call of more than HALVE_MAX_QUERIES queries, where another
+    reasons: Mapping[str, str]  # stage -> one line saying why ("scores_by_queries" too, where it is set)
+    scores_by_queries: tuple[str, ...] = ()  # a decode call's scorer by its queries (1-8), where the count decides
 
     def scorer_for(self, queries: int) -> str:
         """The scorer of a decode call of ``queries`` queries."""
-        return self.scores_wide if self.scores_wide and queries > HALVE_MAX_QUERIES else self.scores
+        return self.scores_by_queries[queries - 1] if self.scores_by_queries else self.scores
 
     def summary(self, kind: str) -> dict[str, Any]:
         """The choice for a ``kind`` call as a record holds it (record.schema.Dispatch)."""
-        wide = {"scores_wide": self.scores_wide} if self.scores_wide else {}
-        return {"kind": kind, "scores": self.scores, "topk": self.topk, **wide, "reasons": dict(self.reasons)}
+        by_queries = {"scores_by_queries": list(self.scores_by_queries)} if self.scores_by_queries else {}
+        return {"kind": kind, "scores": self.scores, "topk": self.topk, **by_queries, "reasons": dict(self.reasons)}
 
 
 def _switch(env: Mapping[str, str], name: str) -> bool | None:
@@ -135,13 +140,13 @@ def dispatch(catalog: Named, cc: int, kind: str, env: Mapping[str, str],
     scores, scores_why = _decode_scorer(catalog, cc, halve)
     topk, topk_why = _decode_topk(catalog, cc, split, cluster_refusal)
     reasons = {"scores": scores_why, "topk": topk_why}
-    wide = None
+    by_queries: tuple[str, ...] = ()
     if scores == catalog.with_launch("scores", "halving"):
-        wide = catalog.with_launch("scores", "paired")
-        reasons["scores_wide"] = (f"sm_{cc} decode, {HALVE_MAX_QUERIES + 1}-{MAX_QUERIES} queries: the paired scorer "
-                                  f"(one pass over the keys where the halving scorer takes two; faster on an H200, "
-                                  f"no sm_{cc} card measured)")
-    return Dispatch(scores, topk, reasons, wide)
+        by_queries = tuple(catalog.with_launch("scores", launch) for launch in FASTEST_DECODE_SCORERS)
+        counts = ", ".join(f"{q} {name}" for q, name in enumerate(by_queries, 1))
+        reasons["scores_by_queries"] = (f"sm_{cc} decode by queries: {counts} (the fastest at each count on an H200; "
+                                        f"no sm_{cc} card measured)")
+    return Dispatch(scores, topk, reasons, by_queries)
 
 
 def programmatic_launches(compute_capability: int, env: Mapping[str, str]) -> bool:

@@ -298,13 +298,14 @@ def test_the_gate_fails_closed(capsys, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nan.json", "scores.json", "topk.json"]
 
 
-@pytest.mark.parametrize(("queries", "dispatched"), [(3, "halve"), (6, "paired")])
+@pytest.mark.parametrize(("queries", "dispatched"), [(3, "halve"), (4, "quarters"), (6, "paired"), (8, "quarters")])
 def test_the_dispatched_scorer_follows_the_calls_queries(capsys, tmp_path, queries, dispatched):
-    """The CPU backend dispatches as sm_75 does: the halving scorer for 1-4 queries, the paired one for 5-8;
-    the record keeps both, and the row of the call's own is the one marked."""
+    """The CPU backend dispatches as sm_75 does: by the call's queries, the fastest scorer at that count on an
+    H200; the record keeps the choice for every count, and the row of the call's own is the one marked."""
     js = tmp_path / "run.json"
     assert run(capsys, "select-bench", "4099", str(queries), "2", "8192", "--backend", "cpu", "--json", str(js))[0] == 0
     record = load_record(js)
-    assert record.settings["dispatch"]["scores"] == "halve" and record.settings["dispatch"]["scores_wide"] == "paired"
+    d = record.settings["dispatch"]
+    assert d["scores"] == "halve" and d["scores_by_queries"][queries - 1] == dispatched and len(d["scores_by_queries"]) == 8
     marked = [r.variant for r in result_rows(record) if r.dispatched]
     assert marked == [dispatched]

@@ -55,11 +55,12 @@ def test_every_card_kind_and_switch(cc: int, kind: str) -> None:
         assert isinstance(d, Dispatch)
         assert (d.scores, d.topk) == spec_table(cc, kind, halve, split), (halve, split)
         assert d.scores in QSA.names("scores") and d.topk in QSA.names("topk")
-        wide = "paired" if d.scores == "halve" else None  # 5-8 queries: one pass over the keys
-        assert d.scores_wide == wide
-        assert set(d.reasons) == {"scores", "topk"} | ({"scores_wide"} if wide else set())
+        # where the halving scorer is dispatched, the count decides: the fastest scorer at each on an H200
+        by_queries = ("halve",) * 3 + ("quarters", "paired", "paired", "quarters", "quarters") if d.scores == "halve" else ()
+        assert d.scores_by_queries == by_queries
+        assert set(d.reasons) == {"scores", "topk"} | ({"scores_by_queries"} if by_queries else set())
         assert all(r and "\n" not in r for r in d.reasons.values())
-        assert [d.scorer_for(q) for q in range(1, 9)] == [d.scores] * 4 + [wide or d.scores] * 4
+        assert [d.scorer_for(q) for q in range(1, 9)] == list(by_queries or (d.scores,) * 8)
 
 
 @pytest.mark.parametrize(

@@ -207,7 +207,7 @@ def test_launcher_rejects_unknown_variant() -> None:
         scorer_launch("fast", dev, np.zeros((1, dev.max_blocks), np.float32))
 
 
-@pytest.mark.parametrize("variant", ["multi", "halve", "paired"])
+@pytest.mark.parametrize("variant", ["multi", "halve", "paired", "quarters"])
 def test_decode_scorers_reject_more_than_8_queries(variant: str) -> None:
     dev = _host_dev(MAX_QUERIES + 1)
     with pytest.raises(ValueError, match="at most 8 queries"):
@@ -224,3 +224,4 @@ def test_kernel_names_cover_variants() -> None:
     assert {v.source for v in QSA.stage("scores")} == {SOURCE}
     assert len(QSA.get("scores", "halve").kernels) == HALVE_MAX_QUERIES  # one instantiation per sub-window size
     assert len(QSA.get("scores", "paired").kernels) == MAX_QUERIES  # one per window size
+    assert len(QSA.get("scores", "quarters").kernels) == MAX_QUERIES

@@ -340,3 +340,16 @@ def test_a_version_3_records_cold_is_clean_and_it_has_no_batches_or_rule(tmp_pat
     assert all(m.batch is None and m.stop is None for m in back.measurements)
     keys = [m.key for m in seed_record().measurements]
     assert [m.key for m in back.measurements] == [keys[0], keys[1].replace("l2=clean", "l2=warm"), *keys[2:]]
+
+
+def test_a_version_6_dispatchs_scores_wide_loads_as_the_scorer_by_queries(tmp_path):
+    """Version 6 named the scorer of 5-8 queries ``scores_wide``; version 7 names one for every count."""
+    v6 = next(p for p in SHIPPED if json.loads(p.read_text())["schema_version"] == 6)
+    data = json.loads(v6.read_text())
+    data["settings"]["dispatch"] = {"kind": "decode", "scores": "halve", "topk": "split", "scores_wide": "paired",
+                                    "reasons": {"scores": "a", "topk": "b", "scores_wide": "c"}}
+    path = tmp_path / "v6.json"
+    path.write_text(json.dumps(data))
+    d = load_record(path).settings["dispatch"]
+    assert d["scores_by_queries"] == ["halve"] * 4 + ["paired"] * 4 and "scores_wide" not in d
+    assert d["reasons"] == {"scores": "a", "topk": "b", "scores_by_queries": "c"}

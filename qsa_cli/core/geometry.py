@@ -18,6 +18,7 @@ TOP_K = 2048
 SELECT_CAP = TOP_K + BLOCK_CELLS - 1  # 2051: the widest selection and the row stride of ids
 MAX_QUERIES = 8  # queries of a decode call
 HALVE_MAX_QUERIES = 4
+QUERY_LANES = 4  # the quarters scorer's lanes a query, each summing a quarter of the butterfly's lanes
 # The paired decode scorer's queries for the even and the odd warp of a pair, by a window's queries (1-8):
 # the kernels instantiated in kernels/scores.cu. For 5-8 the even warp takes 4 (fewest shuffles: a warp's
 # values are padded to a power of two), which measured faster on an H200 than 3 + 2 and 3 + 3.
@@ -36,6 +37,7 @@ TOPK_REF_THREADS = 256
 TOPK_WIDE_THREADS = 1024
 TOPK_SPLIT_THREADS = 256
 TOPK_CLUSTER_THREADS = 1024
+QUARTERS_THREADS = 128  # a CTA of the quarters scorer (its rings of keys are static shared memory)
 TAIL_BONUS = np.float32(1e9)
 
 # The oldest cards (major * 10 + minor) whose instructions some kernels use (the header's), and the one card

@@ -1,4 +1,4 @@
-"""The launch shapes of the four block scorers in ``kernels/scores.cu`` (spec section 2).
+"""The launch shapes of the five block scorers in ``kernels/scores.cu`` (spec section 2).
 
 Each shape resolves the kernels, grids and arguments once and returns a closure that only enqueues
 launches on the current CuPy stream: no host sync, no allocation, so it can be captured into a CUDA
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.geometry import HALVE_MAX_QUERIES, MAX_QUERIES, WARP
+from ..core.geometry import HALVE_MAX_QUERIES, MAX_QUERIES, QUARTERS_THREADS, QUERY_LANES, WARP
 from ..inputs import ScorerInputs
 from .shape import ScorerShape
 
@@ -135,4 +135,17 @@ class Paired(QsaScorerShape):
         return [(kernel, grid, block, _whole_call(dev, out))]
 
 
-PER_BLOCK, STRIDING, HALVING, PAIRED = PerBlock(), Striding(), Halving(), Paired()
+class Quarters(QsaScorerShape):
+    """One call of the whole window: kernel ``variant.kernels[nq - 1]``, CTAs of QUARTERS_THREADS whose warps
+    each score ``32 / QUERY_LANES`` blocks a step, on a grid that fills the card once."""
+
+    name, title = "quarters", "quarters scorer"
+
+    def launches(self, variant: Any, module: Any, dev: ScorerInputs, out: Any) -> list[KernelLaunch]:
+        kernel = module.function(variant.kernels[dev.nq - 1])
+        blocks_a_cta = QUARTERS_THREADS // WARP * (WARP // QUERY_LANES)
+        grid = (min(_resident_grid(kernel, QUARTERS_THREADS), -(-dev.max_blocks // blocks_a_cta)),)
+        return [(kernel, grid, (QUARTERS_THREADS,), _whole_call(dev, out))]
+
+
+PER_BLOCK, STRIDING, HALVING, PAIRED, QUARTERS = PerBlock(), Striding(), Halving(), Paired(), Quarters()

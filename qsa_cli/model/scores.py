@@ -30,6 +30,7 @@ from ..core.geometry import (
     IDX_HEADS,
     MAX_QUERIES,
     PAIRED_SPLITS,
+    QUERY_LANES,
     STEP_NBID,
     STEP_NKV,
     TAIL_BONUS,
@@ -38,7 +39,7 @@ from ..core.geometry import (
 )
 from ..inputs import ScorerInputs, score_poison
 
-ORDERS = ("butterfly", "halve", "paired")
+ORDERS = ("butterfly", "halve", "paired", "quarters")
 
 LANE_DIMS = IDX_DIM // WARP  # 4: a lane's float4 of the key and of a query head
 _CHUNK_PARTIALS = 1 << 20  # lane partials per chunk of blocks (4 MB of float32): bounds memory, fits caches
@@ -154,13 +155,14 @@ def butterfly_sum(v: np.ndarray) -> np.ndarray:
 
 
 def _halving(v: np.ndarray) -> np.ndarray:
-    """halving_sums with layout f32 [m values, 32 lanes, ...] -> f32 [m, ...]."""
-    m = v.shape[0]
+    """halving_sums with layout f32 [m values, lanes, ...] -> f32 [m, ...]: the lanes (32, or the quarters
+    scorer's 4 of a query) exchange at the butterfly's offsets below their count."""
+    m, lanes = v.shape[:2]
     rest = v.shape[2:]
-    for o in BUTTERFLY_OFFSETS:
+    for o in (o for o in BUTTERFLY_OFFSETS if o < lanes):
         held = v.shape[0]
         # lane l = (hi, bit, lo) with l = hi*2o + bit*o + lo: bit is l & o, and lane l ^ o flips only bit.
-        g = v.reshape(held, WARP // (2 * o), 2, o, *rest)
+        g = v.reshape(held, lanes // (2 * o), 2, o, *rest)
         clear, set_ = g[:, :, 0], g[:, :, 1]
         if held > 1:  # halve: each lane keeps one half and adds the partner's copy of that half
             half = held // 2
@@ -171,8 +173,8 @@ def _halving(v: np.ndarray) -> np.ndarray:
             new = np.empty_like(g)
             np.add(clear, set_, out=new[:, :, 0])
             np.add(set_, clear, out=new[:, :, 1])
-        v = new.reshape(new.shape[0], WARP, *rest)
-    return v[0, :: WARP // m]
+        v = new.reshape(new.shape[0], lanes, *rest)
+    return v[0, :: lanes // m]
 
 
 def halving_sums(v: np.ndarray) -> np.ndarray:
@@ -239,11 +241,25 @@ def _reduce_halve(part: np.ndarray, calls: list[tuple[int, int]]) -> np.ndarray:
     return d
 
 
+def _reduce_quarters(part: np.ndarray) -> np.ndarray:
+    """d of every (query, head) as the quarters scorer sums it: part f32 [4*nq, 32, n] -> f32 [4*nq, n].
+
+    Lane ``t`` of a query's ``QUERY_LANES`` holds butterfly lanes ``t, t + 4, ... t + 28`` and adds them at
+    offsets 16, 8 and 4 in its registers (``v[:o] + v[o:2o]`` keeps the lanes' order, so lane ``t`` stays at
+    index ``t``); the four lanes then exchange the query's 4 heads by halving at offsets 2 and 1."""
+    v = part
+    for o in (o for o in BUTTERFLY_OFFSETS if o >= QUERY_LANES):
+        v = v[:, :o] + v[:, o : 2 * o]
+    heads = v.reshape(-1, IDX_HEADS, QUERY_LANES, v.shape[-1])  # [nq, heads, lanes, n]
+    return np.concatenate([_halving(query) for query in heads])
+
+
 def score_blocks(inputs: ScorerInputs, order: str = "butterfly") -> np.ndarray:
     """The scores a scorer kernel writes: f32 [nq, max_blocks], the poison past each query's ``n_bid``.
 
     ``order`` is the reduction: ``"butterfly"`` (reference and old decode scorer), ``"halve"`` (new decode
-    scorer, 1-8 queries, launched as ``halve_calls(nq)``) or ``"paired"`` (its sub-windows ``paired_calls(nq)``).
+    scorer, 1-8 queries, launched as ``halve_calls(nq)``), ``"paired"`` (its sub-windows ``paired_calls(nq)``)
+    or ``"quarters"`` (a quarter of the butterfly's lanes in a lane's registers, ``_reduce_quarters``).
     All give the same bits; computing each is the test.
     """
     if order not in ORDERS:
@@ -251,7 +267,7 @@ def score_blocks(inputs: ScorerInputs, order: str = "butterfly") -> np.ndarray:
     steps = inputs.steps
     validate_steps(steps, inputs.max_blocks)
     nq = inputs.nq
-    calls = {"halve": halve_calls, "paired": paired_calls}[order](nq) if order != "butterfly" else []
+    calls = {"halve": halve_calls, "paired": paired_calls}[order](nq) if order in ("halve", "paired") else []
     n_kv = steps[:, STEP_NKV].astype(np.int64)
     n_bid = steps[:, STEP_NBID].astype(np.int64)
     n_active = int(n_bid.max()) + 1
@@ -268,7 +284,8 @@ def score_blocks(inputs: ScorerInputs, order: str = "butterfly") -> np.ndarray:
                 # a query's tail block is scored with the dead key, whatever the window's other queries read there
                 heads = slice(IDX_HEADS * i, IDX_HEADS * (i + 1))
                 part[heads, :, n_bid[i] - start] = dead_part[heads]
-            d = _reduce_halve(part, calls) if calls else _butterfly(np.moveaxis(part, 1, 0))
+            d = (_reduce_halve(part, calls) if calls else _reduce_quarters(part) if order == "quarters"
+                 else _butterfly(np.moveaxis(part, 1, 0)))
             r = np.where(d > 0, d, np.float32(0)).reshape(nq, IDX_HEADS, stop - start)  # NaN and -0 -> +0
             s = np.float32(0) + r[:, 0]
             for h in range(1, IDX_HEADS):

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.geometry import HALVE_MAX_QUERIES
 from ..record.schema import Agreement, Case, LimitVerdict, Measurement, ParityCheck, RunRecord, StopOutcome, case_key
 from ..record.vocabulary import (
     CPU_MODEL,
@@ -85,11 +84,12 @@ def dispatch_of(record: RunRecord, kind: str) -> dict[str, Any] | None:
 
 def dispatched_variant(record: RunRecord, stage: str, case: Mapping[str, Any]) -> str | None:
     """The variant the engine runs for ``case``'s call in ``stage`` (a window: its pair), as recorded: a
-    decode call of more than HALVE_MAX_QUERIES queries takes the recorded ``scores_wide`` where there is one."""
+    decode call takes the scorer its query count has in the recorded ``scores_by_queries`` where there is one."""
     d = dispatch_of(record, case["kind"])
     if d is None:
         return None
-    scores = d.get("scores_wide", d["scores"]) if case["nq"] > HALVE_MAX_QUERIES else d["scores"]
+    by_queries = d.get("scores_by_queries") or []
+    scores = by_queries[case["nq"] - 1] if 1 <= case["nq"] <= len(by_queries) else d["scores"]
     return pair_name(scores, d["topk"]) if stage == WINDOW else {SCORES: scores, TOPK: d["topk"]}.get(stage)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import InputError
+from ..core.geometry import HALVE_MAX_QUERIES, MAX_QUERIES
 from .schema import SCHEMA, SCHEMA_VERSION, RunRecord
 from .vocabulary import QSA_TIMER, RENAMED_L2, SCORES, TOPK
 
@@ -92,10 +93,32 @@ def _to_version_6(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _by_queries(choice: Any) -> Any:
+    """A version 6 dispatch with ``scores_wide`` (the scorer of 5-8 queries) as version 7's ``scores_by_queries``."""
+    if not isinstance(choice, dict) or "scores_wide" not in choice:
+        return choice
+    out = {k: v for k, v in choice.items() if k != "scores_wide"}
+    out["scores_by_queries"] = [choice.get("scores")] * HALVE_MAX_QUERIES + [choice["scores_wide"]] * (MAX_QUERIES - HALVE_MAX_QUERIES)
+    if isinstance(out.get("reasons"), dict) and "scores_wide" in out["reasons"]:
+        out["reasons"] = {("scores_by_queries" if k == "scores_wide" else k): v for k, v in out["reasons"].items()}
+    return out
+
+
+def _to_version_7(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 7 records a decode call's scorer by its queries (``scores_by_queries``, 1-8) where version 6 had
+    ``scores_wide``, the scorer of 5-8 queries (1-4 took ``scores``)."""
+    settings = data.get("settings")
+    if not isinstance(settings, dict) or not isinstance(settings.get("dispatch"), dict):
+        return data
+    d = settings["dispatch"]
+    d = _by_queries(d) if "scores" in d else {kind: _by_queries(c) for kind, c in d.items()}
+    return {**data, "settings": {**settings, "dispatch": d}}
+
+
 # version -> the step that makes a record of that version one of the next
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_version_2, 2: _to_version_3,
                                                                      3: _to_version_4, 4: _to_version_5,
-                                                                     5: _to_version_6}
+                                                                     5: _to_version_6, 6: _to_version_7}
 
 _BRACKET_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 

@@ -31,7 +31,7 @@ SCHEMA = "qsa.run"
 # "rounds", "timer" and "nvbench"; 6 drains the stream before each sample, each sample its own hold (a round
 # in "rounds" is one sample or one batch; in 5 a round was 32 samples queued back to back) (record/load.py
 # migrates older ones)
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 INFO_SCHEMA = "qsa.info"  # what ``qsa info`` reports (InfoReport)
 
 # "keys" is in a scorer case only for keys other than the synthetic ones: the cases of earlier runs keep their key
@@ -182,10 +182,10 @@ class _DispatchFields(TypedDict):
 
 
 class Dispatch(_DispatchFields, total=False):
-    """The engine's choice for one kind of call (``session.Session.dispatch_summary``); ``scores_wide``: the
-    scorer of a call of more than 4 queries, where it is another (dispatch.Dispatch.scorer_for)."""
+    """The engine's choice for one kind of call (``session.Session.dispatch_summary``); ``scores_by_queries``: the
+    scorer of a decode call by its queries (1-8), where the count decides (dispatch.Dispatch.scorer_for)."""
 
-    scores_wide: str
+    scores_by_queries: list[str]
 
 
 class Roles(TypedDict, total=False):
