@@ -1,12 +1,14 @@
-"""Engine variants under switches: each switch setting's variants run in a child process of their own.
+"""Engine variants under switches: each switch setting's variants run in one child process of their own.
 
 The engine reads its ``STRATA_*`` switches once per process, so ``NAME.scores[STRATA_SCORES_RS=0]``
-cannot run in the process that ran ``NAME.scores``. ``run_switched`` writes the case's inputs to a
-folder, starts ``python -m qsa_cli.variant_child JOB`` with the switches in its environment, and reads
-back what the stage runner measured and checked there: the same runner (guard zones, integrity, the
-timer and the clock reads around each measurement) on the same bits, qsa's reference beside the switched
-variants so that each is checked against it and the CPU model. The child loads the checkouts' libraries
-the parent built; it measures nothing else.
+cannot run in the process that ran ``NAME.scores``. Given the inputs of every case a setting's variants
+run on (one .npz each, ``save_inputs``), ``run_switched`` starts ONE ``python -m qsa_cli.variant_child JOB``
+with the switches in its environment for all of them (its start-up, the imports and attaching the builds,
+costs seconds: once per setting, not once per case), and reads back what the stage runner measured and
+checked there, one record per case: the same runner (guard zones, integrity, the timer and the clock reads
+around each measurement) on the same bits, qsa's reference beside the switched variants so that each is
+checked against it and the CPU model. The child loads the checkouts' libraries the parent built; it
+measures nothing else.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +40,8 @@ from .stages.common import Measurer, StageOutcome
 from .timing import DeviceTimer, StoppingRule
 
 CHILD_TIMEOUT_S = 1800
-JOB_FILE, INPUTS_FILE, RECORD_FILE = "job.json", "inputs.npz", "record.json"
+CHILD_MODULE = "qsa_cli.variant_child"  # what the parent starts (a test starts a fake in its place)
+JOB_FILE = "job.json"
 
 
 def switches_of(catalog: Catalog, stage: str, name: str) -> tuple[tuple[str, str], ...]:
@@ -46,23 +50,60 @@ def switches_of(catalog: Catalog, stage: str, name: str) -> tuple[tuple[str, str
     return v.engine.switches if v.engine is not None else ()
 
 
-def run_switched(catalog: Catalog, stage: str, switches: tuple[tuple[str, str], ...], variants: tuple[str, ...],
-                 inputs: ScorerInputs | TopkInputs, measurer: Measurer, job: dict[str, Any]) -> StageOutcome:
-    """``variants`` of ``stage`` (window pairs ``scorer+topk`` for the window) of the run's ``catalog``, all under
-    ``switches``, run by a child on ``inputs`` with qsa's reference beside them (not in the window); the rows
-    it wrote, less the reference's and the read floor's (this process has them). ``job``: what the child runs
-    them with (the roles, the model check, the call's active blocks, the device, the kernels folder)."""
-    reference = job["roles"]["reference"]
-    names = [reference, *variants] if stage != "window" else list(variants)
-    switched = sorted({part for name in variants for part in name.split("+") if "[" in part})
+def roles_stage(stage: str) -> str:
+    """The stage whose roles a stage's case runs with (the window's pairs: the scorer's reference)."""
+    return "scores" if stage == "window" else stage
+
+
+@dataclass(frozen=True)
+class SwitchedCase:
+    """One case of a child: ``variants`` of ``stage`` (window pairs ``scorer+topk`` for the window) on the
+    inputs ``save_inputs`` wrote to ``inputs``, ``label`` their score set or keys; ``active_blocks``: the
+    top-k call's."""
+
+    stage: str
+    variants: tuple[str, ...]
+    inputs: Path
+    label: str
+    active_blocks: int = 0
+
+
+def save_inputs(inputs: ScorerInputs | TopkInputs, path: Path) -> str:
+    """A case's inputs into ``path`` (.npz) for a child; their label (score set, keys), which the job carries."""
+    if isinstance(inputs, TopkInputs):
+        np.savez(path, scores=inputs.scores, steps=inputs.steps)
+        return inputs.score_set
+    np.savez(path, pooled=inputs.pooled, dead=inputs.dead, q=inputs.q, steps=inputs.steps)
+    return inputs.keys
+
+
+def read_inputs(entry: dict[str, Any]) -> ScorerInputs | TopkInputs:
+    """A job's case's inputs as the parent saved them (``entry``: the case in the job)."""
+    with np.load(entry["inputs"]) as a:
+        arrays = {k: a[k] for k in a.files}
+    if entry["stage"] == "topk":
+        return TopkInputs(arrays["scores"], arrays["steps"], entry["label"])
+    return ScorerInputs(arrays["pooled"], arrays["dead"], arrays["q"], arrays["steps"], entry["label"])
+
+
+def run_switched(catalog: Catalog, switches: tuple[tuple[str, str], ...], cases: list[SwitchedCase],
+                 measurer: Measurer, job: dict[str, Any]) -> list[StageOutcome]:
+    """Each case's ``variants`` of the run's ``catalog``, all under ``switches``, run by one child, with qsa's
+    reference beside them (not in the window); per case, in order, the rows it wrote less the reference's
+    and the read floor's (this process has them). ``job``: what the child runs them with (the roles by
+    stage, the model check, the device, the kernels folder)."""
+    every = list(dict.fromkeys(v for c in cases for v in c.variants))
+    switched = sorted({part for name in every for part in name.split("+") if "[" in part})
+    entries = []
+    for i, case in enumerate(cases):
+        reference = job["roles"][roles_stage(case.stage)]["reference"]
+        names = [reference, *case.variants] if case.stage != "window" else list(case.variants)
+        entries.append({"stage": case.stage, "variants": names, "label": case.label, "inputs": str(case.inputs),
+                        "active_blocks": case.active_blocks, "record": f"record-{i}.json"})
     with tempfile.TemporaryDirectory(prefix="qsa-switched-") as folder:
         work = Path(folder)
-        arrays = ({"scores": inputs.scores, "steps": inputs.steps} if isinstance(inputs, TopkInputs) else
-                  {"pooled": inputs.pooled, "dead": inputs.dead, "q": inputs.q, "steps": inputs.steps})
-        np.savez(work / INPUTS_FILE, **arrays)
-        label = inputs.score_set if isinstance(inputs, TopkInputs) else inputs.keys
         (work / JOB_FILE).write_text(json.dumps({
-            **job, "stage": stage, "variants": names, "switched": switched, "label": label,
+            **job, "cases": entries, "switched": switched,
             "iters": measurer.iters, "rule": measurer.rule.to_dict(), "l2": measurer.timer.l2,
             "warmup": measurer.timer.warmup, "locked_sm_mhz": measurer.timer.locked_sm_mhz,
             "engines": engine_builds(catalog.libraries.values())}))
@@ -70,16 +111,19 @@ def run_switched(catalog: Catalog, stage: str, switches: tuple[tuple[str, str], 
                "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                             os.environ.get("PYTHONPATH")]))}
         try:
-            done = subprocess.run([sys.executable, "-m", "qsa_cli.variant_child", str(work)], env=env,
+            done = subprocess.run([sys.executable, "-m", CHILD_MODULE, str(work)], env=env,
                                   capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise SwitchedRunError(f"the child running {', '.join(variants)} did not finish in {CHILD_TIMEOUT_S} s")
-        if done.returncode != 0 or not (work / RECORD_FILE).is_file():
+            raise SwitchedRunError(f"the child running {', '.join(every)} did not finish in {CHILD_TIMEOUT_S} s")
+        if done.returncode != 0 or not all((work / e["record"]).is_file() for e in entries):
             tail = (done.stdout + done.stderr).strip().splitlines()[-12:]
-            raise SwitchedRunError(f"the child running {', '.join(variants)} failed (exit {done.returncode}):\n"
+            raise SwitchedRunError(f"the child running {', '.join(every)} failed (exit {done.returncode}):\n"
                                    + "\n".join(tail))
-        record = load_record(work / RECORD_FILE)
-    # the switched variants' rows only: the reference, the read floor and the rest are this process's
+        return [_switched_rows(load_record(work / e["record"]), c.variants) for e, c in zip(entries, cases)]
+
+
+def _switched_rows(record: RunRecord, variants: tuple[str, ...]) -> StageOutcome:
+    """The switched variants' rows only: the reference, the read floor and the rest are the parent's."""
     ours = lambda subject: any(subject == v or subject.startswith(f"{v} (") for v in variants)  # noqa: E731
     return StageOutcome([m for m in record.measurements if m.variant in variants],
                         [p for p in record.parity if ours(p.subject)], notes=record.notes,
@@ -91,8 +135,6 @@ def main(argv: list[str]) -> int:
 
     work = Path(argv[0])
     job = json.loads((work / JOB_FILE).read_text())
-    stage, variants = job["stage"], tuple(job["variants"])
-    record = RunRecord(command="variant-child", argv=argv, backend="gpu")
     with cupy.cuda.Device(job["device_id"]):
         engines = attach_builds(job["engines"])
         catalog = qsa_catalog(Path(job["kernels"])).adding(engines.variants, engines.libraries)
@@ -103,25 +145,25 @@ def main(argv: list[str]) -> int:
         timer = DeviceTimer(l2=job["l2"], warmup=job["warmup"], kernels=catalog.kernel_folder,
                             locked_sm_mhz=job["locked_sm_mhz"])
         measurer = Measurer(job["iters"], timer, monitor if monitor.available else None, StoppingRule(**job["rule"]))
-        with np.load(work / INPUTS_FILE) as a:
-            arrays = {k: a[k] for k in a.files}
-        if stage == "topk":
-            inputs_t = TopkInputs(arrays["scores"], arrays["steps"], job["label"])
-            out = topk_stage.run_topk(inputs_t, measurer, tuple(catalog.get(stage, n) for n in variants),
-                                      job["roles"], launcher, job["active_blocks"], job["check_model"])
-        else:
-            inputs = ScorerInputs(arrays["pooled"], arrays["dead"], arrays["q"], arrays["steps"], job["label"])
-            if stage == "scores":
+        for entry in job["cases"]:  # each case's record written as it ends
+            stage, variants = entry["stage"], tuple(entry["variants"])
+            inputs = read_inputs(entry)
+            roles = job["roles"][roles_stage(stage)]
+            if stage == "topk":
+                out = topk_stage.run_topk(inputs, measurer, tuple(catalog.get(stage, n) for n in variants), roles,
+                                          launcher, entry["active_blocks"], job["check_model"])
+            elif stage == "scores":
                 out = scores_stage.run_scores(inputs, measurer, tuple(catalog.get(stage, n) for n in variants),
-                                              job["roles"], launcher, job["check_model"])
+                                              roles, launcher, job["check_model"])
             else:
                 pairs = tuple(window_stage.WindowPair(catalog.get("scores", scorer), catalog.get("topk", topk))
                               for scorer, topk in (p.split("+", 1) for p in variants))
                 out = window_stage.run_window(inputs, measurer, pairs, launcher)
+            record = RunRecord(command="variant-child", argv=argv, backend="gpu")
+            record.measurements, record.parity, record.notes = out.measurements, out.parity, out.notes
+            record.agreements = out.agreements
+            record.write(work / entry["record"])
         monitor.close()
-    record.measurements, record.parity, record.notes = out.measurements, out.parity, out.notes
-    record.agreements = out.agreements
-    record.write(work / RECORD_FILE)
     return 0
 
 

@@ -1,9 +1,13 @@
 """The stages' runs: select-bench, topk-parity and window-bench, and the cases every other run is made of
-(a scorer case, a top-k case), each variant under the engine's switches in a child process of its own."""
+(a scorer case, a top-k case), run together: each switch setting of the engine's variants in one child
+process over all of a run's cases."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +23,7 @@ from ..stages import topk as topk_stage
 from ..stages import window as window_stage
 from ..stages.common import StageOutcome
 from ..timing import Iters
-from ..variant_child import run_switched, switches_of
+from ..variant_child import SwitchedCase, run_switched, save_inputs, switches_of
 
 
 def scorer_inputs(call: Call, seed: int, keys: str = DEFAULT_KEYS) -> ScorerInputs:
@@ -52,38 +56,130 @@ def scorer_variants(s: Session, queries: int) -> tuple[str, ...]:
                                 dispatched, *others)))
 
 
-def _with_switched(s: Session, stage: str, variants: tuple[str, ...], inputs: Any, iters: Iters,
-                   run_here: Callable[[tuple[str, ...], Progress], StageOutcome], active_blocks: int = 0,
-                   progress: Progress = no_progress) -> StageOutcome:
-    """``run_here`` on the variants that run in this process; each switch setting's variants (an engine's
-    ``NAME.KIND[K=V]``) in a child of its own on the same inputs (qsa_cli/variant_child.py). ``progress``:
-    each variant run here, then each child, then the end."""
-    groups: dict[tuple[tuple[str, str], ...], tuple[str, ...]] = {}
-    for name in variants:
-        key = switches_of(s.catalog, stage, name)
-        groups[key] = (*groups.get(key, ()), name)
-    here = groups.pop((), ())
-    total = len(here) + len(groups)
-    out = s.take(run_here(here, lambda done, _, message: progress(done, total, message))) if here or not groups \
-        else StageOutcome()
-    for i, (switches, names) in enumerate(groups.items()):
-        progress(len(here) + i, total, f"{stage} {', '.join(names)} (a child process)")
-        job = {"roles": s.roles["scores" if stage == "window" else stage], "check_model": s.settings.check_model,
-               "active_blocks": active_blocks, "device_id": s.settings.device_id,
-               "pci_bus_id": s.record.device["pci_bus_id"], "kernels": str(s.catalog.kernel_folder)}
-        out.extend(s.take(run_switched(s.catalog, stage, switches, names, inputs, s.measurer(iters), job)))
+Inputs = ScorerInputs | TopkInputs
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case of a run: ``variants`` of ``stage`` on the inputs ``make`` makes (as the case's turn comes, so
+    that a run holds one case's at a time); ``run_here`` runs those that run in this process on them (with a
+    progress of its own); ``label``: what the progress names the case by; ``active_blocks``: the top-k
+    call's."""
+
+    stage: str
+    variants: tuple[str, ...]
+    make: Callable[[], Inputs]
+    run_here: Callable[[Any, tuple[str, ...], Progress], StageOutcome]  # given what ``make`` makes
+    label: str
+    active_blocks: int = 0
+
+
+ROW_LISTS = ("measurements", "parity", "agreements")
+
+
+class _InCaseOrder:
+    """What ``run_cases`` takes into the record (the only rows taken meanwhile), kept as if each case had run
+    alone: a case's rows in this process (slot 0), then its child rows of each switch setting in the order
+    its variants name them; the cases in order, though the children run after every case here. The notes
+    likewise, each at its first case's place."""
+
+    def __init__(self, s: Session, slots: list[int]) -> None:
+        self.s = s
+        self.start = {name: len(getattr(s.record, name)) for name in (*ROW_LISTS, "notes")}
+        self.parts: list[list[tuple[StageOutcome, list[str]] | None]] = [[None] * n for n in slots]
+
+    def take(self, case: int, slot: int, outcome: StageOutcome) -> None:
+        record, n = self.s.record, len(self.s.record.notes)
+        self.s.take(outcome)
+        suspect = [note for note in record.notes[n:] if note not in outcome.notes]  # what take itself noted
+        self.parts[case][slot] = (outcome, list(dict.fromkeys([*suspect, *outcome.notes])))
+        taken = [part for parts in self.parts for part in parts if part is not None]
+        for name in ROW_LISTS:
+            getattr(record, name)[self.start[name]:] = [row for o, _ in taken for row in getattr(o, name)]
+        before = record.notes[:self.start["notes"]]
+        ordered = dict.fromkeys(note for _, notes in taken for note in notes)
+        record.notes[self.start["notes"]:] = [note for note in ordered if note not in before]
+
+    def outcomes(self) -> list[StageOutcome]:
+        """Each case's outcome: its rows here (its outputs too), then its child rows."""
+        outs = []
+        for parts in self.parts:
+            out = StageOutcome()
+            for part in parts:
+                if part is not None:
+                    out.extend(part[0])
+            outs.append(out)
+        return outs
+
+
+def run_cases(s: Session, cases: list[Case], iters: Iters, progress: Progress = no_progress) -> list[StageOutcome]:
+    """Every case's variants that run in this process, case by case, each case's rows taken into the record as
+    it ends (an interrupted run keeps them); then each switch setting's variants (an engine's
+    ``NAME.KIND[K=V]``) in ONE child of its own over every case they run on (qsa_cli/variant_child.py: a
+    child's start-up costs seconds), their rows placed in the record after their case's, so that it reads
+    as if each case had run alone. Each case's outcome, in order; ``progress``: each case (named by its
+    label; a run of one case: each of its variants run here), then each child, then the end."""
+    here_of: list[tuple[str, ...]] = []
+    local: list[list[tuple[tuple[str, str], ...]]] = []  # each case's switch settings, as its variants name them
+    groups: dict[tuple[tuple[str, str], ...], dict[int, tuple[str, ...]]] = {}  # setting -> case -> variants
+    for i, case in enumerate(cases):
+        here: tuple[str, ...] = ()
+        settings: dict[tuple[tuple[str, str], ...], None] = {}
+        for name in case.variants:
+            key = switches_of(s.catalog, case.stage, name)
+            if not key:
+                here += (name,)
+                continue
+            settings[key] = None
+            by_case = groups.setdefault(key, {})
+            by_case[i] = (*by_case.get(i, ()), name)
+        here_of.append(here)
+        local.append(list(settings))
+    alone = len(cases) == 1
+    done = len(here_of[0]) if alone else len(cases)  # the steps before the children's
+    total = done + len(groups)
+    told: Progress = (lambda d, _, message: progress(d, total, message)) if alone else no_progress  # noqa: E731
+    merged = _InCaseOrder(s, [1 + len(settings) for settings in local])
+    with tempfile.TemporaryDirectory(prefix="qsa-cases-") as folder:
+        labels: dict[int, str] = {}  # the saved inputs' labels, of the cases a child runs
+        for i, (case, here) in enumerate(zip(cases, here_of)):
+            if not alone:
+                progress(i, total, case.label)
+            inputs = case.make()
+            if here or not local[i]:
+                merged.take(i, 0, case.run_here(inputs, here, told))
+            if local[i]:
+                labels[i] = save_inputs(inputs, Path(folder) / f"inputs-{i}.npz")
+        for j, (switches, by_case) in enumerate(groups.items()):
+            names = ", ".join(dict.fromkeys(name for names in by_case.values() for name in names))
+            stages = "/".join(dict.fromkeys(cases[i].stage for i in by_case))
+            over = f", {len(by_case)} cases" if len(by_case) > 1 else ""
+            progress(done + j, total, f"{stages} {names} (a child process{over})")
+            switched = [SwitchedCase(cases[i].stage, names_i, Path(folder) / f"inputs-{i}.npz", labels[i],
+                                     cases[i].active_blocks) for i, names_i in by_case.items()]
+            job = {"roles": s.roles, "check_model": s.settings.check_model, "device_id": s.settings.device_id,
+                   "pci_bus_id": s.record.device["pci_bus_id"], "kernels": str(s.catalog.kernel_folder)}
+            for i, out in zip(by_case, run_switched(s.catalog, switches, switched, s.measurer(iters), job)):
+                merged.take(i, 1 + local[i].index(switches), out)
     progress(total, total, "done")
-    return out
+    return merged.outcomes()
 
 
-def run_scorer_case(s: Session, inputs: ScorerInputs, iters: Iters, variants: tuple[str, ...] | None = None,
-                    progress: Progress = no_progress) -> StageOutcome:
-    def here(names: tuple[str, ...], told: Progress) -> StageOutcome:
+def scorer_case(s: Session, make: Callable[[], ScorerInputs], iters: Iters, variants: tuple[str, ...],
+                label: str = "scores") -> Case:
+    def here(inputs: ScorerInputs, names: tuple[str, ...], told: Progress) -> StageOutcome:
         return scores_stage.run_scores(inputs, s.measurer(iters), s.variants("scores", names), s.roles["scores"],
                                        s.launcher, s.settings.check_model,
                                        s.compared_bits("scores"), told)
 
-    return _with_switched(s, "scores", variants or scorer_variants(s, inputs.nq), inputs, iters, here, progress=progress)
+    return Case("scores", variants, make, here, label)
+
+
+def run_scorer_case(s: Session, inputs: ScorerInputs, iters: Iters, variants: tuple[str, ...] | None = None,
+                    progress: Progress = no_progress) -> StageOutcome:
+    """``variants`` (none: ``scorer_variants``) on one scorer case."""
+    case = scorer_case(s, lambda: inputs, iters, variants or scorer_variants(s, inputs.nq))
+    return run_cases(s, [case], iters, progress)[0]
 
 
 def select_bench(s: Session, inputs: ScorerInputs, iters: Iters, progress: Progress = no_progress) -> StageOutcome:
@@ -94,31 +190,40 @@ def select_bench(s: Session, inputs: ScorerInputs, iters: Iters, progress: Progr
     return run_scorer_case(s, inputs, iters, progress=progress)
 
 
-def run_topk_case(s: Session, inputs: TopkInputs, iters: Iters, variants: tuple[str, ...], active_blocks: int,
-                  check_model: bool | None = None, oracle: np.ndarray | None = None) -> StageOutcome:
-    """``oracle``: the CPU oracle's ids of ``inputs``, made beforehand (else made as the check needs them)."""
-    def here(names: tuple[str, ...], told: Progress) -> StageOutcome:
+def topk_case(s: Session, make: Callable[[], TopkInputs], iters: Iters, variants: tuple[str, ...],
+              active_blocks: int, check_model: bool | None = None, oracle: np.ndarray | None = None,
+              label: str = "topk") -> Case:
+    """A top-k case; ``oracle``: the CPU oracle's ids of its inputs, made beforehand (else made as the check
+    needs them)."""
+    def here(inputs: TopkInputs, names: tuple[str, ...], told: Progress) -> StageOutcome:
         return topk_stage.run_topk(inputs, s.measurer(iters), s.variants("topk", names), s.roles["topk"], s.launcher,
                                    active_blocks, s.settings.check_model if check_model is None else check_model,
                                    argpartition=s.on_gpu and iters != 0, same_bits=s.compared_bits("topk"),
                                    oracle=oracle)
 
-    return _with_switched(s, "topk", variants, inputs, iters, here, active_blocks)
+    return Case("topk", variants, make, here, label, active_blocks)
+
+
+def run_topk_case(s: Session, inputs: TopkInputs, iters: Iters, variants: tuple[str, ...], active_blocks: int,
+                  check_model: bool | None = None, oracle: np.ndarray | None = None) -> StageOutcome:
+    case = topk_case(s, lambda: inputs, iters, variants, active_blocks, check_model, oracle)
+    return run_cases(s, [case], iters)[0]
 
 
 def topk_parity(s: Session, inputs: list[TopkInputs], iters: Iters, active_blocks: int,
                 progress: Progress = no_progress, oracles: list[np.ndarray | None] | None = None) -> StageOutcome:
     """Every variant on every score set; times, identical-id counts, and the dispatched variant;
-    ``progress``: each score set; ``oracles``: each set's CPU oracle ids, made beforehand."""
+    ``progress``: each score set, then each child of switched variants; ``oracles``: each set's CPU oracle ids,
+    made beforehand."""
     variants = s.here("topk", inputs[0].max_blocks, active_blocks)
     kind = "prompt" if active_blocks else "decode"
     s.record_settings(dispatch=s.dispatch_summary(kind, inputs[0].max_blocks))
+    cases = [topk_case(s, lambda given=inp: given, iters, variants, active_blocks,
+                       oracle=oracles[i] if oracles else None, label=f"topk {inp.score_set}")
+             for i, inp in enumerate(inputs)]
     out = StageOutcome()
-    for i, inp in enumerate(inputs):  # each score set's rows recorded as it ends (an interrupted run keeps them)
-        progress(i, len(inputs), f"topk {inp.score_set}")
-        out.extend(run_topk_case(s, inp, iters, variants, active_blocks, oracle=oracles[i] if oracles else None),
-                   prefix=f"{inp.score_set}.")
-    progress(len(inputs), len(inputs), "done")
+    for inp, case_out in zip(inputs, run_cases(s, cases, iters, progress)):
+        out.extend(case_out, prefix=f"{inp.score_set}.")
     return out
 
 
@@ -138,8 +243,8 @@ def window_bench(s: Session, call: Call, iters: Iters, keys: str = DEFAULT_KEYS,
     named = {p.name: p for p in (window_stage.WindowPair(s.catalog.get("scores", scorer), s.catalog.get("topk", topk))
                                  for scorer, topk in chosen)}
 
-    def here(names: tuple[str, ...], told: Progress) -> StageOutcome:
-        return window_stage.run_window(inputs, s.measurer(iters), tuple(named[n] for n in names), s.launcher,
+    def here(given: ScorerInputs, names: tuple[str, ...], told: Progress) -> StageOutcome:
+        return window_stage.run_window(given, s.measurer(iters), tuple(named[n] for n in names), s.launcher,
                                        s.compared_bits("window"), told)
 
-    return _with_switched(s, "window", tuple(named), inputs, iters, here, progress=progress)
+    return run_cases(s, [Case("window", tuple(named), lambda: inputs, here, "window")], iters, progress)[0]

@@ -3,6 +3,7 @@ session's record, then its thresholds."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..config import SweepCase
@@ -12,12 +13,12 @@ from ..inputs import synthetic_scores
 from ..record.schema import RunRecord, ThresholdCheck
 from ..record.vocabulary import CPU_TIMES, DEFAULT_KEYS, READ_FLOOR, times_judged
 from ..session import GPU_TIMER_SETTINGS, Session
-from .stages import run_scorer_case, run_topk_case, scorer_inputs
+from .stages import run_cases, scorer_case, scorer_inputs, scorer_variants, topk_case
 
 
 def sweep(s: Session, config: Any, stage: str | None = None, progress: Progress = no_progress) -> None:
     """Run every case of a sweep (only ``stage``'s when given) into the session's record, then its thresholds;
-    ``progress``: each case."""
+    ``progress``: each case, then each child of switched variants."""
     s.record_settings(config=config.source, iterations=config.iterations)
     not_applied = [name for name in GPU_TIMER_SETTINGS if name in config.given] if not s.on_gpu else []
     if not_applied:
@@ -33,20 +34,21 @@ def sweep(s: Session, config: Any, stage: str | None = None, progress: Progress 
     for c in cases:
         largest[c.kind] = max(largest.get(c.kind, 0), c.call.max_blocks)
     s.record_settings(dispatch={k: s.dispatch_summary(k, largest[k]) for k in sorted(largest)})
-    for i, case in enumerate(cases):
+    runs = []
+    for case in cases:
         shown = case.score_set or (case.keys if case.keys != DEFAULT_KEYS else "")
-        progress(i, len(cases), f"{case.stage} ctx={case.ctx} q={case.nq} cap={case.capacity} "
-                 f"{case.kind}{' ' + shown if shown else ''}")
+        label = f"{case.stage} ctx={case.ctx} q={case.nq} cap={case.capacity} {case.kind}{' ' + shown if shown else ''}"
         call = case.call
-        if case.stage == "scores":
-            inputs = scorer_inputs(call, config.seed, case.keys)
-            run_scorer_case(s, inputs, config.iterations, s.chosen(config.variants_for("scores", s.catalog)))
+        if case.stage == "scores":  # each case's inputs made as its turn comes
+            variants = s.chosen(config.variants_for("scores", s.catalog)) or scorer_variants(s, call.nq)
+            runs.append(scorer_case(s, functools.partial(scorer_inputs, call, config.seed, case.keys),
+                                    config.iterations, variants, label))
         else:
-            inputs_t = synthetic_scores(call, case.score_set or "continuous", config.seed)
             available = s.here("topk", call.max_blocks, call.active_blocks)
             variants = tuple(v for v in config.variants_for("topk", s.catalog) if v in available)
-            run_topk_case(s, inputs_t, config.iterations, variants, call.active_blocks)
-    progress(len(cases), len(cases), "done")
+            made = functools.partial(synthetic_scores, call, case.score_set or "continuous", config.seed)
+            runs.append(topk_case(s, made, config.iterations, variants, call.active_blocks, label=label))
+    run_cases(s, runs, config.iterations, progress)  # each switch setting in one child over all the cases
     if times_judged(s.record.backend):
         check_thresholds(s.record, config.thresholds)
     elif config.thresholds:
