@@ -44,8 +44,9 @@ def read_switches(env: Mapping[str, str] = os.environ) -> dict[str, str]:
 
 
 # Where the halving scorer is dispatched, the scorer of a decode call by its queries (1-8), by launch shape: the
-# fastest of halve, paired and quarters at each count on an H200 (cold L2, 420K cells: docs/benchmarks.md).
-FASTEST_DECODE_SCORERS = ("halving", "halving", "halving", "quarters", "paired", "paired", "quarters", "quarters")
+# fastest median of halve, paired and quarters at each count on an H200 (cold L2, 420K cells; a lead under 1 %
+# keeps the earlier choice, halve for 1-4 and paired for 5-8: docs/benchmarks.md).
+FASTEST_DECODE_SCORERS = ("quarters", "halving", "halving", "quarters", "paired", "paired", "quarters", "quarters")
 
 
 @dataclass(frozen=True)
