@@ -272,7 +272,7 @@ __global__ void block_scores_paired_kernel(const float* __restrict__ pooled, con
 // The offsets below L pair lanes of the same query, which finish by recursive halving over the 4 heads as the
 // halving scorer does, then the plain butterfly (lane t ends with head t / (L / 4)). Every addition is the
 // butterfly's pair at its offset and float addition commutes, so every value is bitwise the butterfly's:
-// 6 shuffles a block and query where the halving scorer takes 19 per call of up to 4. A lane keeps its query's
+// a warp issues 6 shuffles a block for up to 8 queries, the halving scorer 19 for up to 4. A lane keeps its query's
 // head slices of its terms in registers (128 floats); the keys pass through a ring of shared memory per warp
 // (cp.async from sm_80), so the reads in flight take no registers. A warp of fewer than 32 / L queries scores
 // several blocks at once, one a slot; every warp scores kStepBlocks blocks a step.
