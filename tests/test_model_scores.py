@@ -389,7 +389,7 @@ def test_halve_equals_butterfly_adversarial(seed: int) -> None:
     for ctx, nq, cap in window_cases(seed):
         inp = synthetic_scorer_inputs(Call(ctx, nq, cap), seed, "adversarial")
         a = score_blocks(inp, "butterfly")
-        for order in ("halve", "paired"):
+        for order in ("halve", "paired", "quarters"):
             b = score_blocks(inp, order)
             assert a.tobytes() == b.tobytes(), (seed, ctx, nq, cap, order, first_difference(a, b, inp.steps))
 
@@ -399,7 +399,7 @@ def test_halve_equals_butterfly_synthetic(seed: int) -> None:
     for ctx, nq, cap in window_cases(seed)[::3] + [(40000, 8, 65536), (9000, 5, 9000)]:
         inp = synthetic_scorer_inputs(Call(ctx, nq, cap), seed)
         a = score_blocks(inp, "butterfly")
-        for order in ("halve", "paired"):
+        for order in ("halve", "paired", "quarters"):
             b = score_blocks(inp, order)
             assert a.tobytes() == b.tobytes(), (seed, ctx, nq, cap, order, first_difference(a, b, inp.steps))
 
