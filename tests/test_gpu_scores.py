@@ -26,7 +26,7 @@ from qsa_cli.core.geometry import (
 )
 from qsa_cli.inputs import ADVERSARIAL_NANS, SCORE_POISON_BITS, ScorerInputs, score_poison, synthetic_scorer_inputs
 from qsa_cli.kernels import load
-from qsa_cli.launch.scores import SOURCE, DeviceScorerInputs
+from qsa_cli.launch.scores import ONE_PASS_SOURCE, SOURCE, DeviceScorerInputs
 from qsa_cli.model.scores import butterfly_sum, first_difference, lane_partials, score_blocks
 
 # (context, capacity): 2K-524K cells, the window's last n_kv % 4 = 2, 1, 3, 0, 1, 3; capacity above the context.
@@ -124,7 +124,7 @@ def test_graph_replay_follows_device_steps(cupy: Any, variant: str) -> None:
             assert_same_bytes(got, score_blocks(w, order="butterfly"), w.steps, f"{variant} graph replay at context {w.steps[-1, 1]}")
 
 
-# The scorer's own lane partial and butterfly (scores.cu's helpers, compiled with it), one warp a row, every
+# The scorer's own lane partial and butterfly (scores_common.cuh's helpers, compiled with scores.cu), one warp a row, every
 # lane's partial and sum written: the device's bits for NaN operands, invalid operations and subnormals.
 PROBE = r"""
 extern "C" __global__ void qsa_probe_lane_sums(const float* __restrict__ keys, const float* __restrict__ heads,
@@ -221,7 +221,7 @@ def test_launcher_rejects_wrong_output() -> None:
 
 
 def test_kernel_names_cover_variants() -> None:
-    assert {v.source for v in QSA.stage("scores")} == {SOURCE}
+    assert {v.source for v in QSA.stage("scores")} == {SOURCE, ONE_PASS_SOURCE}
     assert len(QSA.get("scores", "halve").kernels) == HALVE_MAX_QUERIES  # one instantiation per sub-window size
     assert len(QSA.get("scores", "paired").kernels) == MAX_QUERIES  # one per window size
     assert len(QSA.get("scores", "quarters").kernels) == MAX_QUERIES

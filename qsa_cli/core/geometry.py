@@ -20,7 +20,7 @@ MAX_QUERIES = 8  # queries of a decode call
 HALVE_MAX_QUERIES = 4
 QUERY_LANES = 4  # the quarters scorer's lanes a query, each summing a quarter of the butterfly's lanes
 # The paired decode scorer's queries for the even and the odd warp of a pair, by a window's queries (1-8):
-# the kernels instantiated in kernels/scores.cu. For 5-8 the even warp takes 4 (fewest shuffles: a warp's
+# the kernels instantiated in kernels/scores_onepass.cu. For 5-8 the even warp takes 4 (fewest shuffles: a warp's
 # values are padded to a power of two), which measured faster on an H200 than 3 + 2 and 3 + 3.
 PAIRED_SPLITS = ((1, 0), (1, 1), (2, 1), (2, 2), (4, 1), (4, 2), (4, 3), (4, 4))
 SPLIT_CHUNK_BLOCKS = 2048

@@ -1,4 +1,5 @@
-"""The launch shapes of the five block scorers in ``kernels/scores.cu`` (spec section 2).
+"""The launch shapes of the five block scorers in ``kernels/scores.cu`` (the engine's reference, multi and halve)
+and ``kernels/scores_onepass.cu`` (qsa's paired and quarters), spec section 2.
 
 Each shape resolves the kernels, grids and arguments once and returns a closure that only enqueues
 launches on the current CuPy stream: no host sync, no allocation, so it can be captured into a CUDA
@@ -18,7 +19,8 @@ from ..core.geometry import HALVE_MAX_QUERIES, MAX_QUERIES, QUARTERS_THREADS, QU
 from ..inputs import ScorerInputs
 from .shape import ScorerShape
 
-SOURCE = "scores.cu"
+SOURCE = "scores.cu"  # the engine's scorers
+ONE_PASS_SOURCE = "scores_onepass.cu"  # qsa's paired and quarters
 
 WARPS_PER_CTA = 8  # the reference and the old decode scorer (spec section 2)
 MULTI_CTAS = 256  # the old decode scorer's fixed grid (spec section 2)
