@@ -107,12 +107,14 @@ def on_cupy_stream(stream: Any, device_id: int) -> contextlib.AbstractContextMan
 @dataclass
 class NvbenchTimer:
     """The launchers queued for one nvbench run on device ``device_id``, each after ``warmup`` untimed runs;
+    ``batched``: with nvbench's batch measurement (about half a second a launcher) after the cold one;
     ``bench``: the ``cuda.bench`` module, and ``on_stream`` what makes its stream the launchers' (a test's
     stand-ins)."""
 
     bench: Any
     device_id: int
     warmup: int
+    batched: bool = True
     on_stream: Callable[[Any, int], contextlib.AbstractContextManager[Any]] = on_cupy_stream
     queued: list[_Queued] = field(default_factory=list)
 
@@ -129,7 +131,8 @@ class NvbenchTimer:
         def benchmark(state: Any) -> None:
             # a launch that synchronises cannot queue behind nvbench's blocking kernel (it would deadlock):
             # nvbench's sync tag times it without one, and without batches
-            state.exec(on_nvbench_stream, sync=item.synchronizes)
+            tags = {"sync": True} if item.synchronizes else {} if self.batched else {"batched": False}
+            state.exec(on_nvbench_stream, **tags)
 
         registered = self.bench.register(benchmark)
         registered.set_name(item.name)

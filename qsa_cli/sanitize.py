@@ -71,6 +71,9 @@ class SanitizeCase(SweepCase):
 SMALL_SCORER_CALL = (2102, 3, 16384, "decode")
 LARGE_SCORER_CALL = (524288, MAX_QUERIES, 524288, "decode")
 SMALL_TOPK_CALL = (9002, 3, 16384, "decode")
+# The quick matrix's top-k call: one query. The cluster kernel's racecheck takes seconds a query (a cluster of
+# 8 CTAs of 1,024 threads each) and, a query's CTAs running the code every other query's run, finds nothing more.
+QUICK_TOPK_CALL = (9002, 1, 16384, "decode")
 LARGE_TOPK_CALL = (524288, MAX_QUERIES, 524288, "decode")
 PROMPT_TOPK_CALL = (135176, 16, 135176, "prompt")
 PROMPT_SCORE_SET = "levels64"  # ties at the threshold
@@ -100,9 +103,10 @@ def matrix(variants: dict[str, tuple[str, ...]], score_sets: tuple[str, ...], se
            quick: bool = False) -> list[SanitizeCase]:
     """The cases of every variant (``variants``: stage -> names): a small decode call on every kind of keys
     (scorer) or score set (top-k), a large decode call, and a prompt call (top-k). ``quick``: the small
-    call on the first keys and score set only."""
+    call on the first keys and score set only (the top-k's of one query, QUICK_TOPK_CALL)."""
     scorer = [(SMALL_SCORER_CALL, keys) for keys in SCORER_KEYS[:1 if quick else None]]
-    topk = [(SMALL_TOPK_CALL, score_set) for score_set in score_sets[:1 if quick else None]]
+    small_topk = QUICK_TOPK_CALL if quick else SMALL_TOPK_CALL
+    topk = [(small_topk, score_set) for score_set in score_sets[:1 if quick else None]]
     if not quick:
         scorer.append((LARGE_SCORER_CALL, DEFAULT_KEYS))
         topk += [(LARGE_TOPK_CALL, score_sets[0]), (PROMPT_TOPK_CALL, PROMPT_SCORE_SET)]

@@ -79,8 +79,8 @@ class FakeState:
         self.benchmark, self.cold, self.batch = benchmark, [], []
         self.sync = False
 
-    def exec(self, fn: Callable[[FakeLaunch], None], *, sync: bool = False) -> None:
-        """``sync``: nvbench's sync tag (no blocking kernel, and no batch)."""
+    def exec(self, fn: Callable[[FakeLaunch], None], *, sync: bool = False, batched: bool | None = None) -> None:
+        """``sync``: nvbench's sync tag (no blocking kernel, and no batch); ``batched=False``: no batch."""
         b = self.benchmark
         self.sync = sync
         count = b.params.get("target-samples", b.settings["min_samples"])
@@ -90,7 +90,7 @@ class FakeState:
             t0 = time.perf_counter()
             fn(FakeLaunch())
             self.cold.append(time.perf_counter() - t0)
-        if sync:
+        if sync or batched is False:
             return
         t0 = time.perf_counter()
         for _ in range(8):
@@ -293,3 +293,13 @@ def test_a_launcher_that_synchronises_takes_nvbenchs_sync_tag_and_no_batch(bench
     assert sorted_.batch is None and sorted_.nvbench is not None and sorted_.nvbench["batch_mean_us"] is None
     assert split.batch is not None
     assert bench.synced == {"0: topk cupy.argpartition": True, "1: topk split": False}
+
+
+def test_a_timer_without_batches_times_the_cold_samples_only(bench: FakeBench) -> None:
+    """The selftest's timers row compares cold medians: its nvbench run skips the batch (half a second each)."""
+    timer = NvbenchTimer(cuda_bench(), device_id=1, warmup=1, batched=False,
+                         on_stream=lambda stream, device: recording_stream([], stream, device))
+    Measurer(6, clocks=None, nvbench=timer).measure("scores", "halve", CASE, lambda: None)
+    (halve,) = timer.run()
+    assert halve.batch is None and halve.nvbench is not None and halve.nvbench["batch_mean_us"] is None
+    assert len(halve.samples_us) == halve.nvbench["samples"] == 6

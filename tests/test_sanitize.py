@@ -111,8 +111,8 @@ def test_the_matrix_covers_every_kind_of_call_input_and_variant() -> None:
         assert {c.ctx for c in mine} == {2102, 524288}
         assert {c.keys for c in mine} == {"synthetic", "adversarial"}
     quick = sanitize.matrix({"scores": ("halve",), "topk": ("split",)}, sets, quick=True)
-    assert [(c.stage, c.kind, c.score_set, c.keys) for c in quick] == [
-        ("scores", "decode", None, "synthetic"), ("topk", "decode", "continuous", "synthetic")]
+    assert [(c.stage, c.kind, c.nq, c.score_set, c.keys) for c in quick] == [
+        ("scores", "decode", 3, None, "synthetic"), ("topk", "decode", 1, "continuous", "synthetic")]
 
 
 def test_a_child_is_told_the_runs_kernels_folder_and_checkouts_in_its_job(tmp_path: Path) -> None:

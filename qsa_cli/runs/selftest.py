@@ -278,7 +278,8 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
              so_far: SelftestSoFar | None = None) -> tuple[RunRecord, list[SelftestRow]]:
     """Every check this machine can run: the CPU models always, the kernels when a device is found
     (``require_gpu``: a missing device is a NoDeviceError before anything runs); ``progress``: each check;
-    ``so_far``: filled as the checks go. The compute-sanitizer's children run from the start, beside the
+    ``so_far``: filled as the checks go. On the GPU the timers' check runs first, on a quiet card (the workers
+    making the first cases meanwhile use the CPU alone); then compute-sanitizer's children start, beside the
     other checks; the inputs and CPU models of every case are made once, by worker processes (runs/pool.py),
     and each case's kernels run as soon as it is made, while the workers make the cases after it."""
     found = probe(settings.device_id)
@@ -295,9 +296,12 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
         made = stack.enter_context(in_order(_tasks(s, settings.seed, found.available)))
         g = stack.enter_context(session(replace(settings, backend="gpu"), "selftest", argv)) if found.available \
             else None
-        sanitized = stack.enter_context(_sanitizer_started(g)) if g is not None else None
         progress(0, total, "constants")
         rows.append(_timed("constants: kernels/qsa_common.cuh == geometry", lambda: _constants_check(s)))
+        if g is not None:  # first, while the card is quiet: the sanitizer's children start after it
+            progress(len(rows), total, "timers")
+            rows.append(timers_check(g, settings.seed))
+        sanitized = stack.enter_context(_sanitizer_started(g)) if g is not None else None
         try:
             _models_rows(s, g, made, rows, progress, total)
         finally:  # the GPU's record holds the CPU's parity rows first, an interrupted one's too
@@ -309,13 +313,11 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
             progress(total, total, "done")
             return s.record, rows
         d = g.dispatch("decode", DISPATCH_CALL.max_blocks)
-        progress(5, total, "dispatch")
+        progress(len(rows), total, "dispatch")
         rows.append(_timed(f"dispatch here (sm_{g.compute_capability}): {d.scores} + {d.topk}",
                            lambda: _dispatched_check(g, made, d)))
-        progress(6, total, "compute-sanitizer")
-        rows.append(sanitized())  # its children done: the timers below measure on a quiet card
-        progress(7, total, "timers")
-        rows.append(timers_check(g, settings.seed))
+        progress(len(rows), total, "compute-sanitizer")
+        rows.append(sanitized())
         record = g.record
     progress(total, total, "done")
     return record, rows
@@ -339,7 +341,7 @@ def timers_check(s: Session, seed: int) -> SelftestRow:
         return SelftestRow(name, 0, None, 0.0, f"skipped: {unavailable}")
     t0 = time.perf_counter()
     timer = DeviceTimer(l2=NVBENCH_L2, warmup=s.settings.warmup, kernels=s.catalog.kernel_folder)
-    nvbench = NvbenchTimer(bench, s.settings.device_id, s.settings.warmup)
+    nvbench = NvbenchTimer(bench, s.settings.device_id, s.settings.warmup, batched=False)  # cold medians compared
     candidate = s.variants("scores", (s.roles["scores"]["candidate"],))
     ours = []
     for call in TIMERS_CALLS:
