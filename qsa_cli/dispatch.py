@@ -49,6 +49,11 @@ def read_switches(env: Mapping[str, str] = os.environ) -> dict[str, str]:
 FASTEST_DECODE_SCORERS = ("quarters", "halving", "halving", "quarters", "paired", "paired", "quarters", "quarters")
 
 
+def fastest_decode_scorer(catalog: Named, queries: int) -> str:
+    """qsa's scorer of FASTEST_DECODE_SCORERS for a decode call of ``queries`` queries (1-8)."""
+    return catalog.with_launch("scores", FASTEST_DECODE_SCORERS[queries - 1])
+
+
 @dataclass(frozen=True)
 class Dispatch:
     scores: str
@@ -143,7 +148,7 @@ def dispatch(catalog: Named, cc: int, kind: str, env: Mapping[str, str],
     reasons = {"scores": scores_why, "topk": topk_why}
     by_queries: tuple[str, ...] = ()
     if scores == catalog.with_launch("scores", "halving"):
-        by_queries = tuple(catalog.with_launch("scores", launch) for launch in FASTEST_DECODE_SCORERS)
+        by_queries = tuple(fastest_decode_scorer(catalog, q) for q in range(1, len(FASTEST_DECODE_SCORERS) + 1))
         counts = ", ".join(f"{q} {name}" for q, name in enumerate(by_queries, 1))
         reasons["scores_by_queries"] = (f"sm_{cc} decode by queries: {counts} (the fastest at each count on an H200; "
                                         f"no sm_{cc} card measured)")

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..core.geometry import Call, check_queries
 from ..core.progress import Progress, no_progress
+from ..dispatch import fastest_decode_scorer
 from ..inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from ..model.topk import topk_ids
 from ..record.vocabulary import DEFAULT_KEYS
@@ -230,13 +231,18 @@ def topk_parity(s: Session, inputs: list[TopkInputs], iters: Iters, active_block
 def window_bench(s: Session, call: Call, iters: Iters, keys: str = DEFAULT_KEYS,
                  progress: Progress = no_progress) -> StageOutcome:
     """Each kernel pair this device runs, captured as one CUDA graph (scores then top-k), replays timed, on
-    synthetic inputs of a ``keys`` kind: the catalog's pairs and the one the engine dispatches here, those
-    ``--variants`` picks; ``progress``: each pair."""
+    synthetic inputs of a ``keys`` kind: the catalog's pairs, qsa's top-k variants that follow its candidate
+    scorer after the fastest scorer at the call's count too (dispatch.FASTEST_DECODE_SCORERS), and the pair the
+    engine dispatches here, those ``--variants`` picks; ``progress``: each pair."""
     available = s.here("topk", call.max_blocks)
     choice = s.dispatch("decode", call.max_blocks)
     summary = choice.summary("decode")
     dispatched = (choice.scorer_for(call.nq), choice.topk)  # what the engine replays on this card
-    chosen = tuple(dict.fromkeys(p for p in (*s.catalog.window_pairs(), dispatched) if p[1] in available
+    pairs = s.catalog.window_pairs()
+    candidate = s.catalog.with_role("scores", "candidate")
+    fastest = tuple((fastest_decode_scorer(s.catalog, call.nq), topk) for scorer, topk in pairs
+                    if scorer == candidate and s.catalog.get("topk", topk).qsa_own)
+    chosen = tuple(dict.fromkeys(p for p in (*pairs, *fastest, dispatched) if p[1] in available
                                  and (s.picked is None or p[0] in s.picked)))
     s.record_settings(dispatch=summary)
     inputs = scorer_inputs(call, s.settings.seed, keys)
