@@ -78,7 +78,7 @@ def test_topk_parity_runs_the_adapters_top_k_with_its_scratch(capsys: Any, tree:
                                                               tmp_path: Path) -> None:
     js = tmp_path / "r.json"
     for count in ("0", "1"):  # a decode call and a prompt call (the ABI passes no active count)
-        code, out, err = run(capsys, "topk-parity", "524288", "8", "5", "524288", count, "--engine",
+        code, out, err = run(capsys, "topk-parity", "131072", "3", "5", "262144", count, "--engine",
                              f"fake={tree['engine']}", "--adapter", str(tree["adapter"]),
                              "--variants", "reference,fake.topk-ref,fake.topk-staged", "--json", str(js))
         assert code == 0, out + err

@@ -176,7 +176,7 @@ def test_the_dx_scorer_and_the_multi_topk_are_the_paths_they_name(capsys: Any, t
                          f"flip={trees['newer-flip-dx']}", "--json", str(js))
     assert code == 1, out + err
     assert {p["subject"] for p in record(js)["parity"] if not p["equal"]} == {"flip.scores-dx"}
-    code, out, err = run(capsys, "topk-parity", "524288", "8", "2", "524288", "0", "--engine",
+    code, out, err = run(capsys, "topk-parity", "131072", "3", "2", "262144", "0", "--engine",
                          f"flip={trees['newer-flip-multi']}", "--json", str(js))
     assert code == 1, out + err
     failed = [p for p in record(js)["parity"] if not p["equal"]]
@@ -187,7 +187,7 @@ def test_the_dx_scorer_and_the_multi_topk_are_the_paths_they_name(capsys: Any, t
 def test_topk_parity_and_the_window_run_a_newer_checkouts_multi_topk(capsys: Any, trees: dict[str, Path],
                                                                     tmp_path: Path) -> None:
     js = tmp_path / "r.json"
-    code, out, err = run(capsys, "topk-parity", "524288", "8", "3", "524288", "0", "--engine",
+    code, out, err = run(capsys, "topk-parity", "131072", "3", "3", "262144", "0", "--engine",
                          f"new={trees['newer']}", "--json", str(js))
     assert code == 0, out + err
     rec = record(js)

@@ -133,7 +133,7 @@ def test_select_bench_records_every_samples_clock(cupy: Any, capsys, tmp_path: P
 @pytest.mark.gpu
 @pytest.mark.parametrize("call, agreeing", [
     (["select-bench", "32768", "1", "auto", "65536", "--variants", "halve"], {"halve", READ_FLOOR}),
-    (["topk-parity", "131072", "1", "auto", "262144", "0", "--variants", "split"], {"split"}),
+    (["topk-parity", "131072", "1", "100", "262144", "0", "--variants", "split"], {"split"}),
     (["window-bench", "131072", "4", "auto", "262144", "--variants", "halve"], None),
 ], ids=["scorer-32K", "topk-131K", "window-131K"])
 def test_qsa_dirty_and_nvbench_cold_agree(cupy: Any, capsys, tmp_path: Path, call: list[str],
@@ -142,7 +142,8 @@ def test_qsa_dirty_and_nvbench_cold_agree(cupy: Any, capsys, tmp_path: Path, cal
     top-k, beside cupy.argpartition, which synchronises: nvbench's sync tag times it; a window's CUDA graphs)
     timed by qsa's timer under --l2 dirty here and by nvbench in a process of its own (nvbench runs once a
     process): the same rows, and the medians of ``agreeing`` (None: all) within the selftest's tolerance
-    (5 % or 0.5 µs)."""
+    (5 % or 0.5 µs). The top-k's take an exact count (nvbench's sample-count criterion): under the noise rule
+    cupy.argpartition, whose host sort varies by tens of percent, would sample for seconds a score set."""
     pytest.importorskip("cuda.bench", reason="cuda-bench is not installed (pip install '.[nvbench]')")
     call = [*call, "--quiet"]
     nv_json = tmp_path / "nvbench.json"
