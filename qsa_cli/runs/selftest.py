@@ -354,9 +354,12 @@ def timers_check(s: Session, seed: int) -> SelftestRow:
         theirs = {(m.key, m.variant): m for m in nvbench.run(s.clocks)}
     except TimerError as failed:
         return SelftestRow(name, len(ours), False, time.perf_counter() - t0, str(failed).splitlines()[0])
+    pairs = [(m, theirs[(m.key, m.variant)]) for m in ours]
     failures = [f"{m.variant} on {m.key}: qsa {m.median_us:.2f} µs, nvbench {nv.median_us:.2f} µs"
-                for m in ours if timers_disagree(m.median_us, (nv := theirs[(m.key, m.variant)]).median_us)]
-    return SelftestRow(name, len(ours), not failures, time.perf_counter() - t0, failures[0] if failures else "")
+                for m, nv in pairs if timers_disagree(m.median_us, nv.median_us)]
+    medians = "; ".join(f"{m.variant} {m.case['ctx']} x {m.case['nq']}: qsa {m.median_us:.2f}, nvbench "
+                        f"{nv.median_us:.2f} µs" for m, nv in pairs)  # what agreed, said
+    return SelftestRow(name, len(ours), not failures, time.perf_counter() - t0, failures[0] if failures else medians)
 
 
 @contextlib.contextmanager
