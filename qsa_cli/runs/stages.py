@@ -240,9 +240,9 @@ def window_bench(s: Session, call: Call, iters: Iters, keys: str = DEFAULT_KEYS,
     dispatched = (choice.scorer_for(call.nq), choice.topk)  # what the engine replays on this card
     pairs = s.catalog.window_pairs()
     candidate = s.catalog.with_role("scores", "candidate")
-    fastest = tuple((fastest_decode_scorer(s.catalog, call.nq), topk) for scorer, topk in pairs
+    after_fastest = tuple((fastest_decode_scorer(s.catalog, call.nq), topk) for scorer, topk in pairs
                     if scorer == candidate and s.catalog.get("topk", topk).qsa_own)
-    chosen = tuple(dict.fromkeys(p for p in (*pairs, *fastest, dispatched) if p[1] in available
+    chosen = tuple(dict.fromkeys(p for p in (*pairs, *after_fastest, dispatched) if p[1] in available
                                  and (s.picked is None or p[0] in s.picked)))
     s.record_settings(dispatch=summary)
     inputs = scorer_inputs(call, s.settings.seed, keys)
