@@ -36,10 +36,13 @@ from .core.geometry import (
     TOPK_WIDE_THREADS,
 )
 from .kernels import BENCH, HEADER, Module, check_kernel_dir, kernel_dir, load
-from .launch.scores import HALVING, PAIRED, PER_BLOCK, QUARTERS, STRIDING
+from .launch.scores import HALVING, ONE_PASS_SOURCE, PAIRED, PER_BLOCK, QUARTERS, STRIDING
+from .launch.scores import SOURCE as SCORES_SOURCE
 from .launch.shape import LaunchShape
 from .launch.topk import ONE_CTA, SPLIT
+from .launch.topk import SOURCE as TOPK_SOURCE
 from .launch.topk_cluster import CLUSTER
+from .launch.topk_cluster import SOURCE as CLUSTER_SOURCE
 from .model.scores import ORDERS
 from .model.topk import ALGORITHMS
 from .record.vocabulary import KERNEL_STAGES, ROLES
@@ -89,18 +92,18 @@ _SPLIT_KERNELS = (*(f"block_topk_split_pass_kernel<{p}>" for p in range(RADIX_PA
 
 # qsa's own variants, each declared once.
 QSA_VARIANTS: tuple[Variant, ...] = (
-    Variant("scores", "reference", "reference", "scores.cu", ("block_scores_kernel",), "butterfly", PER_BLOCK),
-    Variant("scores", "multi", "baseline", "scores.cu", ("block_scores_multi_kernel",), "butterfly", STRIDING),
-    Variant("scores", "halve", "candidate", "scores.cu", _HALVE_KERNELS, "halve", HALVING),
-    Variant("scores", "paired", "variant", "scores_onepass.cu", _PAIRED_KERNELS, "paired", PAIRED),
-    Variant("scores", "quarters", "variant", "scores_onepass.cu", _QUARTERS_KERNELS, "quarters", QUARTERS),
-    Variant("topk", "reference", "reference", "topk.cu", ("block_topk_kernel",), "reference", ONE_CTA,
+    Variant("scores", "reference", "reference", SCORES_SOURCE, ("block_scores_kernel",), "butterfly", PER_BLOCK),
+    Variant("scores", "multi", "baseline", SCORES_SOURCE, ("block_scores_multi_kernel",), "butterfly", STRIDING),
+    Variant("scores", "halve", "candidate", SCORES_SOURCE, _HALVE_KERNELS, "halve", HALVING),
+    Variant("scores", "paired", "variant", ONE_PASS_SOURCE, _PAIRED_KERNELS, "paired", PAIRED),
+    Variant("scores", "quarters", "variant", ONE_PASS_SOURCE, _QUARTERS_KERNELS, "quarters", QUARTERS),
+    Variant("topk", "reference", "reference", TOPK_SOURCE, ("block_topk_kernel",), "reference", ONE_CTA,
             TOPK_REF_THREADS),
-    Variant("topk", "wide", "baseline", "topk.cu", ("block_topk_wide_kernel",), "wide", ONE_CTA, TOPK_WIDE_THREADS,
+    Variant("topk", "wide", "baseline", TOPK_SOURCE, ("block_topk_wide_kernel",), "wide", ONE_CTA, TOPK_WIDE_THREADS,
             window_scorer="multi"),
-    Variant("topk", "split", "candidate", "topk.cu", _SPLIT_KERNELS, "split", SPLIT, TOPK_SPLIT_THREADS,
+    Variant("topk", "split", "candidate", TOPK_SOURCE, _SPLIT_KERNELS, "split", SPLIT, TOPK_SPLIT_THREADS,
             window_scorer="halve"),
-    Variant("topk", "cluster", "variant", "topk_cluster.cu", ("block_topk_cluster_kernel",), "cluster", CLUSTER,
+    Variant("topk", "cluster", "variant", CLUSTER_SOURCE, ("block_topk_cluster_kernel",), "cluster", CLUSTER,
             TOPK_CLUSTER_THREADS, window_scorer="halve"),
 )
 
