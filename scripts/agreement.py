@@ -7,7 +7,8 @@ the card, from the repository root, with cuda-bench installed and ncu on PATH):
   in the same run, within TOLERANCE. A call's first kernel is timed by ncu on flushed caches
   (``--cache-control all``), as qsa's clean call starts; its later kernels find the L2 as the kernel before them
   left it (a second ncu run, ``--cache-control none``), as they do in the call. The overhead is what qsa's
-  events time around a call of as many empty kernels (each a wave of blocks) beyond ncu's durations of them.
+  events time around a call of as many empty kernels (Row.empty_launch: a wave of blocks, or the split's own
+  grid) beyond ncu's durations of them.
   Nsight Compute serialises a call's launches, so a call whose launches overlap under programmatic dependent
   launch (the split's) is checked against it with PDL off (``QSA_PDL=0``: the same kernels one after another);
   its PDL row is checked against nvbench only.
@@ -57,18 +58,21 @@ class Row:
         return {**os.environ, **({} if self.pdl else {"QSA_PDL": "0"})}
 
     @property
-    def empty_shape(self) -> str:
-        """The empty kernels its overhead is measured with: the split's call, as many launches of its kernels'
-        grid and block (their grid is sized by the capacity, often far from a wave: a launch's fixed cost and the
-        gap to the next depend on it); the other calls (grids that fill the card), waves."""
+    def tag(self) -> str:
+        """Its part of the output files' names."""
+        return f"{self.variant}-{self.ctx}-{self.nq}{'' if self.pdl else '-nopdl'}"
+
+    def empty_launch(self) -> tuple[str, str]:
+        """(name, grid and block) of the empty kernels its overhead is measured with: the split's call, as many
+        launches of its kernels' grid and block (sized by the capacity, often far from a wave: a launch's fixed
+        cost and the gap to the next depend on it); the other calls (grids that fill the card), waves."""
         if self.variant != "split":
-            return "wave"
+            return "wave", EMPTY_LAUNCHES["wave"]
         from qsa_cli.core.geometry import TOPK_SPLIT_THREADS, max_blocks
         from qsa_cli.launch.topk import split_chunks
 
         chunks = split_chunks(max_blocks(self.cap))
-        EMPTY_LAUNCHES.setdefault(f"grid{chunks}x{self.nq}", f"({chunks}, {self.nq}), ({TOPK_SPLIT_THREADS},)")
-        return f"grid{chunks}x{self.nq}"
+        return f"grid{chunks}x{self.nq}", f"({chunks}, {self.nq}), ({TOPK_SPLIT_THREADS},)"
 
     def args(self, iters: str) -> list[str]:
         name, *rest = self.command
@@ -104,7 +108,7 @@ def measurement(record: Path, variant: str) -> dict:
 
 
 def qsa_run(row: Row, out: Path, tag: str, *extra: str) -> dict:
-    record = out / f"{tag}-{row.variant}-{row.ctx}-{row.nq}{'' if row.pdl else '-nopdl'}.json"
+    record = out / f"{tag}-{row.tag}.json"
     done = subprocess.run([*QSA, *row.args("auto"), *extra, "--json", str(record), "--quiet"], capture_output=True,
                           text=True, env=row.env())
     if done.returncode not in (0, 1):  # 1: a threshold or check failed, and the record was written
@@ -142,22 +146,23 @@ def per_call_us(flushed: list[tuple[str, float]], as_left: list[tuple[str, float
 
 
 EMPTY = r'''extern "C" __global__ void empty_kernel() {}'''
-# The empty kernel's launches: a wave of 256-thread blocks over every SM (the single-launch kernels' grids are
-# waves of such blocks; a launch's fixed cost grows a little with its grid), one warp, recorded beside it, and
-# (added by Row.empty_shape) the grid of each multi-launch row's kernels.
+# The empty kernel's launches, always measured: a wave of 256-thread blocks over every SM (the single-launch
+# kernels' grids are waves of such blocks; a launch's fixed cost grows a little with its grid), and one warp,
+# recorded beside it. A run adds the split's grids (Row.empty_launch).
 EMPTY_LAUNCHES = {"wave": "(cupy.cuda.Device().attributes['MultiProcessorCount'] * 8,), (256,)", "warp": "(1,), (32,)"}
 EMPTY_SAMPLES = 2000  # an exact count: the stopping rule's 0.5 % is below the events' step for a 3 µs median
 
 
-def empty_kernel_qsa_us(out: Path, shape: str, launches: int = 1) -> float:
-    """qsa's timer (--l2 clean) on a call of ``launches`` empty kernels of ``shape``, in a process of its own."""
+def empty_kernel_qsa_us(out: Path, shape: str, launch: str, launches: int = 1) -> float:
+    """qsa's timer (--l2 clean) on a call of ``launches`` empty kernels of ``shape`` (``launch``: its grid and
+    block), in a process of its own."""
     code = f"""
 import cupy, json
 from qsa_cli.timing import DeviceTimer
 kernel = cupy.RawKernel({EMPTY!r}, "empty_kernel")
 def call():
     for _ in range({launches}):
-        kernel({EMPTY_LAUNCHES[shape]}, ())
+        kernel({launch}, ())
 timed = DeviceTimer(l2="clean").measure(call, {EMPTY_SAMPLES})
 print(json.dumps(timed.samples_us))
 """
@@ -167,12 +172,12 @@ print(json.dumps(timed.samples_us))
     return statistics.median(samples)
 
 
-def empty_kernel_ncu_us(out: Path, shape: str) -> float:
+def empty_kernel_ncu_us(out: Path, shape: str, launch: str) -> float:
     code = f"""
 import cupy
 kernel = cupy.RawKernel({EMPTY!r}, "empty_kernel")
 for _ in range({NCU_LAUNCHES}):
-    kernel({EMPTY_LAUNCHES[shape]}, ())
+    kernel({launch}, ())
 cupy.cuda.Device().synchronize()
 """
     durations = ncu_durations_us([sys.executable, "-c", code], out / f"empty-{shape}-ncu.log", "empty_kernel", FLUSHED)
@@ -190,10 +195,12 @@ def main(out: Path, only: list[str]) -> int:
     os.environ.setdefault("PYTHONPATH", ".")
     rows = [r for r in ROWS if not only or any(o in r.label for o in only)]
     # a call of n launches: the overhead of n empty kernels of its shape one after another, measured in this run
-    calls = sorted({(r.empty_shape, r.launches) for r in rows if r.ncu_observes})
-    empty = {shape: {"qsa_us": empty_kernel_qsa_us(out, shape), "ncu_us": empty_kernel_ncu_us(out, shape)}
-             for shape in EMPTY_LAUNCHES}
-    chains = {f"{shape} x{n}": empty_kernel_qsa_us(out, shape, n) for shape, n in calls}
+    observed = [r for r in rows if r.ncu_observes]
+    shapes = {**EMPTY_LAUNCHES, **dict(r.empty_launch() for r in observed)}
+    calls = sorted({(r.empty_launch()[0], r.launches) for r in observed})
+    empty = {shape: {"qsa_us": empty_kernel_qsa_us(out, shape, launch), "ncu_us": empty_kernel_ncu_us(out, shape, launch)}
+             for shape, launch in shapes.items()}
+    chains = {f"{shape} x{n}": empty_kernel_qsa_us(out, shape, shapes[shape], n) for shape, n in calls}
     overheads = {f"{shape} x{n}": launch_overhead_us(chains[f"{shape} x{n}"], empty[shape]["ncu_us"], n)
                  for shape, n in calls}
     results = []
@@ -211,17 +218,17 @@ def main(out: Path, only: list[str]) -> int:
         if row.ncu_observes:
             clean = qsa_run(row, out, "clean", "--l2", "clean")
             argv = [*QSA, *row.args("3"), "--l2", "clean", "--warmup", "0", "--quiet"]
-            tag = f"{row.variant}-{row.ctx}-{row.nq}{'' if row.pdl else '-nopdl'}"
-            flushed = ncu_durations_us(argv, out / f"ncu-{tag}.log", row.kernel, FLUSHED, row.env())
-            as_left = (ncu_durations_us(argv, out / f"ncu-{tag}-as-left.log", row.kernel, AS_LEFT, row.env())
+            flushed = ncu_durations_us(argv, out / f"ncu-{row.tag}.log", row.kernel, FLUSHED, row.env())
+            as_left = (ncu_durations_us(argv, out / f"ncu-{row.tag}-as-left.log", row.kernel, AS_LEFT, row.env())
                        if row.launches > 1 else flushed)
             ncu_call, kernels = per_call_us(flushed, as_left, row.launches)
             clean_us = statistics.median(clean["samples_us"])
-            overhead = overheads[f"{row.empty_shape} x{row.launches}"]
+            shape = row.empty_launch()[0]
+            overhead = overheads[f"{shape} x{row.launches}"]
             expected = ncu_call + overhead
             result.update({
                 "qsa_clean_median_us": clean_us, "ncu_call_us": ncu_call, "ncu_launches": row.launches,
-                "ncu_kernels": kernels, "launch_overhead_us": overhead, "empty_shape": row.empty_shape,
+                "ncu_kernels": kernels, "launch_overhead_us": overhead, "empty_shape": shape,
                 "ncu_plus_overhead_us": expected, "clean_vs_ncu": clean_us / expected - 1,
             })
         results.append(result)
