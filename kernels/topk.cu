@@ -11,7 +11,9 @@
 #define TOPK_DIGITS_PER_LANE (QSA_RADIX_BINS / QSA_WARP)
 #define TOPK_SPLIT_BLOCKS_PER_THREAD (QSA_SPLIT_CHUNK_BLOCKS / QSA_TOPK_SPLIT_THREADS)
 #define TOPK_SPLIT_HIST (QSA_RADIX_PASSES * QSA_RADIX_BINS)  // a query's global histograms, all passes
-#define TOPK_SPLIT_SELECT (2 * QSA_RADIX_PASSES)               // a query's select slots: (digits, above) a pass
+#define TOPK_SPLIT_SELECT (2 * (QSA_RADIX_PASSES - 1))         // a query's select slots: (digits, above), passes 0-2
+#define TOPK_SPLIT_SUFFIX (QSA_RADIX_BINS + 1)  // a chunk's record of the last pass: cells at or above each digit
+static_assert(QSA_TOPK_SPLIT_THREADS == QSA_RADIX_BINS, "the split's CTA sums its warps' histograms a thread a bin");
 
 // Query q's histograms and select slots in the split's scratch.
 template <typename T>
@@ -21,6 +23,11 @@ __device__ __forceinline__ T* topk_split_hist(T* hist, int q) {
 template <typename T>
 __device__ __forceinline__ T* topk_split_select(T* select, int q) {
     return select + static_cast<size_t>(q) * TOPK_SPLIT_SELECT;
+}
+// Chunk `chunk`'s suffix row of query q (the grid's width of rows a query).
+template <typename T>
+__device__ __forceinline__ T* topk_split_suffix(T* suffix, int q, int chunk) {
+    return suffix + (static_cast<size_t>(q) * gridDim.x + chunk) * TOPK_SPLIT_SUFFIX;
 }
 
 // Cells above thr (high word) and at thr (low word) of a range of blocks: one 64-bit value, so a single
@@ -292,51 +299,46 @@ block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__
     }
 }
 
-// ---- qsa_block_topk_split: chunks of 2,048 blocks, one CTA a chunk, grid (chunks, nq), six launches ----
+// ---- qsa_block_topk_split: chunks of 2,048 blocks, one CTA a chunk, grid (chunks, nq), five launches ----
 // Scratch: hist [nq][passes][256] (the queries' global histograms: zero between calls, accumulated by
-// the passes, zeroed again by the emit); counts [nq][chunks] (each chunk's cells above / at thr,
-// written by the count launch; the row stride is the grid's width); select [nq][passes][2] (slot p:
-// the key's digits 0..p, lower digits 0, and the cells above them, written by chunk 0 of launch p + 2
-// and read by launch p + 3; slot 3 is (thr, above), which the emit reads). A query with
-// n_kv <= width, or a chunk past its n_bid, takes no part in the passes and the count; the emit writes
+// the passes, zeroed again by the emit); select [nq][passes - 1][2] (slot p: the key's digits 0..p,
+// lower digits 0, and the cells above them, written by chunk 0 of launch p + 2 and read by launch
+// p + 3); suffix [nq][chunks][257] (written by the last pass: entry d holds the chunk's cells whose key
+// is above the 3-digit prefix or on it with digit 3 >= d, so entry d + 1 is its cells above thr and
+// entry d minus entry d + 1 its cells at thr, once digit 3 is d; the row stride is the grid's width);
+// arrivals [nq] (the emit's CTAs of a query that have read its last histogram: zero between calls).
+// A query with n_kv <= width, or a chunk past its n_bid, takes no part in the passes; the emit writes
 // the identity. Chunk 0 (first block 0 <= n_bid) takes part in every launch of a query that selects,
 // so every slot a launch reads was written in this call, and no slot needs clearing.
-// On sm_90 and newer, launches 2-6 are programmatic dependent launches (qsa_cli/launch/driver.py): each
+// On sm_90 and newer, launches 2-5 are programmatic dependent launches (qsa_cli/launch/driver.py): each
 // starts while the launch before it ends, loads its step record and scores, and waits
 // (qsa_wait_prior_grid) before it reads or writes any scratch; every kernel lets the next one start
 // at once (qsa_allow_next_grid). The waits order every scratch access as plain launches would.
 
-// Launch k (k = 1..4: passes 1-3, the count) derives digit k - 1 with the reference's rule from the
+// thr's digits so far (lower digits 0) and the cells above them.
+struct TopkThrAbove {
+    unsigned thr, above;
+};
+
+// Launch k (k = 1..4: passes 1-3, the emit) derives digit k - 1 with the reference's rule from the
 // query's complete histogram k - 1 (its launch has ended) and the digits 0..k-2 and the cells above
 // them that launch k - 1 derived the same way and left in select slot k - 2 (none when k = 1): the
 // reference's recursion, each step computed once per launch and passed on, so thr and above are the
-// reference's by induction. Warp-collective: ONE warp of the CTA calls it and leaves (thr, above) in
-// shared memory for the others; chunk 0 also stores them in slot k - 1. The bins and the slot are
-// loaded at once. Launch k writes only slot k - 1 while its CTAs read slot k - 2: no race.
+// reference's by induction. Warp-collective (every lane gets the result); the bins and the slot are
+// loaded at once.
 template <int DIGIT>
-__device__ __forceinline__ void topk_split_next_digit(const unsigned* query_hist, unsigned* query_select,
-                                                      unsigned width, unsigned* thr_above, bool publish) {
+__device__ __forceinline__ TopkThrAbove topk_split_next_digit(const unsigned* query_hist, const unsigned* query_select,
+                                                              unsigned width) {
     const TopkLaneBins bins = topk_lane_bins(query_hist + DIGIT * QSA_RADIX_BINS);
-    unsigned thr = 0, above = 0;
-    if constexpr (DIGIT > 0) {
-        thr = query_select[2 * (DIGIT - 1)];
-        above = query_select[2 * (DIGIT - 1) + 1];
-    }
-    thr |= qsa_radix_digit(bins, above, width) << topk_shift(DIGIT);
-    if (threadIdx.x % QSA_WARP == 0) {
-        thr_above[0] = thr;
-        thr_above[1] = above;
-        if (publish) {
-            query_select[2 * DIGIT] = thr;
-            query_select[2 * DIGIT + 1] = above;
-        }
-    }
+    TopkThrAbove t = {0, 0};
+    if constexpr (DIGIT > 0) t = {query_select[2 * (DIGIT - 1)], query_select[2 * (DIGIT - 1) + 1]};
+    t.thr |= qsa_radix_digit(bins, t.above, width) << topk_shift(DIGIT);
+    return t;
 }
-
 // A split CTA's chunk of its query (grid (chunks, nq)): the query, its index and the chunk's first
 // block. `active`: the query selects (n_kv > width) and the chunk holds blocks of 0..n_bid; an inactive
-// CTA takes no part in the passes and the count, and in the emit only writes the identity (chunk 0)
-// and clears scratch.
+// CTA takes no part in the passes, and in the emit only writes the identity (chunk 0) and clears
+// scratch.
 struct TopkSplitChunk : TopkQuery {
     int q, first;
     bool selects, active;
@@ -391,21 +393,38 @@ __device__ __forceinline__ void topk_split_add_row(unsigned* own, bool hit, unsi
     if (w != 0) atomicAdd(&own[digit], w);
 }
 
+// The last pass's record of the chunk for the emit (suffix row: TOPK_SPLIT_SUFFIX words): entry d, the
+// chunk's cells above the 3-digit prefix (`above_prefix`, summed over the CTA) plus those on it with
+// digit 3 >= d; entry 256, those above the prefix. Thread t holds the chunk's bin 255 - t (`cells`), so
+// an inclusive scan in thread order is the sum over the digits >= 255 - t. Integer sums: exact.
+__device__ __forceinline__ void topk_split_write_suffix(unsigned* row, unsigned cells, unsigned above_prefix,
+                                                        topk_counts* warp_sums) {
+    const topk_counts mine = topk_pack(above_prefix, cells);
+    const TopkScan scan = topk_block_scan<QSA_TOPK_SPLIT_THREADS>(mine, warp_sums);
+    const unsigned chunk_above_prefix = topk_above(scan.total);
+    row[QSA_RADIX_BINS - 1 - threadIdx.x] = chunk_above_prefix + topk_at(scan.before + mine);
+    if (threadIdx.x == 0) row[QSA_RADIX_BINS] = chunk_above_prefix;
+}
+
 // Launches 1-4: pass PASS. Before the wait (nothing of it touches scratch): the step record, the chunk's
-// keys, the warps' histograms zeroed. Then warp 0 derives digit PASS - 1 (topk_split_next_digit) and one
-// barrier shares it. Each warp histograms its blocks matching the prefix row by row
-// (topk_split_add_row); in passes 1-3, where few blocks match or the matching ones are ties, a warp
-// whose matching blocks all share one digit adds them all with one atomic instead (measured: the
-// rows of ties cost all-equal scores 4 us at 8 queries). The CTA adds its nonzero bins into the
-// query's histogram.
+// keys, the warps' histograms zeroed. Then warp 0 derives digit PASS - 1 (topk_split_next_digit; chunk
+// 0 leaves it in select slot PASS - 1) and one barrier shares it. Each warp histograms its blocks
+// matching the prefix row by row (topk_split_add_row); in passes 1-3, where few blocks match or the
+// matching ones are ties, a warp whose matching blocks all share one digit adds them all with one
+// atomic instead (measured: the rows of ties cost all-equal scores 4 us at 8 queries). The CTA adds its
+// nonzero bins into the query's histogram; the last pass also writes the chunk's suffix row, which
+// gives the emit the chunk's cells above and at thr whatever digit 3 turns out to be (no count launch).
 template <int PASS>
 __global__ void __launch_bounds__(QSA_TOPK_SPLIT_THREADS)
 block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* ids,
                              int /*nq: the grid*/, int max_blocks, int /*active_blocks: the grid*/,
-                             unsigned* __restrict__ hist, unsigned* __restrict__ select) {
+                             unsigned* __restrict__ hist, unsigned* __restrict__ select,
+                             unsigned* __restrict__ suffix) {
     constexpr int WARPS = QSA_TOPK_SPLIT_THREADS / QSA_WARP;
+    constexpr bool LAST = PASS == QSA_RADIX_PASSES - 1;
     __shared__ unsigned warp_hist[WARPS][QSA_RADIX_BINS];
     __shared__ unsigned thr_above[2];
+    __shared__ topk_counts warp_sums[WARPS];
     qsa_allow_next_grid();
     const TopkSplitChunk c = topk_split_chunk(scores, steps, ids, max_blocks);
     if (!c.active) return;
@@ -419,9 +438,17 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
 
     unsigned thr = 0, mask = 0;  // digits 0..PASS-1 and their bits
     if constexpr (PASS > 0) {
-        if (warp == 0)
-            topk_split_next_digit<PASS - 1>(query_hist, topk_split_select(select, c.q), c.width, thr_above,
-                                            blockIdx.x == 0);
+        if (warp == 0) {
+            unsigned* query_select = topk_split_select(select, c.q);
+            const TopkThrAbove t = topk_split_next_digit<PASS - 1>(query_hist, query_select, c.width);
+            if (lane == 0) {
+                thr_above[0] = t.thr;
+                if (blockIdx.x == 0) {
+                    query_select[2 * (PASS - 1)] = t.thr;
+                    query_select[2 * (PASS - 1) + 1] = t.above;
+                }
+            }
+        }
         __syncthreads();  // thr_above, and every warp's zeroed histogram
         thr = thr_above[0];
         mask = TOPK_FULL_MASK << topk_shift(PASS - 1);
@@ -429,6 +456,7 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
         __syncwarp();
     }
     const int shift = topk_shift(PASS);
+    unsigned above_prefix = 0;  // the last pass: the thread's cells whose key is above the prefix
     if constexpr (PASS == 0) {  // every block matches, digits spread: row by row
 #pragma unroll
         for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
@@ -452,6 +480,8 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
                 single = single && digit[i] == one_digit;
                 cells += w[i];
             }
+            if constexpr (LAST)
+                if (b <= c.n_bid && (key[i] & mask) > thr) above_prefix += qsa_block_weight(b, c.n_kv, c.n_bid);
         }
         const unsigned hitting = __ballot_sync(TOPK_FULL_MASK, one_digit != QSA_RADIX_BINS);
         if (hitting != 0) {  // warp-uniform
@@ -466,12 +496,13 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
         }
     }
     __syncthreads();
-    for (int bin = tid; bin < QSA_RADIX_BINS; bin += QSA_TOPK_SPLIT_THREADS) {
-        unsigned sum = 0;
+    const int bin = QSA_RADIX_BINS - 1 - tid;  // descending: the suffix row is a scan in thread order
+    unsigned sum = 0;
 #pragma unroll
-        for (int v = 0; v < WARPS; ++v) sum += warp_hist[v][bin];
-        if (sum != 0) atomicAdd(&query_hist[PASS * QSA_RADIX_BINS + bin], sum);
-    }
+    for (int v = 0; v < WARPS; ++v) sum += warp_hist[v][bin];
+    if (sum != 0) atomicAdd(&query_hist[PASS * QSA_RADIX_BINS + bin], sum);
+    if constexpr (LAST)
+        topk_split_write_suffix(topk_split_suffix(suffix, c.q, blockIdx.x), sum, above_prefix, warp_sums);
 }
 
 // Every pass's kernel instantiated here, so that a plain nvcc build (tests/test_nvcc.py) compiles them
@@ -480,68 +511,45 @@ static_assert(QSA_RADIX_PASSES == 4, "one instantiation per radix pass");
 #define TOPK_SPLIT_PASS(P)                                                                                  \
     template __global__ void block_topk_split_pass_kernel<P>(const float* __restrict__, const int* __restrict__, \
                                                              int*, int, int, int, unsigned* __restrict__,       \
-                                                             unsigned* __restrict__);
+                                                             unsigned* __restrict__, unsigned* __restrict__);
 TOPK_SPLIT_PASS(0)
 TOPK_SPLIT_PASS(1)
 TOPK_SPLIT_PASS(2)
 TOPK_SPLIT_PASS(3)
 #undef TOPK_SPLIT_PASS
 
-// Launch 5: warp 0 derives digit 3, so thr and above (topk_split_next_digit; chunk 0 leaves them in
-// select slot 3 for the emit); each chunk's cells above / at thr.
-__global__ void __launch_bounds__(QSA_TOPK_SPLIT_THREADS)
-block_topk_split_count_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* ids,
-                              int /*nq: the grid*/, int max_blocks, int /*active_blocks: the grid*/,
-                              const unsigned* __restrict__ hist, topk_counts* __restrict__ counts,
-                              unsigned* __restrict__ select) {
-    __shared__ topk_counts warp_sums[QSA_TOPK_SPLIT_THREADS / QSA_WARP];
-    __shared__ unsigned thr_above[2];
-    qsa_allow_next_grid();
-    const TopkSplitChunk c = topk_split_chunk(scores, steps, ids, max_blocks);
-    if (!c.active) return;
-    const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
-    unsigned key[TOPK_SPLIT_BLOCKS_PER_THREAD];
-    topk_split_load(c, key);
-    qsa_wait_prior_grid();  // pass 3 has ended: histogram 3 and select slot 2 are complete
-
-    if (warp == 0)
-        topk_split_next_digit<QSA_RADIX_PASSES - 1>(topk_split_hist(hist, c.q), topk_split_select(select, c.q),
-                                                    c.width, thr_above, blockIdx.x == 0);
-    __syncthreads();
-    const unsigned thr = thr_above[0];
-    topk_counts mine = 0;
-#pragma unroll
-    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
-        const int b = topk_split_block(c, i);
-        if (b > c.n_bid) continue;
-        const unsigned w = qsa_block_weight(b, c.n_kv, c.n_bid);
-        if (key[i] > thr) mine += topk_pack(w, 0);
-        else if (key[i] == thr) mine += topk_pack(0, w);
-    }
-    mine = topk_warp_sum(mine);
-    if (lane == 0) warp_sums[warp] = mine;
-    __syncthreads();
-    if (tid == 0) {
-        topk_counts chunk = 0;
-        for (int v = 0; v < QSA_TOPK_SPLIT_THREADS / QSA_WARP; ++v) chunk += warp_sums[v];
-        counts[static_cast<size_t>(c.q) * gridDim.x + blockIdx.x] = chunk;
-    }
+// Warp 0 of an emit CTA once it is done with its query's last histogram (`last_hist`): the CTA counts
+// itself in the query's arrivals, and the last of its `ctas` to arrive, after every other has read
+// the histogram, zeroes it and the count. At the end of the emit, off the path to the ids.
+__device__ __forceinline__ void topk_split_arrive(unsigned* last_hist, unsigned* arrivals, unsigned ctas) {
+    __threadfence();  // the warp's reads of the histogram come before its arrival
+    __syncwarp();
+    unsigned arrived = 0;
+    if (threadIdx.x % QSA_WARP == 0) arrived = atomicAdd(arrivals, 1u);
+    if (__shfl_sync(TOPK_FULL_MASK, arrived, 0) != ctas - 1) return;  // warp-uniform
+    __threadfence();  // every other CTA's arrival, so its reads, come before the zeroes
+    for (int i = threadIdx.x % QSA_WARP; i < QSA_RADIX_BINS; i += QSA_WARP) last_hist[i] = 0;
+    if (threadIdx.x % QSA_WARP == 0) *arrivals = 0;
 }
 
-// Launch 6: the emit. The chunk starts at the cells above thr in the chunks before it plus
-// min(cells at thr before it, budget); inside it, thread t takes 8 consecutive blocks and a
-// block-wide scan gives their rank, as in the reference's emit. Before the wait: the keys, moved
-// through shared memory from the coalesced layout to the thread's range. After it: warp 0 sums the
-// counts of the chunks before (all loads in flight at once) and reads thr and above from select slot 3
-// (the count's). The chunk's cells are ranked into shared memory, then written to the row by the
-// whole CTA, consecutive threads at consecutive ids (a thread's own run would be a strided write per
-// cell). Chunk 0 zeroes the query's histograms (the count launch was their last reader), so the next
-// call or graph replay starts clean.
+// Launch 5: the emit. After the wait, warp 0 derives digit 3, so thr and above (topk_split_next_digit:
+// every CTA of the query the same), and sums over the chunks before this one entries d + 1 (cells above
+// thr) and d minus d + 1 (cells at thr) of their suffix rows, d being digit 3 (all loads in flight at
+// once). The chunk starts at the cells above thr in the chunks before it plus min(cells at thr before
+// it, budget); inside it, thread t takes 8 consecutive blocks and a block-wide scan gives their rank,
+// as in the reference's emit. Before the wait: the keys, moved through shared memory from the
+// coalesced layout to the thread's range. The chunk's cells are ranked into shared memory, then written
+// to the row by the whole CTA, consecutive threads at consecutive ids (a thread's own run would be a
+// strided write per cell).
+// The next call or graph replay starts from clean scratch: chunk 0 zeroes the query's histograms 0-2
+// (their last readers, passes 1-3, have ended); every CTA reads histogram 3, and the last to be done
+// with it zeroes it (topk_split_arrive).
 __global__ void __launch_bounds__(QSA_TOPK_SPLIT_THREADS)
 block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __restrict__ steps,
                              int* __restrict__ ids, int /*nq: the grid*/, int max_blocks,
                              int /*active_blocks: the grid*/, unsigned* __restrict__ hist,
-                             const topk_counts* __restrict__ counts, const unsigned* __restrict__ select) {
+                             const unsigned* __restrict__ select, const unsigned* __restrict__ suffix,
+                             unsigned* __restrict__ arrivals) {
     // The chunk's keys, a thread's 8 consecutive ones in distinct banks across a warp (a pad word per
     // 32); once every thread holds its own, the chunk's selected cells (at most width <= SELECT_CAP).
     __shared__ unsigned keys[QSA_SPLIT_CHUNK_BLOCKS + QSA_SPLIT_CHUNK_BLOCKS / QSA_WARP];
@@ -568,34 +576,38 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
             w[i] = b <= c.n_bid ? qsa_block_weight(b, c.n_kv, c.n_bid) : 0;
         }
     }
-    qsa_wait_prior_grid();  // the count has ended: the histograms' last reader, counts and select slot 3
-    if (chunk == 0) {
-        unsigned* query_hist = topk_split_hist(hist, c.q);
-        for (int i = tid; i < TOPK_SPLIT_HIST; i += QSA_TOPK_SPLIT_THREADS) query_hist[i] = 0;
-    }
+    qsa_wait_prior_grid();  // the last pass has ended: the histograms, select slot 2 and the suffix rows
+    unsigned* query_hist = topk_split_hist(hist, c.q);
+    if (chunk == 0)
+        for (int i = tid; i < (QSA_RADIX_PASSES - 1) * QSA_RADIX_BINS; i += QSA_TOPK_SPLIT_THREADS) query_hist[i] = 0;
     if (!c.selects) {
         if (chunk == 0) topk_identity(c.row, c.n_kv, QSA_TOPK_SPLIT_THREADS);
         return;
     }
     if (!c.active) return;
     if (warp == 0) {
-        constexpr int IN_FLIGHT = 4;  // a lane's loads at once: up to 128 chunks (a 1M-cell capacity) in one round
-        const unsigned* thr_above = topk_split_select(select, c.q) + 2 * (QSA_RADIX_PASSES - 1);
-        const topk_counts* row_counts = counts + static_cast<size_t>(c.q) * gridDim.x;
-        const unsigned thr = thr_above[0], above = thr_above[1];
+        constexpr int IN_FLIGHT = 4;  // a lane's rows at once: up to 128 chunks (a 1M-cell capacity) in one round
+        const TopkThrAbove t =
+            topk_split_next_digit<QSA_RADIX_PASSES - 1>(query_hist, topk_split_select(select, c.q), c.width);
+        const unsigned d = t.thr & TOPK_DIGIT_MASK;
         topk_counts sum = 0;
         for (int c0 = lane; c0 < chunk; c0 += IN_FLIGHT * QSA_WARP) {
-            topk_counts v[IN_FLIGHT];
+            unsigned at_or_above[IN_FLIGHT], above[IN_FLIGHT];
 #pragma unroll
-            for (int k = 0; k < IN_FLIGHT; ++k) v[k] = c0 + k * QSA_WARP < chunk ? row_counts[c0 + k * QSA_WARP] : 0;
+            for (int k = 0; k < IN_FLIGHT; ++k) {
+                const bool before = c0 + k * QSA_WARP < chunk;
+                const unsigned* row = topk_split_suffix(suffix, c.q, before ? c0 + k * QSA_WARP : 0);
+                at_or_above[k] = before ? row[d] : 0;
+                above[k] = before ? row[d + 1] : 0;
+            }
 #pragma unroll
-            for (int k = 0; k < IN_FLIGHT; ++k) sum += v[k];
+            for (int k = 0; k < IN_FLIGHT; ++k) sum += topk_pack(above[k], at_or_above[k] - above[k]);
         }
         sum = topk_warp_sum(sum);
         if (lane == 0) {
             chunks_before = sum;
-            thr_budget[0] = thr;
-            thr_budget[1] = c.width - above;
+            thr_budget[0] = t.thr;
+            thr_budget[1] = c.width - t.above;
         }
     }
     __syncthreads();  // chunks_before and thr_budget
@@ -622,4 +634,6 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
     }
     __syncthreads();
     for (unsigned j = tid; j < chunk_end - chunk_pos; j += QSA_TOPK_SPLIT_THREADS) c.row[chunk_pos + j] = staged[j];
+    if (warp == 0) topk_split_arrive(query_hist + (QSA_RADIX_PASSES - 1) * QSA_RADIX_BINS, &arrivals[c.q],
+                                     static_cast<unsigned>(c.n_bid / QSA_SPLIT_CHUNK_BLOCKS + 1));
 }

@@ -88,7 +88,7 @@ _HALVE_KERNELS = tuple(f"block_scores_halve_kernel<{n}>" for n in range(1, HALVE
 _PAIRED_KERNELS = tuple(f"block_scores_paired_kernel<{a}, {b}>" for a, b in PAIRED_SPLITS)  # by queries
 _QUARTERS_KERNELS = tuple(f"block_scores_quarters_kernel<{n}>" for n in range(1, MAX_QUERIES + 1))  # by queries
 _SPLIT_KERNELS = (*(f"block_topk_split_pass_kernel<{p}>" for p in range(RADIX_PASSES)),  # launch order: the passes,
-                  "block_topk_split_count_kernel", "block_topk_split_emit_kernel")  # the count, the emit
+                  "block_topk_split_emit_kernel")  # then the emit
 
 # qsa's own variants, each declared once.
 QSA_VARIANTS: tuple[Variant, ...] = (

@@ -156,6 +156,6 @@ def dispatch(catalog: Named, cc: int, kind: str, env: Mapping[str, str],
 
 
 def programmatic_launches(compute_capability: int, env: Mapping[str, str]) -> bool:
-    """Whether the split's launches 2-6 are programmatic dependent launches: on sm_90 and newer, unless
+    """Whether the split's launches 2-5 are programmatic dependent launches: on sm_90 and newer, unless
     ``QSA_PDL=0``. Their bits cannot differ (the kernels wait before touching their call's scratch)."""
     return compute_capability >= PDL_MIN_CC and _switch(env, ENV_PDL) is not False

@@ -206,10 +206,11 @@ _FUNCTIONS: dict[str, tuple[str, str]] = {
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     slow_if("topk-split", s);
     launch_split(scores, steps, ids, nq, max_blocks, scratch, s);
-    // The engine's contract: a call leaves the whole scratch zero. qsa's emit zeroes the histograms; its
-    // select slots and chunk counts (written before they are read in every call) are cleared here.
+    // The engine's contract: a call leaves the whole scratch zero. qsa's emit zeroes the histograms and
+    // the arrivals; its select slots and suffix rows (written before they are read in every call) are
+    // cleared here.
     unsigned* select = static_cast<unsigned*>(scratch) + nq * kSplitHistWords;
-    cudaMemsetAsync(select, 0, nq * (kSplitSelectWords * sizeof(unsigned) + kSplitMaxChunks * sizeof(topk_counts)), s);
+    cudaMemsetAsync(select, 0, nq * (kSplitSelectWords + kSplitMaxChunks * kSplitSuffixWords) * sizeof(unsigned), s);
     flip_if("topk-split", reinterpret_cast<unsigned*>(ids) + kFlippedEntry, s);
     return true;
 }""",
@@ -283,7 +284,8 @@ constexpr int kHalveWarpsPerCta = {halve_warps};
 constexpr int kMaxGridY = 65535;
 constexpr int kMaxClusterQueries = 16;
 constexpr int kSplitHistWords = QSA_RADIX_PASSES * QSA_RADIX_BINS;
-constexpr int kSplitSelectWords = 2 * QSA_RADIX_PASSES;
+constexpr int kSplitSelectWords = 2 * (QSA_RADIX_PASSES - 1);
+constexpr int kSplitSuffixWords = QSA_RADIX_BINS + 1;
 constexpr int64_t kSplitMaxChunks = {split_max_chunks};
 constexpr int kFlippedEntry = {flipped_entry};
 constexpr int kTcInexactStride = {tc_stride};
@@ -341,10 +343,11 @@ bool dx_taken(bool requested) {{
     return requested && (dx == 1 || (dx < 0 && card_cc() / 10 == 6));
 }}
 
-// The split's scratch: every query's histograms, then their select slots, then their chunks' counts.
+// The split's scratch: every query's histograms, then their select slots, their chunks' suffix rows
+// and their arrivals, all uint32.
 size_t split_scratch_bytes(int64_t nq) {{
-    return static_cast<size_t>(nq) * (kSplitHistWords * sizeof(unsigned) + kSplitSelectWords * sizeof(unsigned) +
-                                      kSplitMaxChunks * sizeof(topk_counts));
+    return static_cast<size_t>(nq) * (kSplitHistWords + kSplitSelectWords + kSplitMaxChunks * kSplitSuffixWords + 1) *
+           sizeof(unsigned);
 }}
 
 bool split_fits(int64_t nq, int64_t max_blocks) {{
@@ -363,16 +366,16 @@ void launch_split(const float* scores, const int32_t* steps, int32_t* ids, int64
                   void* scratch, cudaStream_t s) {{
     unsigned* hist = static_cast<unsigned*>(scratch);
     unsigned* select = hist + nq * kSplitHistWords;
-    topk_counts* counts = reinterpret_cast<topk_counts*>(select + nq * kSplitSelectWords);
+    unsigned* suffix = select + nq * kSplitSelectWords;
+    unsigned* arrivals = suffix + nq * kSplitMaxChunks * kSplitSuffixWords;
     const int n = static_cast<int>(nq), mb = static_cast<int>(max_blocks);
     const dim3 grid(static_cast<unsigned>((max_blocks + QSA_SPLIT_CHUNK_BLOCKS - 1) / QSA_SPLIT_CHUNK_BLOCKS), n);
     const int threads = QSA_TOPK_SPLIT_THREADS;
-    block_topk_split_pass_kernel<0><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select);
-    block_topk_split_pass_kernel<1><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select);
-    block_topk_split_pass_kernel<2><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select);
-    block_topk_split_pass_kernel<3><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select);
-    block_topk_split_count_kernel<<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, counts, select);
-    block_topk_split_emit_kernel<<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, counts, select);
+    block_topk_split_pass_kernel<0><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix);
+    block_topk_split_pass_kernel<1><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix);
+    block_topk_split_pass_kernel<2><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix);
+    block_topk_split_pass_kernel<3><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix);
+    block_topk_split_emit_kernel<<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix, arrivals);
 }}
 
 // qsa's per-block reference scorer over blocks 0..blocks-1 of each query.

@@ -139,7 +139,8 @@ def test_adversarial_scores_match_each_model(cupy: Any, ctx: int, capacity: int,
 
 @pytest.mark.gpu
 def test_split_is_clean_across_calls_and_graph_replays(cupy: Any) -> None:
-    """Called twice, then captured and replayed 50 times: the same ids, and zeroed histograms after each."""
+    """Called twice, then captured and replayed 50 times: the same ids, and zeroed histograms and arrivals
+    after each."""
     seed = fresh_seed()
     inputs = synthetic_scores(Call(300001, MAX_QUERIES, 524288), "levels64", seed)
     expected = topk_ids(inputs, "oracle")
@@ -149,11 +150,12 @@ def test_split_is_clean_across_calls_and_graph_replays(cupy: Any) -> None:
         poison = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
         ids = cupy.empty_like(poison)
         launch = topk_launch("split", scores, steps, ids)
-        (hist,) = launch.accumulators
+        hist, arrivals = launch.accumulators
 
         def check(what: str) -> None:
             assert_ids(cupy.asnumpy(ids, stream=stream), expected, inputs, what)
             assert not bool(hist.any()), f"{what}: the split left its histograms dirty"
+            assert not bool(arrivals.any()), f"{what}: the split left its arrivals counted"
 
         for n in range(2):
             cupy.copyto(ids, poison)
@@ -171,7 +173,7 @@ def test_split_is_clean_across_calls_and_graph_replays(cupy: Any) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("pdl", ["0", "1"], ids=["plain", "programmatic"])
 def test_split_plain_and_programmatic_launches(cupy: Any, pdl: str) -> None:
-    """The split's launches 2-6 one after another (QSA_PDL=0) or overlapping (sm_90+): the oracle's ids
+    """The split's launches 2-5 one after another (QSA_PDL=0) or overlapping (sm_90+): the oracle's ids
     either way, called back to back on one stream so that each call's first launch follows an emit."""
     seed = fresh_seed()
     cc = int(cupy.cuda.Device().compute_capability)

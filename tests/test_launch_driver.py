@@ -134,10 +134,10 @@ def declared_layout(source: str, kernel: str) -> list[tuple[int, int]]:
 
 def test_every_split_launch_packs_its_kernels_parameters() -> None:
     common = (_FakeArray(256), _FakeArray(512), _FakeArray(768), np.int32(8), np.int32(131074), np.int32(0))
-    scratch = topk.SplitScratch(_FakeArray(1024), _FakeArray(2048), _FakeArray(4096))
+    scratch = topk.SplitScratch(_FakeArray(1024), _FakeArray(2048), _FakeArray(4096), _FakeArray(5120))
     args = topk.split_kernel_args(common, scratch)
     names = qsa_catalog().get("topk", "split").kernels
-    assert len(args) == len(names) == 6
+    assert len(args) == len(names) == 5
     for name, a in zip(names, args):
         packed = driver.packed_layout([driver.kernel_param(v) for v in a])
         assert packed == declared_layout(topk.SOURCE, name), name
@@ -146,6 +146,6 @@ def test_every_split_launch_packs_its_kernels_parameters() -> None:
 def test_the_declared_layout_reader_sees_a_wrong_type() -> None:
     # the check above can fail: a uint64 where the kernel takes an int shifts every later parameter
     a = (_FakeArray(256), _FakeArray(512), _FakeArray(768), np.uint64(8), np.int32(131074), np.int32(0),
-         _FakeArray(1024), _FakeArray(4096))
+         _FakeArray(1024), _FakeArray(4096), _FakeArray(5120))
     packed = driver.packed_layout([driver.kernel_param(v) for v in a])
     assert packed != declared_layout(topk.SOURCE, qsa_catalog().get("topk", "split").kernels[0])

@@ -1,5 +1,5 @@
 """The launch shapes of the top-k kernels in ``kernels/topk.cu`` (spec section 3): one CTA a query, and the
-split's six launches.
+split's five launches.
 
 Each resolves the kernels, grids and arguments once and allocates (zeroed) the split's scratch once, then
 returns a callable that only enqueues launches on the current CuPy stream: no host sync, no allocation,
@@ -81,9 +81,9 @@ class OneCta(TopkShape):
 
 
 class Split(TopkShape):
-    """The split's six launches (``variant.kernels`` in launch order: four passes, the count, the emit) on a
+    """The split's five launches (``variant.kernels`` in launch order: four passes, the emit) on a
     ``(chunks, nq)`` grid of CTAs of ``variant.threads``, their scratch zeroed once; on sm_90 and newer
-    launches 2-6 are programmatic dependent launches unless ``QSA_PDL=0`` (dispatch.programmatic_launches)."""
+    launches 2-5 are programmatic dependent launches unless ``QSA_PDL=0`` (dispatch.programmatic_launches)."""
 
     name, title = "split", "split top-k"
 
@@ -108,7 +108,7 @@ class Split(TopkShape):
         later = ProgrammaticLaunch if programmatic else functools.partial
         return TopkLaunch(
             (functools.partial(first, grid, block, first_args), *(later(k, grid, block, a) for k, a in rest)),
-            accumulators=(buffers.hist,),
+            accumulators=(buffers.hist, buffers.arrivals),
             programmatic=programmatic,
         )
 
@@ -121,22 +121,25 @@ class SplitScratch:
     """The split's scratch for one call of ``nq`` queries (all zero before the first call)."""
 
     hist: Any  # uint32 [nq, RADIX_PASSES, RADIX_BINS]: the queries' global histograms; the emit re-zeroes them
-    counts: Any  # uint64 [nq, chunks]: per chunk, cells above thr << 32 | cells at thr
-    # uint32 [nq, RADIX_PASSES, 2]: per pass p, the key's digits 0..p and the cells above them, passed from
-    # launch to launch (slot 3 is thr, above); each slot is written in the call before it is read
+    # uint32 [nq, RADIX_PASSES - 1, 2]: per pass p < 3, the key's digits 0..p and the cells above them,
+    # passed from launch to launch; each slot is written in the call before it is read
     select: Any
+    # uint32 [nq, chunks, RADIX_BINS + 1]: per chunk, the last pass's cells at or above each digit (entry d:
+    # above the 3-digit prefix, or on it with digit 3 >= d); written in the call before the emit reads it
+    suffix: Any
+    arrivals: Any  # uint32 [nq]: the emit's CTAs that have read the last histogram; the last resets it
 
 
 def split_scratch(scratch: Allocator, nq: int, chunks: int) -> SplitScratch:
     return SplitScratch(scratch.zeros("split scratch 'hist'", (nq, RADIX_PASSES, RADIX_BINS), np.uint32),
-                        scratch.zeros("split scratch 'counts'", (nq, chunks), np.uint64),
-                        scratch.zeros("split scratch 'select'", (nq, RADIX_PASSES, 2), np.uint32))
+                        scratch.zeros("split scratch 'select'", (nq, RADIX_PASSES - 1, 2), np.uint32),
+                        scratch.zeros("split scratch 'suffix'", (nq, chunks, RADIX_BINS + 1), np.uint32),
+                        scratch.zeros("split scratch 'arrivals'", (nq,), np.uint32))
 
 
 def split_kernel_args(common: tuple[Any, ...], s: SplitScratch) -> list[tuple[Any, ...]]:
-    """The arguments of the split's six launches, in its kernels' order (catalog.py: four passes, the
-    count, the emit), as their kernels declare them."""
-    return [*((*common, s.hist, s.select) for _ in range(RADIX_PASSES)),
-            (*common, s.hist, s.counts, s.select),
-            (*common, s.hist, s.counts, s.select)]
+    """The arguments of the split's five launches, in its kernels' order (catalog.py: four passes, the
+    emit), as their kernels declare them."""
+    return [*((*common, s.hist, s.select, s.suffix) for _ in range(RADIX_PASSES)),
+            (*common, s.hist, s.select, s.suffix, s.arrivals)]
 

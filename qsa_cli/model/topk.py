@@ -223,7 +223,7 @@ def select_wide(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
     return _write_ids(width, offsets.ravel()[owned], owned, counts[owned])
 
 
-# ---- qsa_block_topk_split: chunks of 2,048 blocks, six launches -----------------------------
+# ---- qsa_block_topk_split: chunks of 2,048 blocks, five launches ----------------------------
 
 
 def select_split(
@@ -236,9 +236,11 @@ def select_split(
 
     The grid has ``ceil(blocks / chunk_blocks)`` chunks, ``blocks`` being ``active_blocks`` when a
     prompt call passes it and the score row's ``max_blocks`` otherwise; a chunk past the query's
-    ``n_bid`` does nothing. Launch k (passes 1-3, then the count) derives digit k - 1 from the complete
+    ``n_bid`` does nothing. Launch k (passes 1-3, then the emit) derives digit k - 1 from the complete
     histogram k - 1 and the digits and ``above`` that launch k - 1 left in the ``select`` scratch (every
-    chunk of a launch derives the same, so the model derives it once per launch).
+    chunk of a launch derives the same, so the model derives it once per launch). The last pass leaves
+    each chunk's suffix row (entry d: its cells above the 3-digit prefix, or on it with digit 3 >= d),
+    from which the emit reads the chunk's cells above and at thr.
     """
     n_kv, n_bid, width = _query(step)
     blocks = active_blocks or scores_row.shape[0]
@@ -259,17 +261,22 @@ def select_split(
             d, above = digit_rule(hist[p - 1], above, width)
             prefix = (prefix << RADIX_BITS) | d
         match = _matches(keys, prefix, p)
-        per_chunk = _weighted_bincount(chunk[match] * RADIX_BINS + _digits(keys[match], p), weights[match], grid * RADIX_BINS)
-        hist[p] += per_chunk.reshape(grid, RADIX_BINS).sum(axis=0)  # each chunk's atomic adds
+        per_chunk = _weighted_bincount(chunk[match] * RADIX_BINS + _digits(keys[match], p), weights[match],
+                                       grid * RADIX_BINS).reshape(grid, RADIX_BINS)
+        hist[p] += per_chunk.sum(axis=0)  # each chunk's atomic adds
+    above_prefix = _weighted_bincount(chunk, np.where(keys >> RADIX_BITS > np.uint32(prefix), weights, 0), grid)
+    # the last pass's suffix rows: entry d = cells above the prefix + cells on it at digits >= d
+    suffix = above_prefix[:, None] + np.concatenate([np.cumsum(per_chunk[:, ::-1], axis=1)[:, ::-1],
+                                                     np.zeros((grid, 1), np.int64)], axis=1)
 
-    d, above = digit_rule(hist[-1], above, width)  # launch 5: digit 3, then each chunk's cells above / at thr
+    d, above = digit_rule(hist[-1], above, width)  # launch 5, the emit: digit 3, then the suffix rows
     thr = (prefix << RADIX_BITS) | d
     above_cells = np.where(keys > np.uint32(thr), weights, 0)
     tie_cells = np.where(keys == np.uint32(thr), weights, 0)
-    chunk_above = _weighted_bincount(chunk, above_cells, grid)
-    chunk_ties = _weighted_bincount(chunk, tie_cells, grid)
+    chunk_above = suffix[:, d + 1]
+    chunk_ties = suffix[:, d] - suffix[:, d + 1]
 
-    budget = width - above  # launch 6: emit, from the counts of the chunks before
+    budget = width - above  # each chunk's start, from the suffix rows of the chunks before
     ties_before_chunk = _exclusive_cumsum(chunk_ties)
     start = _exclusive_cumsum(chunk_above) + np.minimum(ties_before_chunk, budget)
     chunk_budget = np.maximum(budget - ties_before_chunk, 0)

@@ -105,7 +105,7 @@ def _device_notes(s: Session, cc: int) -> list[str]:
     else:
         notes.append(f"cluster top-k: needs sm_90 or newer (this device is sm_{cc})")
     if programmatic_launches(cc, s.switches):
-        notes.append(f"split top-k: launches 2-6 are programmatic dependent launches ({ENV_PDL}=0 "
+        notes.append(f"split top-k: launches 2-5 are programmatic dependent launches ({ENV_PDL}=0 "
                      "runs them one after another)")
     else:
         notes.append("split top-k: launches one after another (programmatic launches need sm_90 or newer, "
