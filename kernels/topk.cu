@@ -320,9 +320,9 @@ struct TopkThrAbove {
     unsigned thr, above;
 };
 
-// Launch k (k = 1..4: passes 1-3, the emit) derives digit k - 1 with the reference's rule from the
+// Pass k (k = 1..3), and the emit as k = 4, derives digit k - 1 with the reference's rule from the
 // query's complete histogram k - 1 (its launch has ended) and the digits 0..k-2 and the cells above
-// them that launch k - 1 derived the same way and left in select slot k - 2 (none when k = 1): the
+// them that pass k - 1 derived the same way and left in select slot k - 2 (none when k = 1): the
 // reference's recursion, each step computed once per launch and passed on, so thr and above are the
 // reference's by induction. Warp-collective (every lane gets the result); the bins and the slot are
 // loaded at once.
@@ -335,6 +335,7 @@ __device__ __forceinline__ TopkThrAbove topk_split_next_digit(const unsigned* qu
     t.thr |= qsa_radix_digit(bins, t.above, width) << topk_shift(DIGIT);
     return t;
 }
+
 // A split CTA's chunk of its query (grid (chunks, nq)): the query, its index and the chunk's first
 // block. `active`: the query selects (n_kv > width) and the chunk holds blocks of 0..n_bid; an inactive
 // CTA takes no part in the passes, and in the emit only writes the identity (chunk 0) and clears
