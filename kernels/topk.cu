@@ -9,7 +9,9 @@
 #include "qsa_common.cuh"
 
 #define TOPK_DIGITS_PER_LANE (QSA_RADIX_BINS / QSA_WARP)
-#define TOPK_SPLIT_BLOCKS_PER_THREAD (QSA_SPLIT_CHUNK_BLOCKS / QSA_TOPK_SPLIT_THREADS)
+// The split's chunk sizes, as blocks a thread (BPT): 2, 4 or 8, a chunk of BPT * 256 blocks.
+#define TOPK_SPLIT_MAX_BPT (QSA_SPLIT_CHUNK_BLOCKS / QSA_TOPK_SPLIT_THREADS)
+#define TOPK_SPLIT_MIN_BPT (QSA_SPLIT_MIN_CHUNK_BLOCKS / QSA_TOPK_SPLIT_THREADS)
 #define TOPK_SPLIT_HIST (QSA_RADIX_PASSES * QSA_RADIX_BINS)  // a query's global histograms, all passes
 #define TOPK_SPLIT_SELECT (2 * (QSA_RADIX_PASSES - 1))         // a query's select slots: (digits, above), passes 0-2
 #define TOPK_SPLIT_SUFFIX (QSA_RADIX_BINS + 1)  // a chunk's record of the last pass: cells at or above each digit
@@ -299,7 +301,8 @@ block_topk_wide_kernel(const float* __restrict__ scores, const int* __restrict__
     }
 }
 
-// ---- qsa_block_topk_split: chunks of 2,048 blocks, one CTA a chunk, grid (chunks, nq), five launches ----
+// ---- qsa_block_topk_split: chunks of 512, 1,024 or 2,048 blocks (BPT = 2, 4 or 8 a thread; the launcher
+// picks one a call), one CTA a chunk, grid (chunks, nq), five launches ----
 // Scratch: hist [nq][passes][256] (the queries' global histograms: zero between calls, accumulated by
 // the passes, zeroed again by the emit); select [nq][passes - 1][2] (slot p: the key's digits 0..p,
 // lower digits 0, and the cells above them, written by chunk 0 of launch p + 2 and read by launch
@@ -345,9 +348,10 @@ struct TopkSplitChunk : TopkQuery {
     bool selects, active;
 };
 
+template <int BPT>
 __device__ __forceinline__ TopkSplitChunk topk_split_chunk(const float* scores, const int* steps, int* ids,
                                                            int max_blocks) {
-    const int q = blockIdx.y, first = blockIdx.x * QSA_SPLIT_CHUNK_BLOCKS;
+    const int q = blockIdx.y, first = blockIdx.x * BPT * QSA_TOPK_SPLIT_THREADS;
     const TopkQuery query = topk_query(q, scores, steps, ids, max_blocks);
     const bool selects = query.n_kv > static_cast<int>(query.width);
     return {query, q, first, selects, selects && first <= query.n_bid};
@@ -361,16 +365,16 @@ __device__ __forceinline__ int topk_split_block(const TopkSplitChunk& c, int i) 
 // The order keys of the thread's blocks of the chunk, every score load in flight before the first
 // conversion; a block past n_bid is not read (key 0: every use checks b <= n_bid). Scores are a
 // read-only input, so every launch loads them before it waits for the launch before it.
-__device__ __forceinline__ void topk_split_load(const TopkSplitChunk& c,
-                                                unsigned (&key)[TOPK_SPLIT_BLOCKS_PER_THREAD]) {
-    float s[TOPK_SPLIT_BLOCKS_PER_THREAD];
+template <int BPT>
+__device__ __forceinline__ void topk_split_load(const TopkSplitChunk& c, unsigned (&key)[BPT]) {
+    float s[BPT];
 #pragma unroll
-    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+    for (int i = 0; i < BPT; ++i) {
         const int b = topk_split_block(c, i);
         s[i] = b <= c.n_bid ? c.srow[b] : 0.0f;
     }
 #pragma unroll
-    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) key[i] = qsa_order_key(s[i]);
+    for (int i = 0; i < BPT; ++i) key[i] = qsa_order_key(s[i]);
 }
 
 // Adds one row of a warp's blocks (lane: whether its block matches the prefix, its digit and cells) to
@@ -415,7 +419,7 @@ __device__ __forceinline__ void topk_split_write_suffix(unsigned* row, unsigned 
 // atomic instead (measured: the rows of ties cost all-equal scores 4 us at 8 queries). The CTA adds its
 // nonzero bins into the query's histogram; the last pass also writes the chunk's suffix row, which
 // gives the emit the chunk's cells above and at thr whatever digit 3 turns out to be (no count launch).
-template <int PASS>
+template <int PASS, int BPT>
 __global__ void __launch_bounds__(QSA_TOPK_SPLIT_THREADS)
 block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* ids,
                              int /*nq: the grid*/, int max_blocks, int /*active_blocks: the grid*/,
@@ -427,10 +431,10 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
     __shared__ unsigned thr_above[2];
     __shared__ topk_counts warp_sums[WARPS];
     qsa_allow_next_grid();
-    const TopkSplitChunk c = topk_split_chunk(scores, steps, ids, max_blocks);
+    const TopkSplitChunk c = topk_split_chunk<BPT>(scores, steps, ids, max_blocks);
     if (!c.active) return;
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP;
-    unsigned key[TOPK_SPLIT_BLOCKS_PER_THREAD];
+    unsigned key[BPT];
     topk_split_load(c, key);
     unsigned* own = warp_hist[warp];
     for (int i = lane; i < QSA_RADIX_BINS; i += QSA_WARP) own[i] = 0;
@@ -460,18 +464,18 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
     unsigned above_prefix = 0;  // the last pass: the thread's cells whose key is above the prefix
     if constexpr (PASS == 0) {  // every block matches, digits spread: row by row
 #pragma unroll
-        for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+        for (int i = 0; i < BPT; ++i) {
             const int b = topk_split_block(c, i);
             const bool hit = b <= c.n_bid;
             topk_split_add_row(own, hit, key[i] >> shift, hit ? qsa_block_weight(b, c.n_kv, c.n_bid) : 0u);
         }
     } else {
-        bool hit[TOPK_SPLIT_BLOCKS_PER_THREAD];
-        unsigned digit[TOPK_SPLIT_BLOCKS_PER_THREAD], w[TOPK_SPLIT_BLOCKS_PER_THREAD];
+        bool hit[BPT];
+        unsigned digit[BPT], w[BPT];
         unsigned one_digit = QSA_RADIX_BINS, cells = 0;  // the digit of all the thread's hits (BINS: none yet)
         bool single = true;
 #pragma unroll
-        for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+        for (int i = 0; i < BPT; ++i) {
             const int b = topk_split_block(c, i);
             hit[i] = b <= c.n_bid && (key[i] & mask) == thr;
             digit[i] = (key[i] >> shift) & TOPK_DIGIT_MASK;
@@ -492,7 +496,7 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
                 if (lane == 0) atomicAdd(&own[lead], cells);
             } else {
 #pragma unroll
-                for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) topk_split_add_row(own, hit[i], digit[i], w[i]);
+                for (int i = 0; i < BPT; ++i) topk_split_add_row(own, hit[i], digit[i], w[i]);
             }
         }
     }
@@ -508,16 +512,6 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
 
 // Every pass's kernel instantiated here, so that a plain nvcc build (tests/test_nvcc.py) compiles them
 // too; CuPy finds them by their name expressions.
-static_assert(QSA_RADIX_PASSES == 4, "one instantiation per radix pass");
-#define TOPK_SPLIT_PASS(P)                                                                                  \
-    template __global__ void block_topk_split_pass_kernel<P>(const float* __restrict__, const int* __restrict__, \
-                                                             int*, int, int, int, unsigned* __restrict__,       \
-                                                             unsigned* __restrict__, unsigned* __restrict__);
-TOPK_SPLIT_PASS(0)
-TOPK_SPLIT_PASS(1)
-TOPK_SPLIT_PASS(2)
-TOPK_SPLIT_PASS(3)
-#undef TOPK_SPLIT_PASS
 
 // Warp 0 of an emit CTA once it is done with its query's last histogram (`last_hist`): the CTA counts
 // itself in the query's arrivals, and the last of its `ctas` to arrive, after every other has read
@@ -537,7 +531,7 @@ __device__ __forceinline__ void topk_split_arrive(unsigned* last_hist, unsigned*
 // every CTA of the query the same), and sums over the chunks before this one entries d + 1 (cells above
 // thr) and d minus d + 1 (cells at thr) of their suffix rows, d being digit 3 (all loads in flight at
 // once). The chunk starts at the cells above thr in the chunks before it plus min(cells at thr before
-// it, budget); inside it, thread t takes 8 consecutive blocks and a block-wide scan gives their rank,
+// it, budget); inside it, thread t takes BPT consecutive blocks and a block-wide scan gives their rank,
 // as in the reference's emit. Before the wait: the keys, moved through shared memory from the
 // coalesced layout to the thread's range. The chunk's cells are ranked into shared memory, then written
 // to the row by the whole CTA, consecutive threads at consecutive ids (a thread's own run would be a
@@ -545,34 +539,35 @@ __device__ __forceinline__ void topk_split_arrive(unsigned* last_hist, unsigned*
 // The next call or graph replay starts from clean scratch: chunk 0 zeroes the query's histograms 0-2
 // (their last readers, passes 1-3, have ended); every CTA reads histogram 3, and the last to be done
 // with it zeroes it (topk_split_arrive).
+template <int BPT>
 __global__ void __launch_bounds__(QSA_TOPK_SPLIT_THREADS)
 block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __restrict__ steps,
                              int* __restrict__ ids, int /*nq: the grid*/, int max_blocks,
                              int /*active_blocks: the grid*/, unsigned* __restrict__ hist,
                              const unsigned* __restrict__ select, const unsigned* __restrict__ suffix,
                              unsigned* __restrict__ arrivals) {
-    // The chunk's keys, a thread's 8 consecutive ones in distinct banks across a warp (a pad word per
+    // The chunk's keys, a thread's BPT consecutive ones in distinct banks across a warp (a pad word per
     // 32); once every thread holds its own, the chunk's selected cells (at most width <= SELECT_CAP).
-    __shared__ unsigned keys[QSA_SPLIT_CHUNK_BLOCKS + QSA_SPLIT_CHUNK_BLOCKS / QSA_WARP];
-    static_assert(QSA_SELECT_CAP <= QSA_SPLIT_CHUNK_BLOCKS + QSA_SPLIT_CHUNK_BLOCKS / QSA_WARP, "the staged row fits");
+    constexpr int CHUNK = BPT * QSA_TOPK_SPLIT_THREADS, KEYS = CHUNK + CHUNK / QSA_WARP;
+    __shared__ unsigned keys[KEYS > QSA_SELECT_CAP ? KEYS : QSA_SELECT_CAP];
     __shared__ topk_counts warp_sums[QSA_TOPK_SPLIT_THREADS / QSA_WARP];
     __shared__ topk_counts chunks_before;
     __shared__ unsigned thr_budget[2];
-    const TopkSplitChunk c = topk_split_chunk(scores, steps, ids, max_blocks);
+    const TopkSplitChunk c = topk_split_chunk<BPT>(scores, steps, ids, max_blocks);
     const int tid = threadIdx.x, lane = tid % QSA_WARP, warp = tid / QSA_WARP, chunk = blockIdx.x;
-    unsigned key[TOPK_SPLIT_BLOCKS_PER_THREAD], w[TOPK_SPLIT_BLOCKS_PER_THREAD];
+    unsigned key[BPT], w[BPT];
     if (c.active) {  // CTA-uniform
-        unsigned loaded[TOPK_SPLIT_BLOCKS_PER_THREAD];
+        unsigned loaded[BPT];
         topk_split_load(c, loaded);
 #pragma unroll
-        for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+        for (int i = 0; i < BPT; ++i) {
             const int j = i * QSA_TOPK_SPLIT_THREADS + tid;
             keys[j + j / QSA_WARP] = loaded[i];
         }
         __syncthreads();
 #pragma unroll
-        for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
-            const int j = tid * TOPK_SPLIT_BLOCKS_PER_THREAD + i, b = c.first + j;
+        for (int i = 0; i < BPT; ++i) {
+            const int j = tid * BPT + i, b = c.first + j;
             key[i] = keys[j + j / QSA_WARP];
             w[i] = b <= c.n_bid ? qsa_block_weight(b, c.n_kv, c.n_bid) : 0;
         }
@@ -587,7 +582,7 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
     }
     if (!c.active) return;
     if (warp == 0) {
-        constexpr int IN_FLIGHT = 4;  // a lane's rows at once: up to 128 chunks (a 1M-cell capacity) in one round
+        constexpr int IN_FLIGHT = 4;  // a lane's rows at once: 128 chunks a round
         const TopkThrAbove t =
             topk_split_next_digit<QSA_RADIX_PASSES - 1>(query_hist, topk_split_select(select, c.q), c.width);
         const unsigned d = t.thr & TOPK_DIGIT_MASK;
@@ -615,7 +610,7 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
     const unsigned thr = thr_budget[0], budget = thr_budget[1];
     unsigned a = 0, t = 0;
 #pragma unroll
-    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
+    for (int i = 0; i < BPT; ++i) {
         if (key[i] > thr) a += w[i];
         else if (key[i] == thr) t += w[i];
     }
@@ -628,13 +623,36 @@ block_topk_split_emit_kernel(const float* __restrict__ scores, const int* __rest
     unsigned pos = topk_above(before) + min(at_before, budget) - chunk_pos;
     int* staged = reinterpret_cast<int*>(keys);  // free: the scan's barrier follows every thread's key reads
 #pragma unroll
-    for (int i = 0; i < TOPK_SPLIT_BLOCKS_PER_THREAD; ++i) {
-        const int b = c.first + tid * TOPK_SPLIT_BLOCKS_PER_THREAD + i;
+    for (int i = 0; i < BPT; ++i) {
+        const int b = c.first + tid * BPT + i;
         pos += topk_emit_block(staged, pos, b, key[i], w[i], thr, at_before, budget);
         if (key[i] == thr) at_before += w[i];
     }
     __syncthreads();
     for (unsigned j = tid; j < chunk_end - chunk_pos; j += QSA_TOPK_SPLIT_THREADS) c.row[chunk_pos + j] = staged[j];
     if (warp == 0) topk_split_arrive(query_hist + (QSA_RADIX_PASSES - 1) * QSA_RADIX_BINS, &arrivals[c.q],
-                                     static_cast<unsigned>(c.n_bid / QSA_SPLIT_CHUNK_BLOCKS + 1));
+                                     static_cast<unsigned>(c.n_bid / CHUNK + 1));
 }
+
+// Every split kernel instantiated here, each pass and the emit at each chunk size, so that a plain nvcc
+// build (tests/test_nvcc.py) compiles them too; CuPy finds them by their name expressions.
+static_assert(QSA_RADIX_PASSES == 4, "one instantiation per radix pass");
+static_assert(TOPK_SPLIT_MIN_BPT == 2 && TOPK_SPLIT_MAX_BPT == 8, "one instantiation per chunk size");
+#define TOPK_SPLIT_PASS(P, BPT)                                                                                   \
+    template __global__ void block_topk_split_pass_kernel<P, BPT>(const float* __restrict__, const int* __restrict__, \
+                                                                  int*, int, int, int, unsigned* __restrict__,       \
+                                                                  unsigned* __restrict__, unsigned* __restrict__);
+#define TOPK_SPLIT_KERNELS(BPT)                                                                                 \
+    TOPK_SPLIT_PASS(0, BPT)                                                                                     \
+    TOPK_SPLIT_PASS(1, BPT)                                                                                     \
+    TOPK_SPLIT_PASS(2, BPT)                                                                                     \
+    TOPK_SPLIT_PASS(3, BPT)                                                                                     \
+    template __global__ void block_topk_split_emit_kernel<BPT>(const float* __restrict__, const int* __restrict__, \
+                                                               int* __restrict__, int, int, int, unsigned* __restrict__, \
+                                                               const unsigned* __restrict__, const unsigned* __restrict__, \
+                                                               unsigned* __restrict__);
+TOPK_SPLIT_KERNELS(2)
+TOPK_SPLIT_KERNELS(4)
+TOPK_SPLIT_KERNELS(8)
+#undef TOPK_SPLIT_KERNELS
+#undef TOPK_SPLIT_PASS

@@ -30,6 +30,7 @@ from .core.geometry import (
     MAX_QUERIES,
     PAIRED_SPLITS,
     RADIX_PASSES,
+    SPLIT_CHUNK_SIZES,
     TOPK_CLUSTER_THREADS,
     TOPK_REF_THREADS,
     TOPK_SPLIT_THREADS,
@@ -87,8 +88,10 @@ class Variant:
 _HALVE_KERNELS = tuple(f"block_scores_halve_kernel<{n}>" for n in range(1, HALVE_MAX_QUERIES + 1))  # by queries
 _PAIRED_KERNELS = tuple(f"block_scores_paired_kernel<{a}, {b}>" for a, b in PAIRED_SPLITS)  # by queries
 _QUARTERS_KERNELS = tuple(f"block_scores_quarters_kernel<{n}>" for n in range(1, MAX_QUERIES + 1))  # by queries
-_SPLIT_KERNELS = (*(f"block_topk_split_pass_kernel<{p}>" for p in range(RADIX_PASSES)),  # launch order: the passes,
-                  "block_topk_split_emit_kernel")  # then the emit
+# The split's five launches (the passes, then the emit) at each chunk size, smallest first (launch/topk.py).
+_SPLIT_KERNELS = tuple(name for bpt in (size // TOPK_SPLIT_THREADS for size in SPLIT_CHUNK_SIZES)
+                       for name in (*(f"block_topk_split_pass_kernel<{p}, {bpt}>" for p in range(RADIX_PASSES)),
+                                    f"block_topk_split_emit_kernel<{bpt}>"))
 
 # qsa's own variants, each declared once.
 QSA_VARIANTS: tuple[Variant, ...] = (

@@ -68,10 +68,12 @@ class Row:
         cost and the gap to the next depend on it); the other calls (grids that fill the card), waves."""
         if self.variant != "split":
             return "wave", EMPTY_LAUNCHES["wave"]
-        from qsa_cli.core.geometry import TOPK_SPLIT_THREADS, max_blocks
-        from qsa_cli.launch.topk import split_chunks
+        import cupy
 
-        chunks = split_chunks(max_blocks(self.cap))
+        from qsa_cli.core.geometry import TOPK_SPLIT_THREADS, max_blocks
+        from qsa_cli.launch.topk import split_grid
+
+        chunks = split_grid(max_blocks(self.cap), self.nq, cupy.cuda.Device().attributes["MultiProcessorCount"]).chunks
         return f"grid{chunks}x{self.nq}", f"({chunks}, {self.nq}), ({TOPK_SPLIT_THREADS},)"
 
     def args(self, iters: str) -> list[str]:

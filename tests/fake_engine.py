@@ -371,11 +371,12 @@ void launch_split(const float* scores, const int32_t* steps, int32_t* ids, int64
     const int n = static_cast<int>(nq), mb = static_cast<int>(max_blocks);
     const dim3 grid(static_cast<unsigned>((max_blocks + QSA_SPLIT_CHUNK_BLOCKS - 1) / QSA_SPLIT_CHUNK_BLOCKS), n);
     const int threads = QSA_TOPK_SPLIT_THREADS;
-    block_topk_split_pass_kernel<0><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix);
-    block_topk_split_pass_kernel<1><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix);
-    block_topk_split_pass_kernel<2><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix);
-    block_topk_split_pass_kernel<3><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix);
-    block_topk_split_emit_kernel<<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix, arrivals);
+    constexpr int bpt = QSA_SPLIT_CHUNK_BLOCKS / QSA_TOPK_SPLIT_THREADS;  // the engine's one chunk size
+    block_topk_split_pass_kernel<0, bpt><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix);
+    block_topk_split_pass_kernel<1, bpt><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix);
+    block_topk_split_pass_kernel<2, bpt><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix);
+    block_topk_split_pass_kernel<3, bpt><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix);
+    block_topk_split_emit_kernel<bpt><<<grid, threads, 0, s>>>(scores, steps, ids, n, mb, 0, hist, select, suffix, arrivals);
 }}
 
 // qsa's per-block reference scorer over blocks 0..blocks-1 of each query.

@@ -30,7 +30,7 @@ from qsa_cli.inputs import (
     id_poison,
     synthetic_scores,
 )
-from qsa_cli.launch.topk import SOURCE, split_chunks
+from qsa_cli.launch.topk import SOURCE, SplitGrid, split_grid
 from qsa_cli.model.topk import first_difference, topk_ids
 
 CELLS_PER_CHUNK = SPLIT_CHUNK_BLOCKS * 4  # a chunk of blocks, in cells
@@ -229,10 +229,15 @@ def test_threads_match_launch_bounds(cupy: Any) -> None:
             assert info.local_bytes == 0, f"{name}: {info.local_bytes} bytes of local memory (spills)"
 
 
-def test_split_chunks() -> None:
-    assert split_chunks(2 * SPLIT_CHUNK_BLOCKS) == 2
-    assert split_chunks(2 * SPLIT_CHUNK_BLOCKS + 1) == 3
-    assert split_chunks(524288 // 4 + 2, active_blocks=SPLIT_CHUNK_BLOCKS) == 1
+def test_split_grid_takes_the_smallest_chunk_with_at_most_four_ctas_an_sm() -> None:
+    h200 = 132  # SMs: at most 528 CTAs
+    assert split_grid(524288 // 4 + 2, 8, h200) == SplitGrid(2048, 65)  # 520 CTAs (1,032 with chunks of 1024)
+    assert split_grid(262144 // 4 + 2, 8, h200) == SplitGrid(1024, 65)  # 520 (1,032 with 512)
+    assert split_grid(131072 // 4 + 2, 1, h200) == SplitGrid(512, 65)
+    assert split_grid(1048576 // 4 + 2, 8, h200) == SplitGrid(2048, 129)  # none holds: the largest
+    assert split_grid(2 * SPLIT_CHUNK_BLOCKS, 1, 1) == SplitGrid(1024, 4)
+    assert split_grid(2 * SPLIT_CHUNK_BLOCKS + 1, 1, 1) == SplitGrid(2048, 3)
+    assert split_grid(SPLIT_CHUNK_BLOCKS, 1, 1) == SplitGrid(512, 4)
 
 
 def test_launcher_rejects_bad_arguments() -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from qsa_cli import kernels
 from qsa_cli.catalog import qsa_catalog
-from qsa_cli.core.geometry import PDL_MIN_CC
+from qsa_cli.core.geometry import PDL_MIN_CC, SPLIT_CHUNK_SIZES
 from qsa_cli.dispatch import ENV_PDL, programmatic_launches
 from qsa_cli.launch import driver, topk
 
@@ -137,10 +137,11 @@ def test_every_split_launch_packs_its_kernels_parameters() -> None:
     scratch = topk.SplitScratch(_FakeArray(1024), _FakeArray(2048), _FakeArray(4096), _FakeArray(5120))
     args = topk.split_kernel_args(common, scratch)
     names = qsa_catalog().get("topk", "split").kernels
-    assert len(args) == len(names) == 5
-    for name, a in zip(names, args):
-        packed = driver.packed_layout([driver.kernel_param(v) for v in a])
-        assert packed == declared_layout(topk.SOURCE, name), name
+    assert len(args) == 5 and len(names) == 5 * len(SPLIT_CHUNK_SIZES)
+    for at in range(0, len(names), len(args)):  # each chunk size's five launches
+        for name, a in zip(names[at:at + len(args)], args):
+            packed = driver.packed_layout([driver.kernel_param(v) for v in a])
+            assert packed == declared_layout(topk.SOURCE, name), name
 
 
 def test_the_declared_layout_reader_sees_a_wrong_type() -> None:

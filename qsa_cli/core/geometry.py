@@ -23,7 +23,10 @@ QUERY_LANES = 4  # the quarters scorer's lanes a query, each summing a quarter o
 # the kernels instantiated in kernels/scores_onepass.cu. For 5-8 the even warp takes 4 (fewest shuffles: a warp's
 # values are padded to a power of two), which measured faster on an H200 than 3 + 2 and 3 + 3.
 PAIRED_SPLITS = ((1, 0), (1, 1), (2, 1), (2, 2), (4, 1), (4, 2), (4, 3), (4, 4))
-SPLIT_CHUNK_BLOCKS = 2048
+SPLIT_CHUNK_BLOCKS = 2048  # the most blocks a CTA of the split top-k takes
+SPLIT_MIN_CHUNK_BLOCKS = 512  # the fewest
+# The split's chunk sizes, ascending: powers of two between the two (each a kernel instantiation of topk.cu).
+SPLIT_CHUNK_SIZES = tuple(SPLIT_MIN_CHUNK_BLOCKS << i for i in range((SPLIT_CHUNK_BLOCKS // SPLIT_MIN_CHUNK_BLOCKS).bit_length()))
 CLUSTER_CTAS = 8
 CLUSTER_LANE_KEYS = 4  # order keys a lane of the cluster top-k reads at once (16 bytes)
 RADIX_BITS = 8

@@ -22,7 +22,7 @@ from ..core.geometry import (
     RADIX_BINS,
     RADIX_PASSES,
     SELECT_CAP,
-    SPLIT_CHUNK_BLOCKS,
+    SPLIT_CHUNK_SIZES,
     STEP_INTS,
 )
 from ..core.integrity import Allocator, PlainAllocator
@@ -32,11 +32,29 @@ from .shape import TopkShape
 
 SOURCE = "topk.cu"
 MAX_GRID_Y = 65535  # the split's grid is (chunks, nq)
+# The split's chunk a call: the smallest whose grid has at most this many CTAs an SM. Measured on an H200
+# (132 SMs, 2026-12-03): fewer blocks a CTA shorten each launch's chain until the grid outgrows what the
+# card holds beside the next launch's early CTAs (524K x 8: chunks of 2048, 520 CTAs, 24.8 us, against
+# 26.4 with 1024; 131K x 1: chunks of 512, 257 CTAs, 14.0 us, against 16.0 with 2048).
+SPLIT_CTAS_PER_SM = 4
 
 
-def split_chunks(max_blocks: int, active_blocks: int = 0) -> int:
-    """CTAs a query of the split kernels: a prompt call's active blocks, else the capacity's max_blocks."""
-    return -(-(active_blocks or max_blocks) // SPLIT_CHUNK_BLOCKS)
+@dataclass(frozen=True)
+class SplitGrid:
+    """A split call's chunking: ``chunk_blocks`` blocks a CTA, ``chunks`` CTAs a query."""
+
+    chunk_blocks: int
+    chunks: int
+
+
+def split_grid(blocks: int, nq: int, sms: int) -> SplitGrid:
+    """The split's grid for ``nq`` queries over ``blocks`` blocks (a prompt call's active blocks, else the
+    capacity's max_blocks) on a card of ``sms`` SMs: the smallest chunk of ``SPLIT_CHUNK_SIZES`` whose grid
+    has at most ``SPLIT_CTAS_PER_SM`` CTAs an SM, else the largest."""
+    for size in SPLIT_CHUNK_SIZES:
+        if -(-blocks // size) * nq <= SPLIT_CTAS_PER_SM * sms:
+            break
+    return SplitGrid(size, -(-blocks // size))
 
 
 @dataclass(frozen=True)
@@ -81,33 +99,37 @@ class OneCta(TopkShape):
 
 
 class Split(TopkShape):
-    """The split's five launches (``variant.kernels`` in launch order: four passes, the emit) on a
-    ``(chunks, nq)`` grid of CTAs of ``variant.threads``, their scratch zeroed once; on sm_90 and newer
-    launches 2-5 are programmatic dependent launches unless ``QSA_PDL=0`` (dispatch.programmatic_launches)."""
+    """The split's five launches (four passes, the emit: the five of ``variant.kernels`` at the call's chunk
+    size, ``split_grid``) on a ``(chunks, nq)`` grid of CTAs of ``variant.threads``, their scratch zeroed
+    once; on sm_90 and newer launches 2-5 are programmatic dependent launches unless ``QSA_PDL=0``
+    (dispatch.programmatic_launches)."""
 
     name, title = "split", "split top-k"
 
     def build(self, variant: Any, code: Callable[[], Any], scores: Any, steps: Any, ids: Any, *, active_blocks: int,
               scratch: Allocator | None, switches: Mapping[str, str]) -> TopkLaunch:
         nq, mb = check_arrays(scores, steps, ids, active_blocks)
-        module = code()
-        kernels = [module.function(name) for name in variant.kernels]
-        block = (variant.threads,)
-        common = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
         import cupy
 
+        device = cupy.cuda.Device()
+        grid = split_grid(active_blocks or mb, nq, int(device.attributes["MultiProcessorCount"]))
+        launches = RADIX_PASSES + 1
+        at = SPLIT_CHUNK_SIZES.index(grid.chunk_blocks) * launches
+        module = code()
+        kernels = [module.function(name) for name in variant.kernels[at:at + launches]]
+        block = (variant.threads,)
+        common = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
         if scratch is None:
             scratch = PlainAllocator(cupy)
-        chunks = split_chunks(mb, active_blocks)
-        buffers = split_scratch(scratch, nq, chunks)
+        buffers = split_scratch(scratch, nq, grid.chunks)
         (first, first_args), *rest = zip(kernels, split_kernel_args(common, buffers))
-        grid = (chunks, nq)
+        cta_grid = (grid.chunks, nq)
         # The first launch waits for whatever the stream ran before (the scores' writer, the previous
         # call's emit, which zeroes the histograms) as usual; the others may overlap the launch before them.
-        programmatic = programmatic_launches(int(cupy.cuda.Device().compute_capability), switches)
+        programmatic = programmatic_launches(int(device.compute_capability), switches)
         later = ProgrammaticLaunch if programmatic else functools.partial
         return TopkLaunch(
-            (functools.partial(first, grid, block, first_args), *(later(k, grid, block, a) for k, a in rest)),
+            (functools.partial(first, cta_grid, block, first_args), *(later(k, cta_grid, block, a) for k, a in rest)),
             accumulators=(buffers.hist, buffers.arrivals),
             programmatic=programmatic,
         )
