@@ -510,9 +510,6 @@ block_topk_split_pass_kernel(const float* __restrict__ scores, const int* __rest
         topk_split_write_suffix(topk_split_suffix(suffix, c.q, blockIdx.x), sum, above_prefix, warp_sums);
 }
 
-// Every pass's kernel instantiated here, so that a plain nvcc build (tests/test_nvcc.py) compiles them
-// too; CuPy finds them by their name expressions.
-
 // Warp 0 of an emit CTA once it is done with its query's last histogram (`last_hist`): the CTA counts
 // itself in the query's arrivals, and the last of its `ctas` to arrive, after every other has read
 // the histogram, zeroes it and the count. At the end of the emit, off the path to the ids.
