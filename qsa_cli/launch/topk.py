@@ -35,7 +35,8 @@ MAX_GRID_Y = 65535  # the split's grid is (chunks, nq)
 # The split's chunk a call: the smallest whose grid has at most this many CTAs an SM. Measured on an H200
 # (132 SMs, 2026-12-03): fewer blocks a CTA shorten each launch's chain until the grid outgrows what the
 # card holds beside the next launch's early CTAs (524K x 8: chunks of 2048, 520 CTAs, 24.8 us, against
-# 26.4 with 1024; 131K x 1: chunks of 512, 257 CTAs, 14.0 us, against 16.0 with 2048).
+# 26.4 with 1024; 131K x 1 at a capacity of 262144: chunks of 512, 129 CTAs, 14.0 us, against 16.2 with
+# 2048; docs/benchmarks.md).
 SPLIT_CTAS_PER_SM = 4
 
 

@@ -223,7 +223,7 @@ def select_wide(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
     return _write_ids(width, offsets.ravel()[owned], owned, counts[owned])
 
 
-# ---- qsa_block_topk_split: chunks of 2,048 blocks, five launches ----------------------------
+# ---- qsa_block_topk_split: chunks of 512-2,048 blocks, five launches -----------------------
 
 
 def select_split(
