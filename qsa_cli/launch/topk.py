@@ -52,9 +52,7 @@ def split_grid(blocks: int, nq: int, sms: int) -> SplitGrid:
     """The split's grid for ``nq`` queries over ``blocks`` blocks (a prompt call's active blocks, else the
     capacity's max_blocks) on a card of ``sms`` SMs: the smallest chunk of ``SPLIT_CHUNK_SIZES`` whose grid
     has at most ``SPLIT_CTAS_PER_SM`` CTAs an SM, else the largest."""
-    for size in SPLIT_CHUNK_SIZES:
-        if -(-blocks // size) * nq <= SPLIT_CTAS_PER_SM * sms:
-            break
+    size = next((s for s in SPLIT_CHUNK_SIZES if -(-blocks // s) * nq <= SPLIT_CTAS_PER_SM * sms), SPLIT_CHUNK_SIZES[-1])
     return SplitGrid(size, -(-blocks // size))
 
 
