@@ -58,7 +58,8 @@ __device__ __forceinline__ float qsa_lane_partial(float4 k, float4 q) {
 // may start once every CTA of the launch before it in the stream has called qsa_allow_next_grid (or
 // exited), so its prologue (the step records, the scores: read-only inputs) overlaps the tail of that
 // launch; qsa_wait_prior_grid then blocks until that launch has ended and its writes are visible, so
-// a kernel calls it before it reads or writes anything another launch of its call writes or reads.
+// a kernel calls it before it reads or writes anything another launch of its call writes or reads (the
+// cluster top-k: the scores, when it follows the window's scorer).
 // Launched plainly, or built for an older card, both are no-ops: the bits cannot depend on them.
 __device__ __forceinline__ void qsa_allow_next_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= QSA_PDL_MIN_CC * 10

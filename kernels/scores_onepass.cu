@@ -13,6 +13,7 @@ template <int NA, int NB>
 __global__ void block_scores_paired_kernel(const float* __restrict__ pooled, const float* __restrict__ dead,
                                            const float* __restrict__ q, const int* __restrict__ steps,
                                            float* __restrict__ scores, int nq, int max_blocks) {
+    qsa_allow_next_grid();  // the window's top-k may start (it waits for this grid before reading the scores)
     const int pairs_per_cta = blockDim.x / (2 * QSA_WARP);
     const int pair = blockIdx.x * pairs_per_cta + threadIdx.x / (2 * QSA_WARP);
     const int pairs = gridDim.x * pairs_per_cta;
@@ -184,6 +185,7 @@ block_scores_quarters_kernel(const float* __restrict__ pooled, const float* __re
                              float* __restrict__ scores, int nq, int max_blocks) {
     __shared__ KeyRing rings[kQuartersWarps];
     __shared__ float4 dead_key[kKeyVectors];
+    qsa_allow_next_grid();  // the window's top-k may start (it waits for this grid before reading the scores)
     if (threadIdx.x < kKeyVectors) dead_key[threadIdx.x] = reinterpret_cast<const float4*>(dead)[threadIdx.x];
     __syncthreads();
 

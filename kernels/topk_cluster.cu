@@ -1,6 +1,8 @@
 // qsa-min-arch: 90
 // topk_cluster.cu: block_topk_cluster_kernel, the Hopper decode top-k (spec section 3). A thread-block
 // cluster of QSA_CLUSTER_CTAS CTAs per query, grid (QSA_CLUSTER_CTAS, nq); the ids are the reference's:
+//   - launched after the window's scorer as a programmatic dependent launch, it waits for that grid
+//     (qsa_wait_prior_grid) before it reads the scores; launched plainly, the wait is a no-op;
 //   - CTA r loads the order keys of a contiguous 1/QSA_CLUSTER_CTAS of the query's blocks 0..n_bid into
 //     dynamic shared memory once (the launcher sizes it, qsa_cli/launch/topk_cluster.py), adding pass 0's
 //     histogram as it goes; the later passes and the emit read only shared memory;
@@ -610,6 +612,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         return;
     }
     cut_slice(s, query);
+    qsa_wait_prior_grid();  // the window's scorer, when launched after it programmatically, has ended
     s.load(query.srow);  // the slice's keys into shared memory, with pass 0's histogram
 
     // thr holds the digits found so far (mask: their bits). The select ends early once they decide it:

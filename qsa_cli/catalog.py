@@ -262,8 +262,8 @@ class Launcher:
         return self.catalog.build(variant, dev, out)
 
     def topk(self, variant: Variant, scores: Any, steps: Any, ids: Any, active_blocks: int = 0,
-             scratch: Any = None) -> Any:
+             scratch: Any = None, follows_kernel: bool = False) -> Any:
         """A callable launching the top-k ``variant`` on ``scores`` and ``steps`` into ``ids``
-        (launch/shape.py TopkShape)."""
+        (launch/shape.py TopkShape; ``follows_kernel``: right after a kernel in the stream)."""
         return self.catalog.build(variant, scores, steps, ids, active_blocks=active_blocks, scratch=scratch,
-                                  switches=self.switches)
+                                  switches=self.switches, follows_kernel=follows_kernel)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import QSA, topk_launch
+from conftest import QSA, scorer_launch, topk_launch
 from topk_rows import EARLY_ENDS, early_end_inputs
 
 from qsa_cli.core.geometry import (
@@ -25,14 +25,27 @@ from qsa_cli.core.geometry import (
     max_blocks,
     window_steps,
 )
-from qsa_cli.inputs import SCORE_SETS, TopkInputs, id_poison, synthetic_scores
+from qsa_cli.catalog import Launcher
+from qsa_cli.dispatch import ENV_PDL
+from qsa_cli.core.integrity import GuardedBuffers
+from qsa_cli.inputs import (
+    SCORE_SETS,
+    TopkInputs,
+    id_poison,
+    score_poison,
+    synthetic_scorer_inputs,
+    synthetic_scores,
+)
+from qsa_cli.launch.driver import ProgrammaticLaunch
 from qsa_cli.launch.topk_cluster import (
     STATIC_SMEM_BYTES,
     THREADS,
     ClusterUnavailable,
     cluster_max_capacity,
 )
+from qsa_cli.model.scores import score_blocks
 from qsa_cli.model.topk import first_difference, topk_ids
+from qsa_cli.stages.scores import place_scorer_inputs
 
 # (context, capacity): the spec's selftest windows plus contexts up to 1,048,576 at capacity 1,048,576.
 WINDOWS = [
@@ -208,6 +221,50 @@ def test_graph_replays_follow_the_device_steps(cupy: Any, seed: int) -> None:
             graph.launch(stream)
             got = cupy.asnumpy(ids, stream=stream)
             assert_ids(got, topk_ids(window, "oracle"), window.steps, f"replay {replay} (context {ctx + replay})")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pdl", ["0", "1"], ids=["plain", "programmatic"])
+@pytest.mark.parametrize(("scorer", "nq"), [("quarters", MAX_QUERIES), ("paired", 5)])
+def test_the_windows_cluster_waits_for_its_scorer(cupy: Any, seed: int, pdl: str, scorer: str, nq: int) -> None:
+    """The cluster right after one of qsa's scorers, as the window launches it (``follows_kernel``): on sm_90 a
+    programmatic dependent launch unless QSA_PDL=0, which the scorer lets start while it still writes the
+    scores. The scores are poisoned before every call and every graph replay: the ids are the oracle's on
+    the CPU model's scores each time, so the kernel read the scores only once the scorer had ended; the
+    inputs, scores and ids sit between guard zones, and the inputs end as they began."""
+    inputs = synthetic_scorer_inputs(Call(131077, nq, 262144), seed)
+    want = topk_ids(TopkInputs(score_blocks(inputs), inputs.steps), "oracle")
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        buffers = GuardedBuffers(cupy)
+        dev, watched = place_scorer_inputs(buffers, inputs)
+        score_poison_ = cupy.asarray(score_poison((nq, inputs.max_blocks)))
+        id_poison_ = cupy.asarray(id_poison((nq, SELECT_CAP)))
+        scores = buffers.empty("scores", score_poison_.shape, np.float32)
+        ids = buffers.empty("ids", id_poison_.shape, np.int32)
+        score = scorer_launch(scorer, dev, scores)
+        select = Launcher(QSA, {ENV_PDL: pdl}).topk(QSA.get("topk", "cluster"), scores, dev.steps, ids,
+                                                    follows_kernel=True)
+        assert isinstance(select, ProgrammaticLaunch) == (pdl == "1")  # the fixture's device is sm_90+
+        score()
+        select()  # first use stays out of the capture
+        stream.begin_capture()
+        score()
+        select()
+        graph = stream.end_capture()
+        for n in range(2 * GRAPH_REPLAYS):
+            cupy.copyto(scores, score_poison_)
+            cupy.copyto(ids, id_poison_)
+            if n < GRAPH_REPLAYS:
+                score()
+                select()
+            else:
+                graph.launch(stream)
+            got = cupy.asnumpy(ids, stream=stream)
+            assert_ids(got, want, inputs.steps, f"{scorer} then cluster, QSA_PDL={pdl}, call {n}")
+        assert buffers.breaches() == []
+        for name, (placed, host) in watched.items():
+            assert cupy.asnumpy(placed, stream=stream).tobytes() == host.tobytes(), f"{name} changed"
 
 
 @pytest.mark.gpu

@@ -84,7 +84,8 @@ class AdapterTopk(TopkShape):
     name, title, engine = "adapter-topk", "adapter top-k", True
 
     def build(self, variant: Any, code: Callable[[], Any], scores: Any, steps: Any, ids: Any, *, active_blocks: int,
-              scratch: Allocator | None, switches: Mapping[str, str]) -> Callable[[], None]:
+              scratch: Allocator | None, switches: Mapping[str, str],
+              follows_kernel: bool = False) -> Callable[[], None]:
         require_switches(variant.engine)
         return adapter_topk_launcher(code(), variant, scores, steps, ids, active_blocks, scratch)
 

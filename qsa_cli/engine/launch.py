@@ -179,7 +179,8 @@ class EngineTopk(TopkShape):
     name, title, engine = "engine-topk", "engine top-k", True
 
     def build(self, variant: Any, code: Callable[[], Any], scores: Any, steps: Any, ids: Any, *, active_blocks: int,
-              scratch: Allocator | None, switches: Mapping[str, str]) -> Callable[[], None]:
+              scratch: Allocator | None, switches: Mapping[str, str],
+              follows_kernel: bool = False) -> Callable[[], None]:
         require_switches(variant.engine)
         return engine_topk_launcher(code(), variant.engine.kind, scores, steps, ids, active_blocks, scratch)
 

@@ -136,9 +136,10 @@ class ProgrammaticLaunch:
     """One kernel launch with programmatic stream serialization, on the stream current at each call.
 
     It holds ``args`` (the arrays among them stay allocated while the launch exists) and, before it is
-    first used, checks them against the kernel's parameters."""
+    first used, checks them against the kernel's parameters; ``shared_mem``: its dynamic shared memory bytes."""
 
-    def __init__(self, kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]) -> None:
+    def __init__(self, kernel: Any, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...],
+                 shared_mem: int = 0) -> None:
         self.args = args  # owned: the driver only ever sees the arrays' addresses
         function = int(kernel.kernel.ptr)  # CuPy RawKernel -> its CUfunction
         self._function = ctypes.c_void_p(function)
@@ -148,7 +149,7 @@ class ProgrammaticLaunch:
         self._pointers = (ctypes.c_void_p * len(args))(*(ctypes.addressof(p) for p in self._params))
         self._attribute = _Attribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
         dims = lambda d: (ctypes.c_uint * 3)(*(tuple(d) + (1, 1, 1))[:3])
-        self._config = _Config(grid=dims(grid), block=dims(block), shared_bytes=0,
+        self._config = _Config(grid=dims(grid), block=dims(block), shared_bytes=shared_mem,
                                attrs=ctypes.pointer(self._attribute), num_attrs=1)
 
     def __call__(self) -> None:

@@ -64,11 +64,15 @@ class TopkShape(LaunchShape):
 
     @abstractmethod
     def build(self, variant: Any, code: Callable[[], Any], scores: Any, steps: Any, ids: Any, *,
-              active_blocks: int, scratch: Allocator | None, switches: Mapping[str, str]) -> Launch:
+              active_blocks: int, scratch: Allocator | None, switches: Mapping[str, str],
+              follows_kernel: bool = False) -> Launch:
         """``variant`` (``code()`` as for a scorer) on ``scores`` (float32 [nq, max_blocks]) and ``steps``
         (int32 [nq, 4]) into ``ids`` (int32 [nq, SELECT_CAP], poisoned by the caller): each query's entries
         0..width-1.
 
         ``active_blocks`` is a prompt call's largest n_bid + 1 (0: a decode call, sized by max_blocks);
         ``scratch`` allocates any scratch (the stages give guarded buffers; None: plain CuPy arrays);
-        ``switches``: the run's environment switches (dispatch.SWITCHES), read once where it began."""
+        ``switches``: the run's environment switches (dispatch.SWITCHES), read once where it began;
+        ``follows_kernel``: the call comes right after a kernel in the stream (the window's scorer), so a shape
+        whose first kernel waits for the grid before it (qsa_wait_prior_grid) may launch it as a programmatic
+        dependent launch, which overlaps its start with that grid's end (dispatch.programmatic_launches)."""

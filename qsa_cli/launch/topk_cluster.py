@@ -30,6 +30,8 @@ from ..core.geometry import (
     cluster_slice_blocks,
 )
 from ..core.integrity import Allocator
+from ..dispatch import programmatic_launches
+from .driver import ProgrammaticLaunch
 from .shape import Card, TopkShape
 from .topk import check_arrays
 
@@ -106,8 +108,11 @@ class Cluster(TopkShape):
         return None
 
     def build(self, variant: Any, code: Callable[[], Any], scores: Any, steps: Any, ids: Any, *, active_blocks: int,
-              scratch: Allocator | None, switches: Mapping[str, str]) -> Callable[[], None]:
-        """One launch on the current stream, so it can be captured into a CUDA graph."""
+              scratch: Allocator | None, switches: Mapping[str, str],
+              follows_kernel: bool = False) -> Callable[[], None]:
+        """One launch on the current stream, so it can be captured into a CUDA graph; after a kernel
+        (``follows_kernel``), a programmatic dependent launch (the kernel waits for that grid before it reads
+        the scores) unless ``QSA_PDL=0``: the window's top-k then starts while its scorer drains."""
         nq, mb = check_arrays(scores, steps, ids, active_blocks)
         import cupy
 
@@ -123,6 +128,8 @@ class Cluster(TopkShape):
         kernel.max_dynamic_shared_size_bytes = max(kernel.max_dynamic_shared_size_bytes, dynamic)
         grid, block = (CLUSTER_CTAS, nq), (THREADS,)
         args = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
+        if follows_kernel and programmatic_launches(int(device.compute_capability), switches):
+            return ProgrammaticLaunch(kernel, grid, block, args, shared_mem=dynamic)
 
         def launch() -> None:
             kernel(grid, block, args, shared_mem=dynamic)

@@ -87,7 +87,9 @@ class WindowStage(StageBase):
         import cupy
 
         score = self.launcher.scorer(variant.scorer, self.placed, self.scores)
-        select = self.launcher.topk(variant.topk, self.scores, self.placed.steps, self.ids, scratch=buffers)
+        # right after the scorer: a top-k whose first kernel waits for it may start as it drains
+        select = self.launcher.topk(variant.topk, self.scores, self.placed.steps, self.ids, scratch=buffers,
+                                    follows_kernel=True)
         score()
         select()  # first use (module load, attributes) stays out of the capture
         self.stream.begin_capture()
