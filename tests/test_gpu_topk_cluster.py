@@ -224,15 +224,14 @@ def test_graph_replays_follow_the_device_steps(cupy: Any, seed: int) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("pdl", ["0", "1"], ids=["plain", "programmatic"])
 @pytest.mark.parametrize(("scorer", "nq"), [("quarters", MAX_QUERIES), ("paired", 5)])
-def test_the_windows_cluster_waits_for_its_scorer(cupy: Any, seed: int, pdl: str, scorer: str, nq: int) -> None:
+def test_the_windows_cluster_waits_for_its_scorer(cupy: Any, seed: int, scorer: str, nq: int) -> None:
     """The cluster right after one of qsa's scorers, as the window launches it (``follows_kernel``): on sm_90 a
-    programmatic dependent launch unless QSA_PDL=0, which the scorer lets start while it still writes the
-    scores. The scores are poisoned before every call and every graph replay: the ids are the oracle's on
-    the CPU model's scores each time, so the kernel read the scores only once the scorer had ended; the
+    programmatic dependent launch (plain under QSA_PDL=0), which the scorer lets start while it still writes
+    the scores. The scores are poisoned before every call and every graph replay: the ids are the oracle's
+    on the CPU model's scores each time, so the kernel read the scores only once the scorer had ended; the
     inputs, scores and ids sit between guard zones, and the inputs end as they began."""
-    inputs = synthetic_scorer_inputs(Call(131077, nq, 262144), seed)
+    inputs = synthetic_scorer_inputs(Call(65539, nq, 131072), seed)
     want = topk_ids(TopkInputs(score_blocks(inputs), inputs.steps), "oracle")
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
@@ -242,10 +241,12 @@ def test_the_windows_cluster_waits_for_its_scorer(cupy: Any, seed: int, pdl: str
         id_poison_ = cupy.asarray(id_poison((nq, SELECT_CAP)))
         scores = buffers.empty("scores", score_poison_.shape, np.float32)
         ids = buffers.empty("ids", id_poison_.shape, np.int32)
+        cluster = QSA.get("topk", "cluster")
+        plain = Launcher(QSA, {ENV_PDL: "0"}).topk(cluster, scores, dev.steps, ids, follows_kernel=True)
+        assert not isinstance(plain, ProgrammaticLaunch)
+        select = Launcher(QSA, {}).topk(cluster, scores, dev.steps, ids, follows_kernel=True)
+        assert isinstance(select, ProgrammaticLaunch)  # the fixture's device is sm_90 or newer
         score = scorer_launch(scorer, dev, scores)
-        select = Launcher(QSA, {ENV_PDL: pdl}).topk(QSA.get("topk", "cluster"), scores, dev.steps, ids,
-                                                    follows_kernel=True)
-        assert isinstance(select, ProgrammaticLaunch) == (pdl == "1")  # the fixture's device is sm_90+
         score()
         select()  # first use stays out of the capture
         stream.begin_capture()
@@ -261,7 +262,7 @@ def test_the_windows_cluster_waits_for_its_scorer(cupy: Any, seed: int, pdl: str
             else:
                 graph.launch(stream)
             got = cupy.asnumpy(ids, stream=stream)
-            assert_ids(got, want, inputs.steps, f"{scorer} then cluster, QSA_PDL={pdl}, call {n}")
+            assert_ids(got, want, inputs.steps, f"{scorer} then cluster, call {n}")
         assert buffers.breaches() == []
         for name, (placed, host) in watched.items():
             assert cupy.asnumpy(placed, stream=stream).tobytes() == host.tobytes(), f"{name} changed"
