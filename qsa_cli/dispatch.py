@@ -21,7 +21,7 @@ CALL_KINDS = ("decode", "prompt")
 
 ENV_SCORES_HALVE = "STRATA_SCORES_HALVE"
 ENV_TOPK_SPLIT = "STRATA_TOPK_SPLIT"
-ENV_PDL = "QSA_PDL"  # "0": the split's launches run one after another even where PDL exists
+ENV_PDL = "QSA_PDL"  # "0": plain launches (the split's, the window's cluster) even where PDL exists
 SWITCHES = (ENV_SCORES_HALVE, ENV_TOPK_SPLIT, ENV_PDL)
 
 
@@ -156,6 +156,7 @@ def dispatch(catalog: Named, cc: int, kind: str, env: Mapping[str, str],
 
 
 def programmatic_launches(compute_capability: int, env: Mapping[str, str]) -> bool:
-    """Whether the split's launches 2-5 are programmatic dependent launches: on sm_90 and newer, unless
-    ``QSA_PDL=0``. Their bits cannot differ (the kernels wait before touching their call's scratch)."""
+    """Whether the split's launches 2-5, and the window's cluster top-k after its scorer, are programmatic
+    dependent launches: on sm_90 and newer, unless ``QSA_PDL=0``. Their bits cannot differ (the kernels wait
+    before touching their call's scratch or the scores)."""
     return compute_capability >= PDL_MIN_CC and _switch(env, ENV_PDL) is not False
