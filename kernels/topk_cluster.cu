@@ -598,6 +598,11 @@ __device__ __forceinline__ void cut_slice(ClusterSlice& s, const TopkQuery& quer
 
 }  // namespace
 
+// What the launcher reads (qsa_cli/launch/topk_cluster.py) before it makes this kernel a programmatic
+// dependent launch: it waits for the grid before it (qsa_wait_prior_grid) before it reads a score. A copy
+// of the kernels from before the wait lacks it and is launched plainly.
+extern "C" __constant__ int qsa_cluster_waits_for_prior_grid = 1;
+
 // One CTA an SM in any case (1,024 threads with over 32 registers each): the second bound lets ptxas
 // use the registers that leaves.
 __global__ void __cluster_dims__(QSA_CLUSTER_CTAS, 1, 1) __launch_bounds__(QSA_TOPK_CLUSTER_THREADS, 1)
@@ -612,7 +617,7 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
         return;
     }
     cut_slice(s, query);
-    qsa_wait_prior_grid();  // the window's scorer, when launched after it programmatically, has ended
+    qsa_wait_prior_grid();  // launched programmatically after the window's scorer: that grid has ended
     s.load(query.srow);  // the slice's keys into shared memory, with pass 0's histogram
 
     // thr holds the digits found so far (mask: their bits). The select ends early once they decide it:

@@ -147,6 +147,14 @@ class Module:
         except Exception as exc:
             raise KernelError(f"kernels/{self.source} has no function {name!r} ({exc})") from exc
 
+    def defines(self, symbol: str) -> bool:
+        """Whether the source declares the global ``symbol`` (what a kernel says it does, for its launcher)."""
+        try:
+            self._raw.get_global(symbol)
+        except Exception:  # CuPy's driver error: no such symbol
+            return False
+        return True
+
     def info(self, name: str) -> KernelInfo:
         attrs = self.function(name).attributes
         return KernelInfo(

@@ -8,6 +8,8 @@ of every row must be written.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,7 +27,7 @@ from qsa_cli.core.geometry import (
     max_blocks,
     window_steps,
 )
-from qsa_cli.catalog import Launcher
+from qsa_cli.catalog import Launcher, qsa_catalog
 from qsa_cli.dispatch import ENV_PDL
 from qsa_cli.core.integrity import GuardedBuffers
 from qsa_cli.inputs import (
@@ -37,9 +39,11 @@ from qsa_cli.inputs import (
     synthetic_scores,
 )
 from qsa_cli.launch.driver import ProgrammaticLaunch
+from qsa_cli.kernels import kernel_dir
 from qsa_cli.launch.topk_cluster import (
     STATIC_SMEM_BYTES,
     THREADS,
+    WAITS_FOR_PRIOR_GRID,
     ClusterUnavailable,
     cluster_max_capacity,
 )
@@ -266,6 +270,29 @@ def test_the_windows_cluster_waits_for_its_scorer(cupy: Any, seed: int, scorer: 
         assert buffers.breaches() == []
         for name, (placed, host) in watched.items():
             assert cupy.asnumpy(placed, stream=stream).tobytes() == host.tobytes(), f"{name} changed"
+
+
+@pytest.mark.gpu
+def test_a_copy_of_the_kernels_without_the_wait_is_launched_plainly(cupy: Any, tmp_path: Path) -> None:
+    """A kernels folder whose cluster kernel does not declare that it waits for the grid before it (one from
+    before the wait, say, under ``qsa compare``) is launched plainly after a kernel: it could read the scores
+    before they are complete."""
+    assert QSA.compiled(QSA.get("topk", "cluster")).defines(WAITS_FOR_PRIOR_GRID)
+    assert not QSA.compiled(QSA.get("topk", "split")).defines(WAITS_FOR_PRIOR_GRID)
+    copy = tmp_path / "kernels"
+    shutil.copytree(kernel_dir(), copy)
+    source = copy / "topk_cluster.cu"
+    text = source.read_text()
+    declaration = f"extern \"C\" __constant__ int {WAITS_FOR_PRIOR_GRID} = 1;\n"
+    assert declaration in text
+    source.write_text(text.replace(declaration, ""))
+    catalog = qsa_catalog(copy)
+    assert not catalog.compiled(catalog.get("topk", "cluster")).defines(WAITS_FOR_PRIOR_GRID)
+    scores = cupy.zeros((MAX_QUERIES, max_blocks(65536)), np.float32)
+    steps = cupy.asarray(window_steps(65536, MAX_QUERIES))
+    ids = cupy.empty((MAX_QUERIES, SELECT_CAP), np.int32)
+    launch = Launcher(catalog, {}).topk(catalog.get("topk", "cluster"), scores, steps, ids, follows_kernel=True)
+    assert not isinstance(launch, ProgrammaticLaunch)
 
 
 @pytest.mark.gpu

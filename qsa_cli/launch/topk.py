@@ -128,7 +128,7 @@ class Split(TopkShape):
         # The first launch waits for whatever the stream ran before (the scores' writer, the previous
         # call's emit, which zeroes the histograms) as usual, even after the window's scorer
         # (``follows_kernel``): launched programmatically there, pass 0 waiting for the scorer, the window
-        # measured 1.7-2.0 µs slower on the H200. The others may overlap the launch before them.
+        # measured 1.5-2.3 µs slower on the H200. The others may overlap the launch before them.
         programmatic = programmatic_launches(int(device.compute_capability), switches)
         later = ProgrammaticLaunch if programmatic else functools.partial
         return TopkLaunch(

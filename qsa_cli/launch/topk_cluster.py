@@ -36,6 +36,8 @@ from .shape import Card, TopkShape
 from .topk import check_arrays
 
 SOURCE = "topk_cluster.cu"
+# Declared by a kernel that waits for the grid before it before it reads a score (a programmatic launch may follow)
+WAITS_FOR_PRIOR_GRID = "qsa_cluster_waits_for_prior_grid"
 THREADS = TOPK_CLUSTER_THREADS
 WORD_BYTES = 4  # a uint32: one block's order key, one histogram bin
 CHUNK_WORDS = 2  # a chunk's cells above and at the threshold
@@ -111,15 +113,17 @@ class Cluster(TopkShape):
               scratch: Allocator | None, switches: Mapping[str, str],
               follows_kernel: bool = False) -> Callable[[], None]:
         """One launch on the current stream, so it can be captured into a CUDA graph; after a kernel
-        (``follows_kernel``), a programmatic dependent launch (the kernel waits for that grid before it reads
-        the scores) unless ``QSA_PDL=0``: the window's top-k then starts while its scorer drains."""
+        (``follows_kernel``), a programmatic dependent launch where the kernel says it waits for that grid
+        before it reads the scores (WAITS_FOR_PRIOR_GRID), unless ``QSA_PDL=0``: the window's top-k then starts
+        while its scorer drains."""
         nq, mb = check_arrays(scores, steps, ids, active_blocks)
         import cupy
 
         device = cupy.cuda.Device()
         optin = int(cupy.cuda.runtime.getDeviceProperties(device.id)["sharedMemPerBlockOptin"])
         dynamic = require_cluster(int(device.compute_capability), mb, optin, active_blocks)
-        kernel = code().function(variant.kernels[0])
+        module = code()
+        kernel = module.function(variant.kernels[0])
         static = int(kernel.attributes["shared_size_bytes"])
         if static > STATIC_SMEM_BYTES:
             raise KernelError(f"{SOURCE}: {static} B of static shared memory, over the {STATIC_SMEM_BYTES} B the "
@@ -128,7 +132,8 @@ class Cluster(TopkShape):
         kernel.max_dynamic_shared_size_bytes = max(kernel.max_dynamic_shared_size_bytes, dynamic)
         grid, block = (CLUSTER_CTAS, nq), (THREADS,)
         args = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
-        if follows_kernel and programmatic_launches(int(device.compute_capability), switches):
+        if (follows_kernel and programmatic_launches(int(device.compute_capability), switches)
+                and module.defines(WAITS_FOR_PRIOR_GRID)):
             return ProgrammaticLaunch(kernel, grid, block, args, shared_mem=dynamic)
 
         def launch() -> None:
