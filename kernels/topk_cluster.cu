@@ -1,8 +1,10 @@
 // qsa-min-arch: 90
+// qsa-declares: waits-for-prior-grid
 // topk_cluster.cu: block_topk_cluster_kernel, the Hopper decode top-k (spec section 3). A thread-block
 // cluster of QSA_CLUSTER_CTAS CTAs per query, grid (QSA_CLUSTER_CTAS, nq); the ids are the reference's:
 //   - launched after the window's scorer as a programmatic dependent launch, it waits for that grid
-//     (qsa_wait_prior_grid) before it reads the scores; launched plainly, the wait is a no-op;
+//     (qsa_wait_prior_grid) before it reads the scores; launched plainly, the wait is a no-op. The
+//     declaration above tells the launcher so (a copy of the kernels from before the wait is launched plainly);
 //   - CTA r loads the order keys of a contiguous 1/QSA_CLUSTER_CTAS of the query's blocks 0..n_bid into
 //     dynamic shared memory once (the launcher sizes it, qsa_cli/launch/topk_cluster.py), adding pass 0's
 //     histogram as it goes; the later passes and the emit read only shared memory;
@@ -597,11 +599,6 @@ __device__ __forceinline__ void cut_slice(ClusterSlice& s, const TopkQuery& quer
 }
 
 }  // namespace
-
-// What the launcher reads (qsa_cli/launch/topk_cluster.py) before it makes this kernel a programmatic
-// dependent launch: it waits for the grid before it (qsa_wait_prior_grid) before it reads a score. A copy
-// of the kernels from before the wait lacks it and is launched plainly.
-extern "C" __constant__ int qsa_cluster_waits_for_prior_grid = 1;
 
 // One CTA an SM in any case (1,024 threads with over 32 registers each): the second bound lets ptxas
 // use the registers that leaves.

@@ -35,7 +35,9 @@ LINEINFO_OPTION = "-lineinfo"
 def compile_options() -> tuple[str, ...]:
     return COMPILE_OPTIONS + ((LINEINFO_OPTION,) if os.environ.get(ENV_LINEINFO) == "1" else ())
 
+
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.MULTILINE)  # one line, its newline kept
+_DECLARES = re.compile(r"^[ \t]*//[ \t]*qsa-declares:[ \t]*(\S+)[ \t]*$", re.MULTILINE)  # a trait a line
 
 
 HEADER, BENCH = "qsa_common.cuh", "bench.cu"  # every kernel's constants and helpers; the timer's kernels
@@ -77,6 +79,12 @@ def source_text(name: str, folder: Path | None = None) -> str:
 
 
 @functools.cache
+def declared_traits(folder: Path, source: str) -> frozenset[str]:
+    """The traits ``source`` of ``folder`` (its includes inlined) declares, one ``// qsa-declares: TRAIT`` line
+    each: what its kernels do that a launcher may rely on."""
+    return frozenset(_DECLARES.findall(_source_text(folder, source)))
+
+
 def _source_text(d: Path, name: str) -> str:
     seen: set[str] = set()
 
@@ -135,11 +143,13 @@ class KernelInfo:
 class Module:
     """One compiled source: its functions by the names the spec uses (template names included)."""
 
-    def __init__(self, raw: Any, source: str, names: tuple[str, ...], lowered: dict[str, str]) -> None:
+    def __init__(self, raw: Any, source: str, names: tuple[str, ...], lowered: dict[str, str],
+                 traits: frozenset[str] = frozenset()) -> None:
         self._raw = raw
         self.source = source
         self.names = names
         self._lowered = lowered  # name expression (e.g. a template instance) -> its mangled name
+        self.traits = traits  # the source's ``// qsa-declares: TRAIT`` lines
 
     def function(self, name: str) -> Any:
         try:
@@ -147,13 +157,9 @@ class Module:
         except Exception as exc:
             raise KernelError(f"kernels/{self.source} has no function {name!r} ({exc})") from exc
 
-    def defines(self, symbol: str) -> bool:
-        """Whether the source declares the global ``symbol`` (what a kernel says it does, for its launcher)."""
-        try:
-            self._raw.get_global(symbol)
-        except Exception:  # CuPy's driver error: no such symbol
-            return False
-        return True
+    def declares(self, trait: str) -> bool:
+        """Whether the source says ``// qsa-declares: TRAIT`` (what its kernels do, for their launcher)."""
+        return trait in self.traits
 
     def info(self, name: str) -> KernelInfo:
         attrs = self.function(name).attributes
@@ -265,7 +271,7 @@ def _load(source: str, names: tuple[str, ...], device_id: int, appended: str, fo
             path = Path(tmp) / f"{source}.bin"
             path.write_bytes(binary)
             raw = cupy.RawModule(path=str(path))  # loads the binary as is: no options added
-            module = Module(raw, source, names, lowered)
+            module = Module(raw, source, names, lowered, declared_traits(folder, source))
             for name in names:
                 module.function(name)  # load now, while the file exists, so a bad name surfaces here
     return module

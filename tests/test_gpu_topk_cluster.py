@@ -277,17 +277,17 @@ def test_a_copy_of_the_kernels_without_the_wait_is_launched_plainly(cupy: Any, t
     """A kernels folder whose cluster kernel does not declare that it waits for the grid before it (one from
     before the wait, say, under ``qsa compare``) is launched plainly after a kernel: it could read the scores
     before they are complete."""
-    assert QSA.compiled(QSA.get("topk", "cluster")).defines(WAITS_FOR_PRIOR_GRID)
-    assert not QSA.compiled(QSA.get("topk", "split")).defines(WAITS_FOR_PRIOR_GRID)
+    assert QSA.compiled(QSA.get("topk", "cluster")).declares(WAITS_FOR_PRIOR_GRID)
+    assert not QSA.compiled(QSA.get("topk", "split")).declares(WAITS_FOR_PRIOR_GRID)
     copy = tmp_path / "kernels"
     shutil.copytree(kernel_dir(), copy)
     source = copy / "topk_cluster.cu"
     text = source.read_text()
-    declaration = f"extern \"C\" __constant__ int {WAITS_FOR_PRIOR_GRID} = 1;\n"
+    declaration = f"// qsa-declares: {WAITS_FOR_PRIOR_GRID}\n"
     assert declaration in text
     source.write_text(text.replace(declaration, ""))
     catalog = qsa_catalog(copy)
-    assert not catalog.compiled(catalog.get("topk", "cluster")).defines(WAITS_FOR_PRIOR_GRID)
+    assert not catalog.compiled(catalog.get("topk", "cluster")).declares(WAITS_FOR_PRIOR_GRID)
     scores = cupy.zeros((MAX_QUERIES, max_blocks(65536)), np.float32)
     steps = cupy.asarray(window_steps(65536, MAX_QUERIES))
     ids = cupy.empty((MAX_QUERIES, SELECT_CAP), np.int32)

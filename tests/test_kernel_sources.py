@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from qsa_cli import kernels
+from qsa_cli.kernels import declared_traits, kernel_dir
+from qsa_cli.launch.topk_cluster import WAITS_FOR_PRIOR_GRID
 
 
 def test_every_source_inlines_the_header_once_and_includes_no_toolkit_header():
@@ -124,3 +126,14 @@ def test_another_nvrtc_version_is_another_cache_entry(monkeypatch, tmp_path):
     version[0] = (12, 8)
     assert kernels._compile("bench.cu", ("read_floor_kernel",), "90", "", folder) != first and len(compiled) == 2
     assert compiled[0] == kernels.COMPILE_OPTIONS  # exactly qsa's options, none added
+
+
+def test_a_source_declares_its_traits_on_lines_of_their_own(tmp_path):
+    """The cluster kernel says it waits for the grid before it (its launcher reads that); a header's
+    declaration counts for the source that includes it, one after code does not."""
+    assert declared_traits(kernel_dir(), "topk_cluster.cu") == {WAITS_FOR_PRIOR_GRID}
+    assert declared_traits(kernel_dir(), "topk.cu") == frozenset()
+    (tmp_path / "a.cu").write_text('// qsa-declares: x\n  //qsa-declares:y  \nint z;  // qsa-declares: no\n'
+                                   '#include "b.cuh"\n')
+    (tmp_path / "b.cuh").write_text("// qsa-declares: from-header\n")
+    assert declared_traits(tmp_path, "a.cu") == {"x", "y", "from-header"}

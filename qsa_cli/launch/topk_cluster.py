@@ -36,8 +36,9 @@ from .shape import Card, TopkShape
 from .topk import check_arrays
 
 SOURCE = "topk_cluster.cu"
-# Declared by a kernel that waits for the grid before it before it reads a score (a programmatic launch may follow)
-WAITS_FOR_PRIOR_GRID = "qsa_cluster_waits_for_prior_grid"
+# What a cluster kernel that waits for the grid before it, before it reads a score, declares in its source
+# (``// qsa-declares: ...``): only then may its launch be a programmatic dependent launch
+WAITS_FOR_PRIOR_GRID = "waits-for-prior-grid"
 THREADS = TOPK_CLUSTER_THREADS
 WORD_BYTES = 4  # a uint32: one block's order key, one histogram bin
 CHUNK_WORDS = 2  # a chunk's cells above and at the threshold
@@ -133,7 +134,7 @@ class Cluster(TopkShape):
         grid, block = (CLUSTER_CTAS, nq), (THREADS,)
         args = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
         if (follows_kernel and programmatic_launches(int(device.compute_capability), switches)
-                and module.defines(WAITS_FOR_PRIOR_GRID)):
+                and module.declares(WAITS_FOR_PRIOR_GRID)):
             return ProgrammaticLaunch(kernel, grid, block, args, shared_mem=dynamic)
 
         def launch() -> None:
