@@ -79,12 +79,6 @@ def source_text(name: str, folder: Path | None = None) -> str:
 
 
 @functools.cache
-def declared_traits(folder: Path, source: str) -> frozenset[str]:
-    """The traits ``source`` of ``folder`` (its includes inlined) declares, one ``// qsa-declares: TRAIT`` line
-    each: what its kernels do that a launcher may rely on."""
-    return frozenset(_DECLARES.findall(_source_text(folder, source)))
-
-
 def _source_text(d: Path, name: str) -> str:
     seen: set[str] = set()
 
@@ -104,6 +98,12 @@ def _source_text(d: Path, name: str) -> str:
         return f'#line 1 "{file}"\n' + _INCLUDE.sub(inline, text)
 
     return expand(name)
+
+
+def declared_traits(folder: Path, source: str) -> frozenset[str]:
+    """The traits ``source`` of ``folder`` (its includes inlined) declares, one ``// qsa-declares: TRAIT`` line
+    each: what its kernels do that a launcher may rely on."""
+    return frozenset(_DECLARES.findall(_source_text(folder, source)))
 
 
 _DEFINE = re.compile(r"^#define\s+(QSA_\w+)\s+(\S+)", re.MULTILINE)
