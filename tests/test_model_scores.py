@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qsa_cli.core.geometry import IDX_DIM, IDX_HEADS, TAIL_BONUS, WARP, Call, GeometryError, max_blocks, window_steps
@@ -307,7 +307,10 @@ def test_halving_matches_butterfly(m: int, seed: int) -> None:
         assert got.tobytes() == butterfly_sum(np.swapaxes(v, -1, -2)).tobytes(), f"seed {seed} m {m} case {case}"
 
 
-@settings(max_examples=30, deadline=None)
+# 32 x 16 floats can overrun Hypothesis's buffer: such a draw is discarded, not failed, and when many are the
+# filter health check would end the run (test_halving_matches_butterfly covers m = 16 on chosen data)
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.data_too_large])
 @given(m=st.sampled_from([4, 8, 16]), data=st.data())
 def test_halving_property(m: int, data: st.DataObject) -> None:
     v = np.array(data.draw(st.lists(st.floats(width=32), min_size=32 * m, max_size=32 * m)), F32).reshape(32, m)
