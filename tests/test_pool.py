@@ -5,7 +5,10 @@ qsa selftest's and topk-parity --selftest's records the same, bit for bit, eithe
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import time
+import types
 
 import pytest
 
@@ -13,6 +16,7 @@ from qsa_cli.catalog import qsa_catalog
 from qsa_cli.core.geometry import Call
 from qsa_cli.core.progress import no_progress
 from qsa_cli.inputs import SCORE_SETS, synthetic_scorer_inputs, synthetic_scores
+from qsa_cli.interrupts import Interrupted, interruptions, signal_of
 from qsa_cli.model.scores import score_blocks
 from qsa_cli.model.topk import topk_ids
 from qsa_cli.record.vocabulary import CPU_MODEL, CPU_ORACLE
@@ -71,6 +75,31 @@ def test_leaving_early_waits_for_no_work_left() -> None:
     with pool.in_order([(time.sleep, (60,)), (time.sleep, (60,))], workers=2):
         time.sleep(0.5)
     assert time.monotonic() - t0 < 20
+
+
+def test_a_signal_while_the_workers_start_ends_the_pool(monkeypatch) -> None:
+    """A SIGTERM while the pool starts is held until it has started, then raised: the pool is ended all the
+    same (it once escaped before the pool's try, leaving the workers to the exit, where a run could hang)."""
+    ended: list[str] = []
+
+    class StartingPool:
+        def __init__(self, workers: int, initializer: object) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)  # held until the pool is made
+
+        def terminate(self) -> None:
+            ended.append("terminate")
+
+        def join(self) -> None:
+            ended.append("join")
+
+    monkeypatch.setattr(pool.multiprocessing, "get_context", lambda method: types.SimpleNamespace(Pool=StartingPool))
+    with interruptions() as release:
+        release()
+        with pytest.raises(Interrupted) as stop:
+            with pool.in_order([(abs, (-1,)), (abs, (-2,))], workers=2):
+                pytest.fail("the block ran")
+        assert signal_of(stop.value) == signal.SIGTERM
+    assert ended == ["terminate", "join"]
 
 
 def _without_times(record: dict) -> dict:

@@ -61,13 +61,15 @@ def in_order(tasks: Sequence[Task], workers: int | None = None) -> Iterator[Iter
     if workers <= 1:
         yield (_run(*task) for task in tasks)
         return
-    # signals held while the workers start: an interruption raised between a worker's start and the parent's
-    # write of its start-up data would leave it reading an empty pipe (EOFError's traceback on stderr); one that
-    # comes meanwhile arrives once they are started, and the pool is ended below
-    with signals_held():
-        pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start_worker)
+    pool = None
     try:
+        # signals held while the workers start: an interruption raised between a worker's start and the
+        # parent's write of its start-up data would leave it reading an empty pipe (EOFError's traceback on
+        # stderr); one that comes meanwhile is raised as the block ends, inside this try, so the pool is ended
+        with signals_held():
+            pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start_worker)
         yield _ordered(pool, tasks, AHEAD_PER_WORKER * workers)
     finally:  # tasks not taken yet are not waited for
-        pool.terminate()
-        pool.join()
+        if pool is not None:
+            pool.terminate()
+            pool.join()
