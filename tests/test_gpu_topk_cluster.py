@@ -17,6 +17,7 @@ import pytest
 from conftest import QSA, scorer_launch, topk_launch
 from topk_rows import EARLY_ENDS, early_end_inputs
 
+from qsa_cli.catalog import Launcher, qsa_catalog
 from qsa_cli.core.geometry import (
     CLUSTER_MIN_CC,
     MAX_QUERIES,
@@ -27,9 +28,8 @@ from qsa_cli.core.geometry import (
     max_blocks,
     window_steps,
 )
-from qsa_cli.catalog import Launcher, qsa_catalog
-from qsa_cli.dispatch import ENV_PDL
 from qsa_cli.core.integrity import GuardedBuffers
+from qsa_cli.dispatch import ENV_PDL
 from qsa_cli.inputs import (
     SCORE_SETS,
     TopkInputs,
@@ -38,8 +38,8 @@ from qsa_cli.inputs import (
     synthetic_scorer_inputs,
     synthetic_scores,
 )
-from qsa_cli.launch.driver import ProgrammaticLaunch
 from qsa_cli.kernels import kernel_dir
+from qsa_cli.launch.driver import ProgrammaticLaunch
 from qsa_cli.launch.topk_cluster import (
     STATIC_SMEM_BYTES,
     THREADS,
