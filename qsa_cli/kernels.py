@@ -149,7 +149,7 @@ class Module:
         self.source = source
         self.names = names
         self._lowered = lowered  # name expression (e.g. a template instance) -> its mangled name
-        self.traits = traits  # the source's ``// qsa-declares: TRAIT`` lines
+        self._traits = traits  # the source's ``// qsa-declares: TRAIT`` lines: read through declares()
 
     def function(self, name: str) -> Any:
         try:
@@ -159,7 +159,7 @@ class Module:
 
     def declares(self, trait: str) -> bool:
         """Whether the source says ``// qsa-declares: TRAIT`` (what its kernels do, for their launcher)."""
-        return trait in self.traits
+        return trait in self._traits
 
     def info(self, name: str) -> KernelInfo:
         attrs = self.function(name).attributes

@@ -9,8 +9,9 @@ def test_header_constants_agree_with_geometry():
     defines = header_defines()
     assert g.header_mismatches(defines) == []
     # every geometry constant the kernels need is defined in the header
-    for name in ("IDX_DIM", "IDX_HEADS", "BLOCK_CELLS", "TOP_K", "SELECT_CAP", "SPLIT_CHUNK_BLOCKS", "SPLIT_MIN_CHUNK_BLOCKS", "CLUSTER_CTAS",
-                 "CLUSTER_LANE_KEYS", "CLUSTER_CHUNK_KEYS", "CLUSTER_HIST_BUFFERS", "PDL_MIN_CC", "CLUSTER_MIN_CC"):
+    for name in ("IDX_DIM", "IDX_HEADS", "BLOCK_CELLS", "TOP_K", "SELECT_CAP", "SPLIT_CHUNK_BLOCKS",
+                 "SPLIT_MIN_CHUNK_BLOCKS", "CLUSTER_CTAS", "CLUSTER_LANE_KEYS", "CLUSTER_CHUNK_KEYS",
+                 "CLUSTER_HIST_BUFFERS", "PDL_MIN_CC", "CLUSTER_MIN_CC"):
         assert f"QSA_{name}" in defines
 
 
