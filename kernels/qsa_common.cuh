@@ -12,7 +12,8 @@
 #define QSA_QUERY_LANES 4        // lanes of block_scores_quarters_kernel a query: a quarter of the butterfly each
 #define QSA_SPLIT_CHUNK_BLOCKS 2048  // blocks per CTA of the split top-k, at most (a call's chunk: this, a half or a quarter)
 #define QSA_SPLIT_MIN_CHUNK_BLOCKS 512  // ... at least
-#define QSA_CLUSTER_CTAS 8       // CTAs per query of the cluster top-k
+#define QSA_CLUSTER_CTAS 8       // CTAs per query of the cluster top-k (the portable cluster size)
+#define QSA_CLUSTER_WIDE_CTAS 16  // ... in a wide call (a non-portable cluster size: the launcher's rule)
 #define QSA_CLUSTER_LANE_KEYS 4  // order keys a lane of the cluster top-k reads at once (one 16-byte read)
 #define QSA_CLUSTER_CHUNK_KEYS 128  // WARP * CLUSTER_LANE_KEYS: keys a warp reads at once, a chunk of the emit
 #define QSA_CLUSTER_HIST_BUFFERS 2  // a CTA's pass records of the cluster top-k: pass p's in buffer p % 2

@@ -1,15 +1,16 @@
 // qsa-min-arch: 90
 // qsa-declares: waits-for-prior-grid
 // topk_cluster.cu: block_topk_cluster_kernel, the Hopper decode top-k (spec section 3). A thread-block
-// cluster of QSA_CLUSTER_CTAS CTAs per query, grid (QSA_CLUSTER_CTAS, nq); the ids are the reference's:
+// cluster of CTAS CTAs per query, grid (CTAS, nq): QSA_CLUSTER_CTAS, or QSA_CLUSTER_WIDE_CTAS in
+// block_topk_cluster_wide_kernel where the launcher's rule takes it; the ids are the reference's at either:
 //   - launched after the window's scorer as a programmatic dependent launch, it waits for that grid
 //     (qsa_wait_prior_grid) before it reads the scores; launched plainly, the wait is a no-op. The
 //     declaration above tells the launcher so (a copy of the kernels from before the wait is launched plainly);
-//   - CTA r loads the order keys of a contiguous 1/QSA_CLUSTER_CTAS of the query's blocks 0..n_bid into
+//   - CTA r loads the order keys of a contiguous 1/CTAS of the query's blocks 0..n_bid into
 //     dynamic shared memory once (the launcher sizes it, qsa_cli/launch/topk_cluster.py), adding pass 0's
 //     histogram as it goes; the later passes and the emit read only shared memory;
 //   - each pass, every CTA histograms its slice, the cluster syncs, and every CTA sums the same
-//     QSA_CLUSTER_CTAS histograms through distributed shared memory and applies the reference's digit
+//     CTAS histograms through distributed shared memory and applies the reference's digit
 //     rule to the sum: a pure function of integer counts, so thr, above and the tie budget are the
 //     reference's in every CTA;
 //   - the select ends after fewer than four passes once the digits found decide it, from counts every
@@ -117,9 +118,11 @@ __device__ __forceinline__ ClusterThread cluster_thread() {
 }
 
 // A CTA's slice of its query as one thread sees it: the shared memory of the phases below, the slice
-// (blocks lo..lo+n-1 of the query, in n_chunks chunks) and the thread's place in the cluster. The
-// members are the kernel's phases in order; every one is called by every thread of the CTA.
+// (blocks lo..lo+n-1 of the query, in n_chunks chunks) and the thread's place in a cluster of CTAS.
+// The members are the kernel's phases in order; every one is called by every thread of the CTA.
+template <int CTAS>
 struct ClusterSlice : ClusterThread {
+    static_assert(2 * CTAS <= QSA_WARP, "a warp holds two entries of every CTA (exact_key, digit_round)");
     // Dynamic: the slice's order keys (padded to 16 bytes), then each chunk's cells above and at thr
     // (one more entry each: the scan's end).
     uint4* slice_keys;
@@ -332,10 +335,10 @@ struct ClusterSlice : ClusterThread {
         const unsigned at_cells = __shfl_sync(TOPK_FULL_MASK, total, at);
         const unsigned new_above = above + __shfl_sync(TOPK_FULL_MASK, cells, at) - at_cells;
         if (new_above + at_cells != width && at_cells > QSA_BLOCK_CELLS && sel[kMin] != sel[kMax]) {
-            const int r = lane % QSA_CLUSTER_CTAS;
+            const int r = lane % CTAS;
             // CTA r's cells there and their least and greatest key (~0 and 0 when it holds none)
             unsigned held = 0, least = ~0u, greatest = 0u;
-            if (lane < QSA_CLUSTER_CTAS) {
+            if (lane < CTAS) {
                 held = cluster_load(own, r, d);
                 least = cluster_load(digit_least, r, d);
                 greatest = cluster_load(digit_greatest, r, d);
@@ -343,24 +346,24 @@ struct ClusterSlice : ClusterThread {
             held = __shfl_sync(TOPK_FULL_MASK, held, r);
             least = __shfl_sync(TOPK_FULL_MASK, least, r);
             greatest = __shfl_sync(TOPK_FULL_MASK, greatest, r);
-            // CTA r's keys there as entries (key, cells), lane r its first and lane 8 + r its
+            // CTA r's keys there as entries (key, cells), lane r its first and lane CTAS + r its
             // second: one key (its cells), or two blocks of R cells (2R cells hold no tail);
             // any other mix leaves them unknown.
             const bool one_key = held != 0 && least == greatest;
             const bool two_blocks = held == 2 * QSA_BLOCK_CELLS && least != greatest;
             const bool known = __all_sync(TOPK_FULL_MASK, held == 0 || one_key || two_blocks);
             unsigned key = 0, count = 0;
-            if (lane < QSA_CLUSTER_CTAS && one_key) {
+            if (lane < CTAS && one_key) {
                 key = least, count = held;
-            } else if (lane < 2 * QSA_CLUSTER_CTAS && two_blocks) {
-                key = lane < QSA_CLUSTER_CTAS ? least : greatest, count = QSA_BLOCK_CELLS;
+            } else if (lane < 2 * CTAS && two_blocks) {
+                key = lane < CTAS ? least : greatest, count = QSA_BLOCK_CELLS;
             }
             const unsigned budget = width - new_above;
             unsigned exact = ~0u, gain = 0, at_before = 0, above_before = 0;
             if (known) {  // thr: the key whose cells, after those of the greater keys, reach the budget
                 unsigned greater = 0, same = 0;
 #pragma unroll
-                for (int j = 0; j < 2 * QSA_CLUSTER_CTAS; ++j) {
+                for (int j = 0; j < 2 * CTAS; ++j) {
                     const unsigned kj = __shfl_sync(TOPK_FULL_MASK, key, j);
                     const unsigned cj = __shfl_sync(TOPK_FULL_MASK, count, j);
                     greater += kj > key ? cj : 0u;
@@ -400,7 +403,7 @@ struct ClusterSlice : ClusterThread {
         unsigned total = 0, before = 0, cells = 0;
         if (tid < QSA_RADIX_BINS) {
 #pragma unroll
-            for (int r = 0; r < QSA_CLUSTER_CTAS; ++r) {
+            for (int r = 0; r < CTAS; ++r) {
                 const unsigned h = cluster_load(own, r, tid);
                 total += h;
                 if (r < rank) before += h;
@@ -414,10 +417,10 @@ struct ClusterSlice : ClusterThread {
                 if (lane + o < QSA_WARP) cells += v;
             }
             if (lane == 0) bin_warp_cells[warp] = cells;
-        } else if (warp == kBinWarps) {  // lane r < 8: CTA r's least key, lane 8 + r: its greatest
-            const unsigned v = lane < 2 * QSA_CLUSTER_CTAS ? cluster_load(own, lane % QSA_CLUSTER_CTAS, lane < QSA_CLUSTER_CTAS ? kMinWord : kMaxWord) : 0u;
-            const unsigned lo_key = __reduce_min_sync(TOPK_FULL_MASK, lane < QSA_CLUSTER_CTAS ? v : ~0u);
-            const unsigned hi_key = __reduce_max_sync(TOPK_FULL_MASK, lane >= QSA_CLUSTER_CTAS ? v : 0u);
+        } else if (warp == kBinWarps) {  // lane r < CTAS: CTA r's least key, lane CTAS + r: its greatest
+            const unsigned v = lane < 2 * CTAS ? cluster_load(own, lane % CTAS, lane < CTAS ? kMinWord : kMaxWord) : 0u;
+            const unsigned lo_key = __reduce_min_sync(TOPK_FULL_MASK, lane < CTAS ? v : ~0u);
+            const unsigned hi_key = __reduce_max_sync(TOPK_FULL_MASK, lane >= CTAS ? v : 0u);
             if (lane == 0) {
                 sel[kMin] = lo_key;
                 sel[kMax] = hi_key;
@@ -556,7 +559,8 @@ struct ClusterSlice : ClusterThread {
 // Fills in s, which holds the thread's place, for `query` (which selects: n_kv > width): CTA s.rank's
 // slice of the query's blocks and the kernel's shared memory. (Set before the early exit, the place
 // stays computed where the kernel starts, as the ptxas schedule it was measured with has it.)
-__device__ __forceinline__ void cut_slice(ClusterSlice& s, const TopkQuery& query) {
+template <int CTAS>
+__device__ __forceinline__ void cut_slice(ClusterSlice<CTAS>& s, const TopkQuery& query) {
     extern __shared__ uint4 slice_keys[];
     __shared__ uint4 lane_hist_words[kBinWords / 4];
     __shared__ unsigned hist[kBinBuffers][kPassWords];
@@ -566,7 +570,7 @@ __device__ __forceinline__ void cut_slice(ClusterSlice& s, const TopkQuery& quer
     __shared__ unsigned sel[kSelSlots];
     __shared__ unsigned digit_least[QSA_RADIX_BINS], digit_greatest[QSA_RADIX_BINS];
 
-    const int blocks = query.n_bid + 1, per = (blocks + QSA_CLUSTER_CTAS - 1) / QSA_CLUSTER_CTAS;
+    const int blocks = query.n_bid + 1, per = (blocks + CTAS - 1) / CTAS;
     const int lo = min(s.rank * per, blocks), n = min(lo + per, blocks) - lo;
     // Chunks of kChunkKeys keys; all but the last are whole and hold no tail block (the tail is the
     // query's last block), so their keys weigh R each and need no bounds.
@@ -598,19 +602,15 @@ __device__ __forceinline__ void cut_slice(ClusterSlice& s, const TopkQuery& quer
     s.tail = qsa_block_weight(query.n_bid, query.n_kv, query.n_bid);
 }
 
-}  // namespace
-
-// One CTA an SM in any case (1,024 threads with over 32 registers each): the second bound lets ptxas
-// use the registers that leaves.
-__global__ void __cluster_dims__(QSA_CLUSTER_CTAS, 1, 1) __launch_bounds__(QSA_TOPK_CLUSTER_THREADS, 1)
-block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* __restrict__ ids,
-                          int /*nq: the grid*/, int max_blocks,
-                          int /*active_blocks: the launcher sizes shared memory by it; each CTA reads n_bid*/) {
-    ClusterSlice s;  // the thread's place now (used by the identity), the slice once the query selects
+// The kernel's body for a cluster of CTAS CTAs a query (below: one kernel a size).
+template <int CTAS>
+__device__ __forceinline__ void cluster_topk(const float* __restrict__ scores, const int* __restrict__ steps,
+                                             int* __restrict__ ids, int max_blocks) {
+    ClusterSlice<CTAS> s;  // the thread's place now (used by the identity), the slice once the query selects
     static_cast<ClusterThread&>(s) = cluster_thread();
     const TopkQuery query = topk_query(blockIdx.y, scores, steps, ids, max_blocks);
     if (query.n_kv <= static_cast<int>(query.width)) {  // the whole cluster leaves here: no CTA reads another's memory
-        for (int j = s.rank * QSA_TOPK_CLUSTER_THREADS + s.tid; j < query.n_kv; j += QSA_CLUSTER_CTAS * QSA_TOPK_CLUSTER_THREADS) query.row[j] = j;
+        for (int j = s.rank * QSA_TOPK_CLUSTER_THREADS + s.tid; j < query.n_kv; j += CTAS * QSA_TOPK_CLUSTER_THREADS) query.row[j] = j;
         return;
     }
     cut_slice(s, query);
@@ -655,4 +655,22 @@ block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restric
     __syncthreads();  // every chunk's first ranks
     s.emit(thr, mask, query.width - above);
     cluster_wait();  // no CTA leaves while another may still read its histograms
+}
+
+}  // namespace
+
+// One CTA an SM in any case (1,024 threads with over 32 registers each): the second bound lets ptxas
+// use the registers that leaves. The arguments: nq is the grid's; active_blocks sizes the launcher's
+// shared memory, and each CTA reads its query's n_bid.
+__global__ void __cluster_dims__(QSA_CLUSTER_CTAS, 1, 1) __launch_bounds__(QSA_TOPK_CLUSTER_THREADS, 1)
+block_topk_cluster_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* __restrict__ ids,
+                          int /*nq*/, int max_blocks, int /*active_blocks*/) {
+    cluster_topk<QSA_CLUSTER_CTAS>(scores, steps, ids, max_blocks);
+}
+
+// The same at QSA_CLUSTER_WIDE_CTAS CTAs a query, a non-portable cluster size (the launcher allows it).
+__global__ void __cluster_dims__(QSA_CLUSTER_WIDE_CTAS, 1, 1) __launch_bounds__(QSA_TOPK_CLUSTER_THREADS, 1)
+block_topk_cluster_wide_kernel(const float* __restrict__ scores, const int* __restrict__ steps, int* __restrict__ ids,
+                               int /*nq*/, int max_blocks, int /*active_blocks*/) {
+    cluster_topk<QSA_CLUSTER_WIDE_CTAS>(scores, steps, ids, max_blocks);
 }

@@ -92,6 +92,8 @@ _QUARTERS_KERNELS = tuple(f"block_scores_quarters_kernel<{n}>" for n in range(1,
 _SPLIT_KERNELS = tuple(name for bpt in (size // TOPK_SPLIT_THREADS for size in SPLIT_CHUNK_SIZES)
                        for name in (*(f"block_topk_split_pass_kernel<{p}, {bpt}>" for p in range(RADIX_PASSES)),
                                     f"block_topk_split_emit_kernel<{bpt}>"))
+# The cluster top-k at each of its sizes (CTAs a query), as CLUSTER_SIZES lists them (launch/topk_cluster.py).
+_CLUSTER_KERNELS = ("block_topk_cluster_kernel", "block_topk_cluster_wide_kernel")
 
 # qsa's own variants, each declared once.
 QSA_VARIANTS: tuple[Variant, ...] = (
@@ -106,7 +108,7 @@ QSA_VARIANTS: tuple[Variant, ...] = (
             window_scorer="multi"),
     Variant("topk", "split", "candidate", TOPK_SOURCE, _SPLIT_KERNELS, "split", SPLIT, TOPK_SPLIT_THREADS,
             window_scorer="halve"),
-    Variant("topk", "cluster", "variant", CLUSTER_SOURCE, ("block_topk_cluster_kernel",), "cluster", CLUSTER,
+    Variant("topk", "cluster", "variant", CLUSTER_SOURCE, _CLUSTER_KERNELS, "cluster", CLUSTER,
             TOPK_CLUSTER_THREADS, window_scorer="halve"),
 )
 

@@ -22,7 +22,8 @@ CALL_KINDS = ("decode", "prompt")
 ENV_SCORES_HALVE = "STRATA_SCORES_HALVE"
 ENV_TOPK_SPLIT = "STRATA_TOPK_SPLIT"
 ENV_PDL = "QSA_PDL"  # "0": plain launches (the split's, the window's cluster) even where PDL exists
-SWITCHES = (ENV_SCORES_HALVE, ENV_TOPK_SPLIT, ENV_PDL)
+ENV_CLUSTER_WIDE = "QSA_CLUSTER_WIDE"  # the cluster top-k's 16 CTAs a query: "1" wherever they run, "0" never
+SWITCHES = (ENV_SCORES_HALVE, ENV_TOPK_SPLIT, ENV_PDL, ENV_CLUSTER_WIDE)
 
 
 class Named(Protocol):
@@ -160,3 +161,9 @@ def programmatic_launches(compute_capability: int, env: Mapping[str, str]) -> bo
     dependent launches: on sm_90 and newer, unless ``QSA_PDL=0``. Their bits cannot differ (the kernels wait
     before touching their call's scratch or the scores)."""
     return compute_capability >= PDL_MIN_CC and _switch(env, ENV_PDL) is not False
+
+
+def cluster_wide(env: Mapping[str, str]) -> bool | None:
+    """``QSA_CLUSTER_WIDE``: True, the cluster top-k takes 16 CTAs a query wherever such clusters run; False,
+    always 8; None (unset), the launcher's rule (launch/topk_cluster.py). Their bits cannot differ."""
+    return _switch(env, ENV_CLUSTER_WIDE)

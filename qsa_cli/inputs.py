@@ -20,6 +20,7 @@ from .core.geometry import (
     BLOCK_CELLS,
     BUTTERFLY_OFFSETS,
     CLUSTER_CHUNK_KEYS,
+    CLUSTER_SIZES,
     IDX_DIM,
     IDX_HEADS,
     SPLIT_CHUNK_BLOCKS,
@@ -311,13 +312,16 @@ def _steer_cut(rng: np.random.Generator, live: np.ndarray, weights: np.ndarray, 
 
 def _borders(rng: np.random.Generator, blocks: int) -> np.ndarray:
     """Where the kernels split a query's blocks 0..blocks-1: every border of the split's chunks and the
-    cluster's CTA slices, and a sample of those of the cluster's 128-key chunks and the wide kernel's tiles."""
-    per = cluster_slice_blocks(blocks)
-    slices = np.arange(0, blocks, per)
-    chunks = (slices[:, None] + np.arange(CLUSTER_CHUNK_KEYS, per, CLUSTER_CHUNK_KEYS)).ravel()
-    tiles = np.arange(TOPK_WIDE_THREADS, blocks, TOPK_WIDE_THREADS)
-    sampled = rng.permutation(np.union1d(chunks[chunks < blocks], tiles))[:_SAMPLED_BORDERS]
-    return np.union1d(np.union1d(np.arange(SPLIT_CHUNK_BLOCKS, blocks, SPLIT_CHUNK_BLOCKS), slices[1:]), sampled)
+    cluster's CTA slices (at each of its sizes), and a sample of those of the cluster's 128-key chunks and
+    the wide kernel's tiles."""
+    slices, chunks = [], [np.arange(TOPK_WIDE_THREADS, blocks, TOPK_WIDE_THREADS)]
+    for per in (cluster_slice_blocks(blocks, ctas) for ctas in CLUSTER_SIZES):
+        starts = np.arange(0, blocks, per)
+        slices.append(starts[1:])
+        chunks.append((starts[:, None] + np.arange(CLUSTER_CHUNK_KEYS, per, CLUSTER_CHUNK_KEYS)).ravel())
+    inner = np.concatenate(chunks)
+    sampled = rng.permutation(np.unique(inner[inner < blocks]))[:_SAMPLED_BORDERS]
+    return np.unique(np.concatenate([np.arange(SPLIT_CHUNK_BLOCKS, blocks, SPLIT_CHUNK_BLOCKS), *slices, sampled]))
 
 
 def _adversarial_row(rng: np.random.Generator, live: np.ndarray, n_kv: int, width: int) -> None:

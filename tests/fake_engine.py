@@ -272,6 +272,7 @@ _PRELUDE = """\
 #include "{kernels}/bench.cu"
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 __global__ void block_topk_cluster_kernel(const float*, const int*, int*, int, int, int) {{}}
+__global__ void block_topk_cluster_wide_kernel(const float*, const int*, int*, int, int, int) {{}}
 #else
 #include "{kernels}/topk_cluster.cu"
 #endif

@@ -10,8 +10,8 @@ def test_header_constants_agree_with_geometry():
     assert g.header_mismatches(defines) == []
     # every geometry constant the kernels need is defined in the header
     for name in ("IDX_DIM", "IDX_HEADS", "BLOCK_CELLS", "TOP_K", "SELECT_CAP", "SPLIT_CHUNK_BLOCKS",
-                 "SPLIT_MIN_CHUNK_BLOCKS", "CLUSTER_CTAS", "CLUSTER_LANE_KEYS", "CLUSTER_CHUNK_KEYS",
-                 "CLUSTER_HIST_BUFFERS", "PDL_MIN_CC", "CLUSTER_MIN_CC"):
+                 "SPLIT_MIN_CHUNK_BLOCKS", "CLUSTER_CTAS", "CLUSTER_WIDE_CTAS", "CLUSTER_LANE_KEYS",
+                 "CLUSTER_CHUNK_KEYS", "CLUSTER_HIST_BUFFERS", "PDL_MIN_CC", "CLUSTER_MIN_CC"):
         assert f"QSA_{name}" in defines
 
 
@@ -47,8 +47,9 @@ def test_call_active_blocks():
     assert g.Call(9001, 64, 9001, prompt=True).active_blocks == 9001 // 4 + 1
 
 
-def test_cluster_slices_are_ceil_of_an_eighth():
+def test_cluster_slices_are_ceil_of_an_eighth_or_a_sixteenth():
     assert [g.cluster_slice_blocks(b) for b in (1, 8, 9, 131073)] == [1, 1, 2, 16385]
+    assert [g.cluster_slice_blocks(b, g.CLUSTER_WIDE_CTAS) for b in (1, 16, 17, 131073)] == [1, 1, 2, 8193]
 
 
 def test_blocks_read_is_the_largest_n_bid_plus_one():

@@ -1,4 +1,5 @@
-"""block_topk_cluster_kernel on the GPU (sm_90+): ids identical to the CPU oracle's.
+"""block_topk_cluster_kernel on the GPU (sm_90+): ids identical to the CPU oracle's, at 8 and at 16 CTAs a
+query (``QSA_CLUSTER_WIDE`` forces either; unset, the launcher's rule picks).
 
 GPU tests (``-m gpu``) skip cleanly without cupy, a device or an sm_90 card. Each draws a fresh seed
 (printed; ``QSA_TEST_SEED=N`` replays it). The ids are poisoned before every run and compared as bytes
@@ -19,7 +20,10 @@ from topk_rows import EARLY_ENDS, early_end_inputs
 
 from qsa_cli.catalog import Launcher, qsa_catalog
 from qsa_cli.core.geometry import (
+    CLUSTER_CTAS,
     CLUSTER_MIN_CC,
+    CLUSTER_SIZES,
+    CLUSTER_WIDE_CTAS,
     MAX_QUERIES,
     PROMPT_QUERIES,
     SELECT_CAP,
@@ -29,7 +33,7 @@ from qsa_cli.core.geometry import (
     window_steps,
 )
 from qsa_cli.core.integrity import GuardedBuffers
-from qsa_cli.dispatch import ENV_PDL
+from qsa_cli.dispatch import ENV_CLUSTER_WIDE, ENV_PDL
 from qsa_cli.inputs import (
     SCORE_SETS,
     TopkInputs,
@@ -39,13 +43,14 @@ from qsa_cli.inputs import (
     synthetic_scores,
 )
 from qsa_cli.kernels import kernel_dir
-from qsa_cli.launch.driver import ProgrammaticLaunch
+from qsa_cli.launch.driver import ProgrammaticLaunch, clusters_at_once
 from qsa_cli.launch.topk_cluster import (
     STATIC_SMEM_BYTES,
     THREADS,
     WAITS_FOR_PRIOR_GRID,
     ClusterUnavailable,
     cluster_max_capacity,
+    cluster_smem_bytes,
 )
 from qsa_cli.model.scores import score_blocks
 from qsa_cli.model.topk import first_difference, topk_ids
@@ -70,7 +75,11 @@ WINDOWS = [
 PROMPT_WINDOWS = [(9000, 9000), (2100, 262144), (32768, 262144), (135176, 135176), (300001, 524288)]
 # The adversarial scores against the cluster model, decode and (up to 300001 cells) prompt calls
 ADVERSARIAL_WINDOWS = [(2052, 4096), (9003, 16384), (65539, 1 << 20), (300001, 524288), (1 << 20, 1 << 20)]
+# The wide kernel (16 CTAs a query) on the windows where the rule takes it and on a few where it does not
+WIDE_WINDOWS = [(9000, 9000), (65539, 1 << 20), (300001, 524288), (420000, 420000), (1 << 20, 1 << 20)]
 GRAPH_REPLAYS = 50
+# Each size forced (the rule alone would run 8 queries at 8 CTAs a query on an H200)
+SIZES = {"8-ctas": {ENV_CLUSTER_WIDE: "0"}, "16-ctas": {ENV_CLUSTER_WIDE: "1"}}
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +96,16 @@ def seed(rng: np.random.Generator) -> int:
     return int(rng.integers(2**31))
 
 
-def run_cluster(cupy: Any, inputs: TopkInputs, active_blocks: int = 0) -> np.ndarray:
+@pytest.fixture(params=list(SIZES))
+def size(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The switches that force one of the cluster's sizes."""
+    return SIZES[request.param]
+
+
+def run_cluster(cupy: Any, inputs: TopkInputs, active_blocks: int = 0, switches: dict[str, str] | None = None) -> np.ndarray:
     scores, steps = cupy.asarray(inputs.scores), cupy.asarray(inputs.steps)
     ids = cupy.asarray(id_poison((inputs.nq, SELECT_CAP)))
-    topk_launch("cluster", scores, steps, ids, active_blocks)()
+    topk_launch("cluster", scores, steps, ids, active_blocks, switches=switches)()
     return cupy.asnumpy(ids)
 
 
@@ -105,10 +120,10 @@ def prompt_active(steps: np.ndarray) -> int:
     return int(steps[:, STEP_NBID].max()) + 1
 
 
-def check_call(cupy: Any, inputs: TopkInputs, what: str) -> None:
+def check_call(cupy: Any, inputs: TopkInputs, what: str, switches: dict[str, str] | None = None) -> None:
     """As the call it is (decode: no count; more than 8 queries: prompt, with its count)."""
     active = prompt_active(inputs.steps) if inputs.nq > MAX_QUERIES else 0
-    assert_ids(run_cluster(cupy, inputs, active), topk_ids(inputs, "oracle"), inputs.steps, what)
+    assert_ids(run_cluster(cupy, inputs, active, switches), topk_ids(inputs, "oracle"), inputs.steps, what)
 
 
 def decode_of(prompt: TopkInputs) -> TopkInputs:
@@ -122,6 +137,16 @@ def decode_of(prompt: TopkInputs) -> TopkInputs:
 def test_decode_matches_oracle(cupy: Any, seed: int, ctx: int, capacity: int, score_set: str) -> None:
     inputs = synthetic_scores(Call(ctx, MAX_QUERIES, capacity), score_set, seed)
     check_call(cupy, inputs, f"decode {score_set} context {ctx} of {capacity}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("score_set", SCORE_SETS)
+@pytest.mark.parametrize(("ctx", "capacity"), WIDE_WINDOWS, ids=[f"{c}-of-{k}" for c, k in WIDE_WINDOWS])
+def test_the_wide_kernel_matches_oracle(cupy: Any, seed: int, ctx: int, capacity: int, score_set: str) -> None:
+    """16 CTAs a query, 4 and 8 queries (an H200 runs 7 such clusters at once: 8 take two waves)."""
+    for nq in (4, MAX_QUERIES):
+        inputs = synthetic_scores(Call(ctx, nq, capacity), score_set, seed)
+        check_call(cupy, inputs, f"wide, {nq} queries, {score_set} context {ctx} of {capacity}", SIZES["16-ctas"])
 
 
 @pytest.mark.gpu
@@ -141,24 +166,25 @@ def test_prompt_matches_oracle(cupy: Any, seed: int, ctx: int, capacity: int, sc
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("ctx", "capacity"), ADVERSARIAL_WINDOWS, ids=[f"{c}-of-{k}" for c, k in ADVERSARIAL_WINDOWS])
-def test_adversarial_scores_match_the_model(cupy: Any, seed: int, ctx: int, capacity: int) -> None:
-    """NaN, signed zeros, subnormals, infinities and runs of ties across the CTA slices and 128-key chunks,
-    the threshold in a tie run or at NaN, zero, a subnormal or -inf: the cluster model's ids (its early ends
-    included), then the oracle's."""
+def test_adversarial_scores_match_the_model(cupy: Any, seed: int, ctx: int, capacity: int,
+                                           size: dict[str, str]) -> None:
+    """NaN, signed zeros, subnormals, infinities and runs of ties across the CTA slices (of either size) and
+    128-key chunks, the threshold in a tie run or at NaN, zero, a subnormal or -inf: the cluster model's ids
+    (its early ends included), then the oracle's."""
     for nq in (MAX_QUERIES, PROMPT_QUERIES) if ctx <= 300001 else (MAX_QUERIES,):
         inputs = synthetic_scores(Call(ctx, nq, capacity, prompt=nq > MAX_QUERIES), "adversarial", seed)
-        got = run_cluster(cupy, inputs, prompt_active(inputs.steps) if nq > MAX_QUERIES else 0)
-        what = f"adversarial, {nq} queries at context {ctx} of {capacity}"
+        got = run_cluster(cupy, inputs, prompt_active(inputs.steps) if nq > MAX_QUERIES else 0, size)
+        what = f"adversarial, {nq} queries at context {ctx} of {capacity}, {size}"
         assert_ids(got, topk_ids(inputs, "cluster"), inputs.steps, f"{what} vs the cluster model")
         assert_ids(got, topk_ids(inputs, "oracle"), inputs.steps, what)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", EARLY_ENDS)
-def test_each_early_end_matches_oracle(cupy: Any, seed: int, kind: str) -> None:
+def test_each_early_end_matches_oracle(cupy: Any, seed: int, kind: str, size: dict[str, str]) -> None:
     """Rows whose select ends after 2, 3 or 4 passes, each way it can (tests/topk_rows.py), 8 queries."""
     inputs = early_end_inputs(kind, np.random.default_rng(seed), MAX_QUERIES)
-    check_call(cupy, inputs, f"{kind} rows at context {EARLY_ENDS[kind][0]}")
+    check_call(cupy, inputs, f"{kind} rows at context {EARLY_ENDS[kind][0]}, {size}", size)
 
 
 def special_scores(rng: np.random.Generator, nq: int, capacity: int, shares: tuple[tuple[float, float], ...]) -> np.ndarray:
@@ -184,25 +210,26 @@ SPECIAL_MIXES = {
 @pytest.mark.gpu
 @pytest.mark.parametrize("mix", SPECIAL_MIXES)
 @pytest.mark.parametrize(("ctx", "capacity"), [(9003, 16384), (131074, 262144)])
-def test_nan_inf_and_signed_zeros(cupy: Any, seed: int, ctx: int, capacity: int, mix: str) -> None:
+def test_nan_inf_and_signed_zeros(cupy: Any, seed: int, ctx: int, capacity: int, mix: str,
+                                 size: dict[str, str]) -> None:
     rng = np.random.default_rng(seed)
     for nq in (MAX_QUERIES, PROMPT_QUERIES):
         inputs = TopkInputs(special_scores(rng, nq, capacity, SPECIAL_MIXES[mix]), window_steps(ctx, nq))
-        check_call(cupy, inputs, f"{mix} {nq} queries at context {ctx} of {capacity}")
+        check_call(cupy, inputs, f"{mix} {nq} queries at context {ctx} of {capacity}, {size}", size)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("ctx", [1, 8, 2051, 2052, 2053, 2058, 4096, 4097, 4098, 4099])
-def test_identity_boundary_and_tails(cupy: Any, seed: int, ctx: int) -> None:
+def test_identity_boundary_and_tails(cupy: Any, seed: int, ctx: int, size: dict[str, str]) -> None:
     """n_kv <= 2051 is the identity; 2052 the first cut; one query per tail of 0-3 cells."""
     for score_set in SCORE_SETS:
         for nq in sorted({1, min(ctx, MAX_QUERIES)}):
             inputs = synthetic_scores(Call(ctx, nq, 9000), score_set, seed)
-            check_call(cupy, inputs, f"{score_set} {nq} queries at context {ctx}")
+            check_call(cupy, inputs, f"{score_set} {nq} queries at context {ctx}, {size}", size)
 
 
 @pytest.mark.gpu
-def test_graph_replays_follow_the_device_steps(cupy: Any, seed: int) -> None:
+def test_graph_replays_follow_the_device_steps(cupy: Any, seed: int, size: dict[str, str]) -> None:
     """Captured once, replayed 50 times while the window grows a cell a replay (crossing blocks and
     tails, the steps rewritten on the device): every replay gives that window's oracle ids."""
     ctx, capacity = 40000, 65536
@@ -213,7 +240,7 @@ def test_graph_replays_follow_the_device_steps(cupy: Any, seed: int) -> None:
         steps = cupy.asarray(window_steps(ctx, MAX_QUERIES))
         poison = cupy.asarray(id_poison((MAX_QUERIES, SELECT_CAP)))
         ids = cupy.empty_like(poison)
-        launch = topk_launch("cluster", scores, steps, ids)
+        launch = topk_launch("cluster", scores, steps, ids, switches=size)
         launch()  # module loading and first-use work stay out of the capture
         stream.begin_capture()
         launch()
@@ -228,8 +255,10 @@ def test_graph_replays_follow_the_device_steps(cupy: Any, seed: int) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("scorer", "nq"), [("quarters", MAX_QUERIES), ("paired", 5)])
-def test_the_windows_cluster_waits_for_its_scorer(cupy: Any, seed: int, scorer: str, nq: int) -> None:
+@pytest.mark.parametrize(("scorer", "nq", "switches"), [("quarters", MAX_QUERIES, {}), ("paired", 5, {}),
+                                                        ("quarters", 4, SIZES["16-ctas"])])
+def test_the_windows_cluster_waits_for_its_scorer(cupy: Any, seed: int, scorer: str, nq: int,
+                                                  switches: dict[str, str]) -> None:
     """The cluster right after one of qsa's scorers, as the window launches it (``follows_kernel``): on sm_90 a
     programmatic dependent launch (plain under QSA_PDL=0), which the scorer lets start while it still writes
     the scores. The scores are poisoned before every call and every graph replay: the ids are the oracle's
@@ -246,9 +275,9 @@ def test_the_windows_cluster_waits_for_its_scorer(cupy: Any, seed: int, scorer: 
         scores = buffers.empty("scores", score_poison_.shape, np.float32)
         ids = buffers.empty("ids", id_poison_.shape, np.int32)
         cluster = QSA.get("topk", "cluster")
-        plain = Launcher(QSA, {ENV_PDL: "0"}).topk(cluster, scores, dev.steps, ids, follows_kernel=True)
+        plain = Launcher(QSA, {**switches, ENV_PDL: "0"}).topk(cluster, scores, dev.steps, ids, follows_kernel=True)
         assert not isinstance(plain, ProgrammaticLaunch)
-        select = Launcher(QSA, {}).topk(cluster, scores, dev.steps, ids, follows_kernel=True)
+        select = Launcher(QSA, switches).topk(cluster, scores, dev.steps, ids, follows_kernel=True)
         assert isinstance(select, ProgrammaticLaunch)  # the fixture's device is sm_90 or newer
         score = scorer_launch(scorer, dev, scores)
         score()
@@ -296,12 +325,30 @@ def test_a_copy_of_the_kernels_without_the_wait_is_launched_plainly(cupy: Any, t
 
 
 @pytest.mark.gpu
-def test_compiled_kernel_matches_the_launcher(cupy: Any) -> None:
-    info = QSA.compiled(QSA.get("topk", "cluster")).info("block_topk_cluster_kernel")
-    print(info)
-    assert info.max_threads == THREADS
-    assert info.shared_bytes <= STATIC_SMEM_BYTES
-    assert info.local_bytes == 0
+def test_compiled_kernels_match_the_launcher(cupy: Any) -> None:
+    variant = QSA.get("topk", "cluster")
+    for name in variant.kernels:
+        info = QSA.compiled(variant).info(name)
+        print(info)
+        assert info.max_threads == THREADS
+        assert info.shared_bytes <= STATIC_SMEM_BYTES
+        assert info.local_bytes == 0
+
+
+@pytest.mark.gpu
+def test_the_card_runs_every_query_of_a_call_at_8_ctas_and_some_at_16(cupy: Any) -> None:
+    """The driver's count of clusters at once that the rule reads: a window of 8 queries fits at 8 CTAs a
+    query, and at least one cluster of 16 runs (an H200: 7)."""
+    variant = QSA.get("topk", "cluster")
+    module = QSA.compiled(variant)
+    counts = {}
+    for name, ctas in zip(variant.kernels, CLUSTER_SIZES):
+        kernel = module.function(name)
+        smem = cluster_smem_bytes(max_blocks(524288), ctas)
+        kernel.max_dynamic_shared_size_bytes = max(kernel.max_dynamic_shared_size_bytes, smem)
+        counts[ctas] = clusters_at_once(kernel, ctas, THREADS, smem)
+    print(f"clusters at once at 524288 cells: {counts}")
+    assert counts[CLUSTER_CTAS] >= MAX_QUERIES and 1 <= counts[CLUSTER_WIDE_CTAS] < counts[CLUSTER_CTAS]
 
 
 @pytest.mark.gpu

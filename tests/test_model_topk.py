@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from topk_rows import EARLY_ENDS, NEAR, early_end_inputs
 
 from qsa_cli.core.geometry import (
+    CLUSTER_WIDE_CTAS,
     SELECT_CAP,
     SPLIT_CHUNK_BLOCKS,
     STEP_NBID,
@@ -53,6 +54,9 @@ def assert_models_match(inputs: TopkInputs, active_blocks: int = 0) -> np.ndarra
     for algorithm in MODELS:
         got = topk_ids(inputs, algorithm, active_blocks)
         assert got.tobytes() == want.tobytes(), (algorithm, first_difference(got, want, inputs.steps))
+    for i in range(inputs.nq):  # the cluster kernel at its wide size too (16 CTAs a query: other slices)
+        wide = cluster_passes(inputs.scores[i], inputs.steps[i], CLUSTER_WIDE_CTAS)[0]
+        assert wide.tobytes() == want[i, : wide.size].tobytes(), f"cluster of {CLUSTER_WIDE_CTAS}, query {i}"
     return want
 
 
@@ -282,6 +286,8 @@ def test_property_models_match_oracle(seed, n_kv, levels, specials, chunk_blocks
     for active in (0, step[2] + 1):
         got = select_split(row, step, active_blocks=int(active), chunk_blocks=chunk_blocks)
         assert got.tobytes() == select_oracle(row, step).tobytes()
+    for ctas in range(1, CLUSTER_WIDE_CTAS + 1):  # the cluster model at any size: the oracle's ids
+        assert cluster_passes(row, step, ctas)[0].tobytes() == select_oracle(row, step).tobytes(), ctas
 
 
 def sorted_cells_rule(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:

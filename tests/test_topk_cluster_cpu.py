@@ -6,10 +6,13 @@ import numpy as np
 import pytest
 from conftest import QSA, topk_launch
 
+from qsa_cli.core.errors import SwitchError
 from qsa_cli.core.geometry import (
     CLUSTER_CHUNK_KEYS,
     CLUSTER_CTAS,
     CLUSTER_MIN_CC,
+    CLUSTER_SIZES,
+    CLUSTER_WIDE_CTAS,
     MAX_CAPACITY,
     SELECT_CAP,
     GeometryError,
@@ -23,6 +26,7 @@ from qsa_cli.launch.topk_cluster import (
     MAX_CHUNKS,
     STATIC_SMEM_BYTES,
     ClusterUnavailable,
+    cluster_ctas,
     cluster_fits,
     cluster_max_capacity,
     cluster_smem_bytes,
@@ -111,7 +115,37 @@ def test_launcher_checks_arrays_before_touching_a_device() -> None:
 
 
 def test_kernel_names() -> None:
-    assert QSA.get("topk", "cluster").kernels == ("block_topk_cluster_kernel",)
+    assert QSA.get("topk", "cluster").kernels == ("block_topk_cluster_kernel", "block_topk_cluster_wide_kernel")
+    assert CLUSTER_SIZES == (CLUSTER_CTAS, CLUSTER_WIDE_CTAS) == (8, 16)
+
+
+H200_WIDE_AT_ONCE = 7  # clusters of 16 1,024-thread CTAs an H200 runs at once (cuOccupancyMaxActiveClusters)
+
+
+@pytest.mark.parametrize("capacity, nq, ctas", [
+    (420000, 4, 16), (524288, 7, 16), (1 << 20, 1, 16), (327672, 2, 16),  # from 81,920 blocks, all clusters at once
+    (327668, 2, 8), (262144, 4, 8), (131072, 1, 8),  # fewer blocks: the wide rounds cost what the slices save
+    (524288, 8, 8), (1 << 20, 16, 8),  # more queries than clusters of 16 at once: two waves
+])
+def test_a_call_goes_wide_from_81920_blocks_when_its_clusters_fit_at_once(capacity: int, nq: int, ctas: int) -> None:
+    assert cluster_ctas(max_blocks(capacity), nq, H200_WIDE_AT_ONCE, {}) == ctas
+
+
+def test_the_switch_forces_either_size_where_the_card_runs_the_wide_one() -> None:
+    mb = max_blocks(131072)
+    assert cluster_ctas(mb, 8, H200_WIDE_AT_ONCE, {"QSA_CLUSTER_WIDE": "1"}) == CLUSTER_WIDE_CTAS
+    assert cluster_ctas(max_blocks(524288), 1, H200_WIDE_AT_ONCE, {"QSA_CLUSTER_WIDE": "0"}) == CLUSTER_CTAS
+    assert cluster_ctas(max_blocks(524288), 1, H200_WIDE_AT_ONCE, {"QSA_CLUSTER_WIDE": ""}) == CLUSTER_WIDE_CTAS
+    for switches in ({}, {"QSA_CLUSTER_WIDE": "1"}):  # a card that runs no cluster of 16
+        assert cluster_ctas(max_blocks(524288), 1, 0, switches) == CLUSTER_CTAS
+    with pytest.raises(SwitchError, match="QSA_CLUSTER_WIDE must be 0 or 1"):
+        cluster_ctas(mb, 1, H200_WIDE_AT_ONCE, {"QSA_CLUSTER_WIDE": "yes"})
+
+
+def test_a_wide_slice_is_half_as_many_keys() -> None:
+    mb = max_blocks(524288)
+    assert cluster_smem_bytes(mb, CLUSTER_WIDE_CTAS) == (8196 + 2 * 66) * 4  # ceil(131074 / 16) = 8193 keys, 65 chunks
+    assert cluster_smem_bytes(mb, CLUSTER_WIDE_CTAS) < cluster_smem_bytes(mb) // 2 + 64
 
 
 def test_the_shape_refuses_what_require_cluster_refuses() -> None:

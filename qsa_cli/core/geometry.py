@@ -27,7 +27,9 @@ SPLIT_CHUNK_BLOCKS = 2048  # the most blocks a CTA of the split top-k takes
 SPLIT_MIN_CHUNK_BLOCKS = 512  # the fewest
 # The split's chunk sizes, ascending: powers of two between the two (each a kernel instantiation of topk.cu).
 SPLIT_CHUNK_SIZES = tuple(SPLIT_MIN_CHUNK_BLOCKS << i for i in range((SPLIT_CHUNK_BLOCKS // SPLIT_MIN_CHUNK_BLOCKS).bit_length()))
-CLUSTER_CTAS = 8
+CLUSTER_CTAS = 8  # CTAs a query of the cluster top-k (the portable cluster size)
+CLUSTER_WIDE_CTAS = 16  # ... in a wide call (non-portable: launch/topk_cluster.py's rule)
+CLUSTER_SIZES = (CLUSTER_CTAS, CLUSTER_WIDE_CTAS)  # a call's CTAs a query, portable first (a kernel instance each)
 CLUSTER_LANE_KEYS = 4  # order keys a lane of the cluster top-k reads at once (16 bytes)
 RADIX_BITS = 8
 RADIX_BINS = 256
@@ -140,10 +142,10 @@ def window_steps(ctx: int, nq: int) -> np.ndarray:
     return steps.astype(np.int32)
 
 
-def cluster_slice_blocks(blocks: int) -> int:
-    """Blocks of each CTA's slice in the cluster top-k: a query's ``blocks`` cut into CLUSTER_CTAS contiguous
-    slices of ceil(blocks / CLUSTER_CTAS), the last one shorter (the kernel's ``per``)."""
-    return -(-blocks // CLUSTER_CTAS)
+def cluster_slice_blocks(blocks: int, ctas: int = CLUSTER_CTAS) -> int:
+    """Blocks of each CTA's slice in the cluster top-k of ``ctas`` CTAs a query: a query's ``blocks`` cut
+    into ``ctas`` contiguous slices of ceil(blocks / ctas), the last one shorter (the kernel's ``per``)."""
+    return -(-blocks // ctas)
 
 
 def blocks_read(steps: np.ndarray) -> int:

@@ -1,4 +1,5 @@
-"""Programmatic dependent launches through the CUDA driver's ``cuLaunchKernelEx`` (ctypes).
+"""Programmatic dependent launches through the CUDA driver's ``cuLaunchKernelEx`` (ctypes), and the
+driver's count of a cluster kernel's clusters the device runs at once.
 
 CuPy launches a raw kernel without launch attributes, so a launch that carries one goes to the driver
 directly. The only attribute used is programmatic stream serialization (sm_90 and newer): the launch
@@ -24,6 +25,8 @@ from typing import Any
 import numpy as np
 
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda.h)
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED (cuda.h)
+PORTABLE_CLUSTER_CTAS = 8  # the largest cluster every card with clusters runs (CUDA's portable size)
 _CUDA_ERROR_INVALID_VALUE = 1  # cuFuncGetParamInfo past the last parameter (without cuFuncGetParamCount)
 _CTYPES = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.uint32): ctypes.c_uint32,
            np.dtype(np.int64): ctypes.c_int64, np.dtype(np.uint64): ctypes.c_uint64}
@@ -59,6 +62,12 @@ def _driver() -> Any:
         lib.cuFuncGetParamInfo.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
                                            ctypes.POINTER(ctypes.c_size_t)]
         lib.cuFuncGetParamInfo.restype = ctypes.c_int
+    lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    lib.cuFuncSetAttribute.restype = ctypes.c_int
+    if hasattr(lib, "cuOccupancyMaxActiveClusters"):
+        lib.cuOccupancyMaxActiveClusters.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
+                                                     ctypes.POINTER(_Config)]
+        lib.cuOccupancyMaxActiveClusters.restype = ctypes.c_int
     if hasattr(lib, "cuFuncGetParamCount"):
         lib.cuFuncGetParamCount.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
         lib.cuFuncGetParamCount.restype = ctypes.c_int
@@ -105,6 +114,12 @@ def kernel_layout(function: int, packed: int) -> list[tuple[int, int]] | None:
     if not hasattr(lib, "cuFuncGetParamInfo"):
         return None
     count = ctypes.c_size_t(packed)
+    lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    lib.cuFuncSetAttribute.restype = ctypes.c_int
+    if hasattr(lib, "cuOccupancyMaxActiveClusters"):
+        lib.cuOccupancyMaxActiveClusters.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
+                                                     ctypes.POINTER(_Config)]
+        lib.cuOccupancyMaxActiveClusters.restype = ctypes.c_int
     if hasattr(lib, "cuFuncGetParamCount"):
         status = lib.cuFuncGetParamCount(ctypes.c_void_p(function), ctypes.byref(count))
         if status != 0:
@@ -130,6 +145,24 @@ def check_layout(name: str, packed: list[tuple[int, int]], declared: list[tuple[
     i = next(i for i, (p, d) in enumerate(zip(packed, declared)) if p != d)
     raise LaunchError(f"{name}: argument {i} packed at offset {packed[i][0]}, {packed[i][1]} bytes; "
                       f"the kernel's parameter is at {declared[i][0]}, {declared[i][1]} bytes")
+
+
+def clusters_at_once(kernel: Any, cluster_ctas: int, threads: int, shared_mem: int) -> int:
+    """How many clusters of a kernel compiled with ``__cluster_dims__(cluster_ctas)`` the device runs at once,
+    ``threads`` a CTA and ``shared_mem`` dynamic bytes each (``cuOccupancyMaxActiveClusters``; the kernel's
+    dynamic shared memory limit must already allow ``shared_mem``). A size over the portable 8 is first
+    allowed on the function. 0 where the driver refuses either: no such cluster runs here."""
+    lib = _driver()
+    function = ctypes.c_void_p(int(kernel.kernel.ptr))
+    if cluster_ctas > PORTABLE_CLUSTER_CTAS and lib.cuFuncSetAttribute(function, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1):
+        return 0
+    if not hasattr(lib, "cuOccupancyMaxActiveClusters"):
+        return 0
+    triple = ctypes.c_uint * 3
+    config = _Config(grid=triple(cluster_ctas, 1, 1), block=triple(threads, 1, 1), shared_bytes=shared_mem)
+    count = ctypes.c_int()
+    status = lib.cuOccupancyMaxActiveClusters(ctypes.byref(count), function, ctypes.byref(config))
+    return count.value if status == 0 else 0
 
 
 class ProgrammaticLaunch:

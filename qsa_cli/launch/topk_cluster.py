@@ -1,7 +1,7 @@
 """The launch shape of the cluster top-k in ``kernels/topk_cluster.cu`` (spec section 3; sm_90 and newer).
 
-A cluster of ``CLUSTER_CTAS`` CTAs per query, grid ``(CLUSTER_CTAS, nq)``; each CTA keeps its slice of
-the query's order keys in dynamic shared memory, one uint32 a block (padded to 16 bytes: a lane reads
+A cluster of ``CLUSTER_CTAS`` CTAs per query, grid ``(CLUSTER_CTAS, nq)``, or of ``CLUSTER_WIDE_CTAS`` in
+a wide call (``cluster_ctas``: the rule); each CTA keeps its slice of the query's order keys in dynamic shared memory, one uint32 a block (padded to 16 bytes: a lane reads
 4 keys at once), then two uint32 a chunk of ``CLUSTER_CHUNK_KEYS`` keys and two more (the emit's counts and
 their scan), sized by the capacity (a decode call: ``max_blocks``) or by a prompt call's active block
 count. A capacity whose slice does not fit the device's opt-in shared memory per CTA is refused with
@@ -23,6 +23,8 @@ from ..core.geometry import (
     CLUSTER_HIST_BUFFERS,
     CLUSTER_LANE_KEYS,
     CLUSTER_MIN_CC,
+    CLUSTER_SIZES,
+    CLUSTER_WIDE_CTAS,
     RADIX_BINS,
     TOPK_CLUSTER_THREADS,
     WARP,
@@ -30,8 +32,8 @@ from ..core.geometry import (
     cluster_slice_blocks,
 )
 from ..core.integrity import Allocator
-from ..dispatch import programmatic_launches
-from .driver import ProgrammaticLaunch
+from ..dispatch import cluster_wide, programmatic_launches
+from .driver import ProgrammaticLaunch, clusters_at_once
 from .shape import Card, TopkShape
 from .topk import check_arrays
 
@@ -49,12 +51,33 @@ SCRATCH_BYTES = 1024  # room for the kernel's per-warp totals and pass results
 # the histogram with a column per lane, the CTA's histogram buffers, the digits' keys and the scratch
 # (the launcher checks the compiled kernel against it).
 STATIC_SMEM_BYTES = (WARP + CLUSTER_HIST_BUFFERS + DIGIT_KEY_WORDS) * RADIX_BINS * WORD_BYTES + SCRATCH_BYTES
+# A wide call: 16 CTAs a query halve each CTA's slice, so its per-key work, and double what its digit rounds
+# read from the cluster. Measured on an H200 (2026-12-03, docs/benchmarks.md): 0.2-3.3 us faster from 420K
+# cells (most on adversarial scores, which need four passes), level at 262K, 0.3-0.6 slower at 131K; and
+# 8-11 us slower where the call's clusters of 16 do not all fit at once (the H200 holds 7: 8 queries run
+# in two waves). So a call goes wide from this many blocks a query, when its clusters fit at once.
+CLUSTER_WIDE_MIN_BLOCKS = 81920  # capacity 327,672 cells and over: between the level 65,538 and the faster 105,002
 
 
-def cluster_smem_bytes(max_blocks: int) -> int:
-    """Dynamic shared memory per CTA for a call of ``max_blocks`` blocks: ceil(max_blocks / 8) keys,
-    rounded up to a multiple of 4, then two words for each chunk of 128 of them and two more."""
-    keys = cluster_slice_blocks(max_blocks)
+def cluster_ctas(blocks: int, nq: int, wide_at_once: int, switches: Mapping[str, str]) -> int:
+    """CTAs a query of a cluster call of ``nq`` queries over ``blocks`` blocks (a prompt call's active
+    blocks, else max_blocks), where ``wide_at_once`` clusters of CLUSTER_WIDE_CTAS run at once on the card
+    (0: none runs): CLUSTER_WIDE_CTAS when every query's cluster fits at once and ``blocks`` reaches
+    CLUSTER_WIDE_MIN_BLOCKS, else CLUSTER_CTAS. ``QSA_CLUSTER_WIDE=1`` goes wide wherever such a cluster
+    runs, ``=0`` never (dispatch.cluster_wide)."""
+    wide = cluster_wide(switches)
+    if wide_at_once < 1 or wide is False:
+        return CLUSTER_CTAS
+    if wide or (nq <= wide_at_once and blocks >= CLUSTER_WIDE_MIN_BLOCKS):
+        return CLUSTER_WIDE_CTAS
+    return CLUSTER_CTAS
+
+
+def cluster_smem_bytes(max_blocks: int, ctas: int = CLUSTER_CTAS) -> int:
+    """Dynamic shared memory per CTA for a call of ``max_blocks`` blocks and ``ctas`` CTAs a query:
+    ceil(max_blocks / ctas) keys, rounded up to a multiple of 4, then two words for each chunk of 128 of
+    them and two more."""
+    keys = cluster_slice_blocks(max_blocks, ctas)
     padded = -(-keys // CLUSTER_LANE_KEYS) * CLUSTER_LANE_KEYS
     return (padded + CHUNK_WORDS * (-(-keys // CLUSTER_CHUNK_KEYS) + 1)) * WORD_BYTES
 
@@ -98,8 +121,9 @@ def require_cluster(compute_capability: int, max_blocks: int, device_max_smem_op
 
 
 class Cluster(TopkShape):
-    """A cluster of CLUSTER_CTAS CTAs a query (sm_90 and newer), its dynamic shared memory sized by the
-    capacity (a decode call) or a prompt call's active blocks: refused where that does not fit the card."""
+    """A cluster of CLUSTER_CTAS or CLUSTER_WIDE_CTAS CTAs a query (sm_90 and newer; ``cluster_ctas``), its
+    dynamic shared memory sized by the capacity (a decode call) or a prompt call's active blocks: refused
+    where a slice of CLUSTER_CTAS does not fit the card."""
 
     name, title, min_cc = "cluster", "cluster top-k", CLUSTER_MIN_CC
 
@@ -113,7 +137,8 @@ class Cluster(TopkShape):
     def build(self, variant: Any, code: Callable[[], Any], scores: Any, steps: Any, ids: Any, *, active_blocks: int,
               scratch: Allocator | None, switches: Mapping[str, str],
               follows_kernel: bool = False) -> Callable[[], None]:
-        """One launch on the current stream, so it can be captured into a CUDA graph; after a kernel
+        """One launch on the current stream, so it can be captured into a CUDA graph, of the kernel of
+        ``cluster_ctas`` CTAs a query (``variant.kernels`` by CLUSTER_SIZES); after a kernel
         (``follows_kernel``), a programmatic dependent launch where the kernel says it waits for that grid
         before it reads the scores (WAITS_FOR_PRIOR_GRID), unless ``QSA_PDL=0``: the window's top-k then starts
         while its scorer drains."""
@@ -122,16 +147,15 @@ class Cluster(TopkShape):
 
         device = cupy.cuda.Device()
         optin = int(cupy.cuda.runtime.getDeviceProperties(device.id)["sharedMemPerBlockOptin"])
-        dynamic = require_cluster(int(device.compute_capability), mb, optin, active_blocks)
+        require_cluster(int(device.compute_capability), mb, optin, active_blocks)
         module = code()
-        kernel = module.function(variant.kernels[0])
-        static = int(kernel.attributes["shared_size_bytes"])
-        if static > STATIC_SMEM_BYTES:
-            raise KernelError(f"{SOURCE}: {static} B of static shared memory, over the {STATIC_SMEM_BYTES} B the "
-                              "launcher sizes for")
-        # The limit belongs to the kernel, shared by every launcher: only ever raise it.
-        kernel.max_dynamic_shared_size_bytes = max(kernel.max_dynamic_shared_size_bytes, dynamic)
-        grid, block = (CLUSTER_CTAS, nq), (THREADS,)
+        blocks = active_blocks or mb
+        ctas = CLUSTER_CTAS
+        if cluster_wide(switches) is not False:
+            wide, wide_dynamic = _prepared(module, variant, CLUSTER_WIDE_CTAS, blocks)
+            ctas = cluster_ctas(blocks, nq, clusters_at_once(wide, CLUSTER_WIDE_CTAS, THREADS, wide_dynamic), switches)
+        kernel, dynamic = _prepared(module, variant, ctas, blocks)
+        grid, block = (ctas, nq), (THREADS,)
         args = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
         if (follows_kernel and programmatic_launches(int(device.compute_capability), switches)
                 and module.declares(WAITS_FOR_PRIOR_GRID)):
@@ -141,6 +165,20 @@ class Cluster(TopkShape):
             kernel(grid, block, args, shared_mem=dynamic)
 
         return launch
+
+
+def _prepared(module: Any, variant: Any, ctas: int, blocks: int) -> tuple[Any, int]:
+    """The kernel of ``ctas`` CTAs a query, its dynamic shared memory limit raised to a slice of ``blocks``
+    (the bytes returned), its static shared memory checked against STATIC_SMEM_BYTES."""
+    kernel = module.function(variant.kernels[CLUSTER_SIZES.index(ctas)])
+    static = int(kernel.attributes["shared_size_bytes"])
+    if static > STATIC_SMEM_BYTES:
+        raise KernelError(f"{SOURCE}: {static} B of static shared memory, over the {STATIC_SMEM_BYTES} B the "
+                          "launcher sizes for")
+    dynamic = cluster_smem_bytes(blocks, ctas)
+    # The limit belongs to the kernel, shared by every launcher: only ever raise it.
+    kernel.max_dynamic_shared_size_bytes = max(kernel.max_dynamic_shared_size_bytes, dynamic)
+    return kernel, dynamic
 
 
 CLUSTER = Cluster()

@@ -291,11 +291,11 @@ def select_split(
     return _write_ids(width, offsets[writers], writers, counts[writers])
 
 
-# ---- block_topk_cluster_kernel: 8 CTAs a query, the select ends once the digits decide it ----
+# ---- block_topk_cluster_kernel: 8 or 16 CTAs a query, the select ends once the digits decide it ----
 
 
 def _tracked_key(keys: np.ndarray, weights: np.ndarray, cta: np.ndarray, at: np.ndarray,
-                 budget: int) -> tuple[int, int, np.ndarray, np.ndarray] | None:
+                 budget: int, ctas: int) -> tuple[int, int, np.ndarray, np.ndarray] | None:
     """Pass 2's round in the cluster kernel: thr's full key from each CTA's cells at the digits found
     (``at``) and their least and greatest key there, or None (pass 3 follows). A CTA's keys there are
     known when they are one key, or two blocks (2R cells); when every CTA's are, thr is the key whose
@@ -306,7 +306,7 @@ def _tracked_key(keys: np.ndarray, weights: np.ndarray, cta: np.ndarray, at: np.
     entries: list[tuple[int, int, int]] = []  # (CTA, key, cells)
     known, total = True, 0
     greatest, holder = -1, 0  # the greatest key there, and the first CTA holding it
-    for r in range(CLUSTER_CTAS):
+    for r in range(ctas):
         mine = at & (cta == r) & (weights > 0)
         cells = int(weights[mine].sum())
         if cells == 0:
@@ -321,23 +321,24 @@ def _tracked_key(keys: np.ndarray, weights: np.ndarray, cta: np.ndarray, at: np.
             entries += [(r, least, BLOCK_CELLS), (r, most, BLOCK_CELLS)]
         else:
             known = False
-    ctas = np.arange(CLUSTER_CTAS)
+    ranks = np.arange(ctas)
     if known:
         for _, key, _ in entries:
             greater = sum(c for _, k, c in entries if k > key)
             if greater < budget <= greater + sum(c for _, k, c in entries if k == key):
-                at_before = np.array([sum(c for e, k, c in entries if k == key and e < r) for r in ctas])
-                above_before = np.array([sum(c for e, k, c in entries if k > key and e < r) for r in ctas])
+                at_before = np.array([sum(c for e, k, c in entries if k == key and e < r) for r in ranks])
+                above_before = np.array([sum(c for e, k, c in entries if k > key and e < r) for r in ranks])
                 return key, greater, at_before, above_before
     if total % BLOCK_CELLS == 0 and budget <= BLOCK_CELLS:
-        return greatest, 0, np.where(ctas > holder, BLOCK_CELLS, 0), np.zeros(CLUSTER_CTAS, np.int64)
+        return greatest, 0, np.where(ranks > holder, BLOCK_CELLS, 0), np.zeros(ctas, np.int64)
     return None
 
 
-def cluster_passes(scores_row: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, int]:
-    """The cluster kernel for one query: its ids and the radix passes it ran (0: none, n_kv <= width).
+def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER_CTAS) -> tuple[np.ndarray, int]:
+    """The cluster kernel of ``ctas`` CTAs a query (8 or 16) for one query: its ids and the radix passes it
+    ran (0: none, n_kv <= width).
 
-    CTA r holds the blocks ``r * per .. r * per + per - 1`` (``per = ceil((n_bid + 1) / 8)``). Every
+    CTA r holds the blocks ``r * per .. r * per + per - 1`` (``per = ceil((n_bid + 1) / ctas)``). Every
     pass sums the CTAs' histograms and applies the reference's digit rule; each CTA learns the cells
     above and at thr in the CTAs before it from the histograms alone (a key is above thr when, at the
     first pass its digit differs from thr's, it is higher; at thr when it matches every digit found).
@@ -352,18 +353,18 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray) -> tuple[np.ndarray
     if n_kv <= width:
         return _identity(n_kv), 0
     keys, weights = _blocks(scores_row, n_kv, n_bid)
-    per = cluster_slice_blocks(n_bid + 1)
+    per = cluster_slice_blocks(n_bid + 1, ctas)
     cta = np.arange(n_bid + 1) // per
 
     thr, mask, above = 0, 0, 0
-    above_before = np.zeros(CLUSTER_CTAS, dtype=np.int64)  # per CTA: the cells above thr before it
-    at_before = np.zeros(CLUSTER_CTAS, dtype=np.int64)
+    above_before = np.zeros(ctas, dtype=np.int64)  # per CTA: the cells above thr before it
+    at_before = np.zeros(ctas, dtype=np.int64)
     passes = 0
     for p in range(RADIX_PASSES):
         passes = p + 1
         counted = (keys & np.uint32(mask)) == np.uint32(thr)
         per_cta = _weighted_bincount(cta[counted] * RADIX_BINS + _digits(keys[counted], p), weights[counted],
-                                     CLUSTER_CTAS * RADIX_BINS).reshape(CLUSTER_CTAS, RADIX_BINS)
+                                     ctas * RADIX_BINS).reshape(ctas, RADIX_BINS)
         hist = per_cta.sum(axis=0)
         before = _exclusive_cumsum(per_cta, axis=0)  # [r, bin]: the bin's cells in the CTAs before r
         d, new_above = digit_rule(hist, above, width)
@@ -379,7 +380,7 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray) -> tuple[np.ndarray
         if decided:
             break
         if p == TRACKED_PASS:
-            tracked = _tracked_key(keys, weights, cta, counted & (_digits(keys, p) == d), width - above)
+            tracked = _tracked_key(keys, weights, cta, counted & (_digits(keys, p) == d), width - above, ctas)
             if tracked is not None:
                 thr, gain, at_before, above_before_gain = tracked
                 mask = (1 << _KEY_BITS) - 1
