@@ -26,7 +26,7 @@ import numpy as np
 
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda.h)
 _NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED (cuda.h)
-PORTABLE_CLUSTER_CTAS = 8  # the largest cluster every card with clusters runs (CUDA's portable size)
+_PORTABLE_CLUSTER_CTAS = 8  # the largest cluster every card with clusters runs (CUDA's portable size)
 _CUDA_ERROR_INVALID_VALUE = 1  # cuFuncGetParamInfo past the last parameter (without cuFuncGetParamCount)
 _CTYPES = {np.dtype(np.int32): ctypes.c_int32, np.dtype(np.uint32): ctypes.c_uint32,
            np.dtype(np.int64): ctypes.c_int64, np.dtype(np.uint64): ctypes.c_uint64}
@@ -114,12 +114,6 @@ def kernel_layout(function: int, packed: int) -> list[tuple[int, int]] | None:
     if not hasattr(lib, "cuFuncGetParamInfo"):
         return None
     count = ctypes.c_size_t(packed)
-    lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-    lib.cuFuncSetAttribute.restype = ctypes.c_int
-    if hasattr(lib, "cuOccupancyMaxActiveClusters"):
-        lib.cuOccupancyMaxActiveClusters.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
-                                                     ctypes.POINTER(_Config)]
-        lib.cuOccupancyMaxActiveClusters.restype = ctypes.c_int
     if hasattr(lib, "cuFuncGetParamCount"):
         status = lib.cuFuncGetParamCount(ctypes.c_void_p(function), ctypes.byref(count))
         if status != 0:
@@ -154,7 +148,7 @@ def clusters_at_once(kernel: Any, cluster_ctas: int, threads: int, shared_mem: i
     allowed on the function. 0 where the driver refuses either: no such cluster runs here."""
     lib = _driver()
     function = ctypes.c_void_p(int(kernel.kernel.ptr))
-    if cluster_ctas > PORTABLE_CLUSTER_CTAS and lib.cuFuncSetAttribute(function, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1):
+    if cluster_ctas > _PORTABLE_CLUSTER_CTAS and lib.cuFuncSetAttribute(function, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1):
         return 0
     if not hasattr(lib, "cuOccupancyMaxActiveClusters"):
         return 0

@@ -1,10 +1,10 @@
 """The launch shape of the cluster top-k in ``kernels/topk_cluster.cu`` (spec section 3; sm_90 and newer).
 
 A cluster of ``CLUSTER_CTAS`` CTAs per query, grid ``(CLUSTER_CTAS, nq)``, or of ``CLUSTER_WIDE_CTAS`` in
-a wide call (``cluster_ctas``: the rule); each CTA keeps its slice of the query's order keys in dynamic shared memory, one uint32 a block (padded to 16 bytes: a lane reads
-4 keys at once), then two uint32 a chunk of ``CLUSTER_CHUNK_KEYS`` keys and two more (the emit's counts and
-their scan), sized by the capacity (a decode call: ``max_blocks``) or by a prompt call's active block
-count. A capacity whose slice does not fit the device's opt-in shared memory per CTA is refused with
+a wide call (``cluster_ctas``: the rule); each CTA keeps its slice of the query's order keys in dynamic
+shared memory, one uint32 a block (padded to 16 bytes: a lane reads 4 keys at once), then two uint32 a
+chunk of ``CLUSTER_CHUNK_KEYS`` keys and two more (the emit's counts and their scan), sized by the
+capacity (a decode call: ``max_blocks``) or by a prompt call's active block count. A capacity whose slice does not fit the device's opt-in shared memory per CTA is refused with
 ``ClusterUnavailable``, as is a card older than sm_90.
 """
 
@@ -53,10 +53,11 @@ SCRATCH_BYTES = 1024  # room for the kernel's per-warp totals and pass results
 STATIC_SMEM_BYTES = (WARP + CLUSTER_HIST_BUFFERS + DIGIT_KEY_WORDS) * RADIX_BINS * WORD_BYTES + SCRATCH_BYTES
 # A wide call: 16 CTAs a query halve each CTA's slice, so its per-key work, and double what its digit rounds
 # read from the cluster. Measured on an H200 (2026-12-03, docs/benchmarks.md): 0.2-3.3 us faster from 420K
-# cells (most on adversarial scores, which need four passes), level at 262K, 0.3-0.6 slower at 131K; and
-# 8-11 us slower where the call's clusters of 16 do not all fit at once (the H200 holds 7: 8 queries run
-# in two waves). So a call goes wide from this many blocks a query, when its clusters fit at once.
-CLUSTER_WIDE_MIN_BLOCKS = 81920  # capacity 327,672 cells and over: between the level 65,538 and the faster 105,002
+# cells (most on adversarial scores, which need four passes), within 0.6 either way at 262K and 327K,
+# 0.3-0.6 slower at 131K; and 8-11 us slower where the call's clusters of 16 do not all fit at once (the
+# H200 holds 7: 8 queries run in two waves). So a call goes wide from this many blocks a query, when its
+# clusters fit at once.
+CLUSTER_WIDE_MIN_BLOCKS = 81920  # capacity 327,672 cells and over: between 262K's 65,538 and 420K's 105,002
 
 
 def cluster_ctas(blocks: int, nq: int, wide_at_once: int, switches: Mapping[str, str]) -> int:
