@@ -15,6 +15,14 @@ SLOW = {
     "tests/test_engine_cli_gpu.py::test_sanitize_runs_the_checkouts_variants",
     "tests/test_engine_cli_gpu.py::test_sanitize_runs_a_newer_checkouts_paths_under_their_switches",
 }
+# The cluster top-k's tests whose wide-size cases (16 CTAs a query) run in the slow suite, their 8-CTA
+# cases in the quick one (test_the_wide_kernel_matches_oracle: every window but 420K)
+WIDE_REPEATS = {
+    f"tests/test_gpu_topk_cluster.py::{name}" for name in (
+        "test_the_wide_kernel_matches_oracle", "test_adversarial_scores_match_the_model",
+        "test_each_early_end_matches_oracle", "test_nan_inf_and_signed_zeros", "test_identity_boundary_and_tails",
+        "test_graph_replays_follow_the_device_steps")
+}
 
 
 def marks_of(test: str) -> set[str]:
@@ -27,9 +35,14 @@ def marks_of(test: str) -> set[str]:
 
 
 def test_the_slow_tests_are_gpu_tests() -> None:
-    """Only these run apart (a slow CPU test would slow CI's run, and an unlisted one would leave the quick suite)."""
+    """Only these run apart (a slow CPU test would slow CI's run, and an unlisted one would leave the quick
+    suite), and of the cluster's repeats only their wide-size cases."""
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                           "-m", "slow", "tests"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    assert {line.split("[")[0] for line in out.stdout.splitlines() if "::" in line} == SLOW
+    collected = [line for line in out.stdout.splitlines() if "::" in line]
+    assert {line.split("[")[0] for line in collected} == SLOW | WIDE_REPEATS
     assert all({"gpu", "slow"} <= marks_of(test) for test in SLOW)
+    assert all("gpu" in marks_of(test) for test in WIDE_REPEATS)
+    repeats = [line for line in collected if line.split("[")[0] in WIDE_REPEATS]
+    assert all("16-ctas" in line or "wide_kernel" in line and "420000" not in line for line in repeats)
