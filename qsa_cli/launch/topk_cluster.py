@@ -151,11 +151,13 @@ class Cluster(TopkShape):
         require_cluster(int(device.compute_capability), mb, optin, active_blocks)
         module = code()
         blocks = active_blocks or mb
-        ctas = CLUSTER_CTAS
+        ctas, prepared = CLUSTER_CTAS, None
         if cluster_wide(switches) is not False:
-            wide, wide_dynamic = _prepared(module, variant, CLUSTER_WIDE_CTAS, blocks)
-            ctas = cluster_ctas(blocks, nq, clusters_at_once(wide, CLUSTER_WIDE_CTAS, THREADS, wide_dynamic), switches)
-        kernel, dynamic = _prepared(module, variant, ctas, blocks)
+            wide = _prepared(module, variant, CLUSTER_WIDE_CTAS, blocks)
+            if cluster_ctas(blocks, nq, clusters_at_once(wide[0], CLUSTER_WIDE_CTAS, THREADS, wide[1]),
+                            switches) == CLUSTER_WIDE_CTAS:
+                ctas, prepared = CLUSTER_WIDE_CTAS, wide
+        kernel, dynamic = prepared or _prepared(module, variant, CLUSTER_CTAS, blocks)
         grid, block = (ctas, nq), (THREADS,)
         args = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
         if (follows_kernel and programmatic_launches(int(device.compute_capability), switches)
