@@ -75,6 +75,9 @@ SMALL_TOPK_CALL = (9002, 3, 16384, "decode")
 # 8 CTAs of 1,024 threads each) and, a query's CTAs running the code every other query's run, finds nothing more.
 QUICK_TOPK_CALL = (9002, 1, 16384, "decode")
 LARGE_TOPK_CALL = (524288, MAX_QUERIES, 524288, "decode")
+# A large call of few queries: the cluster top-k runs 16 CTAs a query there, where the card runs every
+# query's cluster of 16 at once (the H200 runs 7); the large call above keeps 8 a query.
+WIDE_TOPK_CALL = (524288, 4, 524288, "decode")
 PROMPT_TOPK_CALL = (135176, 16, 135176, "prompt")
 PROMPT_SCORE_SET = "levels64"  # ties at the threshold
 
@@ -102,14 +105,16 @@ def find_sanitizer(env: dict[str, str] | None = None) -> Path:
 def matrix(variants: dict[str, tuple[str, ...]], score_sets: tuple[str, ...], seed: int = 0,
            quick: bool = False) -> list[SanitizeCase]:
     """The cases of every variant (``variants``: stage -> names): a small decode call on every kind of keys
-    (scorer) or score set (top-k), a large decode call, and a prompt call (top-k). ``quick``: the small
-    call on the first keys and score set only (the top-k's of one query, QUICK_TOPK_CALL)."""
+    (scorer) or score set (top-k), a large decode call (the top-k's at 8 and at 4 queries), and a prompt call
+    (top-k). ``quick``: the small call on the first keys and score set only (the top-k's of one query,
+    QUICK_TOPK_CALL)."""
     scorer = [(SMALL_SCORER_CALL, keys) for keys in SCORER_KEYS[:1 if quick else None]]
     small_topk = QUICK_TOPK_CALL if quick else SMALL_TOPK_CALL
     topk = [(small_topk, score_set) for score_set in score_sets[:1 if quick else None]]
     if not quick:
         scorer.append((LARGE_SCORER_CALL, DEFAULT_KEYS))
-        topk += [(LARGE_TOPK_CALL, score_sets[0]), (PROMPT_TOPK_CALL, PROMPT_SCORE_SET)]
+        topk += [(LARGE_TOPK_CALL, score_sets[0]), (WIDE_TOPK_CALL, score_sets[0]),
+                 (PROMPT_TOPK_CALL, PROMPT_SCORE_SET)]
     out = [SanitizeCase("scores", *call, None, keys, variant=v, seed=seed)
            for call, keys in scorer for v in variants.get("scores", ())]
     out += [SanitizeCase("topk", *call, score_set, variant=v, seed=seed)

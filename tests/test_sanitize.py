@@ -106,6 +106,7 @@ def test_the_matrix_covers_every_kind_of_call_input_and_variant() -> None:
         assert {c.kind for c in mine} == {"decode", "prompt"}
         assert {c.score_set for c in mine} == set(sets)
         assert {c.ctx for c in mine} == {9002, 524288, 135176}
+        assert {c.nq for c in mine if c.ctx == 524288} == {8, 4}  # the cluster's 8 and 16 CTAs a query
     for variant in ("multi", "halve"):
         mine = [c for c in cases if c.variant == variant]
         assert {c.ctx for c in mine} == {2102, 524288}
@@ -256,7 +257,8 @@ def test_a_signal_ends_the_sanitizers_children_and_keeps_the_record_so_far(tmp_p
     assert kept.incomplete and kept.command == "sanitize"
     # only the children that ended by themselves: the racechecks, each clean; none of those the signal ended
     assert all(r.tool == "racecheck" and r.errors == 0 for r in kept.sanitizer), kept.sanitizer
-    assert len(kept.sanitizer) <= 6 * 2  # 6 cases of the top-k's wide, 3 of each scorer: 12 racechecks
+    racechecks = len(sanitize.matrix({"scores": ("multi", "halve"), "topk": ("wide",)}, runs_sanitizer.SCORE_SETS))
+    assert len(kept.sanitizer) <= racechecks  # one a case of CPU_SANITIZE's variants
     counted = f"{len(kept.sanitizer)} sanitizer run" + ("" if len(kept.sanitizer) == 1 else "s")
     so_far = counted if kept.sanitizer else "nothing measured yet"
     assert lines == [f"qsa: interrupted{name}: the record so far ({so_far}) is in run.json, marked incomplete"]
