@@ -41,6 +41,27 @@ def test_round_trip_keeps_every_sample(tmp_path, rng):
     assert back.passed and back.kernel_source_hash == r.kernel_source_hash
 
 
+def test_a_measurements_launches_round_trip(tmp_path, rng):
+    """What qsa's launcher enqueued a call (launch.shape.KernelCall), as written and read back."""
+    from qsa_cli.launch.shape import Described, KernelCall, launch_records
+
+    r = _record(rng)
+    calls = (KernelCall("block_topk_cluster_wide_kernel", (16, 4), (1024,), 16, 107_024, True),)
+    r.measurements[0].launches = launch_records(Described(lambda: None, calls))
+    r.write(tmp_path / "r.json")
+    (back,) = load_record(tmp_path / "r.json").measurements[0].launches
+    assert back == {"kernel": "block_topk_cluster_wide_kernel", "grid": [16, 4], "block": [1024], "cluster": 16,
+                    "shared_bytes": 107_024, "programmatic": True}
+
+
+def test_a_version_7_record_loads_without_launches(tmp_path):
+    """No run before version 8 recorded its launches: its measurements read back with none."""
+    v7 = next(p for p in SHIPPED if json.loads(p.read_text())["schema_version"] == 7)
+    data = json.loads(v7.read_text())
+    assert data["measurements"] and all("launches" not in m for m in data["measurements"])
+    assert all(m.launches is None for m in load_record(v7).measurements)
+
+
 def test_statistics(rng):
     m = _record(rng).measurements[0]
     lo, hi = m.spread_us
@@ -119,6 +140,11 @@ HAND_EDITS = [
     ("checks", [{"check": "x", "cases": 1, "passed": "yes", "seconds": 0.1, "detail": ""}],
      "checks[0].passed: expected true or false or null"),
     ("incomplete", "no", "incomplete: expected true or false"),
+    ("measurements[3].launches", DELETE, "measurements[3]: missing field 'launches'"),  # version 8 has it
+    ("measurements[3].launches", [{"kernel": "k", "grid": ["8"], "block": [1024], "cluster": 8, "shared_bytes": 0,
+                                   "programmatic": False}], "measurements[3].launches[0].grid: expected a list of integers"),
+    ("measurements[3].launches", [{"kernel": "k", "grid": [8], "block": [1024]}],
+     "measurements[3].launches[0]: missing field 'cluster'"),
 ]
 
 

@@ -115,10 +115,20 @@ def _to_version_7(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "settings": {**settings, "dispatch": d}}
 
 
+def _to_version_8(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 8 added a measurement's ``launches`` (the kernels qsa's launcher enqueued a call), which no
+    earlier run recorded."""
+    if not isinstance(data.get("measurements"), list):
+        return data
+    return {**data, "measurements": [{"launches": None, **m} if isinstance(m, dict) else m
+                                     for m in data["measurements"]]}
+
+
 # version -> the step that makes a record of that version one of the next
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_version_2, 2: _to_version_3,
                                                                      3: _to_version_4, 4: _to_version_5,
-                                                                     5: _to_version_6, 6: _to_version_7}
+                                                                     5: _to_version_6, 6: _to_version_7,
+                                                                     7: _to_version_8}
 
 _BRACKET_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 

@@ -29,9 +29,9 @@ SCHEMA = "qsa.run"
 # 2 added "incomplete" and "sanitizer"; 3 added "checks"; 4 named the L2 states (clean, dirty, warm) and added a
 # measurement's "batch" and "stop"; 5 added "agreements", an inexact variant's measures, and a measurement's
 # "rounds", "timer" and "nvbench"; 6 drains the stream before each sample, each sample its own hold (a round
-# in "rounds" is one sample or one batch; in 5 a round was 32 samples queued back to back) (record/load.py
-# migrates older ones)
-SCHEMA_VERSION = 7
+# in "rounds" is one sample or one batch; in 5 a round was 32 samples queued back to back); 7 records a decode
+# call's scorer by its queries; 8 added a measurement's "launches" (record/load.py migrates older ones)
+SCHEMA_VERSION = 8
 INFO_SCHEMA = "qsa.info"  # what ``qsa info`` reports (InfoReport)
 
 # "keys" is in a scorer case only for keys other than the synthetic ones: the cases of earlier runs keep their key
@@ -133,6 +133,19 @@ class StopOutcome(TypedDict):
     noise_pct: float
     measured_s: float
     wall_s: float
+
+
+class KernelLaunchRecord(TypedDict):
+    """One kernel launch of a variant's call (``launch.shape.KernelCall.to_dict``): the kernel by the name the
+    spec gives it (a template instance included), its grid and CTA, the CTAs of its thread-block cluster (0:
+    none), its dynamic shared memory a CTA, and whether it is a programmatic dependent launch."""
+
+    kernel: str
+    grid: list[int]
+    block: list[int]
+    cluster: int
+    shared_bytes: int
+    programmatic: bool
 
 
 class DeviceInfo(TypedDict, total=False):
@@ -324,6 +337,9 @@ class Measurement(CaseKeyed):
     rounds: RoundChecks | None = None  # the rounds' holds and SM clocks, judged (GPU backend)
     timer: str = "qsa"  # what timed it (record.vocabulary TIMERS)
     nvbench: NvbenchSummary | None = None  # --timer nvbench: nvbench's own summary (samples_us: its cold samples)
+    # what qsa's launcher enqueued a call, in order (since it was recorded; None: not qsa's launcher, such as an
+    # engine checkout's host functions, or a model or library on either backend)
+    launches: list[KernelLaunchRecord] | None = None
 
     @property
     def median_us(self) -> float:
