@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core.geometry import HALVE_MAX_QUERIES, MAX_QUERIES, QUARTERS_THREADS, QUERY_LANES, WARP
 from ..inputs import ScorerInputs
-from .shape import ScorerShape
+from .shape import Described, KernelCall, ScorerShape
 
 SOURCE = "scores.cu"  # the engine's scorers
 ONE_PASS_SOURCE = "scores_onepass.cu"  # qsa's paired and quarters
@@ -49,8 +49,19 @@ def _resident_grid(kernel: Any, threads: int) -> int:
     return sms * max(1, int(per_sm))
 
 
-# (kernel, grid, block, arguments) of one launch
-KernelLaunch = tuple[Any, tuple[int, ...], tuple[int, ...], tuple[Any, ...]]
+@dataclass(frozen=True)
+class KernelLaunch:
+    """One launch of a scorer's call: the kernel by its name (``variant.kernels``), its grid, CTA and arguments."""
+
+    name: str
+    kernel: Any
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    args: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, module: Any, name: str, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]) -> KernelLaunch:
+        return cls(name, module.function(name), grid, block, args)
 
 
 class QsaScorerShape(ScorerShape):
@@ -58,7 +69,7 @@ class QsaScorerShape(ScorerShape):
 
     decode_only = True  # at most MAX_QUERIES queries (a decode call's)
 
-    def build(self, variant: Any, code: Callable[[], Any], dev: ScorerInputs, out: Any) -> Callable[[], None]:
+    def build(self, variant: Any, code: Callable[[], Any], dev: ScorerInputs, out: Any) -> Described:
         nq, mb = dev.nq, dev.max_blocks
         if self.decode_only and nq > MAX_QUERIES:
             raise ValueError(f"the {variant.name} scorer is a decode kernel: at most {MAX_QUERIES} queries (got {nq})")
@@ -67,10 +78,10 @@ class QsaScorerShape(ScorerShape):
         launches = self.launches(variant, code(), dev, out)
 
         def launch() -> None:
-            for kernel, grid, block, args in launches:
-                kernel(grid, block, args)
+            for one in launches:
+                one.kernel(one.grid, one.block, one.args)
 
-        return launch
+        return Described(launch, tuple(KernelCall(one.name, one.grid, one.block) for one in launches))
 
     @abstractmethod
     def launches(self, variant: Any, module: Any, dev: ScorerInputs, out: Any) -> list[KernelLaunch]:
@@ -88,7 +99,7 @@ class PerBlock(QsaScorerShape):
 
     def launches(self, variant: Any, module: Any, dev: ScorerInputs, out: Any) -> list[KernelLaunch]:
         grid = (-(-dev.max_blocks // WARPS_PER_CTA), dev.nq)
-        return [(module.function(variant.kernels[0]), grid, (WARPS_PER_CTA * WARP,), _whole_call(dev, out))]
+        return [KernelLaunch.of(module, variant.kernels[0], grid, (WARPS_PER_CTA * WARP,), _whole_call(dev, out))]
 
 
 class Striding(QsaScorerShape):
@@ -97,7 +108,7 @@ class Striding(QsaScorerShape):
     name, title = "striding", "striding scorer"
 
     def launches(self, variant: Any, module: Any, dev: ScorerInputs, out: Any) -> list[KernelLaunch]:
-        return [(module.function(variant.kernels[0]), (MULTI_CTAS,), (WARPS_PER_CTA * WARP,), _whole_call(dev, out))]
+        return [KernelLaunch.of(module, variant.kernels[0], (MULTI_CTAS,), (WARPS_PER_CTA * WARP,), _whole_call(dev, out))]
 
 
 class Halving(QsaScorerShape):
@@ -113,12 +124,13 @@ class Halving(QsaScorerShape):
         launches = []
         for start in range(0, nq, HALVE_MAX_QUERIES):
             n = min(HALVE_MAX_QUERIES, nq - start)
-            kernel = module.function(variant.kernels[n - 1])
+            name = variant.kernels[n - 1]
+            kernel = module.function(name)
             # more CTAs than there are blocks for their warps would only launch idle warps
             grid = (min(_resident_grid(kernel, block[0]), -(-mb // HALVE_WARPS_PER_CTA)),)
             sub = slice(start, start + n)
             args = (dev.pooled, dev.dead, dev.q[sub], dev.steps[sub], out[sub], np.int32(n), np.int32(mb))
-            launches.append((kernel, grid, block, args))
+            launches.append(KernelLaunch(name, kernel, grid, block, args))
         return launches
 
 
@@ -130,11 +142,12 @@ class Paired(QsaScorerShape):
     name, title = "paired", "paired scorer"
 
     def launches(self, variant: Any, module: Any, dev: ScorerInputs, out: Any) -> list[KernelLaunch]:
-        kernel = module.function(variant.kernels[dev.nq - 1])
+        name = variant.kernels[dev.nq - 1]
+        kernel = module.function(name)
         block = (HALVE_WARPS_PER_CTA * WARP,)
         pairs_per_cta = HALVE_WARPS_PER_CTA // 2
         grid = (min(_resident_grid(kernel, block[0]), -(-dev.max_blocks // pairs_per_cta)),)
-        return [(kernel, grid, block, _whole_call(dev, out))]
+        return [KernelLaunch(name, kernel, grid, block, _whole_call(dev, out))]
 
 
 class Quarters(QsaScorerShape):
@@ -144,10 +157,11 @@ class Quarters(QsaScorerShape):
     name, title = "quarters", "quarters scorer"
 
     def launches(self, variant: Any, module: Any, dev: ScorerInputs, out: Any) -> list[KernelLaunch]:
-        kernel = module.function(variant.kernels[dev.nq - 1])
+        name = variant.kernels[dev.nq - 1]
+        kernel = module.function(name)
         blocks_a_cta = QUARTERS_THREADS // WARP * (WARP // QUERY_LANES)
         grid = (min(_resident_grid(kernel, QUARTERS_THREADS), -(-dev.max_blocks // blocks_a_cta)),)
-        return [(kernel, grid, (QUARTERS_THREADS,), _whole_call(dev, out))]
+        return [KernelLaunch(name, kernel, grid, (QUARTERS_THREADS,), _whole_call(dev, out))]
 
 
 PER_BLOCK, STRIDING, HALVING, PAIRED, QUARTERS = PerBlock(), Striding(), Halving(), Paired(), Quarters()

@@ -20,7 +20,48 @@ from typing import Any
 
 from ..core.integrity import Allocator
 from ..inputs import ScorerInputs
+from ..record.schema import KernelLaunchRecord
 from ..timing import Launch
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """One kernel launch a shape enqueues for a call, as the record names it (``Measurement.launches``)."""
+
+    kernel: str  # the name the spec and the catalog give it (a template instance: ``name<8>``)
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    cluster: int = 0  # CTAs a thread-block cluster (0: none)
+    shared_bytes: int = 0  # dynamic shared memory a CTA
+    programmatic: bool = False  # a programmatic dependent launch: it may start as the grid before it drains
+
+    def to_dict(self) -> KernelLaunchRecord:
+        return {"kernel": self.kernel, "grid": list(self.grid), "block": list(self.block), "cluster": self.cluster,
+                "shared_bytes": self.shared_bytes, "programmatic": self.programmatic}
+
+
+@dataclass(frozen=True)
+class Described:
+    """A launch and the kernel launches it enqueues, in order (what a record says ran)."""
+
+    launch: Launch
+    calls: tuple[KernelCall, ...]
+
+    def __call__(self) -> None:
+        self.launch()
+
+
+def kernel_calls(launch: object) -> tuple[KernelCall, ...] | None:
+    """What ``launch`` enqueues when qsa's launcher built it (a Described, or a TopkLaunch that knows); None
+    for any other (an engine checkout's host functions, a model, a library)."""
+    calls = getattr(launch, "calls", None)
+    return calls if isinstance(calls, tuple) else None
+
+
+def launch_records(launch: object) -> list[KernelLaunchRecord] | None:
+    """``kernel_calls(launch)`` as the record holds them."""
+    calls = kernel_calls(launch)
+    return None if calls is None else [call.to_dict() for call in calls]
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from ..core.geometry import (
 from ..core.integrity import Allocator, PlainAllocator
 from ..dispatch import programmatic_launches
 from .driver import ProgrammaticLaunch
-from .shape import TopkShape
+from .shape import KernelCall, TopkShape
 
 SOURCE = "topk.cu"
 MAX_GRID_Y = 65535  # the split's grid is (chunks, nq)
@@ -63,6 +63,7 @@ class TopkLaunch:
     launches: tuple[Callable[[], None], ...]
     accumulators: tuple[Any, ...] = ()  # scratch the kernels add into: all zero between calls
     programmatic: bool = False  # launches after the first are programmatic dependent launches
+    calls: tuple[KernelCall, ...] | None = None  # what qsa's launcher enqueues (None: an engine's host functions)
 
     def __call__(self) -> None:
         for launch in self.launches:
@@ -95,7 +96,9 @@ class OneCta(TopkShape):
               follows_kernel: bool = False) -> TopkLaunch:
         nq, mb = check_arrays(scores, steps, ids, active_blocks)
         args = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
-        return TopkLaunch((functools.partial(code().function(variant.kernels[0]), (nq,), (variant.threads,), args),))
+        name, grid, block = variant.kernels[0], (nq,), (variant.threads,)
+        return TopkLaunch((functools.partial(code().function(name), grid, block, args),),
+                          calls=(KernelCall(name, grid, block),))
 
 
 class Split(TopkShape):
@@ -117,7 +120,8 @@ class Split(TopkShape):
         launches = RADIX_PASSES + 1
         at = SPLIT_CHUNK_SIZES.index(grid.chunk_blocks) * launches
         module = code()
-        kernels = [module.function(name) for name in variant.kernels[at:at + launches]]
+        names = variant.kernels[at:at + launches]
+        kernels = [module.function(name) for name in names]
         block = (variant.threads,)
         common = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
         if scratch is None:
@@ -135,6 +139,8 @@ class Split(TopkShape):
             (functools.partial(first, cta_grid, block, first_args), *(later(k, cta_grid, block, a) for k, a in rest)),
             accumulators=(buffers.hist, buffers.arrivals),
             programmatic=programmatic,
+            calls=tuple(KernelCall(name, cta_grid, block, programmatic=programmatic and i > 0)
+                        for i, name in enumerate(names)),
         )
 
 

@@ -34,8 +34,8 @@ from ..core.geometry import (
 from ..core.integrity import Allocator
 from ..dispatch import cluster_wide, programmatic_launches
 from .driver import ProgrammaticLaunch, clusters_at_once
-from .shape import Card, TopkShape
-from .topk import check_arrays
+from .shape import Card, KernelCall, TopkShape
+from .topk import TopkLaunch, check_arrays
 
 SOURCE = "topk_cluster.cu"
 # What a cluster kernel that waits for the grid before it, before it reads a score, declares in its source
@@ -137,7 +137,7 @@ class Cluster(TopkShape):
 
     def build(self, variant: Any, code: Callable[[], Any], scores: Any, steps: Any, ids: Any, *, active_blocks: int,
               scratch: Allocator | None, switches: Mapping[str, str],
-              follows_kernel: bool = False) -> Callable[[], None]:
+              follows_kernel: bool = False) -> TopkLaunch:
         """One launch on the current stream, so it can be captured into a CUDA graph, of the kernel of
         ``cluster_ctas`` CTAs a query (``variant.kernels`` by CLUSTER_SIZES); after a kernel
         (``follows_kernel``), a programmatic dependent launch where the kernel says it waits for that grid
@@ -160,20 +160,27 @@ class Cluster(TopkShape):
         kernel, dynamic = prepared or _prepared(module, variant, CLUSTER_CTAS, blocks)
         grid, block = (ctas, nq), (THREADS,)
         args = (scores, steps, ids, np.int32(nq), np.int32(mb), np.int32(active_blocks))
-        if (follows_kernel and programmatic_launches(int(device.compute_capability), switches)
-                and module.declares(WAITS_FOR_PRIOR_GRID)):
-            return ProgrammaticLaunch(kernel, grid, block, args, shared_mem=dynamic)
+        programmatic = (follows_kernel and programmatic_launches(int(device.compute_capability), switches)
+                        and module.declares(WAITS_FOR_PRIOR_GRID))
+        call = KernelCall(_kernel_name(variant, ctas), grid, block, ctas, dynamic, programmatic)
+        if programmatic:
+            return TopkLaunch((ProgrammaticLaunch(kernel, grid, block, args, shared_mem=dynamic),), calls=(call,))
 
         def launch() -> None:
             kernel(grid, block, args, shared_mem=dynamic)
 
-        return launch
+        return TopkLaunch((launch,), calls=(call,))
+
+
+def _kernel_name(variant: Any, ctas: int) -> str:
+    """The name of ``variant``'s kernel of ``ctas`` CTAs a query (its kernels in CLUSTER_SIZES' order)."""
+    return variant.kernels[CLUSTER_SIZES.index(ctas)]
 
 
 def _prepared(module: Any, variant: Any, ctas: int, blocks: int) -> tuple[Any, int]:
     """The kernel of ``ctas`` CTAs a query, its dynamic shared memory limit raised to a slice of ``blocks``
     (the bytes returned), its static shared memory checked against STATIC_SMEM_BYTES."""
-    kernel = module.function(variant.kernels[CLUSTER_SIZES.index(ctas)])
+    kernel = module.function(_kernel_name(variant, ctas))
     static = int(kernel.attributes["shared_size_bytes"])
     if static > STATIC_SMEM_BYTES:
         raise KernelError(f"{SOURCE}: {static} B of static shared memory, over the {STATIC_SMEM_BYTES} B the "
