@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.errors import TimerError
-from .record.schema import BatchTiming, Measurement, NvbenchSummary
+from .record.schema import BatchTiming, KernelLaunchRecord, Measurement, NvbenchSummary
 from .record.vocabulary import NVBENCH_TIMER
 from .timing import MAX_TIMEOUT_S, Launch, StoppingRule
 
@@ -75,6 +75,7 @@ class _Queued:
     bytes_read: int | None
     iters: int | StoppingRule
     synchronizes: bool  # the launch waits for the stream on the host (a library sort): nvbench's sync tag
+    launches: list[KernelLaunchRecord] | None  # the kernels it enqueues (launch.shape.launch_records)
 
 
 @contextlib.contextmanager
@@ -119,9 +120,10 @@ class NvbenchTimer:
     queued: list[_Queued] = field(default_factory=list)
 
     def queue(self, stage: str, variant: str, case: dict[str, Any], launch: Launch, bytes_read: int | None,
-              iters: int | StoppingRule, synchronizes: bool = False) -> None:
+              iters: int | StoppingRule, synchronizes: bool = False,
+              launches: list[KernelLaunchRecord] | None = None) -> None:
         self.queued.append(_Queued(f"{len(self.queued)}: {stage} {variant}", stage, variant, dict(case), launch,
-                                   bytes_read, iters, synchronizes))
+                                   bytes_read, iters, synchronizes, launches))
 
     def _register(self, item: _Queued) -> None:
         def on_nvbench_stream(launch: Any) -> None:
@@ -203,4 +205,4 @@ class NvbenchTimer:
                            clocks_before=before.to_dict() if before is not None else None,
                            clocks_after=after.to_dict() if after is not None else None,
                            throttled=any(r.throttled for r in (before, after) if r is not None), batch=batch,
-                           timer=NVBENCH_TIMER, nvbench=summary)
+                           timer=NVBENCH_TIMER, nvbench=summary, launches=item.launches)

@@ -71,6 +71,9 @@ def test_select_bench_runs_the_checkouts_scorers_beside_qsas(capsys: Any, trees:
     checked = {(p["subject"], p["against"]) for p in rec["parity"]}
     for v in ("fake.scores", "fake.scores-ref"):
         assert {(v, "reference"), (v, "cpu-model"), (v, "guard zones"), (v, "inputs")} <= checked
+    # what an engine's host functions launch is theirs to choose: the record names qsa's launches only
+    assert all((m["launches"] is None) == m["variant"].startswith("fake.") for m in rec["measurements"]
+               if m["variant"] != "read-floor")
     assert all(p["equal"] for p in rec["parity"])
     engine = rec["settings"]["engines"][0]
     assert engine["name"] == "fake" and engine["path"] == str(trees["plain"].resolve())

@@ -278,9 +278,10 @@ def test_the_windows_cluster_waits_for_its_scorer(cupy: Any, seed: int, scorer: 
         ids = buffers.empty("ids", id_poison_.shape, np.int32)
         cluster = QSA.get("topk", "cluster")
         plain = Launcher(QSA, {**switches, ENV_PDL: "0"}).topk(cluster, scores, dev.steps, ids, follows_kernel=True)
-        assert not isinstance(plain, ProgrammaticLaunch)
+        assert not isinstance(plain.launches[0], ProgrammaticLaunch) and not plain.calls[0].programmatic
         select = Launcher(QSA, switches).topk(cluster, scores, dev.steps, ids, follows_kernel=True)
-        assert isinstance(select, ProgrammaticLaunch)  # the fixture's device is sm_90 or newer
+        assert isinstance(select.launches[0], ProgrammaticLaunch)  # the fixture's device is sm_90 or newer
+        assert select.calls[0].programmatic
         score = scorer_launch(scorer, dev, scores)
         score()
         select()  # first use stays out of the capture
@@ -323,7 +324,7 @@ def test_a_copy_of_the_kernels_without_the_wait_is_launched_plainly(cupy: Any, t
     steps = cupy.asarray(window_steps(65536, MAX_QUERIES))
     ids = cupy.empty((MAX_QUERIES, SELECT_CAP), np.int32)
     launch = Launcher(catalog, {}).topk(catalog.get("topk", "cluster"), scores, steps, ids, follows_kernel=True)
-    assert not isinstance(launch, ProgrammaticLaunch)
+    assert not isinstance(launch.launches[0], ProgrammaticLaunch) and not launch.calls[0].programmatic
 
 
 @pytest.mark.gpu

@@ -20,6 +20,7 @@ import pytest
 
 from qsa_cli.cli import main
 from qsa_cli.core.errors import TimerError
+from qsa_cli.launch.shape import Described, KernelCall
 from qsa_cli.nvbench_timer import NvbenchTimer, check_timer, cuda_bench
 from qsa_cli.record.vocabulary import HOST_L2, NVBENCH_TIMER
 from qsa_cli.runs.selftest import timers_check, timers_disagree
@@ -197,7 +198,8 @@ def test_launchers_are_queued_then_timed_in_one_nvbench_run_each_on_its_stream(b
 
     measurer = Measurer(7, clocks=None, nvbench=timer)
     assert measurer.measure("scores", "multi", CASE, launcher("multi"), bytes_read=4096) is None  # queued
-    assert measurer.measure("scores", "halve", CASE, launcher("halve")) is None
+    described = Described(launcher("halve"), (KernelCall("block_scores_halve_kernel<4>", (528,), (128,)),))
+    assert measurer.measure("scores", "halve", CASE, described) is None
     assert calls == {"multi": 0, "halve": 0} and bench.argv is None  # nothing ran yet
     rows = timer.run()
     assert bench.argv is not None and bench.argv[1:3] == ["--devices", "1"] and "--jsonbin" in bench.argv
@@ -213,6 +215,9 @@ def test_launchers_are_queued_then_timed_in_one_nvbench_run_each_on_its_stream(b
         assert m.nvbench["cold_median_us"] == pytest.approx(float(np.median(m.samples_us)))
         assert m.batch == {"launches": 8, "means_us": [m.nvbench["batch_mean_us"]]} and m.case == CASE
         assert m.stop is None and m.rounds is None and m.warmup == 2
+    assert [m.launches for m in rows] == [None, [{"kernel": "block_scores_halve_kernel<4>", "grid": [528],
+                                                 "block": [128], "cluster": 0, "shared_bytes": 0,
+                                                 "programmatic": False}]]
     assert "nvbench's markdown table" not in capfd.readouterr().out  # nvbench's output is not qsa's
 
 

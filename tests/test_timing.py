@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from qsa_cli.cli import main
+from qsa_cli.launch.shape import Described, KernelCall
 from qsa_cli.output.layout import text_of
 from qsa_cli.output.report import blocks, result_csv
 from qsa_cli.record.load import load_record
@@ -262,6 +263,17 @@ def _measured(iters: int | str, rule: StoppingRule = StoppingRule()) -> Callable
                                                                "kind": "decode", "l2": HOST_L2}, lambda: None)
     assert m is not None
     return m
+
+
+def test_a_measurement_records_what_its_launch_enqueues() -> None:
+    """A launch qsa's launcher built says which kernels it enqueues; any other launch records none."""
+    calls = (KernelCall("block_topk_split_pass_kernel", (65, 8), (1024,)),
+             KernelCall("block_topk_split_emit_kernel", (65, 8), (1024,), programmatic=True))
+    case = {"ctx": 9000, "nq": 8, "capacity": 9000, "kind": "decode", "l2": HOST_L2}
+    m = Measurer(3).measure("topk", "split", case, Described(lambda: None, calls))
+    assert m is not None and m.launches == [call.to_dict() for call in calls]
+    assert m.launches[1]["programmatic"] and m.launches[1]["grid"] == [65, 8]
+    assert _measured(3).launches is None
 
 
 def test_a_measurer_of_iters_auto_records_the_rules_outcome() -> None:

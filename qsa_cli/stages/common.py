@@ -12,6 +12,7 @@ import numpy as np
 from ..core.geometry import STEP_NKV
 from ..core.integrity import GuardedBuffers, Pristine, digest, fingerprint
 from ..inputs import ScorerInputs
+from ..launch.shape import launch_records
 from ..nvbench_timer import NvbenchTimer
 from ..record.schema import Agreement, Measurement, ParityCheck
 from ..record.vocabulary import DEFAULT_KEYS, GUARD_ZONES, HOST_L2, INPUTS, INPUTS_HASH, OUTPUT_HASH, last_call
@@ -100,8 +101,9 @@ class Measurer:
         if self.iters == 0:
             return None
         count = self.rule if self.iters == AUTO else self.iters
+        launches = launch_records(run)
         if self.nvbench is not None:  # timed later, in the run's one nvbench run: no last timed call to check now
-            self.nvbench.queue(stage, variant, case, run, bytes_read, count, synchronizes)
+            self.nvbench.queue(stage, variant, case, run, bytes_read, count, synchronizes, launches)
             return None
         before = self._read_clocks()
         if self.timer is not None:
@@ -125,6 +127,7 @@ class Measurer:
             batch=timed.batch,
             stop=timed.stop,
             rounds=timed.rounds,
+            launches=launches,
         )
 
 

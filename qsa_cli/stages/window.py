@@ -20,6 +20,7 @@ from ..core.geometry import SELECT_CAP
 from ..core.integrity import GuardedBuffers
 from ..core.progress import Progress, no_progress
 from ..inputs import ScorerInputs, TopkInputs, id_poison, score_poison
+from ..launch.shape import Described, kernel_calls
 from ..model.agreement import selection_agreement
 from ..model.scores import score_blocks
 from ..model.topk import topk_ids
@@ -97,7 +98,13 @@ class WindowStage(StageBase):
         select()
         graph = self.stream.end_capture()
         # replayed on the current stream: the window's own under qsa's timer (scope), nvbench's under its
-        return lambda: graph.launch(cupy.cuda.get_current_stream())
+        def replay() -> None:
+            graph.launch(cupy.cuda.get_current_stream())
+
+        scorer_calls, topk_calls = kernel_calls(score), kernel_calls(select)
+        if scorer_calls is None or topk_calls is None:  # an engine's host functions: what they launch is theirs
+            return replay
+        return Described(replay, scorer_calls + topk_calls)
 
     def host(self, output: Any) -> np.ndarray:
         import cupy
