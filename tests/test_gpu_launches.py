@@ -37,9 +37,11 @@ def run_record(capsys: Any, tmp_path: Path, *argv: str) -> RunRecord:
 
 
 def launches_of(record: RunRecord, variant: str) -> list[dict[str, Any]]:
-    (measurement,) = [m for m in record.measurements if m.variant == variant]
-    assert measurement.launches is not None, f"{variant}: no launches recorded"
-    return [dict(launch) for launch in measurement.launches]
+    """What ``variant`` launched a call, the same in each of the record's cases (a top-k run's score sets)."""
+    each = [m.launches for m in record.measurements if m.variant == variant]
+    assert each and all(launches is not None for launches in each), f"{variant}: no launches recorded"
+    assert all(launches == each[0] for launches in each), f"{variant}: its launches differ between cases"
+    return [dict(launch) for launch in each[0]]
 
 
 @pytest.mark.gpu
