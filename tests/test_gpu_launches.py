@@ -4,6 +4,8 @@ clusters, shared memory and programmatic launches, as they ran."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from qsa_cli.core.geometry import (
     CLUSTER_CTAS,
     CLUSTER_SIZES,
     CLUSTER_WIDE_CTAS,
+    MAX_QUERIES,
     QUARTERS_THREADS,
     RADIX_PASSES,
     max_blocks,
@@ -104,3 +107,25 @@ def test_a_window_records_its_scorers_then_its_top_ks_launches(cupy: Any, capsys
     assert topk["kernel"] in QSA.get("topk", "cluster").kernels and topk["programmatic"] == (pdl == "1")
     halve_split = launches_of(record, "halve+split")
     assert len(halve_split) == 1 + RADIX_PASSES + 1
+
+
+@pytest.mark.gpu
+def test_qsa_info_says_how_many_wide_clusters_run_at_once_as_the_launcher_finds(cupy: Any, capsys: Any,
+                                                                                tmp_path: Path) -> None:
+    """``qsa info``'s count of clusters of 16 at once, the same at both ends of the wide capacities (on an
+    H200), is the most queries a 524288-cell call runs wide: that many go to 16 CTAs, one more to 8."""
+    with pytest.raises(SystemExit) as ended:
+        main(["info", "--format", "json"])
+    assert (ended.value.code or 0) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    (wide,) = [n for n in notes if n.startswith(f"cluster top-k: {CLUSTER_WIDE_CTAS} CTAs a query")]
+    counts = {int(c) for c in re.findall(r"(\d+) at capacity \d+ cells", wide)}
+    print(wide)
+    assert len(counts) == 1, wide
+    (at_once,) = counts
+    assert 1 <= at_once < MAX_QUERIES
+    for queries, ctas in ((at_once, CLUSTER_WIDE_CTAS), (at_once + 1, CLUSTER_CTAS)):
+        record = run_record(capsys, tmp_path, "topk-parity", "9000", str(queries), "3", "524288", "0",
+                            "--variants", "cluster")
+        (launch,) = launches_of(record, "cluster")
+        assert launch["cluster"] == ctas, f"{queries} queries"

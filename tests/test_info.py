@@ -11,13 +11,16 @@ from fake_engine import FUNCTIONS, NEWER, SEED, SWITCHES, write_fake_engine
 
 from qsa_cli.catalog import qsa_catalog
 from qsa_cli.cli import main
+from qsa_cli.core.geometry import CLUSTER_CTAS, CLUSTER_WIDE_CTAS, capacity_of, max_blocks
 from qsa_cli.device import probe
 from qsa_cli.dispatch import dispatch
 from qsa_cli.engine.checkout import HOST_PATHS
 from qsa_cli.kernels import kernel_dir
+from qsa_cli.launch import topk_cluster
 from qsa_cli.output.info import info_blocks, info_csv, kernel_names
 from qsa_cli.output.layout import text_of
 from qsa_cli.record.schema import InfoReport
+from qsa_cli.runs.info import wide_cluster_note
 
 no_device = pytest.mark.skipif(probe().available, reason="a machine without a CUDA device")
 CARDS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
@@ -154,3 +157,20 @@ def test_info_names_a_newer_checkouts_paths_switches_and_what_each_variant_impli
             "new.topk-ref, new.topk-cluster, new.topk-multi (STRATA_TOPK_MULTI=1, STRATA_QSA_CLUSTER=0) ") in said
     assert ("sm_75 variants new.scores, new.scores-ref, new.scores-dx (STRATA_SCORES_DX=1), new.topk, new.topk-ref, "
             "new.topk-multi (STRATA_TOPK_MULTI=1) ") in said
+
+
+def test_the_wide_cluster_note_names_the_count_at_both_ends_or_none(monkeypatch) -> None:
+    """runs/info.py's note on the cluster's 16 CTAs a query: the count at the first capacity that may go wide
+    and at the largest the cluster holds (as the driver answers: faked here), or none where it never may."""
+    asked = []
+    monkeypatch.setattr(topk_cluster, "wide_clusters_at_once",
+                        lambda module, variant, blocks: asked.append(blocks) or (7 if blocks < 200000 else 5))
+    first = topk_cluster.CLUSTER_WIDE_MIN_BLOCKS
+    note = wide_cluster_note(None, None, 1048579)
+    assert asked == [first, max_blocks(1048579)]
+    assert note.endswith(f"this device runs at once 7 at capacity {capacity_of(first)} cells, "
+                         "5 at capacity 1048579 cells"), note
+    assert note.startswith(f"cluster top-k: {CLUSTER_WIDE_CTAS} CTAs a query (else {CLUSTER_CTAS}) from {first} ")
+    asked.clear()
+    assert wide_cluster_note(None, None, capacity_of(first) - 1).endswith("no capacity the cluster holds here reaches that many blocks")
+    assert asked == []

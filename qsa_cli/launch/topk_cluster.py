@@ -154,8 +154,7 @@ class Cluster(TopkShape):
         ctas, prepared = CLUSTER_CTAS, None
         if cluster_wide(switches) is not False:
             wide = _prepared(module, variant, CLUSTER_WIDE_CTAS, blocks)
-            if cluster_ctas(blocks, nq, clusters_at_once(wide[0], CLUSTER_WIDE_CTAS, THREADS, wide[1]),
-                            switches) == CLUSTER_WIDE_CTAS:
+            if cluster_ctas(blocks, nq, _at_once(wide), switches) == CLUSTER_WIDE_CTAS:
                 ctas, prepared = CLUSTER_WIDE_CTAS, wide
         kernel, dynamic = prepared or _prepared(module, variant, CLUSTER_CTAS, blocks)
         grid, block = (ctas, nq), (THREADS,)
@@ -170,6 +169,18 @@ class Cluster(TopkShape):
             kernel(grid, block, args, shared_mem=dynamic)
 
         return TopkLaunch((launch,), calls=(call,))
+
+
+def wide_clusters_at_once(module: Any, variant: Any, blocks: int) -> int:
+    """How many clusters of CLUSTER_WIDE_CTAS this device runs at once in a call over ``blocks`` blocks a
+    query (what ``cluster_ctas`` weighs against the call's queries)."""
+    return _at_once(_prepared(module, variant, CLUSTER_WIDE_CTAS, blocks))
+
+
+def _at_once(prepared: tuple[Any, int]) -> int:
+    """``clusters_at_once`` of a wide kernel ``_prepared`` for a call (the kernel and its dynamic bytes)."""
+    kernel, dynamic = prepared
+    return clusters_at_once(kernel, CLUSTER_WIDE_CTAS, THREADS, dynamic)
 
 
 def _kernel_name(variant: Any, ctas: int) -> str:

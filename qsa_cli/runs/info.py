@@ -12,8 +12,9 @@ from typing import Any, NamedTuple
 
 from ..catalog import STAGES, Catalog, qsa_catalog
 from ..core.errors import EngineError
+from ..core.geometry import CLUSTER_CTAS, CLUSTER_WIDE_CTAS, capacity_of, max_blocks
 from ..device import probe
-from ..dispatch import ENV_PDL, dispatch, programmatic_launches, read_switches
+from ..dispatch import ENV_CLUSTER_WIDE, ENV_PDL, dispatch, programmatic_launches, read_switches
 from ..engine.adapter import adapter_source
 from ..engine.attach import engine_specs, require_checkout_for
 from ..engine.build import build_engine, find_nvcc, nvcc_release, nvcc_version
@@ -95,13 +96,18 @@ def declared_adapters(specs: tuple[str, ...], adapter: Path | None, compute_capa
 
 
 def _device_notes(s: Session, cc: int) -> list[str]:
-    """The built checkouts' variants here, the cluster top-k's reach, the split's launches."""
+    """The built checkouts' variants here, the cluster top-k's reach and size, the split's launches."""
     notes = [f"engine checkout {c['name']} ({c['path']}, commit {c['commit']}), as built for sm_{cc}: "
              f"{', '.join(c['variants']) or 'no variant runs here'}" for c in s.record.settings.get("engines", [])]
-    if any(s.catalog.get("topk", v).launch.name == "cluster" for v in s.catalog.runs_on("topk", cc)):
+    clusters = [v for v in (s.catalog.get("topk", name) for name in s.catalog.runs_on("topk", cc))
+                if v.launch.name == "cluster"]
+    if clusters:
         optin = int(s.record.device.get("shared_optin_bytes", 0))
-        notes.append(f"cluster top-k: capacities up to {topk_cluster.cluster_max_capacity(optin)} cells fit "
-                     f"{optin} B of shared memory per CTA")
+        largest = topk_cluster.cluster_max_capacity(optin)
+        notes.append(f"cluster top-k: capacities up to {largest} cells fit {optin} B of shared memory per CTA")
+        ours = next((v for v in clusters if v.engine is None), None)
+        if ours is not None and largest:
+            notes.append(wide_cluster_note(s.catalog.compiled(ours), ours, largest))
     else:
         notes.append(f"cluster top-k: needs sm_90 or newer (this device is sm_{cc})")
     if programmatic_launches(cc, s.switches):
@@ -111,6 +117,21 @@ def _device_notes(s: Session, cc: int) -> list[str]:
         notes.append("split top-k: launches one after another (programmatic launches need sm_90 or newer, "
                      f"or {ENV_PDL} is 0)")
     return notes
+
+
+def wide_cluster_note(module: Any, variant: Any, largest_capacity: int) -> str:
+    """When a cluster call goes to CLUSTER_WIDE_CTAS a query (topk_cluster.cluster_ctas), and how many such
+    clusters this device runs at once at the first capacity that may and at the largest the cluster holds."""
+    first = topk_cluster.CLUSTER_WIDE_MIN_BLOCKS
+    rule = (f"cluster top-k: {CLUSTER_WIDE_CTAS} CTAs a query (else {CLUSTER_CTAS}) from {first} blocks a query "
+            f"when every query's cluster of {CLUSTER_WIDE_CTAS} runs at once ({ENV_CLUSTER_WIDE}=0: never, =1: "
+            "always)")
+    if max_blocks(largest_capacity) < first:
+        return f"{rule}; no capacity the cluster holds here reaches that many blocks"
+    ends = dict.fromkeys((capacity_of(first), largest_capacity))
+    return f"{rule}; this device runs at once " + ", ".join(
+        f"{topk_cluster.wide_clusters_at_once(module, variant, max_blocks(capacity))} at capacity {capacity} cells"
+        for capacity in ends)
 
 
 def info_report(settings: Settings) -> InfoReport:
