@@ -17,6 +17,9 @@
 #define QSA_CLUSTER_LANE_KEYS 4  // order keys a lane of the cluster top-k reads at once (one 16-byte read)
 #define QSA_CLUSTER_CHUNK_KEYS 128  // WARP * CLUSTER_LANE_KEYS: keys a warp reads at once, a chunk of the emit
 #define QSA_CLUSTER_HIST_BUFFERS 2  // a CTA's pass records of the cluster top-k: pass p's in buffer p % 2
+#define QSA_CLUSTER_GATHER_BLOCKS 4096  // the cluster top-k's gather path: at most this many blocks at pass 0's digit
+#define QSA_CLUSTER_GATHER_ALIGN 4  // ... a CTA's share padded to a multiple of this many (16 bytes: its bulk copies)
+#define QSA_CLUSTER_GATHER_CHUNKS 256  // ... and a slice of at most this many chunks (a lane's hit bits: 4 a chunk)
 #define QSA_RADIX_BITS 8         // digit width of the radix select
 #define QSA_RADIX_BINS 256
 #define QSA_RADIX_PASSES 4

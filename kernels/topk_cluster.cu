@@ -69,6 +69,34 @@ __device__ __forceinline__ void cluster_sync() {
     cluster_wait();
 }
 
+// The gather path's exchange: a shared-memory address of this CTA, and the same place in CTA `rank`.
+__device__ __forceinline__ unsigned shared_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ unsigned cluster_address(const void* p, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(p)), "r"(rank));
+    return remote;
+}
+
+// `bytes` (a multiple of 16) from this CTA's `from` to the same place in CTA `rank`, by the bulk copy unit,
+// completing that many bytes of CTA rank's mbarrier `bar`.
+__device__ __forceinline__ void bulk_copy_to(const void* from, unsigned bytes, unsigned rank, const void* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(cluster_address(from, rank)), "r"(shared_address(from)), "r"(bytes), "r"(cluster_address(bar, rank))
+                 : "memory");
+}
+
+// The calling thread's arrival at `bar` (initialized for one), expecting `bytes` more of copies this phase.
+__device__ __forceinline__ void arrive_expecting(const void* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(shared_address(bar)), "r"(bytes) : "memory");
+}
+
+// Waits until `bar`'s phase of parity `parity` completes: the copies that completed it are then visible to
+// the CTA (the mbarrier's transaction count; a cluster-scope acquire would also invalidate the L1 for nothing).
+__device__ __forceinline__ void wait_phase(const void* bar, unsigned parity) {
+    asm volatile("{\n .reg .pred done;\n WAIT_%=: mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 " @!done bra WAIT_%=;\n}" :: "r"(shared_address(bar)), "r"(parity) : "memory");
+}
+
 // Word `i` of the shared array `own` as it lies in CTA `rank` of the cluster (distributed shared memory).
 __device__ __forceinline__ unsigned cluster_load(const unsigned* own, unsigned rank, int i) {
     unsigned long long local;
@@ -100,12 +128,23 @@ static_assert(QSA_RADIX_BITS * (QSA_RADIX_PASSES - 1) == 24, "pass 0's digit is 
 // at and above thr in the CTAs before; whether the digits found decide the selection; the least and
 // greatest key counted in the pass over the cluster (both thr's full key once pass 2's digit records
 // give it).
-enum Sel { kAbove, kAtBefore, kAboveBefore, kDone, kMin, kMax, kSelSlots };
+enum Sel { kAbove, kAtBefore, kAboveBefore, kDone, kMin, kMax, kAtBlocks, kAtBlocksBefore, kDigit, kSelSlots };
 // Words of a CTA's pass record: the histogram, then its least and greatest key counted.
 constexpr int kMinWord = QSA_RADIX_BINS, kMaxWord = QSA_RADIX_BINS + 1, kPassWords = QSA_RADIX_BINS + 2;
 // Pass 2 (the third) also keeps each digit's least and greatest key, which only the warp at the digit
 // found reads from every CTA, only when they may spare pass 3 (its whole round).
 constexpr int kTrackedPass = QSA_RADIX_PASSES - 2;
+// The gather path: the blocks at pass 0's digit of the whole cluster, each CTA's share padded with blocks of
+// weight 0, at most kGatherEntries of them. Every CTA holds them all in its lane histogram (free once pass 0's
+// record is taken) as two arrays: their keys, then their slice index, weight and CTA (gather_meta); each
+// thread then reads kThreadEntries of them into registers.
+constexpr int kGatherEntries = QSA_CLUSTER_GATHER_BLOCKS;
+constexpr int kGatherAlign = QSA_CLUSTER_GATHER_ALIGN;
+constexpr int kThreadEntries = kGatherEntries / QSA_TOPK_CLUSTER_THREADS;
+static_assert(2 * kGatherEntries <= kBinWords, "the gathered keys and their records fit the lane histogram");
+static_assert(kGatherEntries % QSA_TOPK_CLUSTER_THREADS == 0, "a thread's entries: a whole number");
+static_assert(kGatherAlign * sizeof(unsigned) % 16 == 0, "a CTA's share: whole 16-byte units (bulk copies)");
+static_assert(QSA_CLUSTER_GATHER_CHUNKS * kLaneKeys == kWarps * 32, "a lane's hits over its warp's chunks: one word");
 
 // A thread's place: its CTA's rank in the cluster, its index, lane and warp in the CTA.
 struct ClusterThread {
@@ -141,9 +180,12 @@ struct ClusterSlice : ClusterThread {
     unsigned* sel;  // the digit round's results (Sel)
     unsigned* digit_least;  // pass 2's least / greatest key counted at each digit
     unsigned* digit_greatest;
+    unsigned* gather_count;  // the gather path: this CTA's blocks gathered so far
+    unsigned long long* gather_bar;  // ... the mbarrier the other CTAs' copies complete
     int* row;
     unsigned width, tail;  // tail: the tail block's cells
     int lo, n, n_chunks, tail_at;  // tail_at: the tail block's index in the slice, when 0 <= tail_at < n
+    int slice_chunks;  // chunks of a whole slice (every CTA's but the last ones'): the same in every CTA
 
     // Block weight by slice index (i < n): the tail's own, R for the others (a weight-0 tail adds 0).
     __device__ __forceinline__ unsigned weight(int i) const {
@@ -178,6 +220,11 @@ struct ClusterSlice : ClusterThread {
         load_round(srow4, n4, 0, v);
         for (int i = tid; i < kBinWords / 4; i += QSA_TOPK_CLUSTER_THREADS) lane_hist_words[i] = make_uint4(0, 0, 0, 0);
         if (tid < kSelSlots) sel[tid] = 0;
+        if (tid == 0) {
+            *gather_count = 0;
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(shared_address(gather_bar)) : "memory");
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // before pass 0's cluster barrier
+        }
         if (tid == 0) *key_min = ~0u, *key_max = 0u;
         __syncthreads();  // the lanes' columns are zero before pass 0 adds into them
 
@@ -400,14 +447,18 @@ struct ClusterSlice : ClusterThread {
     // above + cells >= width (the walk from 255 stops there; these t are exactly 1..d since the
     // suffix sums fall as t grows), 0 when none: the count of threads for which it holds.
     __device__ __forceinline__ unsigned digit_round(int pass, const unsigned* own, unsigned above) const {
-        unsigned total = 0, before = 0, cells = 0;
+        unsigned total = 0, before = 0, cells = 0, at_blocks = 0, at_blocks_before = 0;
         if (tid < QSA_RADIX_BINS) {
+            unsigned blocks = 0, blocks_before = 0;  // their blocks (only a tail holds fewer than R cells), padded
 #pragma unroll
             for (int r = 0; r < CTAS; ++r) {
                 const unsigned h = cluster_load(own, r, tid);
                 total += h;
-                if (r < rank) before += h;
+                const unsigned padded = ((h + QSA_BLOCK_CELLS - 1) / QSA_BLOCK_CELLS + kGatherAlign - 1) / kGatherAlign * kGatherAlign;
+                blocks += padded;
+                if (r < rank) before += h, blocks_before += padded;
             }
+            at_blocks = blocks, at_blocks_before = blocks_before;
             // Pass 2's digit records start empty (the cluster reads them in pass 2's round only).
             if (pass == 0) digit_least[tid] = ~0u, digit_greatest[tid] = 0u;
             cells = total;
@@ -433,6 +484,8 @@ struct ClusterSlice : ClusterThread {
         if (tid == static_cast<int>(d)) {
             sel[kAbove] = above + cells - total;  // the cells at digits above d join above
             sel[kAtBefore] = before;
+            sel[kAtBlocks] = at_blocks;
+            sel[kAtBlocksBefore] = at_blocks_before;
             // thr's digits decide: the cells at them are all needed, or they are one block's
             sel[kDone] = above + cells == width || total <= QSA_BLOCK_CELLS;
         }
@@ -442,6 +495,186 @@ struct ClusterSlice : ClusterThread {
             if (pass == kTrackedPass && warp == static_cast<int>(d) / QSA_WARP) exact_key(own, d, total, cells, above);  // warp-uniform
         }
         return d;
+    }
+
+    // ---- The gather path: after pass 0, when the cluster's blocks at its digit fit kGatherEntries (the
+    // same decision in every CTA, from the round's sums), every CTA gathers them all and finds thr's last
+    // three digits alone, by the rounds' digit rule on the same counts, with no further round.
+
+    __device__ __forceinline__ unsigned* gather_key() const { return reinterpret_cast<unsigned*>(lane_hist_words); }
+    __device__ __forceinline__ unsigned* gather_meta() const { return gather_key() + kGatherEntries; }
+    // An entry's record: its slice index, its cells (0: padding) and its CTA, 24, 4 and 4 bits.
+    __device__ __forceinline__ static unsigned gather_entry(int i, unsigned w, unsigned rank) {
+        static_assert(QSA_CLUSTER_WIDE_CTAS <= 16 && QSA_BLOCK_CELLS < 16, "a CTA and a block's cells: 4 bits each");
+        return static_cast<unsigned>(i) << 8 | w << 4 | rank;
+    }
+
+    // Whether this call takes the gather path (after pass 0's round: sel holds the cluster's blocks at d).
+    __device__ __forceinline__ bool gathers() const {
+        return sel[kAtBlocks] <= kGatherEntries && slice_chunks <= QSA_CLUSTER_GATHER_CHUNKS;
+    }
+
+    // Chunk c's keys at thr under mask (pass 0's digit; weight 0 excluded) as this lane's bits 4k..4k+3 (k:
+    // the chunk's turn in its warp), and its cells above the digit into chunk_above (chunk_at 0). `whole`
+    // is a constant at each call, so that a whole chunk's weights fold away.
+    __device__ __forceinline__ void gather_chunk(int c, int k, bool whole, unsigned thr, unsigned mask, unsigned& bits) const {
+        unsigned key[kLaneKeys], w[kLaneKeys], hi = 0;
+        chunk_keys(c, whole, key, w);
+#pragma unroll
+        for (int j = 0; j < kLaneKeys; ++j) {
+            const unsigned top = key[j] & mask;
+            if (top == thr && w[j] != 0) bits |= 1u << (kLaneKeys * k + j);
+            hi += top > thr ? w[j] : 0u;
+        }
+        hi = __reduce_add_sync(TOPK_FULL_MASK, hi);
+        if (lane == 0) chunk_above[c] = hi, chunk_at[c] = 0;
+    }
+
+    // This CTA's blocks at thr under mask into its own gather entries from sel[kAtBlocksBefore] on (a lane's
+    // hits as bits over its warp's chunks, placed after those of the warps and lanes before it: only sums
+    // are taken over them), and each chunk's cells above the digit, from which the emit's counts follow once
+    // thr is known.
+    __device__ __forceinline__ void gather_own(unsigned thr, unsigned mask) const {
+        unsigned bits = 0;
+        int k = 0;
+        for (int c = warp; c + 1 < n_chunks; c += kWarps, ++k) gather_chunk(c, k, true, thr, mask, bits);
+        if ((n_chunks - 1) % kWarps == warp) gather_chunk(n_chunks - 1, (n_chunks - 1) / kWarps, false, thr, mask, bits);
+        const unsigned mine = __popc(bits);
+        unsigned through = mine;
+#pragma unroll
+        for (int o = 1; o < QSA_WARP; o <<= 1) {
+            const unsigned v = __shfl_up_sync(TOPK_FULL_MASK, through, o);
+            if (lane >= o) through += v;
+        }
+        unsigned base = 0;
+        if (lane == QSA_WARP - 1) base = atomicAdd(gather_count, through);
+        int at = static_cast<int>(sel[kAtBlocksBefore] + __shfl_sync(TOPK_FULL_MASK, base, QSA_WARP - 1) + through - mine);
+        for (; bits != 0; bits &= bits - 1, ++at) {
+            const int b = __ffs(bits) - 1;
+            const int i = (warp + kWarps * (b / kLaneKeys)) * kChunkKeys + kLaneKeys * lane + b % kLaneKeys;
+            gather_key()[at] = keys[i];
+            gather_meta()[at] = gather_entry(i, weight(i), static_cast<unsigned>(rank));
+        }
+    }
+
+    // The exchange: this CTA's entries (padded with weight 0) copied into every other CTA by the bulk copy
+    // unit, each completing the receiver's mbarrier; then the wait for the others' copies into this CTA.
+    // No CTA leaves before every copy into it is complete (the kernel's last cluster barrier follows the
+    // waits), so no copy's source leaves before it is read.
+    __device__ __forceinline__ void gather_exchange() const {
+        __syncthreads();  // gather_count
+        const unsigned own = *gather_count, padded = (own + kGatherAlign - 1) / kGatherAlign * kGatherAlign;
+        const unsigned first = sel[kAtBlocksBefore];
+        if (tid < static_cast<int>(padded - own)) gather_key()[first + own + tid] = 0, gather_meta()[first + own + tid] = 0;
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the entries, visible to the bulk copies
+        __syncthreads();
+        if (tid == 0) {
+            arrive_expecting(gather_bar, (sel[kAtBlocks] - padded) * 2 * sizeof(unsigned));
+            if (padded != 0)
+                for (int r = 0; r < CTAS; ++r)
+                    if (r != rank) {
+                        bulk_copy_to(gather_key() + first, padded * sizeof(unsigned), r, gather_bar);
+                        bulk_copy_to(gather_meta() + first, padded * sizeof(unsigned), r, gather_bar);
+                    }
+        }
+        wait_phase(gather_bar, 0);
+    }
+
+    // The digit rule of the rounds (digit_round) on this CTA's histogram `bins` alone, by warp 0 (a lane
+    // 8 bins): sel[kDigit] = d, sel[kAbove] = the cells above thr's digits once d joins them.
+    __device__ __forceinline__ void local_digit(const unsigned* bins, unsigned above) const {
+        constexpr int kLaneBins = QSA_RADIX_BINS / QSA_WARP;
+        unsigned v[kLaneBins], lane_cells = 0;
+#pragma unroll
+        for (int k = 0; k < kLaneBins; ++k) lane_cells += v[k] = bins[kLaneBins * lane + k];
+        unsigned suffix = lane_cells;  // the cells in this lane's bins and every later lane's
+#pragma unroll
+        for (int o = 1; o < QSA_WARP; o <<= 1) {
+            const unsigned later = __shfl_down_sync(TOPK_FULL_MASK, suffix, o);
+            if (lane + o < QSA_WARP) suffix += later;
+        }
+        unsigned cells = suffix - lane_cells, qualifying = 0;  // d: the count of t in 1..255 the rule holds at
+#pragma unroll
+        for (int k = kLaneBins - 1; k >= 0; --k) {
+            cells += v[k];
+            qualifying += kLaneBins * lane + k >= 1 && above + cells >= width;
+        }
+        const unsigned d = __reduce_add_sync(TOPK_FULL_MASK, qualifying);
+        unsigned above_d = 0;
+#pragma unroll
+        for (int k = 0; k < kLaneBins; ++k) above_d += kLaneBins * lane + k > static_cast<int>(d) ? v[k] : 0u;
+        above_d = __reduce_add_sync(TOPK_FULL_MASK, above_d);
+        if (lane == 0) sel[kDigit] = d, sel[kAbove] = above + above_d;
+    }
+
+    // thr (returned, its full key) from the gathered keys at its first digit (thr under mask, `above` the
+    // cells above it): three passes of the digit rule over histograms of them in this CTA (two buffers,
+    // one cleared while the other is read), a warp's keys at one digit added with one atomic (runs of
+    // ties). Leaves sel[kAbove], sel[kAtBefore] and sel[kAboveBefore] (which holds the cells above the first
+    // digit in the CTAs before this one) as the rounds would, and adds this CTA's entries above / at thr to
+    // their chunks' counts.
+    __device__ __forceinline__ unsigned gathered_thr(unsigned thr, unsigned mask, unsigned above) const {
+        const int gathered = static_cast<int>(sel[kAtBlocks]);
+        unsigned key[kThreadEntries], meta[kThreadEntries];  // entry tid + j * threads (0: none, weight 0)
+#pragma unroll
+        for (int j = 0; j < kThreadEntries; ++j) {
+            const int e = tid + j * QSA_TOPK_CLUSTER_THREADS;
+            key[j] = e < gathered ? gather_key()[e] : 0u;
+            meta[j] = e < gathered ? gather_meta()[e] : 0u;
+        }
+        // pass 2's records, free on this path: pass p counts into digit_least for even p, else digit_greatest
+        if (tid < QSA_RADIX_BINS) digit_greatest[tid] = 0;
+        __syncthreads();
+        for (int pass = 1; pass < QSA_RADIX_PASSES; ++pass) {
+            const int shift = topk_shift(pass);
+            unsigned* counted = pass % 2 == 0 ? digit_least : digit_greatest;
+            unsigned* next = pass % 2 == 0 ? digit_greatest : digit_least;
+#pragma unroll
+            for (int j = 0; j < kThreadEntries; ++j) {
+                const unsigned entry_cells = meta[j] >> 4 & 15u;
+                const bool hit = entry_cells != 0 && (key[j] & mask) == thr;
+                const unsigned digit = (key[j] >> shift) & TOPK_DIGIT_MASK, w = hit ? entry_cells : 0u;
+                const unsigned hits = __ballot_sync(TOPK_FULL_MASK, hit);
+                if (hits == 0) continue;
+                const int first = __ffs(hits) - 1;
+                const unsigned first_digit = __shfl_sync(TOPK_FULL_MASK, digit, first);
+                if (__all_sync(TOPK_FULL_MASK, !hit || digit == first_digit)) {
+                    const unsigned cells = __reduce_add_sync(TOPK_FULL_MASK, w);
+                    if (lane == first) atomicAdd(&counted[first_digit], cells);
+                } else if (hit) {
+                    atomicAdd(&counted[digit], w);
+                }
+            }
+            __syncthreads();  // the histogram
+            if (warp == 0) local_digit(counted, above);
+            else if (tid - QSA_WARP < QSA_RADIX_BINS) next[tid - QSA_WARP] = 0;  // the next pass's
+            __syncthreads();  // sel[kDigit], sel[kAbove]
+            above = sel[kAbove];
+            thr |= sel[kDigit] << shift;
+            mask |= TOPK_DIGIT_MASK << shift;
+        }
+        if (tid == 0) sel[kAtBefore] = 0;
+        unsigned at_before = 0, above_before = 0;
+#pragma unroll
+        for (int j = 0; j < kThreadEntries; ++j) {
+            const unsigned w = meta[j] >> 4 & 15u, from = meta[j] & 15u;
+            if (w == 0) continue;
+            if (from < static_cast<unsigned>(rank)) {
+                if (key[j] > thr) above_before += w;
+                else if (key[j] == thr) at_before += w;
+            } else if (from == static_cast<unsigned>(rank)) {
+                const int c = static_cast<int>(meta[j] >> 8) / kChunkKeys;
+                if (key[j] > thr) atomicAdd(&chunk_above[c], w);
+                else if (key[j] == thr) atomicAdd(&chunk_at[c], w);
+            }
+        }
+        at_before = __reduce_add_sync(TOPK_FULL_MASK, at_before);
+        above_before = __reduce_add_sync(TOPK_FULL_MASK, above_before);
+        __syncthreads();  // sel[kAtBefore] is 0
+        if (lane == 0 && at_before != 0) atomicAdd(&sel[kAtBefore], at_before);
+        if (lane == 0 && above_before != 0) atomicAdd(&sel[kAboveBefore], above_before);
+        __syncthreads();
+        return thr;
     }
 
     // Chunk c's cells above / at thr (the keys under mask), into chunk_above / chunk_at.
@@ -569,6 +802,8 @@ __device__ __forceinline__ void cut_slice(ClusterSlice<CTAS>& s, const TopkQuery
     __shared__ unsigned warp_above[kWarps], warp_at[kWarps];
     __shared__ unsigned sel[kSelSlots];
     __shared__ unsigned digit_least[QSA_RADIX_BINS], digit_greatest[QSA_RADIX_BINS];
+    __shared__ unsigned gather_count;
+    __shared__ alignas(8) unsigned long long gather_bar;
 
     const int blocks = query.n_bid + 1, per = (blocks + CTAS - 1) / CTAS;
     const int lo = min(s.rank * per, blocks), n = min(lo + per, blocks) - lo;
@@ -593,11 +828,14 @@ __device__ __forceinline__ void cut_slice(ClusterSlice<CTAS>& s, const TopkQuery
     s.sel = sel;
     s.digit_least = digit_least;
     s.digit_greatest = digit_greatest;
+    s.gather_count = &gather_count;
+    s.gather_bar = &gather_bar;
     s.row = query.row;
     s.width = query.width;
     s.lo = lo;
     s.n = n;
     s.n_chunks = n_chunks;
+    s.slice_chunks = (per + kChunkKeys - 1) / kChunkKeys;
     s.tail_at = query.n_bid - lo;
     s.tail = qsa_block_weight(query.n_bid, query.n_kv, query.n_bid);
 }
@@ -624,6 +862,7 @@ __device__ __forceinline__ void cluster_topk(const float* __restrict__ scores, c
     // takes its first cells, as it would at its full key).
     unsigned thr = 0, mask = 0, above = 0;
     bool chunks_counted = false;  // the final pass counted each chunk's cells above (see add_chunk)
+    bool gathered = false;  // the gather path counted every chunk's cells above / at thr
     for (int pass = 0; pass < QSA_RADIX_PASSES; ++pass) {
         const int shift = topk_shift(pass);
         const bool counting = pass >= QSA_RADIX_PASSES - 2;  // the select may end after this pass
@@ -645,11 +884,20 @@ __device__ __forceinline__ void cluster_topk(const float* __restrict__ scores, c
             break;
         }
         if (s.sel[kDone]) break;
+        if (pass == 0 && s.gathers()) {  // the same in every CTA
+            s.gather_own(thr, mask);
+            s.gather_exchange();  // every CTA's blocks at d are in every CTA
+            thr = s.gathered_thr(thr, mask, above);
+            mask = ~0u;
+            above = s.sel[kAbove];
+            gathered = true;
+            break;
+        }
     }
     cluster_arrive(false);  // the last remote read is done: another CTA may leave after its wait
 
     // Emit: each chunk's cells above / at thr, their scan for each chunk's first rank, the cells.
-    s.count_chunks(chunks_counted, thr, mask);
+    if (!gathered) s.count_chunks(chunks_counted, thr, mask);
     __syncthreads();  // every chunk's counts
     s.scan_chunks();
     __syncthreads();  // every chunk's first ranks

@@ -11,7 +11,8 @@ def test_header_constants_agree_with_geometry():
     # every geometry constant the kernels need is defined in the header
     for name in ("IDX_DIM", "IDX_HEADS", "BLOCK_CELLS", "TOP_K", "SELECT_CAP", "SPLIT_CHUNK_BLOCKS",
                  "SPLIT_MIN_CHUNK_BLOCKS", "CLUSTER_CTAS", "CLUSTER_WIDE_CTAS", "CLUSTER_LANE_KEYS",
-                 "CLUSTER_CHUNK_KEYS", "CLUSTER_HIST_BUFFERS", "PDL_MIN_CC", "CLUSTER_MIN_CC"):
+                 "CLUSTER_CHUNK_KEYS", "CLUSTER_HIST_BUFFERS", "CLUSTER_GATHER_BLOCKS", "CLUSTER_GATHER_ALIGN",
+                 "CLUSTER_GATHER_CHUNKS", "PDL_MIN_CC", "CLUSTER_MIN_CC"):
         assert f"QSA_{name}" in defines
 
 

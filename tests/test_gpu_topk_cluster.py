@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import QSA, scorer_launch, topk_launch
-from topk_rows import EARLY_ENDS, early_end_inputs
+from topk_rows import EARLY_ENDS, GATHERED_KINDS, early_end_inputs
 
 from qsa_cli.catalog import Launcher, qsa_catalog
 from qsa_cli.core.geometry import (
@@ -187,6 +187,15 @@ def test_each_early_end_matches_oracle(cupy: Any, seed: int, kind: str, size: di
     """Rows whose select ends after 2, 3 or 4 passes, each way it can (tests/topk_rows.py), 8 queries."""
     inputs = early_end_inputs(kind, np.random.default_rng(seed), MAX_QUERIES)
     check_call(cupy, inputs, f"{kind} rows at context {EARLY_ENDS[kind][0]}, {size}", size)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", GATHERED_KINDS)
+def test_each_gathered_near_row_matches_oracle(cupy: Any, seed: int, kind: str, size: dict[str, str]) -> None:
+    """The near-block rows without their fillers: the gather path finds thr in every CTA, ties, a tail
+    and near blocks apart or side by side included, 8 queries."""
+    inputs = early_end_inputs(kind, np.random.default_rng(seed), MAX_QUERIES, gathered=True)
+    check_call(cupy, inputs, f"gathered {kind} rows at context {EARLY_ENDS[kind][0]}, {size}", size)
 
 
 def special_scores(rng: np.random.Generator, nq: int, capacity: int, shares: tuple[tuple[float, float], ...]) -> np.ndarray:

@@ -6,9 +6,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from topk_rows import EARLY_ENDS, NEAR, early_end_inputs
+from topk_rows import EARLY_ENDS, GATHERED_KINDS, NEAR, early_end_inputs
 
 from qsa_cli.core.geometry import (
+    BLOCK_CELLS,
+    CLUSTER_CHUNK_KEYS,
+    CLUSTER_CTAS,
+    CLUSTER_GATHER_ALIGN,
+    CLUSTER_GATHER_BLOCKS,
+    CLUSTER_GATHER_CHUNKS,
     CLUSTER_WIDE_CTAS,
     SELECT_CAP,
     SPLIT_CHUNK_BLOCKS,
@@ -26,6 +32,7 @@ from qsa_cli.model.order import order_keys
 from qsa_cli.model.topk import (
     ALGORITHMS,
     _digit_by_scan,
+    cluster_gathers,
     cluster_passes,
     digit_rule,
     first_difference,
@@ -109,9 +116,13 @@ def test_adversarial_scores(call: Call, seed: int) -> None:
 
 
 def test_adversarial_scores_end_the_cluster_select_early_and_late() -> None:
-    """On adversarial rows the cluster model's select both ends after pass 2 and runs all four passes."""
+    """On adversarial rows the cluster model's rounds both end after pass 2 and run all four passes; with
+    the gather path, some rows gather after pass 0 and others still run their rounds."""
     inputs = synthetic_scores(Call(4 * SPLIT_CHUNK_BLOCKS * 5 + 1, 8, 1 << 20), "adversarial", seed=7)
-    assert {3, 4} <= {cluster_passes(row, step)[1] for row, step in zip(inputs.scores, inputs.steps)}
+    rows = list(zip(inputs.scores, inputs.steps))
+    assert {3, 4} <= {cluster_passes(row, step, gather=False)[1] for row, step in rows}
+    with_gather = {cluster_passes(row, step)[1] for row, step in rows}
+    assert 1 in with_gather and with_gather & {3, 4}
 
 
 # ---- the cluster kernel's early end: each way it ends, against the oracle -------------------------
@@ -124,6 +135,27 @@ def test_cluster_ends_each_way(kind: str, seed: int) -> None:
     assert_models_match(inputs)
     passes = {cluster_passes(inputs.scores[i], inputs.steps[i])[1] for i in range(inputs.nq)}
     assert passes == {EARLY_ENDS[kind][1]}, kind
+
+
+@pytest.mark.parametrize("seed", [57, 58])
+@pytest.mark.parametrize("kind", GATHERED_KINDS)
+def test_cluster_gathers_the_near_rows_without_fillers(kind: str, seed: int) -> None:
+    """The same near blocks with few blocks at pass 0's digit: one round, thr found in every CTA."""
+    inputs = early_end_inputs(kind, rng_for(seed, len(kind)), nq=3, gathered=True)
+    assert_models_match(inputs)
+    assert {cluster_passes(inputs.scores[i], inputs.steps[i])[1] for i in range(inputs.nq)} == {1}, kind
+
+
+def test_cluster_gather_decision_pads_each_cta_and_bounds_the_slice() -> None:
+    """Each CTA's blocks at the digit are padded to CLUSTER_GATHER_ALIGN before the total is bounded."""
+    fits = np.full(CLUSTER_CTAS, CLUSTER_GATHER_BLOCKS // CLUSTER_CTAS * BLOCK_CELLS)
+    assert cluster_gathers(fits, per=CLUSTER_GATHER_CHUNKS * CLUSTER_CHUNK_KEYS)
+    assert not cluster_gathers(fits, per=CLUSTER_GATHER_CHUNKS * CLUSTER_CHUNK_KEYS + 1)
+    one_more = fits.copy()
+    one_more[0] += 1  # a tail's cell: one block more, padded to CLUSTER_GATHER_ALIGN
+    assert not cluster_gathers(one_more, per=1)
+    assert cluster_gathers(np.array([1] * (CLUSTER_GATHER_BLOCKS // CLUSTER_GATHER_ALIGN)), per=1)
+    assert not cluster_gathers(np.array([1] * (CLUSTER_GATHER_BLOCKS // CLUSTER_GATHER_ALIGN + 1)), per=1)
 
 
 def _cells(block: int, count: int) -> set[int]:
@@ -171,11 +203,15 @@ def test_cluster_three_near_keys_give_the_greatest_and_part_of_the_middle(kind: 
 @pytest.mark.parametrize(("ctx", "seed", "query"), [(524288, 47, 4), (524288, 54, 0), (420000, 11, 1)])
 def test_cluster_ends_continuous_draws_after_pass_2_that_needed_a_fourth(ctx: int, seed: int, query: int) -> None:
     """Three blocks share thr's top 24 bits (in three CTAs; or two of them in one), the budget
-    between one and three of them: the digit records give thr's key (before them: four passes)."""
+    between one and three of them: the rounds' digit records give thr's key (before them: four passes).
+    The kernel gathers these rows instead (one round); the rounds run where the gather does not fit."""
     inputs = synthetic_scores(Call(ctx, 8, 524288), "continuous", seed)
-    ids, passes = cluster_passes(inputs.scores[query], inputs.steps[query])
+    row, step = inputs.scores[query], inputs.steps[query]
+    ids, passes = cluster_passes(row, step, gather=False)
     assert passes == 3
-    assert np.array_equal(ids, select_oracle(inputs.scores[query], inputs.steps[query]))
+    assert np.array_equal(ids, select_oracle(row, step))
+    gathered_ids, gathered_passes = cluster_passes(row, step)
+    assert gathered_passes == 1 and gathered_ids.tobytes() == ids.tobytes()
 
 
 # ---- adversarial rows --------------------------------------------------------------------------

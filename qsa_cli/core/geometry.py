@@ -38,6 +38,12 @@ WARP = 32
 BUTTERFLY_OFFSETS = tuple(WARP >> s for s in range(1, WARP.bit_length()))  # a warp sum's xor offsets: 16 ... 1
 CLUSTER_CHUNK_KEYS = WARP * CLUSTER_LANE_KEYS  # keys a warp reads at once; the emit scans a count pair a chunk
 CLUSTER_HIST_BUFFERS = 2  # a CTA's pass records in the cluster top-k: pass p's in buffer p % 2 (read remotely)
+# The cluster top-k's gather path (spec section 3): taken when the cluster's blocks at pass 0's digit, each CTA's
+# share padded to CLUSTER_GATHER_ALIGN, are at most CLUSTER_GATHER_BLOCKS and a slice holds at most
+# CLUSTER_GATHER_CHUNKS chunks.
+CLUSTER_GATHER_BLOCKS = 4096
+CLUSTER_GATHER_ALIGN = 4
+CLUSTER_GATHER_CHUNKS = 256
 TOPK_REF_THREADS = 256
 TOPK_WIDE_THREADS = 1024
 TOPK_SPLIT_THREADS = 256

@@ -15,7 +15,11 @@ import numpy as np
 from ..core.errors import GeometryError
 from ..core.geometry import (
     BLOCK_CELLS,
+    CLUSTER_CHUNK_KEYS,
     CLUSTER_CTAS,
+    CLUSTER_GATHER_ALIGN,
+    CLUSTER_GATHER_BLOCKS,
+    CLUSTER_GATHER_CHUNKS,
     RADIX_BINS,
     RADIX_BITS,
     RADIX_PASSES,
@@ -334,9 +338,21 @@ def _tracked_key(keys: np.ndarray, weights: np.ndarray, cta: np.ndarray, at: np.
     return None
 
 
-def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER_CTAS) -> tuple[np.ndarray, int]:
-    """The cluster kernel of ``ctas`` CTAs a query (8 or 16) for one query: its ids and the radix passes it
-    ran (0: none, n_kv <= width).
+def cluster_gathers(cells_at_digit: np.ndarray, per: int) -> bool:
+    """Whether the cluster kernel takes its gather path after pass 0: the CTAs' blocks at pass 0's digit
+    (``cells_at_digit[r]``: CTA r's cells there, in whole blocks but a tail's), each CTA's share padded to
+    CLUSTER_GATHER_ALIGN, are at most CLUSTER_GATHER_BLOCKS, and a slice of ``per`` blocks holds at most
+    CLUSTER_GATHER_CHUNKS chunks."""
+    blocks = -(-cells_at_digit.astype(np.int64) // BLOCK_CELLS)
+    padded = -(-blocks // CLUSTER_GATHER_ALIGN) * CLUSTER_GATHER_ALIGN
+    return int(padded.sum()) <= CLUSTER_GATHER_BLOCKS and -(-per // CLUSTER_CHUNK_KEYS) <= CLUSTER_GATHER_CHUNKS
+
+
+def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER_CTAS,
+                   gather: bool = True) -> tuple[np.ndarray, int]:
+    """The cluster kernel of ``ctas`` CTAs a query (8 or 16) for one query: its ids and the digit rounds it
+    ran over the cluster (0: none, n_kv <= width; the gather path: 1). ``gather=False`` models the kernel
+    where the gather path does not apply (the rounds alone).
 
     CTA r holds the blocks ``r * per .. r * per + per - 1`` (``per = ceil((n_bid + 1) / ctas)``). Every
     pass sums the CTAs' histograms and applies the reference's digit rule; each CTA learns the cells
@@ -348,6 +364,10 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER
     digits found. Pass 2's round may also end it with thr's full key from each CTA's least and
     greatest key at the digits found (``_tracked_key``). Inside a CTA, cells are placed in block
     order from its cells before.
+
+    The gather path (``cluster_gathers``), after pass 0 when it has not ended the select: every CTA holds
+    the cluster's blocks at pass 0's digit and finds thr's other three digits by the same rule, with no
+    early end (thr: a full key).
     """
     n_kv, n_bid, width = _query(step)
     if n_kv <= width:
@@ -359,9 +379,9 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER
     thr, mask, above = 0, 0, 0
     above_before = np.zeros(ctas, dtype=np.int64)  # per CTA: the cells above thr before it
     at_before = np.zeros(ctas, dtype=np.int64)
-    passes = 0
+    passes, gathered = 0, False
     for p in range(RADIX_PASSES):
-        passes = p + 1
+        passes = passes if gathered else p + 1
         counted = (keys & np.uint32(mask)) == np.uint32(thr)
         per_cta = _weighted_bincount(cta[counted] * RADIX_BINS + _digits(keys[counted], p), weights[counted],
                                      ctas * RADIX_BINS).reshape(ctas, RADIX_BINS)
@@ -373,12 +393,17 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER
         at_before = before[:, d]
         above = new_above
         thr, mask = thr | d << _shift(p), mask | _DIGIT_MASK << _shift(p)
+        if gathered:
+            continue
         with_cells = keys[counted & (weights > 0)]
         if p > 0 and with_cells.size and with_cells.min() == with_cells.max():
             thr, mask = int(with_cells[0]), (1 << _KEY_BITS) - 1
             break
         if decided:
             break
+        if p == 0 and gather and cluster_gathers(per_cta[:, d], per):
+            gathered = True
+            continue
         if p == TRACKED_PASS:
             tracked = _tracked_key(keys, weights, cta, counted & (_digits(keys, p) == d), width - above, ctas)
             if tracked is not None:
