@@ -97,6 +97,17 @@ __device__ __forceinline__ void wait_phase(const void* bar, unsigned parity) {
                  " @!done bra WAIT_%=;\n}" :: "r"(shared_address(bar)), "r"(parity) : "memory");
 }
 
+// The sum of `v` over this lane and the lanes below it (every lane of the warp calls it).
+__device__ __forceinline__ unsigned warp_inclusive_sum(unsigned v) {
+    const int lane = threadIdx.x % QSA_WARP;
+#pragma unroll
+    for (int o = 1; o < QSA_WARP; o <<= 1) {
+        const unsigned below = __shfl_up_sync(TOPK_FULL_MASK, v, o);
+        if (lane >= o) v += below;
+    }
+    return v;
+}
+
 // Word `i` of the shared array `own` as it lies in CTA `rank` of the cluster (distributed shared memory).
 __device__ __forceinline__ unsigned cluster_load(const unsigned* own, unsigned rank, int i) {
     unsigned long long local;
@@ -128,7 +139,7 @@ static_assert(QSA_RADIX_BITS * (QSA_RADIX_PASSES - 1) == 24, "pass 0's digit is 
 // at and above thr in the CTAs before; whether the digits found decide the selection; the least and
 // greatest key counted in the pass over the cluster (both thr's full key once pass 2's digit records
 // give it).
-enum Sel { kAbove, kAtBefore, kAboveBefore, kDone, kMin, kMax, kAtBlocks, kAtBlocksBefore, kDigit, kSelSlots };
+enum Sel { kAbove, kAtBefore, kAboveBefore, kDone, kMin, kMax, kAtBlocks, kAtBlocksBefore, kDigit, kThr, kSelSlots };
 // Words of a CTA's pass record: the histogram, then its least and greatest key counted.
 constexpr int kMinWord = QSA_RADIX_BINS, kMaxWord = QSA_RADIX_BINS + 1, kPassWords = QSA_RADIX_BINS + 2;
 // Pass 2 (the third) also keeps each digit's least and greatest key, which only the warp at the digit
@@ -141,6 +152,9 @@ constexpr int kTrackedPass = QSA_RADIX_PASSES - 2;
 constexpr int kGatherEntries = QSA_CLUSTER_GATHER_BLOCKS;
 constexpr int kGatherAlign = QSA_CLUSTER_GATHER_ALIGN;
 constexpr int kThreadEntries = kGatherEntries / QSA_TOPK_CLUSTER_THREADS;
+// ... and where the gathered keys at the digits found hold at most this many cells (a warp's worth of blocks),
+// thr is found by ranking them instead of the digit rule's remaining passes (few_thr).
+constexpr unsigned kFewCells = QSA_WARP * QSA_BLOCK_CELLS;
 static_assert(2 * kGatherEntries <= kBinWords, "the gathered keys and their records fit the lane histogram");
 static_assert(kGatherEntries % QSA_TOPK_CLUSTER_THREADS == 0, "a thread's entries: a whole number");
 static_assert(kGatherAlign * sizeof(unsigned) % 16 == 0, "a CTA's share: whole 16-byte units (bulk copies)");
@@ -539,13 +553,7 @@ struct ClusterSlice : ClusterThread {
         int k = 0;
         for (int c = warp; c + 1 < n_chunks; c += kWarps, ++k) gather_chunk(c, k, true, thr, mask, bits);
         if ((n_chunks - 1) % kWarps == warp) gather_chunk(n_chunks - 1, (n_chunks - 1) / kWarps, false, thr, mask, bits);
-        const unsigned mine = __popc(bits);
-        unsigned through = mine;
-#pragma unroll
-        for (int o = 1; o < QSA_WARP; o <<= 1) {
-            const unsigned v = __shfl_up_sync(TOPK_FULL_MASK, through, o);
-            if (lane >= o) through += v;
-        }
+        const unsigned mine = __popc(bits), through = warp_inclusive_sum(mine);
         unsigned base = 0;
         if (lane == QSA_WARP - 1) base = atomicAdd(gather_count, through);
         int at = static_cast<int>(sel[kAtBlocksBefore] + __shfl_sync(TOPK_FULL_MASK, base, QSA_WARP - 1) + through - mine);
@@ -607,6 +615,40 @@ struct ClusterSlice : ClusterThread {
         if (lane == 0) sel[kDigit] = d, sel[kAbove] = above + above_d;
     }
 
+    // thr's full key (returned) where the gathered keys at thr under mask hold at most kFewCells cells: they are
+    // listed in `list` (the next pass's histogram, free), and warp 0 ranks each against the others: thr is the
+    // greatest key with at least the cells still needed at or above it, the key the digit rule's remaining
+    // passes would find. Leaves sel[kAbove] as they would.
+    __device__ __forceinline__ unsigned few_thr(const unsigned (&key)[kThreadEntries], const unsigned (&meta)[kThreadEntries],
+                                                unsigned thr, unsigned mask, unsigned above, unsigned* list) const {
+#pragma unroll
+        for (int j = 0; j < kThreadEntries; ++j) {
+            const unsigned w = meta[j] >> 4 & 15u;
+            if (w != 0 && (key[j] & mask) == thr) {
+                const unsigned slot = atomicAdd(gather_count, 1u);
+                list[slot] = key[j], list[QSA_WARP + slot] = w;
+            }
+        }
+        __syncthreads();  // the list
+        if (warp == 0) {
+            const unsigned listed = *gather_count;
+            const unsigned k = lane < listed ? list[lane] : 0u, w = lane < listed ? list[QSA_WARP + lane] : 0u;
+            unsigned at_or_above = 0, at = 0;  // the listed cells at or above k, and at it
+#pragma unroll
+            for (int other = 0; other < QSA_WARP; ++other) {
+                const unsigned k2 = __shfl_sync(TOPK_FULL_MASK, k, other), w2 = __shfl_sync(TOPK_FULL_MASK, w, other);
+                at_or_above += k2 >= k ? w2 : 0u;
+                at += k2 == k ? w2 : 0u;
+            }
+            const bool enough = w != 0 && above + at_or_above >= width;
+            const unsigned found = __reduce_max_sync(TOPK_FULL_MASK, enough ? k : 0u);
+            const unsigned holders = __ballot_sync(TOPK_FULL_MASK, enough && k == found);
+            if (lane == __ffs(holders) - 1) sel[kThr] = found, sel[kAbove] = above + at_or_above - at;
+        }
+        __syncthreads();  // sel[kThr], sel[kAbove]
+        return sel[kThr];
+    }
+
     // thr (returned, its full key) from the gathered keys at its first digit (thr under mask, `above` the
     // cells above it): three passes of the digit rule over histograms of them in this CTA (two buffers,
     // one cleared while the other is read), a warp's keys at one digit added with one atomic (runs of
@@ -624,6 +666,7 @@ struct ClusterSlice : ClusterThread {
         }
         // pass 2's records, free on this path: pass p counts into digit_least for even p, else digit_greatest
         if (tid < QSA_RADIX_BINS) digit_greatest[tid] = 0;
+        if (tid == 0) *gather_count = 0;  // few_thr's count (the exchange has read this CTA's)
         __syncthreads();
         for (int pass = 1; pass < QSA_RADIX_PASSES; ++pass) {
             const int shift = topk_shift(pass);
@@ -652,6 +695,11 @@ struct ClusterSlice : ClusterThread {
             above = sel[kAbove];
             thr |= sel[kDigit] << shift;
             mask |= TOPK_DIGIT_MASK << shift;
+            if (pass + 1 < QSA_RADIX_PASSES && counted[sel[kDigit]] <= kFewCells) {  // the same in every thread
+                thr = few_thr(key, meta, thr, mask, above, next);
+                above = sel[kAbove];
+                break;
+            }
         }
         if (tid == 0) sel[kAtBefore] = 0;
         unsigned at_before = 0, above_before = 0;
@@ -754,13 +802,7 @@ struct ClusterSlice : ClusterThread {
                 at_keys |= 1u << j;
             }
         }
-        unsigned through = mine;
-#pragma unroll
-        for (int o = 1; o < QSA_WARP; o <<= 1) {
-            const unsigned v = __shfl_up_sync(TOPK_FULL_MASK, through, o);
-            if (lane >= o) through += v;
-        }
-        const unsigned ahead = through - mine;
+        const unsigned ahead = warp_inclusive_sum(mine) - mine;
         unsigned ab = chunk_above[c] + (ahead & kHalfMask), tb = chunk_at[c] + (ahead >> kHalfBits);
         // the lane's keys above / at thr in order (most lanes hold none or one: one round, not four)
         for (unsigned todo = above_keys | at_keys; todo != 0; todo &= todo - 1) {

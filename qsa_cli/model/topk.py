@@ -367,7 +367,8 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER
 
     The gather path (``cluster_gathers``), after pass 0 when it has not ended the select: every CTA holds
     the cluster's blocks at pass 0's digit and finds thr's other three digits by the same rule, with no
-    early end (thr: a full key).
+    early end (thr: a full key; the kernel ranks the keys left once they hold at most 128 cells, which
+    finds the same key).
     """
     n_kv, n_bid, width = _query(step)
     if n_kv <= width:
