@@ -522,6 +522,9 @@ struct ClusterSlice : ClusterThread {
         static_assert(QSA_CLUSTER_WIDE_CTAS <= 16 && QSA_BLOCK_CELLS < 16, "a CTA and a block's cells: 4 bits each");
         return static_cast<unsigned>(i) << 8 | w << 4 | rank;
     }
+    __device__ __forceinline__ static int entry_index(unsigned meta) { return static_cast<int>(meta >> 8); }
+    __device__ __forceinline__ static unsigned entry_cells(unsigned meta) { return meta >> 4 & 15u; }
+    __device__ __forceinline__ static unsigned entry_cta(unsigned meta) { return meta & 15u; }
 
     // Whether this call takes the gather path (after pass 0's round: sel holds the cluster's blocks at d).
     __device__ __forceinline__ bool gathers() const {
@@ -623,7 +626,7 @@ struct ClusterSlice : ClusterThread {
                                                 unsigned thr, unsigned mask, unsigned above, unsigned* list) const {
 #pragma unroll
         for (int j = 0; j < kThreadEntries; ++j) {
-            const unsigned w = meta[j] >> 4 & 15u;
+            const unsigned w = entry_cells(meta[j]);
             if (w != 0 && (key[j] & mask) == thr) {
                 const unsigned slot = atomicAdd(gather_count, 1u);
                 list[slot] = key[j], list[QSA_WARP + slot] = w;
@@ -674,9 +677,9 @@ struct ClusterSlice : ClusterThread {
             unsigned* next = pass % 2 == 0 ? digit_greatest : digit_least;
 #pragma unroll
             for (int j = 0; j < kThreadEntries; ++j) {
-                const unsigned entry_cells = meta[j] >> 4 & 15u;
-                const bool hit = entry_cells != 0 && (key[j] & mask) == thr;
-                const unsigned digit = (key[j] >> shift) & TOPK_DIGIT_MASK, w = hit ? entry_cells : 0u;
+                const unsigned cells_j = entry_cells(meta[j]);
+                const bool hit = cells_j != 0 && (key[j] & mask) == thr;
+                const unsigned digit = (key[j] >> shift) & TOPK_DIGIT_MASK, w = hit ? cells_j : 0u;
                 const unsigned hits = __ballot_sync(TOPK_FULL_MASK, hit);
                 if (hits == 0) continue;
                 const int first = __ffs(hits) - 1;
@@ -705,13 +708,13 @@ struct ClusterSlice : ClusterThread {
         unsigned at_before = 0, above_before = 0;
 #pragma unroll
         for (int j = 0; j < kThreadEntries; ++j) {
-            const unsigned w = meta[j] >> 4 & 15u, from = meta[j] & 15u;
+            const unsigned w = entry_cells(meta[j]), from = entry_cta(meta[j]);
             if (w == 0) continue;
             if (from < static_cast<unsigned>(rank)) {
                 if (key[j] > thr) above_before += w;
                 else if (key[j] == thr) at_before += w;
             } else if (from == static_cast<unsigned>(rank)) {
-                const int c = static_cast<int>(meta[j] >> 8) / kChunkKeys;
+                const int c = entry_index(meta[j]) / kChunkKeys;
                 if (key[j] > thr) atomicAdd(&chunk_above[c], w);
                 else if (key[j] == thr) atomicAdd(&chunk_at[c], w);
             }
