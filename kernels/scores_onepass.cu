@@ -35,7 +35,9 @@ __global__ void block_scores_paired_kernel(const float* __restrict__ pooled, con
 // a warp issues 6 shuffles a block for up to 8 queries, the halving scorer 19 for up to 4. A lane keeps its query's
 // head slices of its terms in registers (128 floats); the keys pass through a ring of shared memory per warp
 // (cp.async from sm_80), so the reads in flight take no registers. A warp of fewer than 32 / L queries scores
-// several blocks at once, one a slot; every warp scores kStepBlocks blocks a step.
+// several blocks at once, one a slot; every warp scores kStepBlocks blocks a step, every block on its pooled key.
+// Each query's tail block (its n_bid, on the dead key) is scored apart, by one warp of the grid in one call for
+// the whole window, so the loop over the blocks picks no key per block and holds no tail case.
 namespace {
 
 constexpr int kKeyVectors = QSA_IDX_DIM / kDimsPerLane;  // float4s of a key: one per butterfly lane
@@ -78,7 +80,9 @@ template <int NQ>
 struct QuarterLane {
     static_assert(NQ >= 1 && NQ * kQueryLanes <= QSA_WARP, "a warp holds the window's queries");
     static constexpr int kTerms = QSA_WARP / kQueryLanes;   // butterfly lanes a lane sums in registers
-    static constexpr int kSlotLanes = kQueryLanes * NQ;     // lanes that score one block
+    // Lanes that score one block: the queries padded to a power of two (zero queries that write nothing), so that
+    // the slots fill the warp and 3 queries cost what 4 do.
+    static constexpr int kSlotLanes = kQueryLanes * pow2_at_least(NQ);
     static constexpr int kSlots = QSA_WARP / kSlotLanes;    // blocks a warp scores at once
     static constexpr int kBatch = kStepBlocks / kSlots;     // blocks a slot scores a step
     static constexpr int kHalvings = log2_of(QSA_IDX_HEADS);
@@ -89,15 +93,15 @@ struct QuarterLane {
     int t;              // the lane's place among its query's kQueryLanes: butterfly lanes t, t + L, ... are its terms
     int last;           // the window's largest n_bid
     int nbid;           // the lane's query's n_bid
-    bool writes, tail;  // the lane writes its query's scores (its lane 0 of a slot in use); its tail
+    bool writes, tail;  // the lane writes its query's scores (its lane 0, a real query); its tail
     float4 qr[QSA_IDX_HEADS][kTerms];  // position p: term m of head p ^ (t >> kHeadShift) (the exchange's order)
     float* row;
 
     __device__ __forceinline__ QuarterLane(const float* q, const int* steps, float* scores, int max_blocks) {
         const int lane = lane_id();
-        const bool used = lane / kSlotLanes < kSlots;  // lanes past the last slot score slot 0 and write nothing
-        slot = used ? lane / kSlotLanes : 0;
+        slot = lane / kSlotLanes;
         const int query = lane % kSlotLanes / kQueryLanes;
+        const bool real = query < NQ;  // else a padding query: zero slices, nothing written
         t = lane % kQueryLanes;
         const int perm = t >> kHeadShift;
         const float4* q4 = reinterpret_cast<const float4*>(q);
@@ -105,12 +109,12 @@ struct QuarterLane {
         for (int p = 0; p < QSA_IDX_HEADS; ++p)
 #pragma unroll
             for (int m = 0; m < kTerms; ++m)
-                qr[p][m] = q4[(query * QSA_IDX_HEADS + (p ^ perm)) * kKeyVectors + t + kQueryLanes * m];
+                qr[p][m] = real ? q4[(query * QSA_IDX_HEADS + (p ^ perm)) * kKeyVectors + t + kQueryLanes * m] : float4{};
         last = max_nbid(steps, NQ);
-        nbid = steps[query * QSA_STEP_INTS + QSA_STEP_NBID];
-        tail = has_tail(steps[query * QSA_STEP_INTS + QSA_STEP_NKV]);
-        writes = used && t == 0;
-        row = scores + (size_t)query * max_blocks;
+        nbid = real ? steps[query * QSA_STEP_INTS + QSA_STEP_NBID] : -1;
+        tail = real && has_tail(steps[query * QSA_STEP_INTS + QSA_STEP_NKV]);
+        writes = real && t == 0;
+        row = scores + (size_t)(real ? query : 0) * max_blocks;
     }
 
     // The value of head p ^ perm summed over the lane's terms: the butterfly at offsets 16 .. kQueryLanes.
@@ -125,8 +129,8 @@ struct QuarterLane {
         return v[0];
     }
 
-    // Block b of the slot from `key` (the ring's copy, or the dead key at the query's n_bid).
-    __device__ __forceinline__ void score(const float4* key, int b) const {
+    // The score of `key` for a writer's query: the relu'd heads added in head order (no tail bonus).
+    __device__ __forceinline__ float score(const float4* key) const {
         float d[QSA_IDX_HEADS];
 #pragma unroll
         for (int p = 0; p < QSA_IDX_HEADS; ++p) d[p] = lane_sum(key, p);
@@ -147,18 +151,23 @@ struct QuarterLane {
         score += r;  // a writer is its query's lane 0: head 0
 #pragma unroll
         for (int h = 1; h < QSA_IDX_HEADS; ++h) score += __shfl_sync(kFullWarp, r, h << kHeadShift, kQueryLanes);
-        if (b == nbid && tail) score += QSA_TAIL_BONUS;
-        if (writes && b <= nbid) row[b] = score;
+        return score;
     }
 
-    // The step's blocks b0 + slot + kSlots * u from `stage`.
-    __device__ __forceinline__ void score_step(const float4 (&stage)[kStepBlocks][kKeyVectors], const float4* dead_key,
-                                               int b0) const {
+    // The step's blocks b0 + slot + kSlots * u from `stage`, each written below its query's n_bid.
+    __device__ __forceinline__ void score_step(const float4 (&stage)[kStepBlocks][kKeyVectors], int b0) const {
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
             const int b = b0 + slot + kSlots * u;
-            score(b == nbid ? dead_key : stage[slot + kSlots * u], b);
+            const float s = score(stage[slot + kSlots * u]);
+            if (writes && b < nbid) row[b] = s;
         }
+    }
+
+    // Every query's block n_bid on the dead key, the tail bonus added where its block is incomplete.
+    __device__ __forceinline__ void score_tails(const float4* dead_key) const {
+        const float s = score(dead_key);
+        if (writes && slot == 0) row[nbid] = tail ? s + QSA_TAIL_BONUS : s;
     }
 };
 
@@ -190,6 +199,10 @@ block_scores_quarters_kernel(const float* __restrict__ pooled, const float* __re
     __syncthreads();
 
     const QuarterLane<NQ> w(q, steps, scores, max_blocks);
+    // The tails are the last CTA's first warp's (the fewest blocks), before its loop; after it at one query. Either
+    // place gives the same bits; each was the faster on the H200 at its query counts (docs/benchmarks.md).
+    const bool tails = blockIdx.x == gridDim.x - 1 && threadIdx.x < QSA_WARP;
+    if (NQ > 1 && tails) w.score_tails(dead_key);
     KeyRing& ring = rings[threadIdx.x / QSA_WARP];
     const int stride = gridDim.x * kQuartersWarps * kStepBlocks;
     const int first = (blockIdx.x * kQuartersWarps + threadIdx.x / QSA_WARP) * kStepBlocks;
@@ -200,10 +213,11 @@ block_scores_quarters_kernel(const float* __restrict__ pooled, const float* __re
         fill_step(ring[(stage + kRingSteps - 1) % kRingSteps], pooled, b0 + (kRingSteps - 1) * stride, w.last);
         wait_copies<kRingSteps - 1>();  // this step's group has landed (this lane's part of it) ...
         __syncwarp();                   // ... and every lane's
-        w.score_step(ring[stage], dead_key, b0);
+        w.score_step(ring[stage], b0);
         __syncwarp();  // every lane has read the stage before the next step refills it
         stage = (stage + 1) % kRingSteps;
     }
+    if (NQ == 1 && tails) w.score_tails(dead_key);
 }
 
 #define QSA_PAIRED(NA, NB) \

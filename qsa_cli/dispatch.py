@@ -46,8 +46,9 @@ def read_switches(env: Mapping[str, str] = os.environ) -> dict[str, str]:
 
 # Where the halving scorer is dispatched, the scorer of a decode call by its queries (1-8), by launch shape: the
 # fastest median of halve, paired and quarters at each count on an H200 (cold L2, 420K cells; a lead under 1 %
-# keeps the earlier choice, halve for 1-4 and paired for 5-8: docs/benchmarks.md).
-FASTEST_DECODE_SCORERS = ("quarters", "halving", "halving", "quarters", "paired", "paired", "quarters", "quarters")
+# keeps the earlier choice: quarters led paired at 5 queries by 0.3-2.4 % over three runs, so 5 stays on paired;
+# docs/benchmarks.md).
+FASTEST_DECODE_SCORERS = ("quarters", "quarters", "quarters", "quarters", "paired", "quarters", "quarters", "quarters")
 
 
 def fastest_decode_scorer(catalog: Named, queries: int) -> str:

@@ -109,7 +109,7 @@ def test_a_sweep_may_name_an_added_variant(tmp_path: Path, wide_copy) -> None:
 def test_a_reused_kernel_scorer_added_to_the_table_runs_everywhere(capsys, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """One entry, nothing else: the selftest checks it against the model, select-bench and a sweep run it,
-    and the default runs (the baseline and the candidate) are what they were."""
+    and the default runs (the baseline, the candidate and the dispatched) are what they were."""
     from qsa_cli.runs import selftest
 
     monkeypatch.setattr(catalog, "QSA_VARIANTS", (*QSA_VARIANTS, MULTI_COPY))
@@ -126,7 +126,7 @@ def test_a_reused_kernel_scorer_added_to_the_table_runs_everywhere(capsys, tmp_p
     assert code == 0, err
     assert {m["variant"] for m in json.loads(js.read_text())["measurements"]} == {"reference", "multi-copy"}
     code, out, err = run(capsys, "select-bench", "4099", "2", "2", "8192", "--backend", "cpu", "--json", str(js))
-    assert code == 0 and {m["variant"] for m in json.loads(js.read_text())["measurements"]} == {"multi", "halve"}
+    assert code == 0 and {m["variant"] for m in json.loads(js.read_text())["measurements"]} == {"multi", "halve", "quarters"}
     sweep = tmp_path / "s.yaml"
     sweep.write_text("iterations: 2\nwarmup: 0\nstages: [scores]\ncontexts: [4099]\nqueries: [2]\ncapacity: 8192\n"
                      "variants:\n  scores: [multi, multi-copy]\n")

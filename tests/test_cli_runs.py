@@ -131,7 +131,8 @@ def test_report_and_gate_on_saved_cpu_records(capsys, tmp_path):
     code, out, _ = run(capsys, "gate", "--baseline", str(base), "--results", str(js), "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
     # 10x slower than the baseline, on CPU times: shown, never judged (the sweep's rule), so the gate passes
-    assert code == 0 and [(r["variant"], r["verdict"]) for r in rows] == [("multi", "NOT-JUDGED"), ("halve", "NOT-JUDGED")]
+    assert code == 0 and [(r["variant"], r["verdict"]) for r in rows] == [("multi", "NOT-JUDGED"), ("halve", "NOT-JUDGED"),
+                                                                               ("quarters", "NOT-JUDGED")]
     assert all(r["detail"] == "not judged: CPU times (the CPU models' on the host; 10.00x the baseline)" for r in rows)
     broken = json.loads(js.read_text())
     broken["thresholds"] = [{"stage": "scores", "case": broken["measurements"][0]["case"], "name": "min_speedup",
@@ -274,12 +275,12 @@ def test_the_gate_fails_closed(capsys, tmp_path):
     assert run(capsys, "select-bench", "4099", "2", "3", "8192", "--backend", "cpu", "--json", str(scores))[0] == 0
     assert run(capsys, "topk-parity", "4099", "2", "3", "8192", "--backend", "cpu", "--json", str(topk))[0] == 0
     code, out, _ = run(capsys, "gate", "--baseline", str(scores), "--results", str(topk))
-    *_, summary, missing_1, missing_2, nothing = out.rstrip().splitlines()
-    assert code == 1 and summary == "GATE FAIL (2 MISSING, 1 NOTHING-COMPARED)"
-    assert missing_1.startswith("GATE FAIL 1/3: MISSING: scores ctx=4099 nq=2 capacity=8192 kind=decode l2=host, multi: ")
-    assert missing_2.startswith("GATE FAIL 2/3: MISSING: scores ctx=4099 ") and missing_2.endswith(", halve: in the "
-                                                                                                    "baseline, not in this run")
-    assert nothing == ("GATE FAIL 3/3: NOTHING-COMPARED: gate, timings: no (case, variant) is timed in both the run "
+    *_, summary, missing_1, missing_2, missing_3, nothing = out.rstrip().splitlines()
+    assert code == 1 and summary == "GATE FAIL (3 MISSING, 1 NOTHING-COMPARED)"
+    assert missing_1.startswith("GATE FAIL 1/4: MISSING: scores ctx=4099 nq=2 capacity=8192 kind=decode l2=host, multi: ")
+    for line, variant in ((missing_2, "halve"), (missing_3, "quarters")):
+        assert line.startswith("GATE FAIL ") and line.endswith(f", {variant}: in the baseline, not in this run")
+    assert nothing == ("GATE FAIL 4/4: NOTHING-COMPARED: gate, timings: no (case, variant) is timed in both the run "
                        "and the baseline")
     code, out, _ = run(capsys, "gate", "--baseline", str(scores), "--results", str(topk), "--allow-missing")
     assert code == 1 and "MISSING-ALLOWED" in out and out.rstrip().splitlines()[-2] == "GATE FAIL (1 NOTHING-COMPARED)"
@@ -298,7 +299,7 @@ def test_the_gate_fails_closed(capsys, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nan.json", "scores.json", "topk.json"]
 
 
-@pytest.mark.parametrize(("queries", "dispatched"), [(3, "halve"), (4, "quarters"), (6, "paired"), (8, "quarters")])
+@pytest.mark.parametrize(("queries", "dispatched"), [(3, "quarters"), (4, "quarters"), (5, "paired"), (8, "quarters")])
 def test_the_dispatched_scorer_follows_the_calls_queries(capsys, tmp_path, queries, dispatched):
     """The CPU backend dispatches as sm_75 does: by the call's queries, the fastest scorer at that count on an
     H200; the record keeps the choice for every count, and the row of the call's own is the one marked."""
