@@ -36,7 +36,7 @@ from .core.geometry import (
     TOPK_SPLIT_THREADS,
     TOPK_WIDE_THREADS,
 )
-from .kernels import BENCH, HEADER, Module, check_kernel_dir, kernel_dir, load
+from .kernels import BENCH, HEADER, Module, check_kernel_dir, defined_kernels, kernel_dir, load
 from .launch.scores import HALVING, ONE_PASS_SOURCE, PAIRED, PER_BLOCK, QUARTERS, STRIDING
 from .launch.scores import SOURCE as SCORES_SOURCE
 from .launch.shape import LaunchShape
@@ -185,8 +185,13 @@ class Catalog:
         return self.roles(stage)[role]
 
     def with_launch(self, stage: str, launch: str) -> str:
-        """The name of qsa's own ``stage`` variant of the launch shape named ``launch``."""
-        return next(v.name for v in self.stage(stage) if v.qsa_own and v.launch.name == launch)
+        """The name of qsa's own ``stage`` variant of the launch shape named ``launch``: a VariantError where
+        the run's kernels have none (a copy older than it)."""
+        name = next((v.name for v in self.stage(stage) if v.qsa_own and v.launch.name == launch), None)
+        if name is None:
+            raise VariantError(f"the dispatch names the {launch} {stage} kernels, which the run's kernel sources "
+                               "do not define (an older copy? name its variants with --variants)")
+        return name
 
     def runs_on(self, stage: str, compute_capability: int) -> tuple[str, ...]:
         """The variants of ``stage`` a card of this compute capability runs."""
@@ -201,7 +206,7 @@ class Catalog:
         "variant"; a top-k follows its side's scorer in the window): a compare side's, to add."""
         return [dataclasses.replace(v, name=f"{name}.{v.name}", role="variant", folder=folder,
                                     window_scorer=f"{name}.{v.window_scorer}" if v.window_scorer else None)
-                for v in self.variants if v.qsa_own]
+                for v in self.variants if v.qsa_own and defined_in(v, folder)]
 
     def kernels_of(self, source: str, folder: Path | None = None) -> tuple[str, ...]:
         """Every kernel of every variant in ``source`` of ``folder`` (each once: two variants may share one):
@@ -244,10 +249,15 @@ def check_kernels(path: Path) -> Path:
     return check_kernel_dir(path, kernel_sources())
 
 
+def defined_in(variant: Variant, folder: Path) -> bool:
+    """Whether ``folder``'s copy of the variant's source defines every one of its kernels (templates by name)."""
+    return {k.split("<")[0] for k in variant.kernels} <= defined_kernels(folder, variant.source)
+
+
 def qsa_catalog(kernels: Path | None = None) -> Catalog:
-    """qsa's own variants (``QSA_VARIANTS``) compiled from ``kernels`` (None: the installed ones): what a run's
-    catalog starts from."""
-    return Catalog(QSA_VARIANTS, kernels)
+    """qsa's own variants (``QSA_VARIANTS``) compiled from ``kernels`` (None: the installed ones), those whose
+    kernels it defines (an older copy may lack a newer variant's): what a run's catalog starts from."""
+    return Catalog(tuple(v for v in QSA_VARIANTS if kernels is None or defined_in(v, kernels)), kernels)
 
 
 @dataclass(frozen=True)

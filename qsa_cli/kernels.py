@@ -38,6 +38,9 @@ def compile_options() -> tuple[str, ...]:
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.MULTILINE)  # one line, its newline kept
 _DECLARES = re.compile(r"^[ \t]*//[ \t]*qsa-declares:[ \t]*(\S+)[ \t]*$", re.MULTILINE)  # a trait a line
+# A kernel's definition or explicit instantiation: its name after `__global__ void` and any attributes
+# (`__launch_bounds__(...)`, `__cluster_dims__(...)`).
+_GLOBAL = re.compile(r"__global__\s+void\s+(?:__\w+__\s*\([^)]*\)\s*)*(\w+)\s*[<(]")
 
 
 HEADER, BENCH = "qsa_common.cuh", "bench.cu"  # every kernel's constants and helpers; the timer's kernels
@@ -104,6 +107,12 @@ def declared_traits(folder: Path, source: str) -> frozenset[str]:
     """The traits ``source`` of ``folder`` (its includes inlined) declares, one ``// qsa-declares: TRAIT`` line
     each: what its kernels do that a launcher may rely on."""
     return frozenset(_DECLARES.findall(_source_text(folder, source)))
+
+
+def defined_kernels(folder: Path, source: str) -> frozenset[str]:
+    """The names of the kernels ``source`` of ``folder`` (its includes inlined) defines, templates by their
+    name alone: what a variant's kernels must be among for that folder to compile it."""
+    return frozenset(_GLOBAL.findall(_source_text(folder, source)))
 
 
 _DEFINE = re.compile(r"^#define\s+(QSA_\w+)\s+(\S+)", re.MULTILINE)

@@ -1,5 +1,6 @@
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -9,9 +10,21 @@ from fake_builds import FakeBuilds, build_all, write_fake_builds
 from qsa_cli.catalog import Launcher, qsa_catalog
 from qsa_cli.core.errors import EngineError
 from qsa_cli.engine.build import find_nvcc
+from qsa_cli.kernels import kernel_dir
 from qsa_cli.timing import DeviceTimer
 
 QSA = qsa_catalog()  # qsa's own variants, from the installed kernels
+
+
+def older_kernels(folder: Path) -> Path:
+    """A copy of the installed kernels older than the quarters scorer: its source defines no quarters kernel."""
+    folder.mkdir()
+    for path in kernel_dir().iterdir():
+        if path.is_file():
+            (folder / path.name).write_bytes(path.read_bytes())
+    onepass = folder / "scores_onepass.cu"
+    onepass.write_text(onepass.read_text().replace("block_scores_quarters_kernel", "block_scores_later_kernel"))
+    return folder
 
 
 @pytest.fixture(autouse=True)

@@ -9,11 +9,14 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import QSA, older_kernels
 
 from qsa_cli import catalog
-from qsa_cli.catalog import QSA_VARIANTS, STAGES, Catalog, Variant, qsa_catalog
+from qsa_cli.catalog import QSA_VARIANTS, STAGES, Catalog, Variant, defined_in, qsa_catalog
 from qsa_cli.cli import main
 from qsa_cli.config import load_config
+from qsa_cli.core.errors import VariantError
+from qsa_cli.dispatch import fastest_decode_scorer
 from qsa_cli.engine.launch import ENGINE_SHAPES
 from qsa_cli.kernels import kernel_dir
 from qsa_cli.launch.scores import HALVING, STRIDING
@@ -69,11 +72,11 @@ def test_an_entry_that_contradicts_the_table_is_refused(change: dict, message: s
         Catalog((*QSA_VARIANTS, dataclasses.replace(WIDE_COPY, **change)))
 
 
-def test_a_catalog_is_built_from_parts_and_never_changed(tmp_path: Path) -> None:
-    own = qsa_catalog(tmp_path)
+def test_a_catalog_is_built_from_parts_and_never_changed() -> None:
+    own = qsa_catalog(kernel_dir())
     bigger = own.adding([WIDE_COPY], {"lib": object()})
     assert "wide-copy" in bigger.names("topk") and "wide-copy" not in own.names("topk")
-    assert bigger.kernels == own.kernels == tmp_path and set(bigger.libraries) == {"lib"} and not own.libraries
+    assert bigger.kernels == own.kernels == kernel_dir() and set(bigger.libraries) == {"lib"} and not own.libraries
     with pytest.raises(dataclasses.FrozenInstanceError):
         bigger.variants = ()  # type: ignore[misc]
     with pytest.raises(TypeError):
@@ -145,3 +148,20 @@ def test_a_kernels_folder_has_every_source_the_table_names(tmp_path: Path, monke
     monkeypatch.setattr(catalog, "QSA_VARIANTS", (*QSA_VARIANTS, dataclasses.replace(WIDE_COPY, source="topk_new.cu")))
     with pytest.raises(KernelError, match="no topk_new.cu"):
         catalog.check_kernels(kernel_dir())
+
+
+def test_an_older_kernels_folder_holds_the_variants_it_defines(tmp_path: Path) -> None:
+    """A run's catalog from a copy that lacks a variant's kernels holds the others (a compare side's too), and
+    a dispatch that names the missing one is a VariantError of one line (tests/test_gpu_scores.py runs it)."""
+    assert all(defined_in(v, kernel_dir()) for v in QSA_VARIANTS)
+    old = older_kernels(tmp_path / "old")
+    assert not defined_in(QSA.get("scores", "quarters"), old) and defined_in(QSA.get("scores", "paired"), old)
+    assert qsa_catalog(old).names("scores") == tuple(n for n in QSA.names("scores") if n != "quarters")
+    assert qsa_catalog(old).names("topk") == QSA.names("topk")
+    assert [v.name for v in QSA.side("old", old) if v.stage == "scores"] == ["old.reference", "old.multi", "old.halve",
+                                                                             "old.paired"]
+    assert fastest_decode_scorer(qsa_catalog(old), 5) == "paired"
+    with pytest.raises(VariantError) as missing:
+        fastest_decode_scorer(qsa_catalog(old), 4)
+    assert str(missing.value) == ("the dispatch names the quarters scores kernels, which the run's kernel sources do "
+                                  "not define (an older copy? name its variants with --variants)")

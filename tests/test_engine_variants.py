@@ -96,16 +96,16 @@ def test_variants_that_contradict_the_catalog_are_refused() -> None:
         Catalog((*QSA_VARIANTS, wrong))
 
 
-def test_a_side_is_every_variant_of_qsas_from_another_folder(tmp_path: Path) -> None:
+def test_a_side_is_every_variant_of_qsas_from_another_folder() -> None:
     own = qsa_catalog()
-    side = own.side("new", tmp_path)
+    side = own.side("new", kernel_dir())
     assert [v.name for v in side] == [f"new.{v.name}" for v in own.variants if v.qsa_own]
-    assert all(v.role == "variant" and v.folder == tmp_path and not v.qsa_own for v in side)
+    assert all(v.role == "variant" and v.folder == kernel_dir() and not v.qsa_own for v in side)
     split = next(v for v in side if v.name == "new.split")
     assert split.window_scorer == "new.halve"
     both = own.adding(side)
     # the folder's kernels are one compile per file of that folder, apart from the installed ones
-    assert both.kernels_of("topk.cu", tmp_path) == both.kernels_of("topk.cu")
+    assert both.kernels_of("topk.cu", kernel_dir()) == both.kernels_of("topk.cu")
 
 
 def test_switches_are_parsed_sorted_and_checked() -> None:

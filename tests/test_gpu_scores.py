@@ -7,12 +7,14 @@ GPU tests (``-m gpu``) skip cleanly without cupy or a device. Each draws a fresh
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import QSA, fresh_seed, scorer_launch
+from conftest import QSA, fresh_seed, older_kernels, scorer_launch
 
+from qsa_cli.cli import main
 from qsa_cli.core.geometry import (
     HALVE_MAX_QUERIES,
     IDX_DIM,
@@ -225,3 +227,27 @@ def test_kernel_names_cover_variants() -> None:
     assert len(QSA.get("scores", "halve").kernels) == HALVE_MAX_QUERIES  # one instantiation per sub-window size
     assert len(QSA.get("scores", "paired").kernels) == MAX_QUERIES  # one per window size
     assert len(QSA.get("scores", "quarters").kernels) == MAX_QUERIES
+
+
+@pytest.mark.gpu
+def test_an_older_kernels_folder_runs_what_it_defines(cupy: Any, capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    """--kernels a copy without the quarters kernel: its other scorers run (the window's pairs after the fastest
+    scorer left out, the record says why); naming quarters is exit 2 with one line before anything runs."""
+    old = older_kernels(tmp_path / "old")
+
+    def run(command: str, *argv: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as ended:
+            main([command, "4099", "4", "2", "8192", "--kernels", str(old), "--warmup", "0", *argv])
+        return (ended.value.code, *capsys.readouterr())
+
+    code, out, err = run("select-bench", "--variants", "reference,paired")
+    assert code == 0 and "paired" in out and "PASS" in out, err
+    code, out, err = run("select-bench", "--variants", "quarters")
+    assert (code, out) == (2, "") and err.startswith("qsa: error: --variants: no variant 'quarters' (expected one of ")
+    assert err.count("\n") == 1
+    record = tmp_path / "window.json"
+    code, out, err = run("window-bench", "--json", str(record))
+    assert code == 0 and "quarters+" not in out and "halve+cluster" in out, err
+    assert "no pair after the fastest scorer at 4 queries: the dispatch names the quarters scores kernels, which the " \
+           "run's kernel sources do not define (an older copy? name its variants with --variants)" \
+           in json.loads(record.read_text())["notes"]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.errors import VariantError
 from ..core.geometry import Call, check_queries
 from ..core.progress import Progress, no_progress
 from ..dispatch import fastest_decode_scorer
@@ -240,8 +241,13 @@ def window_bench(s: Session, call: Call, iters: Iters, keys: str = DEFAULT_KEYS,
     dispatched = (choice.scorer_for(call.nq), choice.topk)  # what the engine replays on this card
     pairs = s.catalog.window_pairs()
     candidate = s.catalog.with_role("scores", "candidate")
-    after_fastest = tuple((fastest_decode_scorer(s.catalog, call.nq), topk) for scorer, topk in pairs
-                    if scorer == candidate and s.catalog.get("topk", topk).qsa_own)
+    try:
+        fastest = fastest_decode_scorer(s.catalog, call.nq)
+    except VariantError as missing:  # a --kernels copy older than that scorer: no pair after it
+        s.note(f"no pair after the fastest scorer at {call.nq} queries: {missing}")
+        fastest = None
+    after_fastest = tuple((fastest, topk) for scorer, topk in pairs
+                          if fastest and scorer == candidate and s.catalog.get("topk", topk).qsa_own)
     chosen = tuple(dict.fromkeys(p for p in (*pairs, *after_fastest, dispatched) if p[1] in available
                                  and (s.picked is None or p[0] in s.picked)))
     s.record_settings(dispatch=summary)
