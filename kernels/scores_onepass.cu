@@ -34,8 +34,9 @@ __global__ void block_scores_paired_kernel(const float* __restrict__ pooled, con
 // butterfly's pair at its offset and float addition commutes, so every value is bitwise the butterfly's:
 // a warp issues 6 shuffles a block for up to 8 queries, the halving scorer 19 for up to 4. A lane keeps its query's
 // head slices of its terms in registers (128 floats); the keys pass through a ring of shared memory per warp
-// (cp.async from sm_80), so the reads in flight take no registers. A warp of fewer than 32 / L queries scores
-// several blocks at once, one a slot; every warp scores kStepBlocks blocks a step, every block on its pooled key.
+// (cp.async from sm_80), so the reads in flight take no registers. A warp of fewer than 32 / L queries (padded to
+// a power of two) scores several blocks at once, one a slot; every warp scores kStepBlocks blocks a step, every
+// block on its pooled key.
 // Each query's tail block (its n_bid, on the dead key) is scored apart, by one warp of the grid in one call for
 // the whole window, so the loop over the blocks picks no key per block and holds no tail case.
 namespace {
