@@ -31,8 +31,10 @@ from qsa_cli.kernels import load
 from qsa_cli.launch.scores import ONE_PASS_SOURCE, SOURCE, DeviceScorerInputs
 from qsa_cli.model.scores import butterfly_sum, first_difference, lane_partials, score_blocks
 
-# (context, capacity): 2K-524K cells, the window's last n_kv % 4 = 2, 1, 3, 0, 1, 3; capacity above the context.
-WINDOWS = [(2050, 9000), (9001, 16384), (32771, 262144), (131072, 135176), (300001, 524288), (524287, 524296)]
+# (context, capacity): 8 cells to 524K, the window's last n_kv % 4 = 0, 1, 2, 1, 3, 0, 1, 3; capacity above the
+# context. At 8 and 13 cells every block is some query's tail or below it (n_bid 0-3: the tails' own call).
+WINDOWS = [(8, 64), (13, 64), (2050, 9000), (9001, 16384), (32771, 262144), (131072, 135176), (300001, 524288),
+           (524287, 524296)]
 ADVERSARIAL_WINDOWS = [(2050, 9000), (40003, 65536), (131077, 131100), (300001, 524288)]
 
 
