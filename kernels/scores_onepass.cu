@@ -50,13 +50,14 @@ constexpr int kRingSteps = kRingBlocks / kStepBlocks;
 static_assert(kRingSteps >= 2, "a step in flight while the warp scores one");
 static_assert(kQueryLanes >= QSA_IDX_HEADS && kQueryLanes % QSA_IDX_HEADS == 0, "the exchange ends in one head a lane");
 
-// A 16-byte copy from global to shared memory that does not wait for the data (sm_80+), else a plain copy.
-__device__ __forceinline__ void copy_async(float4* dst, const float4* src) {
+// A 16-byte copy from global memory to the shared-memory address `dst` that does not wait for the data (sm_80+),
+// else a plain copy.
+__device__ __forceinline__ void copy_async(unsigned dst, const float4* src) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-                 "l"(src) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 #else
-    *dst = *src;
+    const float4 v = *src;
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
 #endif
 }
 
@@ -172,15 +173,18 @@ struct QuarterLane {
     }
 };
 
-// Queue the keys of blocks b0..b0+kStepBlocks-1 (clamped to `last`: every read valid) into `stage`, as one
-// commit group; only the (empty) group once b0 is past `last`, as the loop ends before that step.
-__device__ __forceinline__ void fill_step(float4 (&stage)[kStepBlocks][kKeyVectors], const float* pooled, int b0,
-                                          int last) {
-    const int lane = lane_id();
-    if (b0 <= last) {
+// Queue the keys of blocks b0..b0+kStepBlocks-1 (clamped to `last`: every read valid) into the stage at `stage`
+// (this lane's shared-memory address in its first block), as one commit group; only the (empty) group once b0 is
+// past `last`, as the loop ends before that step. `keys` is this lane's float4 of block 0.
+__device__ __forceinline__ void fill_step(unsigned stage, const float4* keys, int b0, int last) {
+    constexpr unsigned kBlockBytes = sizeof(float4) * kKeyVectors;
+    const float4* src = keys + (size_t)b0 * kKeyVectors;
+    if (b0 + kStepBlocks - 1 <= last) {  // a whole step: the blocks at constant offsets from one address
 #pragma unroll
-        for (int j = 0; j < kStepBlocks; ++j)
-            copy_async(&stage[j][lane], reinterpret_cast<const float4*>(pooled + (size_t)min(b0 + j, last) * QSA_IDX_DIM) + lane);
+        for (int j = 0; j < kStepBlocks; ++j) copy_async(stage + j * kBlockBytes, src + j * kKeyVectors);
+    } else if (b0 <= last) {
+#pragma unroll
+        for (int j = 0; j < kStepBlocks; ++j) copy_async(stage + j * kBlockBytes, src + (min(b0 + j, last) - b0) * kKeyVectors);
     }
     commit_copies();
 }
@@ -205,13 +209,18 @@ block_scores_quarters_kernel(const float* __restrict__ pooled, const float* __re
     const bool tails = blockIdx.x == gridDim.x - 1 && threadIdx.x < QSA_WARP;
     if (NQ > 1 && tails) w.score_tails(dead_key);
     KeyRing& ring = rings[threadIdx.x / QSA_WARP];
+    const float4* keys = reinterpret_cast<const float4*>(pooled) + lane_id();
+    // The stages' shared-memory addresses, fixed before the loop, so a step's copies take one global address.
+    const unsigned ring_at = static_cast<unsigned>(__cvta_generic_to_shared(&ring[0][0][lane_id()]));
+    constexpr unsigned kStageBytes = sizeof(ring[0]);
     const int stride = gridDim.x * kQuartersWarps * kStepBlocks;
     const int first = (blockIdx.x * kQuartersWarps + threadIdx.x / QSA_WARP) * kStepBlocks;
 #pragma unroll
-    for (int i = 0; i < kRingSteps - 1; ++i) fill_step(ring[i], pooled, first + i * stride, w.last);
-    int stage = 0;
+    for (int i = 0; i < kRingSteps - 1; ++i) fill_step(ring_at + i * kStageBytes, keys, first + i * stride, w.last);
+    unsigned stage = 0;
     for (int b0 = first; b0 <= w.last; b0 += stride) {
-        fill_step(ring[(stage + kRingSteps - 1) % kRingSteps], pooled, b0 + (kRingSteps - 1) * stride, w.last);
+        const unsigned refill = (stage + kRingSteps - 1) % kRingSteps;
+        fill_step(ring_at + refill * kStageBytes, keys, b0 + (kRingSteps - 1) * stride, w.last);
         wait_copies<kRingSteps - 1>();  // this step's group has landed (this lane's part of it) ...
         __syncwarp();                   // ... and every lane's
         w.score_step(ring[stage], b0);
