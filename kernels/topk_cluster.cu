@@ -592,7 +592,9 @@ struct ClusterSlice : ClusterThread {
     }
 
     // The digit rule of the rounds (digit_round) on this CTA's histogram `bins` alone, by warp 0 (a lane
-    // 8 bins): sel[kDigit] = d, sel[kAbove] = the cells above thr's digits once d joins them.
+    // 8 bins): sel[kDigit] = d, sel[kAbove] = the cells above thr's digits once d joins them. (The split's
+    // qsa_radix_digit walks the same rule; called here instead, it made the kernel 0.3-0.5 us slower on the
+    // H200, even on calls that never reach it: docs/benchmarks.md.)
     __device__ __forceinline__ void local_digit(const unsigned* bins, unsigned above) const {
         constexpr int kLaneBins = QSA_RADIX_BINS / QSA_WARP;
         unsigned v[kLaneBins], lane_cells = 0;
