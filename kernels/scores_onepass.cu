@@ -178,7 +178,7 @@ struct QuarterLane {
 // past `last`, as the loop ends before that step. `keys` is this lane's float4 of block 0.
 __device__ __forceinline__ void fill_step(unsigned stage, const float4* keys, int b0, int last) {
     constexpr unsigned kBlockBytes = sizeof(float4) * kKeyVectors;
-    const float4* src = keys + (size_t)b0 * kKeyVectors;
+    const float4* src = keys + (size_t)min(b0, last) * kKeyVectors;  // no address past block `last`
     if (b0 + kStepBlocks - 1 <= last) {  // a whole step: the blocks at constant offsets from one address
 #pragma unroll
         for (int j = 0; j < kStepBlocks; ++j) copy_async(stage + j * kBlockBytes, src + j * kKeyVectors);
