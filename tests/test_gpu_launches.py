@@ -62,7 +62,9 @@ def test_a_scorer_records_each_kernel_it_launched(cupy: Any, capsys: Any, tmp_pa
     (reference,) = launches_of(record, "reference")
     assert reference["grid"][1] == 6 and not reference["programmatic"]
     floor = [m for m in record.measurements if m.variant == "read-floor"]
-    assert floor and floor[0].launches is None  # a reference point, not a variant's launch
+    assert floor and floor[0].launches == [{"kernel": "read_floor_kernel", "grid": floor[0].launches[0]["grid"],
+                                            "block": [256], "cluster": 0, "shared_bytes": 0, "programmatic": False}]
+    assert 1 <= floor[0].launches[0]["grid"][0] <= 8 * record.device["sms"]  # the read's grid: at most 8 CTAs an SM
 
 
 @pytest.mark.gpu

@@ -16,13 +16,14 @@ from ..catalog import Launcher, Variant
 from ..core.integrity import GuardedBuffers
 from ..core.progress import Progress, no_progress
 from ..inputs import ScorerInputs, TopkInputs, score_poison
+from ..launch.shape import Described, KernelCall
 from ..model.agreement import score_errors, selection_agreement
 from ..model.scores import first_difference, score_blocks, scores_hash
 from ..model.topk import topk_ids
 from ..record.schema import Measurement, ScoreErrors, SelectionAgreement
 from ..record.vocabulary import CPU_MODEL, READ_FLOOR
 from ..record.vocabulary import SCORES as STAGE
-from ..timing import Launch
+from ..timing import FLOOR_KERNEL, Launch
 from .base import Placed, StageBase, poisoned, run_stage
 from .common import Measurer, StageOutcome, call_case, keys_case
 
@@ -94,7 +95,8 @@ class ScorerStage(StageBase):
 
     def reference_points(self, measurer: Measurer, case: dict[str, Any], on_gpu: bool) -> Iterator[Measurement | None]:
         if on_gpu:
-            floor = measurer.timer.read_launcher(self.placed.pooled, self.bytes_read)
+            read = measurer.timer.read_launcher(self.placed.pooled, self.bytes_read)
+            floor = Described(read, (KernelCall(FLOOR_KERNEL, read.grid, read.block),))
             yield measurer.measure(STAGE, READ_FLOOR, case, floor, bytes_read=self.bytes_read)
 
 
