@@ -189,8 +189,8 @@ class Catalog:
         the run's kernels have none (a copy older than it)."""
         name = next((v.name for v in self.stage(stage) if v.qsa_own and v.launch.name == launch), None)
         if name is None:
-            raise VariantError(f"the dispatch names the {launch} {stage} kernels, which the run's kernel sources "
-                               "do not define (an older copy? name its variants with --variants)")
+            raise VariantError(f"qsa's {launch} {stage} kernels are not in the run's kernel sources (an older copy? "
+                               "name its variants with --variants)")
         return name
 
     def runs_on(self, stage: str, compute_capability: int) -> tuple[str, ...]:

@@ -163,5 +163,5 @@ def test_an_older_kernels_folder_holds_the_variants_it_defines(tmp_path: Path) -
     assert fastest_decode_scorer(qsa_catalog(old), 5) == "paired"
     with pytest.raises(VariantError) as missing:
         fastest_decode_scorer(qsa_catalog(old), 4)
-    assert str(missing.value) == ("the dispatch names the quarters scores kernels, which the run's kernel sources do "
-                                  "not define (an older copy? name its variants with --variants)")
+    assert str(missing.value) == ("qsa's quarters scores kernels are not in the run's kernel sources (an older copy? "
+                                  "name its variants with --variants)")
