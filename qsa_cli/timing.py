@@ -35,6 +35,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from .kernels import load
+from .launch.kernel import KernelLaunch
 from .record.schema import BatchTiming, DiscardedRound, RoundChecks, StopOutcome, StoppingSettings
 from .record.vocabulary import L2_STATES
 
@@ -52,7 +53,7 @@ ROUND = 32  # samples between two checks of the stopping rule (each sample its o
 BATCH_LAUNCHES = 32  # launches of one batch, queued behind one hold
 BATCHES = 5  # batches a GPU measurement times, so the batch's spread shows beside its median
 _FLOOR_THREADS = 256
-FLOOR_KERNEL = "read_floor_kernel"  # the read floor's kernel (kernels/bench.cu)
+_FLOOR_KERNEL = "read_floor_kernel"  # the read floor's kernel (kernels/bench.cu)
 
 # A hold's timeout: the host queues what one hold covers (a sample: two events, two clock stamps and up to 6
 # launches; a batch: 32 launches) in well under 1 ms, so a hold still unreleased after 100 ms means the host
@@ -97,19 +98,6 @@ def median_noise_pct(samples_us: list[float]) -> float:
     median = (s[math.floor(middle)] + s[math.ceil(middle)]) / 2
     step = min((b - a for a, b in zip(s, s[1:]) if b > a), default=0.0)
     return 100 * max(s[hi] - s[lo], step) / 2 / median if median > 0 else math.inf
-
-
-@dataclass(frozen=True)
-class FloorRead:
-    """One launch of ``FLOOR_KERNEL`` on ``grid`` x ``block`` (a record names the grid the card gave it)."""
-
-    kernel: Any
-    grid: tuple[int]
-    block: tuple[int]
-    args: tuple[Any, ...]
-
-    def __call__(self) -> None:
-        self.kernel(self.grid, self.block, self.args)
 
 
 @dataclass(frozen=True)
@@ -357,7 +345,7 @@ HOST = _HostStream()
 
 
 def _bench_module(kernels: Path | None) -> Any:
-    return load("bench.cu", (FLOOR_KERNEL, "hold_stream_kernel", "clock_stamp_kernel"), folder=kernels)
+    return load("bench.cu", (_FLOOR_KERNEL, "hold_stream_kernel", "clock_stamp_kernel"), folder=kernels)
 
 
 _CUDA_HOST_ALLOC_MAPPED = 2  # cudaHostAllocMapped (driver_types.h)
@@ -394,7 +382,7 @@ class DeviceTimer:
         self.sms = int(props["multiProcessorCount"])
         self.l2_bytes = int(props["l2CacheSize"])
         module = _bench_module(self.kernels)
-        self._read = module.function(FLOOR_KERNEL)
+        self._read = module.function(_FLOOR_KERNEL)
         self._hold = module.function("hold_stream_kernel")
         self._stamp = module.function("clock_stamp_kernel")
         self._sink = cupy.zeros(1, dtype=cupy.float32)
@@ -413,12 +401,13 @@ class DeviceTimer:
         self._flush_buf = cupy.random.default_rng(0).random(flush_floats, dtype=cupy.float32)
         self._flush_read = self.read_launcher(self._flush_buf) if self.l2 == "clean" else None
 
-    def read_launcher(self, array: Any, nbytes: int | None = None) -> FloorRead:
+    def read_launcher(self, array: Any, nbytes: int | None = None) -> KernelLaunch:
         """A plain float4 read of the first ``nbytes`` of ``array``: the read floor of those bytes."""
         cupy = self._cupy
         n4 = (array.nbytes if nbytes is None else nbytes) // 16
         blocks = max(1, min(self.sms * 8, (n4 + _FLOOR_THREADS - 1) // _FLOOR_THREADS))
-        return FloorRead(self._read, (blocks,), (_FLOOR_THREADS,), (array, cupy.int64(n4), self._sink))
+        args = (array, cupy.int64(n4), self._sink)
+        return KernelLaunch(_FLOOR_KERNEL, self._read, (blocks,), (_FLOOR_THREADS,), args)
 
     def settle(self) -> None:
         if self._flush_read is not None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..core.geometry import HALVE_MAX_QUERIES, MAX_QUERIES, QUARTERS_THREADS, QUERY_LANES, WARP
 from ..inputs import ScorerInputs
+from .kernel import KernelLaunch
 from .shape import Described, KernelCall, ScorerShape
 
 SOURCE = "scores.cu"  # the engine's scorers
@@ -49,21 +50,6 @@ def _resident_grid(kernel: Any, threads: int) -> int:
     return sms * max(1, int(per_sm))
 
 
-@dataclass(frozen=True)
-class KernelLaunch:
-    """One launch of a scorer's call: the kernel by its name (``variant.kernels``), its grid, CTA and arguments."""
-
-    name: str
-    kernel: Any
-    grid: tuple[int, ...]
-    block: tuple[int, ...]
-    args: tuple[Any, ...]
-
-    @classmethod
-    def of(cls, module: Any, name: str, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]) -> KernelLaunch:
-        return cls(name, module.function(name), grid, block, args)
-
-
 class QsaScorerShape(ScorerShape):
     """A shape of qsa's own scorer kernels: the arrays checked, then the shape's launches."""
 
@@ -79,7 +65,7 @@ class QsaScorerShape(ScorerShape):
 
         def launch() -> None:
             for one in launches:
-                one.kernel(one.grid, one.block, one.args)
+                one()
 
         return Described(launch, tuple(KernelCall(one.name, one.grid, one.block) for one in launches))
 

@@ -23,7 +23,7 @@ from ..model.topk import topk_ids
 from ..record.schema import Measurement, ScoreErrors, SelectionAgreement
 from ..record.vocabulary import CPU_MODEL, READ_FLOOR
 from ..record.vocabulary import SCORES as STAGE
-from ..timing import FLOOR_KERNEL, Launch
+from ..timing import Launch
 from .base import Placed, StageBase, poisoned, run_stage
 from .common import Measurer, StageOutcome, call_case, keys_case
 
@@ -96,7 +96,7 @@ class ScorerStage(StageBase):
     def reference_points(self, measurer: Measurer, case: dict[str, Any], on_gpu: bool) -> Iterator[Measurement | None]:
         if on_gpu:
             read = measurer.timer.read_launcher(self.placed.pooled, self.bytes_read)
-            floor = Described(read, (KernelCall(FLOOR_KERNEL, read.grid, read.block),))
+            floor = Described(read, (KernelCall(read.name, read.grid, read.block),))
             yield measurer.measure(STAGE, READ_FLOOR, case, floor, bytes_read=self.bytes_read)
 
 
