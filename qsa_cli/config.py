@@ -42,6 +42,7 @@ from .record.vocabulary import DEFAULT_KEYS, DEFAULT_L2, L2_STATES, RENAMED_L2, 
 from .timing import AUTO, DEFAULT_WARMUP, MAX_ITERATIONS, MAX_WARMUP, Iters
 
 SIZE_SUFFIXES = {"K": 1024, "M": 1024 * 1024}
+MERGE_TAG = "tag:yaml.org,2002:merge"
 THRESHOLD_KEYS = {"scores": ("min_speedup", "max_floor_ratio"), "topk": ("min_speedup",)}
 
 CASE_KEYS = ("stages", "contexts", "queries", "capacity", "kind", "score_sets", "keys")
@@ -139,25 +140,36 @@ class _Reader:
         return ConfigError(f"{self.source}:{node.start_mark.line + 1}: {message}")
 
     def mapping(self, node: Any, allowed: tuple[str, ...] | None, what: str) -> dict[str, Any]:
-        """A mapping's value nodes by key; ``allowed`` None: any string key."""
+        """A mapping's value nodes by key; ``allowed`` None: any string key. YAML merge keys (``<<: *block``)
+        are taken as YAML 1.1 defines them: the merged mapping's keys first, each overridden by one the
+        mapping writes itself; a key the mapping itself writes twice is an error."""
         if not isinstance(node, yaml.MappingNode):
             raise self.error(node, f"{what} must be a mapping of keys to values")
+        own = sum(1 for key_node, _ in node.value if key_node.tag != MERGE_TAG)
+        try:
+            self.loader.flatten_mapping(node)  # the merged entries, placed before the mapping's own
+        except yaml.MarkedYAMLError as exc:  # a merge key whose value is no mapping: the mark is that value's
+            raise ConfigError(f"{self.source}:{exc.problem_mark.line + 1}: a merge key (<<) {exc.problem}") from None
+        merged = len(node.value) - own
         out: dict[str, Any] = {}
-        for key_node, value_node in node.value:
+        for i, (key_node, value_node) in enumerate(node.value):
             key = self.value(key_node)
             if not isinstance(key, str):
                 raise self.error(key_node, f"{what}: a key must be a name (got {key!r})")
             if allowed is not None and key not in allowed:
                 raise self.error(key_node, f"unknown key {key!r} (expected one of {', '.join(allowed)})")
-            if key in out:
+            if key in out and i >= merged and not out[key][1]:
                 raise self.error(key_node, f"key {key!r} given twice")
-            out[key] = value_node
-        return out
+            out[key] = (value_node, i < merged)
+        return {key: value_node for key, (value_node, _) in out.items()}
 
     def value(self, node: Any) -> Any:
         if not isinstance(node, yaml.ScalarNode):
             raise self.error(node, "expected a single value, not a list or mapping")
-        return self.loader.construct_object(node)
+        try:
+            return self.loader.construct_object(node)
+        except yaml.YAMLError as exc:  # a tag the safe loader has no constructor for (!!python/..., !mine)
+            raise self.error(node, f"not a plain value ({getattr(exc, 'problem', None) or exc})") from None
 
     def items(self, node: Any, what: str) -> list[Any]:
         """A list's item nodes; a single value is a list of one."""

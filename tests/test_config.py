@@ -121,6 +121,26 @@ def test_matrix_blocks_override_the_top_level_and_repeat_cases_once(tmp_path: Pa
     assert c.thresholds == {"scores": Thresholds(1.0, 2.5)}
 
 
+def test_a_merge_key_repeats_a_block_and_its_own_keys_win(tmp_path: Path) -> None:
+    """The block form of the issue's file: the second entry is the first (merged) at 2 queries."""
+    c = load_config(write(tmp_path, """
+        iterations: 2
+        capacity: 32768
+        matrix:
+          - &b
+            stages: [scores]
+            contexts: [20000]
+            queries: [1]
+          - <<: *b
+            queries: [2]
+          - <<: *b
+            contexts: [9000]
+            queries: [3]
+    """))
+    assert [(x.stage, x.ctx, x.nq) for x in c.cases()] == [("scores", 20000, 1), ("scores", 20000, 2),
+                                                           ("scores", 9000, 3)]
+
+
 @pytest.mark.parametrize(
     ("text", "line", "message"),
     [
@@ -162,6 +182,9 @@ def test_matrix_blocks_override_the_top_level_and_repeat_cases_once(tmp_path: Pa
         ("matrix: {stages: [topk]}\n", 1, "matrix must be a value or a list of values, not a mapping"),
         ("- stages\n", 1, "a sweep file must be a mapping"),
         ("stages: [scores\ncontexts: [1K]\n", 2, "not valid YAML"),
+        (MINIMAL + "<<: 5\n", 5, "a merge key (<<) expected a mapping or list of mappings for merging"),
+        ("stages: [scores]\ncontexts: [1K]\nqueries: [1]\ncapacity: 1K\nseed: !!python/name:os.system x\n", 5,
+         "not a plain value (could not determine a constructor"),
     ],
 )
 def test_errors_name_file_and_line(tmp_path: Path, text: str, line: int, message: str) -> None:
