@@ -85,3 +85,18 @@ def test_check_writable(tmp_path):
         assert _problem(locked / "r.json").endswith(f"folder {locked} is not writable")
     finally:
         locked.chmod(0o755)
+
+
+def test_a_link_and_a_name_too_long_are_refused_and_nothing_is_written_through_a_link(tmp_path):
+    (tmp_path / "run-41.json").write_text("{}")
+    (tmp_path / "latest.json").symlink_to("run-41.json")
+    (tmp_path / "dangling.json").symlink_to("gone.json")
+    for link in ("latest.json", "dangling.json"):
+        assert _problem(tmp_path / link) == f"--json {tmp_path / link}: is a symbolic link (qsa writes no file " \
+                                            "through a link: name its target, or remove the link first)"
+        with pytest.raises(OutputError, match="is a symbolic link"), atomic_write(tmp_path / link) as fh:
+            fh.write("[]")
+    assert (tmp_path / "run-41.json").read_text() == "{}" and (tmp_path / "latest.json").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling.json", "latest.json", "run-41.json"]
+    long = tmp_path / ("x" * 300 + ".json")
+    assert _problem(long) == f"--json {long}: File name too long"

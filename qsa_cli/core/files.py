@@ -16,6 +16,11 @@ from typing import IO
 from .errors import OutputError
 
 
+# Writing through a link would replace the file it names (often an earlier run's record, latest.json ->
+# run-41.json), and replacing the link would break the habit that made it: neither, the user chooses.
+_LINK = "is a symbolic link (qsa writes no file through a link: name its target, or remove the link first)"
+
+
 def _write_protected(path: Path) -> bool:
     """Not writable by this user, or writable by nobody under its mode (root could write it anyway, but
     a file or folder made read-only says it is not to be replaced)."""
@@ -24,7 +29,16 @@ def _write_protected(path: Path) -> bool:
 
 def check_writable(path: str | os.PathLike[str], what: str) -> None:
     """An OutputError, ``{what} {path}: why``, unless ``atomic_write(path)`` can create or replace it."""
-    path = Path(path)
+    try:
+        why = _why_not_writable(Path(path))
+    except OSError as exc:  # a name too long, a loop of links: what the system says of the path
+        why = exc.strerror or str(exc)
+    if why:
+        raise OutputError(f"{what} {path}: {why}")
+
+
+def _why_not_writable(path: Path) -> str:
+    """Why ``atomic_write(path)`` cannot create or replace it, or "" when it can."""
     folder = path.parent
     if path.is_dir():
         why = "is a folder"
@@ -36,11 +50,13 @@ def check_writable(path: str | os.PathLike[str], what: str) -> None:
         why = f"folder {folder} is not writable"
     elif path.exists() and not path.is_file():
         why = "not a regular file"  # /dev/null and the like: a rename would replace the node itself
+    elif path.is_symlink():
+        why = _LINK
     elif path.exists() and _write_protected(path):
         why = "read-only"
     else:
-        return
-    raise OutputError(f"{what} {path}: {why}")
+        why = ""
+    return why
 
 
 def _umask() -> int:
@@ -57,6 +73,8 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
     umask. A read-only existing file is refused; every failure to write is an OutputError.
     """
     path = Path(path)
+    if path.is_symlink():
+        raise OutputError(f"{path}: {_LINK}")
     if path.is_file() and _write_protected(path):
         raise OutputError(f"{path}: read-only")
     permissions = path.stat().st_mode & 0o777 if path.is_file() else 0o666 & ~_umask()
