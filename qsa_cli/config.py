@@ -33,7 +33,7 @@ import yaml
 
 from .catalog import STAGES, Catalog, qsa_catalog
 from .core.errors import ConfigError, GeometryError, LimitError
-from .core.geometry import Call, check_call, check_capacity, check_queries
+from .core.geometry import SIZE_EXAMPLES, Call, check_call, check_capacity, check_queries, parse_size
 from .dispatch import CALL_KINDS
 from .engine.kinds import ENGINE_KINDS, engine_kinds
 from .inputs import SCORE_SETS
@@ -41,7 +41,6 @@ from .record.limits import LIMITS, check_scopes, limit_value
 from .record.vocabulary import DEFAULT_KEYS, DEFAULT_L2, L2_STATES, RENAMED_L2, SCORER_KEYS
 from .timing import AUTO, DEFAULT_WARMUP, MAX_ITERATIONS, MAX_WARMUP, Iters
 
-SIZE_SUFFIXES = {"K": 1024, "M": 1024 * 1024}
 MERGE_TAG = "tag:yaml.org,2002:merge"
 THRESHOLD_KEYS = {"scores": ("min_speedup", "max_floor_ratio"), "topk": ("min_speedup",)}
 
@@ -52,7 +51,6 @@ TOP_KEYS = (*SETTING_KEYS, *CASE_KEYS, "matrix")
 DEFAULTS: dict[str, Any] = {"iterations": 50, "warmup": DEFAULT_WARMUP, "l2": DEFAULT_L2, "seed": 0, "kind": "decode",
                             "score_sets": ("continuous",), "keys": (DEFAULT_KEYS,)}
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([KkMm]?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -198,11 +196,11 @@ class _Reader:
         return float(v)
 
     def size(self, node: Any, what: str) -> int:
-        v = self.value(node)
-        if isinstance(v, str) and (m := _SIZE.match(v)):
-            v = int(m.group(1)) * SIZE_SUFFIXES.get(m.group(2).upper(), 1)
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise self.error(node, f"{what} must be a number of cells such as 32768, 32K or 1M (got {v!r})")
+        """The value as written (the command line's rule: parse_size), not as YAML reads it (0x4E20, 20_000)."""
+        self.value(node)  # a list or a mapping is refused as everywhere
+        v = parse_size(node.value)
+        if v is None or v <= 0:
+            raise self.error(node, f"{what} must be a number of cells such as {SIZE_EXAMPLES} (got {node.value!r})")
         return v
 
     def choice(self, node: Any, what: str, choices: tuple[str, ...]) -> str:

@@ -254,7 +254,7 @@ FILES: dict[str, Callable[[Path], None]] = {
 BAD: list[tuple[tuple[str, ...], str]] = [
     # arguments and option values
     (("select-bench", "100", "2", "1"), "takes CTX Q ITERS CAP (got 3"),
-    (("select-bench", "lots", "2", "1", "100"), "CTX must be an integer"),
+    (("select-bench", "lots", "2", "1", "100"), "CTX must be a number of cells such as 32768, 32K or 1M (got 'lots')"),
     (("select-bench", *SMALL, "--warmup", "-1", *CPU), "Invalid value for '--warmup'"),
     (("select-bench", *SMALL, "--seed", "x", *CPU), "Invalid value for '--seed'"),
     (("select-bench", *SMALL, "--device", "-1"), "Invalid value for '--device'"),

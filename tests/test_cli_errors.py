@@ -22,7 +22,7 @@ BAD = [
     (("select-bench", "100", "2", "5", "99"), "capacity must be >= context"),
     (("select-bench", "1000", "9", "5", "1000"), "a decode call has at most 8 queries"),
     (("select-bench", "100", "2", "5"), "takes CTX Q ITERS CAP (got 3"),
-    (("select-bench", "1e5", "2", "5", "100000"), "CTX must be an integer"),
+    (("select-bench", "1e5", "2", "5", "100000"), "CTX must be a number of cells"),
     (("select-bench", "100", "2", "5", "100", "--l2", "tepid"), "Invalid value for '--l2'"),
     (("select-bench", "100", "2", "5", "100", "--backend", "tpu"), "Invalid value for '--backend'"),
     (("select-bench", "100", "2", "5", "100", "--inputs", "x.npz"), "not both"),

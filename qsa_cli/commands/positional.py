@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..core.geometry import Call, check_capacity, check_queries
+from ..core.geometry import SIZE_EXAMPLES, Call, check_capacity, check_queries, parse_count, parse_size
 from ..timing import AUTO, MAX_ITERATIONS, Iters
 from .exit_status import UsageProblem
 from .options import given
@@ -34,22 +34,27 @@ class IterationsType(click.ParamType):
 ITERATIONS = IterationsType()
 
 
+SIZES = ("CTX", "CAP")  # cells: written as a sweep file's sizes are (32K), the rest are counts
+
+
 def integers(args: tuple[str, ...], names: list[str]) -> list[Iters]:
-    """``args`` as integers (ITERS may be auto), each named by ``names`` in its error; an unknown option
-    among them (which POSITIONAL_NEGATIVES lets through) named as click would name it."""
+    """``args`` as integers (ITERS may be auto; CTX and CAP are sizes, 32K as in a sweep file), each named by
+    ``names`` in its error; an unknown option among them (which POSITIONAL_NEGATIVES lets through) named as
+    click would name it."""
     values: list[Iters] = []
     for raw in args:
-        if raw.startswith("-") and not raw[1:].isdigit():
+        if raw.startswith("-") and parse_size(raw) is None:
             raise UsageProblem(f"no such option: {raw}")
     for name, raw in zip(names, args):
         if name == "ITERS" and raw == AUTO:
             values.append(AUTO)
             continue
-        try:
-            values.append(int(raw))
-        except ValueError:
-            raise UsageProblem(f"{name} must be an integer{' or ' + AUTO if name == 'ITERS' else ''} (got {raw!r})") \
-                from None
+        value = parse_size(raw) if name in SIZES else parse_count(raw)
+        if value is None:
+            kind = f"a number of cells such as {SIZE_EXAMPLES}" if name in SIZES else \
+                f"an integer{' or ' + AUTO if name == 'ITERS' else ''}"
+            raise UsageProblem(f"{name} must be {kind} (got {raw!r})")
+        values.append(value)
     return values
 
 

@@ -5,6 +5,7 @@ The constants mirror ``kernels/qsa_common.cuh``; ``tests/test_geometry.py`` chec
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,6 +64,26 @@ STEP_INTS = 4
 PROMPT_QUERIES = 64  # the selftest's prompt call
 MAX_PROMPT_QUERIES = 1024  # queries of a prompt top-k call the harness accepts (one row of ids each)
 MAX_CAPACITY = 1 << 24  # cells: 2 GB of keys; ids and block indices stay far inside int32
+
+
+# A size (a context, a capacity) as a user writes it, on the command line and in a sweep file alike: ASCII
+# digits, optionally K (1024) or M (1048576). Python's int() takes more (full-width digits, 20_000, spaces)
+# and YAML's ints more again (0x..., 20_000): one rule for both places, and none of those.
+SIZE_SUFFIXES = {"K": 1024, "M": 1024 * 1024}
+SIZE_EXAMPLES = "32768, 32K or 1M"
+_SIZE = re.compile(r"(-?[0-9]+)([KM]?)", re.ASCII | re.IGNORECASE)  # a sign, for the range checks to name
+_COUNT = re.compile(r"-?[0-9]+", re.ASCII)
+
+
+def parse_size(text: str) -> int | None:
+    """A number of cells written as SIZE_EXAMPLES are, or None."""
+    m = _SIZE.fullmatch(text)
+    return int(m.group(1)) * SIZE_SUFFIXES.get(m.group(2).upper(), 1) if m else None
+
+
+def parse_count(text: str) -> int | None:
+    """A count (queries, iterations) written in ASCII digits, or None."""
+    return int(text) if _COUNT.fullmatch(text) else None
 
 
 def selection_width(n_kv: int) -> int:
