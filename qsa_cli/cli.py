@@ -16,6 +16,7 @@ import click
 
 from .commands.exit_status import EXIT_USAGE
 from .core.errors import KernelError, QsaError
+from .core.streams import check_stdout, plain_where_needed
 from .interrupts import exit_status, interrupted_by, interruptions, signal_of, signals_held
 
 
@@ -91,9 +92,15 @@ def main(argv: list[str] | None = None) -> None:
     with interruptions() as release_signals:
         try:
             release_signals()  # one that came while the command line loaded (qsa_cli.__main__) arrives here
+            plain_where_needed()
+            check_stdout()
             code = cli.main(args=argv, prog_name="qsa", standalone_mode=False)
         except click.exceptions.Exit as exc:
             code = exc.exit_code
+        except click.exceptions.NoArgsIsHelpError:
+            # bad input as any other (a CI line whose command came out empty must not pass): one line
+            _err(f"no command given (qsa --help says what each does: {', '.join(sorted(COMMANDS))})")
+            code = EXIT_USAGE
         except click.ClickException as exc:
             _err(" ".join(exc.format_message().split()))
             code = EXIT_USAGE

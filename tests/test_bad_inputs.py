@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shlex
 import shutil
+import subprocess
+import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +31,7 @@ from qsa_cli.device import probe
 from qsa_cli.inputs import synthetic_scorer_inputs, synthetic_scores
 from qsa_cli.kernels import kernel_dir
 
+ROOT = Path(__file__).resolve().parent.parent
 SMALL = ("100", "2", "1", "100")  # CTX Q ITERS CAP of a tiny decode call
 CPU = ("--backend", "cpu")
 
@@ -694,3 +699,40 @@ def test_the_good_record_passes_the_gate(capsys, tmp_path) -> None:
     with pytest.raises(SystemExit) as ended:
         main(["gate", "--baseline", good, "--results", good])
     assert ended.value.code == 0 and "GATE PASS" in capsys.readouterr().out
+
+
+def test_no_command_is_one_line_naming_the_commands(capsys) -> None:
+    with pytest.raises(SystemExit) as ended:
+        main([])
+    out, err = capsys.readouterr()
+    assert (ended.value.code, out) == (2, "")
+    assert err == "qsa: error: no command given (qsa --help says what each does: compare, gate, info, plot, report, " \
+                  "sanitize, select-bench, selftest, sweep, topk-parity, window-bench)\n"
+
+
+# stdout as a shell leaves it (closed, a full device, read-only) and the line qsa ends with, before anything runs
+STDOUTS = [
+    (">&-", "qsa: error: stdout is closed: qsa prints its results there (redirect it to a file or /dev/null)"),
+    ("> /dev/full", "qsa: error: stdout: cannot write (No space left on device)"),
+    ("1< /dev/null", "qsa: error: stdout: cannot write (Bad file descriptor)"),
+]
+
+
+@pytest.mark.parametrize(("redirect", "line"), STDOUTS, ids=[r for r, _ in STDOUTS])
+def test_a_stdout_that_cannot_be_written_is_one_line_before_the_run(tmp_path, redirect, line) -> None:
+    if redirect == "> /dev/full" and not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    res = subprocess.run(f"{shlex.quote(sys.executable)} -m qsa_cli select-bench {' '.join(SMALL)} --backend cpu "
+                         f"--json r.json {redirect}", shell=True, cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (res.returncode, res.stderr) == (2, line + "\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stream_that_cannot_carry_mu_gets_its_plain_spelling(tmp_path) -> None:
+    res = subprocess.run([sys.executable, "-m", "qsa_cli", "select-bench", "4096", "2", "1", "8192", "--backend", "cpu"],
+                         cwd=tmp_path, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                                                 "PYTHONIOENCODING": "ascii", "COLUMNS": "80"})
+    out = res.stdout.decode("ascii")  # every byte ASCII
+    assert res.returncode == 0 and res.stderr == b"", res.stderr
+    assert "Scorer: every variant, median us per call" in out and out.endswith("PASS\n")
