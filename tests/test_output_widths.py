@@ -1,6 +1,7 @@
-"""Every command's output, rendered from real records (the shipped H200 runs in docs/results, and runs on the
-CPU backend made here) at 60, 80, 120 and 250 columns and piped (rich's 80): no median, hash, verdict or
-name is ever split or cut, and no line is wider than the width unless it is one word longer than it."""
+"""Every command's output, rendered from real records (the shipped H200 runs in docs/results, the older schema
+versions' in tests/data/records, and runs on the CPU backend made here) at 60, 80, 120 and 250 columns and piped
+(rich's 80): no median, hash, verdict or name is ever split or cut, and no line is wider than the width unless it
+is one word longer than it."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ from qsa_cli.record.load import load_record
 from qsa_cli.record.schema import InfoReport, RunRecord
 from qsa_cli.runs.info import ARCHITECTURES, architectures, catalog_entries
 
-RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
-SHIPPED = sorted(RESULTS.glob("**/*.json"))
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results"
+OLDER = ROOT / "tests" / "data" / "records"  # a real record of every older schema version (tests/test_results.py)
+SHIPPED = sorted(RESULTS.glob("**/*.json")) + sorted(OLDER.glob("*.json"))
 WIDTHS = (60, 80, 120, 250, None)  # None: piped, no COLUMNS (rich's 80)
 TINY_SWEEP = ("iterations: 2\nwarmup: 0\nstages: [scores, topk]\ncontexts: [4099]\nqueries: [1, 2]\ncapacity: 8192\n"
               "score_sets: [continuous, adversarial]\nkeys: [synthetic, adversarial]\n")
@@ -67,9 +70,14 @@ def cpu_records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunRecord
     return out
 
 
+def _name(path: Path) -> str:
+    """A shipped record's name: under docs/results, its path there; else its path in the repository."""
+    return str(path.relative_to(RESULTS if path.is_relative_to(RESULTS) else ROOT))
+
+
 @functools.cache
 def _loaded() -> tuple[tuple[str, RunRecord], ...]:
-    return tuple((str(p.relative_to(RESULTS)), load_record(p)) for p in SHIPPED)
+    return tuple((_name(p), load_record(p)) for p in SHIPPED)
 
 
 def _shipped(command: str) -> list[tuple[str, RunRecord]]:
@@ -212,8 +220,8 @@ def test_no_number_hash_verdict_or_name_is_split_or_cut(width: int | None, cpu_r
 
 def test_every_shipped_record_is_rendered(cpu_records: dict[str, RunRecord]) -> None:
     rendered = {what.split(" ", 1)[1] for what, _, _ in outputs(cpu_records) if what.split()[0] not in ("report", "info")}
-    shipped = {str(p.relative_to(RESULTS)) for p in SHIPPED}
-    assert shipped - rendered == {str(p.relative_to(RESULTS)) for p in SHIPPED
+    shipped = {_name(p) for p in SHIPPED}
+    assert shipped - rendered == {_name(p) for p in SHIPPED
                                   if json.loads(p.read_text())["command"].split()[0] in ("gate", "topk-parity --selftest")}
 
 
