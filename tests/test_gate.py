@@ -14,7 +14,9 @@ import pytest
 from record_factory import samples as samples_of
 from record_factory import seed_record, stop_outcome
 
-from qsa_cli.output.gate import GateError, check_comparable, compare, gate_csv, gate_sheet, gate_verdict, junit_xml
+from qsa_cli.output.ci import junit_xml
+from qsa_cli.output.gate import GateError, check_comparable, compare, gate_csv, gate_sheet, gate_verdict
+from qsa_cli.output.judged import of_gate
 from qsa_cli.output.layout import markdown, text_of
 from qsa_cli.record.schema import RunRecord
 from qsa_cli.record.vocabulary import ARGPARTITION
@@ -71,9 +73,10 @@ def test_a_library_reference_point_is_shown_but_never_fails() -> None:
 def test_a_deliberately_slowed_run_fails_against_its_own_baseline() -> None:
     baseline = seed_record(seed=5, noise=0.02)
     assert compare(slowed(baseline, "read-floor", 1.0), baseline).passed
-    result = compare(slowed(baseline, "read-floor", 1.12), baseline)
+    slow = slowed(baseline, "read-floor", 1.12)
+    result = compare(slow, baseline)
     assert {r.variant for r in result.rows if r.verdict == "SLOW"} == {"read-floor"} and not result.passed
-    suite = ET.fromstring(junit_xml(result)).find("testsuite")
+    suite = ET.fromstring(junit_xml(of_gate(result, slow, baseline))).find("testsuite")
     assert suite.get("failures") == "13"
 
 
@@ -139,6 +142,7 @@ def test_nothing_timed_in_both_fails() -> None:
     ([10.0, float("nan"), 11.0], "samples: 1 of 3 NaN or infinite"),
     ([float("inf")] * 4, "samples: 4 of 4 NaN or infinite"),
     ([0.0, 0.0, 1.0], "samples: a median of 0 µs"),
+    ([10.0, 1e308, 11.0], "samples: 1 of 3 past 1e+09 µs"),
 ])
 @pytest.mark.parametrize("whose", ["the run's", "the baseline's"])
 def test_unusable_samples_in_either_record_fail_and_are_named(samples: list[float], why: str, whose: str) -> None:
@@ -181,7 +185,7 @@ def test_junit_xml_is_valid_with_one_testcase_per_row() -> None:
     run.parity[0].equal = False
     run.measurements.pop(0)  # an old-kernel row: MISSING-ALLOWED, which is skipped
     result = compare(run, baseline, force=True, allow_missing=True)
-    root = ET.fromstring(junit_xml(result))
+    root = ET.fromstring(junit_xml(of_gate(result, run, baseline)))
     suite = root.find("testsuite")
     cases = suite.findall("testcase")
     assert len(cases) == len(result.rows) == int(root.get("tests"))

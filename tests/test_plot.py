@@ -312,9 +312,10 @@ def bad_samples(samples: list[float]) -> RunRecord:
 
 @pytest.mark.parametrize(("samples", "message"), [
     ([], r"\(halve, scores ctx=32768 nq=3 capacity=524288 kind=decode l2=clean\) has no samples$"),
-    ([1.0, math.nan, 2.0], r"\(halve, .*\): 1 of 3 samples are not a time > 0 µs \(the first: nan\)$"),
-    ([math.inf] * 2, r"\(halve, .*\): 2 of 2 samples are not a time > 0 µs \(the first: inf\)$"),
-    ([3.0, -1.0], r"\(halve, .*\): 1 of 2 samples are not a time > 0 µs \(the first: -1.0\)$"),
+    ([1.0, math.nan, 2.0], r"\(halve, .*\): 1 of 3 samples are not a time > 0 and <= 1e\+09 µs \(the first: nan\)$"),
+    ([math.inf] * 2, r"\(halve, .*\): 2 of 2 samples are not a time > 0 and <= 1e\+09 µs \(the first: inf\)$"),
+    ([3.0, -1.0], r"\(halve, .*\): 1 of 2 samples are not a time > 0 and <= 1e\+09 µs \(the first: -1.0\)$"),
+    ([1e308] * 3, r"\(halve, .*\): 3 of 3 samples are not a time > 0 and <= 1e\+09 µs \(the first: 1e\+308\)$"),
 ])
 def test_bad_samples_are_refused_never_drawn(samples: list[float], message: str) -> None:
     with pytest.raises(PlotError, match=r"^r.json: measurements\[4\] " + message):

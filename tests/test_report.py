@@ -171,7 +171,8 @@ def test_a_hash_mismatch_and_a_variant_checked_not_timed() -> None:
 
 @pytest.mark.parametrize(("samples", "cell"), [([], "BAD (samples: none)"),
                                                ([1.0, float("nan"), 2.0], "BAD (samples: 1 of 3 NaN or infinite)"),
-                                               ([0.0, 0.0, 1.0], "BAD (samples: a median of 0 µs)")])
+                                               ([0.0, 0.0, 1.0], "BAD (samples: a median of 0 µs)"),
+                                               ([1e308] * 3, "BAD (samples: 3 of 3 past 1e+09 µs)")])
 def test_unusable_samples_render_as_bad_never_nan(samples: list[float], cell: str) -> None:
     r = seed_record()
     r.measurements[1].samples_us = samples  # halve at 32K, 1 query

@@ -29,7 +29,7 @@ from ..core.files import atomic_write
 from ..record.load import load_record
 from ..record.schema import Case, Measurement, RunRecord, case_key
 from ..record.vocabulary import ARGPARTITION, DEFAULT_KEYS, READ_FLOOR, SCORES, STAGES, TOPK, WINDOW
-from .rows import dispatched_variant
+from .rows import MAX_SAMPLE_US, dispatched_variant
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -103,10 +103,10 @@ def _check(record: RunRecord, name: str) -> None:
         where = f"{name}: measurements[{i}] ({m.variant}, {case_key(m.stage, m.case)})"
         if not m.samples_us:
             raise PlotError(f"{where} has no samples")
-        bad = [s for s in m.samples_us if not (math.isfinite(s) and s > 0)]
+        bad = [s for s in m.samples_us if not (math.isfinite(s) and 0 < s <= MAX_SAMPLE_US)]
         if bad:
-            raise PlotError(f"{where}: {len(bad)} of {len(m.samples_us)} samples are not a time > 0 µs "
-                            f"(the first: {bad[0]!r})")
+            raise PlotError(f"{where}: {len(bad)} of {len(m.samples_us)} samples are not a time > 0 and <= "
+                            f"{MAX_SAMPLE_US:g} µs (the first: {bad[0]!r})")
 
 
 def _strip_side(variant: str, side: str) -> str:

@@ -37,6 +37,9 @@ from ..record.vocabulary import (
 MODELS = (CPU_MODEL, CPU_ORACLE)  # what a stage's outputs are checked against besides variants
 INTEGRITY = (GUARD_ZONES, INPUTS)  # a variant's own integrity rows (its last timed call is the third)
 REFERENCE_POINT = "reference point"  # the role of the read floor and of a library's top-k
+# A sample past this (1000 s for one call) is no kernel's time but a record's corruption or a hand's edit: a
+# median of 1e308 µs would print 309 digits and overflow a plot's axis.
+MAX_SAMPLE_US = 1e9
 
 
 # ---- looking things up in a record ----------------------------------------------------------------------
@@ -108,6 +111,9 @@ def sample_problem(m: Measurement | None) -> str | None:
     bad = sum(not math.isfinite(x) for x in m.samples_us)
     if bad:
         return f"samples: {bad} of {len(m.samples_us)} NaN or infinite"
+    huge = sum(x > MAX_SAMPLE_US for x in m.samples_us)
+    if huge:
+        return f"samples: {huge} of {len(m.samples_us)} past {MAX_SAMPLE_US:g} µs"
     return f"samples: a median of {m.median_us:g} µs" if m.median_us <= 0 else None
 
 
