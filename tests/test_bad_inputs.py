@@ -321,7 +321,7 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("info", "--device", "first"), "Invalid value for '--device'"),
     (("gate",), "Missing option '--baseline'"),
     (("gate", "--baseline", "%none.json", "--results", "@good.json"), "none.json: no such file"),
-    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--tolerance", "1.5"), "tolerance must be"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--tolerance", "1.5"), "Invalid value for '--tolerance': 1.5 is not in the range 0<=x<1"),
     (("gate", "--baseline", "@good.json", "--results", "@good.json", "--tolerance", "-1"), "Invalid value"),
     (("gate", "--baseline", "@good.json", "--results", "@other-card.json"), "the baseline is not comparable"),
     (("gate", "--baseline", "@incomplete.json", "--results", "@good.json"), "the baseline record is incomplete"),

@@ -15,7 +15,7 @@ from ..sides import SIDE_NAMES, SideSpec
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish
 from .measuring import open_session
-from .options import check_distinct
+from .options import TOLERANCE_RANGE, check_distinct
 from .positional import POSITIONAL_NEGATIVES, decode_call
 from .run_options import RUN_OPTIONS
 
@@ -25,7 +25,7 @@ from .run_options import RUN_OPTIONS
 @click.argument("candidate_side", metavar="CANDIDATE")
 @click.argument("args", nargs=-1, metavar="(CTX Q ITERS CAP | --config C)")
 @click.option("--config", "config_name", metavar="CONFIG", help="Run the cases of a YAML sweep instead of one call.")
-@click.option("--tolerance", type=click.FloatRange(0, 1, max_open=True), default=0.05, show_default=True,
+@click.option("--tolerance", type=TOLERANCE_RANGE, default=0.05, show_default=True,
               help="A candidate median slower than the base's by more than this (and outside both spreads) is SLOW.")
 @RUN_OPTIONS
 def command(base_side: str, candidate_side: str, args: tuple[str, ...], config_name: str | None, tolerance: float,

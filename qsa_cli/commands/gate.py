@@ -18,7 +18,7 @@ from ..runs.sweep import sweep
 from .exit_status import UsageProblem
 from .finish import chosen_format, finish
 from .measuring import kept_if_interrupted
-from .options import DEVICE_OPTION, FORMAT_OPTIONS, OUTPUT, QUIET_OPTION, RECORD, check_distinct, given
+from .options import DEVICE_OPTION, FORMAT_OPTIONS, OUTPUT, QUIET_OPTION, RECORD, TOLERANCE_RANGE, check_distinct, given
 from .run_options import ENGINE_OPTION, KERNELS_OPTION, LIMIT_OPTION
 
 
@@ -30,7 +30,7 @@ from .run_options import ENGINE_OPTION, KERNELS_OPTION, LIMIT_OPTION
 @click.option("--results", "results_path", type=click.Path(dir_okay=False),
               help="Compare this saved record instead of running the config.")
 @click.option("--config", "config_name", default="ci", show_default=True, help="The sweep to run when no --results.")
-@click.option("--tolerance", type=click.FloatRange(min=0), default=0.05, show_default=True,
+@click.option("--tolerance", type=TOLERANCE_RANGE, default=0.05, show_default=True,
               help="A median slower than the baseline's by more than this (and outside both spreads) is SLOW.")
 @click.option("--force", is_flag=True, help="Compare with a baseline from another device (or, when it holds no output "
               "hashes, other kernel sources).")

@@ -41,7 +41,12 @@ class RecordPath(OutputPath):
 
 RECORD = RecordPath()
 
-DEVICE_OPTION = click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True)
+DEVICE_OPTION = click.option("--device", "device_id", type=click.IntRange(min=0), default=0, show_default=True,
+                             help="The CUDA device to run on, by index as CUDA numbers the visible devices "
+                                  "(CUDA_VISIBLE_DEVICES applies).")
+
+# gate's and compare's --tolerance: a fraction of the baseline's median; 1 or more would leave no FAST
+TOLERANCE_RANGE = click.FloatRange(0, 1, max_open=True)
 
 QUIET_OPTION = click.option("--quiet", is_flag=True, help="No progress on stderr.")
 
