@@ -296,3 +296,22 @@ def test_clocks_line_without_nvml_or_gpu() -> None:
     cpu = record([m], [], backend="cpu", device={})
     assert report.clocks_line(cpu) == "clocks: not recorded (CPU backend)"
     assert markdown(report.blocks(cpu)).startswith("**CPU backend")
+
+
+SHIPPED = Path(__file__).resolve().parent.parent / "docs" / "results" / "h200-2026-11-30" / "scores-420000-4.json"
+
+
+@pytest.mark.parametrize(("width", "expected"), [
+    (80, ["NVIDIA H200 (sm_90), clocks: not locked, read: SM 1980 MHz, memory 3201 MHz,",
+          "36 °C, 120 W, throttled in 0 of 3 measurements, 2026-11-30 00:51:38+00:00,",
+          "`qsa select-bench 420000 4 50 524288 --json",  # a phrase longer than the line: its own lines
+          "/root/out/records/scores-420000-4.json`"]),
+    (60, ["NVIDIA H200 (sm_90), clocks: not locked, read: SM 1980 MHz,",
+          "memory 3201 MHz, 36 °C, 120 W,",
+          "throttled in 0 of 3 measurements, 2026-11-30 00:51:38+00:00,",
+          "`qsa select-bench 420000 4 50 524288 --json",
+          "/root/out/records/scores-420000-4.json`"]),
+])
+def test_the_header_folds_between_its_phrases(width: int, expected: list[str]) -> None:
+    """Never `36` / `°C` or `L2` / `clean` on two lines, as the issue's log showed."""
+    assert text_of([report.header(load_record(SHIPPED))], width).splitlines() == expected

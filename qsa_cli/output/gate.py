@@ -266,7 +266,8 @@ def gate_sheet(result: GateResult) -> Sheet:
 
 def gate_blocks(result: GateResult, record: RunRecord, baseline: RunRecord) -> list[Block]:
     """The run gated, the baseline it was gated against, and every row."""
-    return [header(record), Prose(f"baseline: {header(baseline).text}", f"baseline: {header(baseline).markdown}"),
+    return [header(record), Prose(f"baseline: {header(baseline).text}", f"baseline: {header(baseline).markdown}",
+                                  phrased=True),
             gate_sheet(result)]
 
 

@@ -68,10 +68,23 @@ class Sheet:
 
 @dataclass(frozen=True)
 class Prose:
-    """A paragraph: wrapped between words in text; ``markdown`` is its pull-request form, when other."""
+    """A paragraph: wrapped between words in text; ``markdown`` is its pull-request form, when other.
+    ``phrased``: a list of phrases (``36-37 °C, L2 clean, `qsa ...```) wrapped between them, so that no
+    phrase is split where it fits a line."""
 
     text: str
     markdown: str | None = None
+    phrased: bool = False
+
+
+# a ", " outside backquotes: where a phrased paragraph may break (a quoted command may hold one)
+_PHRASE_BREAK = re.compile(r"(?<=,) (?=(?:[^`]*`[^`]*`)*[^`]*$)")
+
+
+def prose_lines(block: Prose, width: int) -> list[str]:
+    """A paragraph's lines at ``width``: between phrases where it is phrased (a phrase longer than a line
+    between its words), else between words."""
+    return fold(_PHRASE_BREAK.split(block.text) if block.phrased else block.text.split(" "), width)
 
 
 Block = Sheet | Prose
@@ -82,11 +95,15 @@ Block = Sheet | Prose
 
 def fold(tokens: Iterable[str], width: int, first: str = "", rest: str = "", gap: str = " ") -> list[str]:
     """``tokens`` joined by ``gap`` into lines of at most ``width`` cells, broken only between tokens; a
-    token too long for any line is broken between its words, and a word longer than a line stands whole."""
+    token too long for any line starts a line and is broken between its words, and a word longer than a
+    line stands whole."""
     lines: list[str] = []
     line, empty = first, True
     for token in tokens:
         words = token.split(" ") if cell_len(rest + token) > width and " " in token else [token]
+        if len(words) > 1 and not empty:
+            lines.append(line)
+            line, empty = rest, True
         for i, word in enumerate(words):
             joined = word if empty else line + (gap if i == 0 else " ") + word
             if empty:
@@ -166,7 +183,7 @@ def print_blocks(console: Console, blocks: Sequence[Block]) -> None:
         if isinstance(block, Sheet) and not block.rows:
             continue
         if isinstance(block, Prose):
-            for line in fold(block.text.split(" "), width):
+            for line in prose_lines(block, width):
                 console.print(_styled(line), soft_wrap=True)
             continue
         for line in fold(block.title.split(" "), width):

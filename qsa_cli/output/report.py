@@ -305,7 +305,7 @@ def header(record: RunRecord) -> Prose:
     when = record.created.replace("T", " ")
     incomplete = ", INCOMPLETE (interrupted)" if record.incomplete else ""
     return Prose(f"{card(record)}, {clocks_line(record)}, {when}, `{command}`{incomplete}",
-                 f"**{card(record)}**, {clocks_line(record)}, {when}, `{command}`{incomplete}")
+                 f"**{card(record)}**, {clocks_line(record)}, {when}, `{command}`{incomplete}", phrased=True)
 
 
 def blocks(record: RunRecord, with_header: bool = True) -> list[Block]:
