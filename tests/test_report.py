@@ -315,3 +315,11 @@ SHIPPED = Path(__file__).resolve().parent.parent / "docs" / "results" / "h200-20
 def test_the_header_folds_between_its_phrases(width: int, expected: list[str]) -> None:
     """Never `36` / `°C` or `L2` / `clean` on two lines, as the issue's log showed."""
     assert text_of([report.header(load_record(SHIPPED))], width).splitlines() == expected
+
+
+def test_on_the_cpu_backend_dispatched_says_for_which_card() -> None:
+    r = seed_record()
+    gpu = text_of(report.blocks(r), 80)
+    assert "dispatched" in gpu and report.CPU_DISPATCH_NOTE not in gpu
+    r.backend = "cpu"
+    assert "dispatched: what the engine runs on sm_75 (the CPU backend has no card)" in text_of(report.blocks(r), 80)

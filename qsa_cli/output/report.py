@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from ..core.geometry import NEW_KERNELS_CC
 from ..record.limits import LIMITS
 from ..record.schema import Agreement, LimitVerdict, Measurement, ParityCheck, RunRecord, StopOutcome
 from ..record.vocabulary import SCORES, STAGES, TOPK, WINDOW
@@ -159,6 +160,11 @@ def without_empty_columns(sheet: Sheet, among: Sequence[Column] | None = None) -
             if (among is not None and col not in among) or any(row[i] != MISSING for row in sheet.rows)]
     return Sheet(sheet.title, tuple(sheet.columns[i] for i in keep), [tuple(row[i] for i in keep) for row in sheet.rows],
                  sheet.groups, sheet.group_header, sheet.notes)
+
+
+# The CPU backend has no card: its dispatch is the engine's on sm_75, where the new kernels default
+# (session.Session.dispatch).
+CPU_DISPATCH_NOTE = f"dispatched: what the engine runs on sm_{NEW_KERNELS_CC} (the CPU backend has no card)"
 
 
 def results_sheet(rows: Sequence[ResultRow], stage: str) -> Sheet:
@@ -317,7 +323,10 @@ def blocks(record: RunRecord, with_header: bool = True) -> list[Block]:
         mine = [r for r in rows if r.stage == stage]
         if not mine:
             continue
-        out.append(results_sheet(mine, stage))
+        sheet = results_sheet(mine, stage)
+        if record.backend == "cpu" and any(r.dispatched for r in mine):
+            sheet.notes.append(CPU_DISPATCH_NOTE)
+        out.append(sheet)
         summary = summary_sheet(mine, stage)
         out += [summary] if summary.rows else []
         prose = checks_prose(record, stage)
