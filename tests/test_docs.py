@@ -1,9 +1,11 @@
-"""The docs hold to the repository and the command line: every relative link reaches a file (and its
-anchor a heading), every `qsa ...` line shown (README.md's and docs/*.md's) names a command and options that exist, and
-docs/commands.md's option table names exactly the options each command has."""
+"""The docs hold to the repository and the command line: every sample output is what its command prints now
+(scripts/update_doc_samples.py), every relative link reaches a file (and its anchor a heading), every `qsa ...`
+line shown (README.md's and docs/*.md's) names a command and options that exist, and docs/commands.md's option
+table names exactly the options each command has."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -12,6 +14,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+
+from qsa_cli.device import probe
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -155,37 +159,47 @@ def test_commands_md_describes_every_command() -> None:
     assert [c for c in commands() if f"| `qsa {c}" not in text] == []
 
 
-RESULTS = "docs/results/h200-2026-11-30"
-SHIPPED_RUNS = (  # what the README shows of the shipped H200 records, as qsa prints it into a pipe
-    ("report", f"{RESULTS}/scores-420000-4.json"),
-    ("report", f"{RESULTS}/topk-524288-8.json"),
-    ("gate", "--baseline", f"{RESULTS}/ci.json", "--results", f"{RESULTS}/ci-2.json"),
-    ("gate", "--baseline", f"{RESULTS}/ci-slowed.json", "--results", f"{RESULTS}/ci.json"),
-)
+SCRIPT = ROOT / "scripts" / "update_doc_samples.py"
 
 
-@cache
-def shipped_output(argv: tuple[str, ...]) -> str:
-    env = {**os.environ, "COLUMNS": "80"}
-    res = subprocess.run([sys.executable, "-m", "qsa_cli", *argv], capture_output=True, text=True, env=env, cwd=ROOT)
-    assert res.returncode in (0, 1), res.stderr
-    return res.stdout + res.stderr
+def _samples_module():
+    spec = importlib.util.spec_from_file_location("update_doc_samples", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # where its dataclass looks itself up
+    spec.loader.exec_module(module)
+    return module
 
 
-def _readme_blocks_of_records() -> list[str]:
-    """The README's code blocks of output from a shipped record: those that are no shell lines and no run of
-    this machine's (a run's own first line, or the self-test's summary)."""
-    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)
-    return [b for b in blocks if not b.startswith(("$ ", "qsa selftest", "python3 "))]
+DOC_SAMPLES = _samples_module()
+SAMPLES = [s for page in DOC_SAMPLES.PAGES for s in DOC_SAMPLES.samples(page)]
+NO_DEVICE = not probe().available  # the self-test's GPU row is this machine's: its sample is of one without
 
 
-def test_the_readme_shows_the_shipped_records_as_qsa_prints_them() -> None:
-    blocks = _readme_blocks_of_records()
-    assert len(blocks) == len(SHIPPED_RUNS)
-    for block, argv in zip(blocks, SHIPPED_RUNS):
-        printed = shipped_output(argv)
-        at = 0
-        for part in re.split(r"^\.\.\.\n", block, flags=re.M):  # "..." marks lines left out
-            found = printed.find(part, at)
-            assert found >= 0, f"qsa {' '.join(argv)} no longer prints, where the README shows it:\n{part}"
-            at = found + len(part)
+def test_every_output_block_of_the_readme_is_a_checked_sample() -> None:
+    """A fenced block that is neither a set-up line nor a sample marked with its command would go stale unseen."""
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"^(<!-- sample[^\n]*-->\n)?```([a-z]*)\n(.*?)^```$", text, re.M | re.S)
+    unmarked = [body for marker, language, body in blocks if not marker and language != "bash"]
+    assert unmarked == [] and len(SAMPLES) >= 6
+    assert {s.command.split()[1] for s in SAMPLES} >= {"selftest", "select-bench", "report", "gate"}
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.where())
+def test_every_sample_is_what_its_command_prints(sample) -> None:
+    if sample.command == "qsa selftest" and not NO_DEVICE:
+        pytest.skip("the self-test's sample is of a machine without a device")
+    assert DOC_SAMPLES.current(sample), (
+        f"{sample.where()} no longer prints its sample; run .venv/bin/python scripts/update_doc_samples.py "
+        f"and check the change. It prints now:\n{DOC_SAMPLES.rendered(sample)}")
+
+
+def test_a_sample_check_sees_a_change() -> None:
+    """A hash or a count changed fails; a time or a date is masked, and so is where a line folds."""
+    masked = DOC_SAMPLES.masked
+    assert masked("median 3433.6 µs\n  hash e60a50fa50b3, 2026-12-01 21:39:42+00:00") == \
+        masked("median 12.5 µs hash e60a50fa50b3,\n2026-12-06 05:16:11+00:00")
+    assert masked("hash e60a50fa50b3  (13 checks)") != masked("hash 5bef213b31ce  (13 checks)")
+    assert masked("(13 checks)") != masked("(9 checks)")
+    text = "\n".join(f"line {i}" for i in range(1, 11)) + "\n"
+    assert DOC_SAMPLES.kept(text, "1-2,-1") == "line 1\nline 2\n...\nline 10\n"
+    assert DOC_SAMPLES.kept(text, "5") == "...\nline 5\n...\n"
