@@ -25,7 +25,7 @@ from fake_adapter import write_adapter
 from fake_engine import NEWER, SELECT_HPP, write_fake_engine
 from record_factory import seed_record
 
-from qsa_cli.cli import main
+from qsa_cli.cli import COMMANDS, main
 from qsa_cli.core.geometry import Call
 from qsa_cli.device import probe
 from qsa_cli.inputs import synthetic_scorer_inputs, synthetic_scores
@@ -47,6 +47,12 @@ def _record(change: Callable[[dict], object] = lambda data: None) -> Callable[[P
 
 def _text(text: str) -> Callable[[Path], None]:
     return lambda path: path.write_text(text)
+
+
+def _link_to_a_record(path: Path) -> None:
+    """latest.json -> run-41.json, an earlier run's record: the habit a --json through a link would break."""
+    _record()(path.with_name("run-41.json"))
+    path.symlink_to("run-41.json")
 
 
 def _read_only(path: Path) -> None:
@@ -190,6 +196,10 @@ FILES: dict[str, Callable[[Path], None]] = {
     "twice.yaml": _sweep("seed: 1\nseed: 2\n"),
     "prompt-scores.yaml": _sweep("kind: prompt\n"),
     "matrix-number.yaml": _sweep("matrix: 5\n"),
+    "merge-scalar.yaml": _sweep("<<: 5\n"),
+    "python-tag.yaml": _sweep("seed: !!python/name:os.system x\n"),
+    "hex-context.yaml": _sweep("contexts: [0x64]\n"),
+    "underscore-context.yaml": _sweep("contexts: [1_00]\n"),
     "binary.yaml": lambda path: path.write_bytes(b"stages: \xff\xfe\n"),
     "control-character.yaml": _sweep("description: a bell \x07\n"),
     "huge-iterations.yaml": _sweep("iterations: 100000000000\n"),
@@ -248,6 +258,7 @@ FILES: dict[str, Callable[[Path], None]] = {
     "adapter.txt": lambda path: write_adapter(path),
     # output targets
     "dir": lambda path: path.mkdir(),
+    "latest.json": _link_to_a_record,
     # a copy of qsa's kernels whose scorer does not compile
     "kernels-copy": _broken_kernels,
     "plain.txt": _text("a file, not a folder\n"),
@@ -260,6 +271,12 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     # arguments and option values
     (("select-bench", "100", "2", "1"), "takes CTX Q ITERS CAP (got 3"),
     (("select-bench", "lots", "2", "1", "100"), "CTX must be a number of cells such as 32768, 32K or 1M (got 'lots')"),
+    (("select-bench", "１００", "2", "1", "100", *CPU), "CTX must be a number of cells such as 32768, 32K or 1M (got '１００')"),
+    (("select-bench", "1_00", "2", "1", "100", *CPU), "CTX must be a number of cells such as 32768, 32K or 1M (got '1_00')"),
+    (("select-bench", "100", "２", "1", "100", *CPU), "Q must be an integer (got '２')"),
+    (("select-bench", "100", "2", "1", "1K5", *CPU), "CAP must be a number of cells such as 32768, 32K or 1M (got '1K5')"),
+    (("select-bench", *SMALL, *CPU, "--json", "%" + "x" * 300 + ".json"), "File name too long"),
+    (("select-bench", *SMALL, *CPU, "--json", "@latest.json"), "--json latest.json: is a symbolic link"),
     (("select-bench", *SMALL, "--warmup", "-1", *CPU), "Invalid value for '--warmup'"),
     (("select-bench", *SMALL, "--seed", "x", *CPU), "Invalid value for '--seed'"),
     (("select-bench", *SMALL, "--device", "-1"), "Invalid value for '--device'"),
@@ -378,6 +395,10 @@ BAD: list[tuple[tuple[str, ...], str]] = [
         ("twice.yaml", "key 'seed' given twice"),
         ("prompt-scores.yaml", "a prompt call is a top-k case only"),
         ("matrix-number.yaml", "a matrix entry must be a mapping"),
+        ("merge-scalar.yaml", "merge-scalar.yaml:6: a merge key (<<) expected a mapping or list of mappings"),
+        ("python-tag.yaml", "python-tag.yaml:6: not a plain value (could not determine a constructor"),
+        ("hex-context.yaml", "a context must be a number of cells such as 32768, 32K or 1M (got '0x64')"),
+        ("underscore-context.yaml", "a context must be a number of cells such as 32768, 32K or 1M (got '1_00')"),
         ("binary.yaml", "binary.yaml: cannot read"),
         ("control-character.yaml", "control-character.yaml: not valid YAML (special characters are not allowed)"),
         ("huge-iterations.yaml", "huge-iterations.yaml:5: iterations must be <= 10000 (got 100000000000)"),
@@ -706,8 +727,8 @@ def test_no_command_is_one_line_naming_the_commands(capsys) -> None:
         main([])
     out, err = capsys.readouterr()
     assert (ended.value.code, out) == (2, "")
-    assert err == "qsa: error: no command given (qsa --help says what each does: compare, gate, info, plot, report, " \
-                  "sanitize, select-bench, selftest, sweep, topk-parity, window-bench)\n"
+    assert err == f"qsa: error: no command given (qsa --help says what each does: {', '.join(sorted(COMMANDS))})\n"
+    assert "select-bench, selftest, sweep" in err
 
 
 # stdout as a shell leaves it (closed, a full device, read-only) and the line qsa ends with, before anything runs
