@@ -288,7 +288,7 @@ def test_the_gate_fails_closed(capsys, tmp_path):
     nan["measurements"][0]["samples_us"] = [float("nan")] * 3
     bad = tmp_path / "nan.json"
     bad.write_text(json.dumps(nan))
-    code, out, _ = run(capsys, "gate", "--baseline", str(scores), "--results", str(bad))
+    code, out, _ = run(capsys, "gate", "--baseline", str(scores), "--results", str(bad), "-v")  # the table too
     assert code == 1 and "BAD (samples: 3 of 3 NaN or infinite)" in words(out) and not re.search(r"\bnan\b", out)
     assert out.rstrip().splitlines()[-2:] == [
         "GATE FAIL (1 BAD-SAMPLES)", "GATE FAIL 1/1: BAD-SAMPLES: scores ctx=4099 nq=2 capacity=8192 kind=decode "

@@ -241,7 +241,7 @@ def test_the_cli_prints_at_the_width_and_ends_with_whole_verdict_lines(capsys: p
     ci, slowed = RESULTS / "h200-2026-11-30" / "ci.json", RESULTS / "h200-2026-11-30" / "ci-slowed.json"
     monkeypatch.setenv("COLUMNS", str(width))
     with pytest.raises(SystemExit) as ended:
-        main(["gate", "--baseline", str(slowed), "--results", str(ci)])
+        main(["gate", "--baseline", str(slowed), "--results", str(ci), "-v"])  # every row: the table
     out = capsys.readouterr().out.splitlines()
     result = gate.compare(load_record(ci), load_record(slowed))
     assert ended.value.code == 1 and out[-len(gate.gate_verdict(result)):] == gate.gate_verdict(result)

@@ -13,9 +13,9 @@ from ..output.printed import of_compare
 from ..runs.compare import compare_run
 from ..sides import SIDE_NAMES, SideSpec
 from .exit_status import UsageProblem
-from .finish import chosen_format, finish
+from .finish import finish, presentation
 from .measuring import open_session
-from .options import TOLERANCE_RANGE, check_distinct
+from .options import CI_OPTIONS, TOLERANCE_RANGE, check_distinct
 from .positional import POSITIONAL_NEGATIVES, decode_call
 from .run_options import RUN_OPTIONS
 
@@ -28,6 +28,7 @@ from .run_options import RUN_OPTIONS
 @click.option("--tolerance", type=TOLERANCE_RANGE, default=0.05, show_default=True,
               help="A candidate median slower than the base's by more than this (and outside both spreads) is SLOW.")
 @RUN_OPTIONS
+@CI_OPTIONS
 def command(base_side: str, candidate_side: str, args: tuple[str, ...], config_name: str | None, tolerance: float,
             **opts: Any) -> int:
     """BASE against CANDIDATE on the same inputs in one run: the candidate's bits against the base's (the
@@ -38,8 +39,8 @@ def command(base_side: str, candidate_side: str, args: tuple[str, ...], config_n
     qsa), or a git revision of either (checked out into a temporary worktree). A call CTX Q ITERS CAP
     runs the scorer, the top-k on four score sets and the window; --config runs a sweep's cases.
     """
-    fmt = chosen_format(opts)
-    check_distinct({"--json": opts["json_path"]}, {"--config": config_name})
+    shown = presentation(opts)
+    check_distinct({"--json": opts["json_path"], **shown.outputs()}, {"--config": config_name})
     if opts["backend"] != "gpu":
         raise UsageProblem("compare runs the sides' kernels: it needs --backend gpu")
     taken = [o for o in ("engines", "variants", "baseline", "candidate") if opts[o]]
@@ -56,4 +57,4 @@ def command(base_side: str, candidate_side: str, args: tuple[str, ...], config_n
         call, iters = decode_call(args, "compare")
     with open_session(opts, "compare", iters, config, sides, cpu_runs=False) as s:
         compare_run(s, call, iters, config, tolerance)
-    return finish(of_compare(compare.judge(s.record), s.record), fmt, opts["json_path"])
+    return finish(of_compare(compare.judge(s.record), s.record), shown, opts["json_path"])

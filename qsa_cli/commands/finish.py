@@ -1,14 +1,20 @@
-"""The one way every command ends: the record written (--json), then the results in the chosen --format,
-then the verdict lines, then the exit status."""
+"""The one way every command ends: the record written (--json), then a judging command's CI files (--junit,
+--comment, GitHub's step summary), then the results in the chosen --format (in a log, a judging command's
+summary in place of its tables), its annotations, then the verdict lines, then the exit status."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TextIO
 
+from ..core.files import atomic_write, check_writable
+from ..output import ci
+from ..output.judged import Judgement
+from ..output.layout import PipeConsole, print_blocks
 from ..output.printed import Printed, of_record
 from ..record.schema import RunRecord, write_json
 from .exit_status import EXIT_PARITY, UsageProblem
@@ -16,12 +22,57 @@ from .exit_status import EXIT_PARITY, UsageProblem
 STDOUT = "-"  # --json -: the record on stdout
 
 
-def chosen_format(opts: dict[str, Any]) -> str:
-    """--format, or markdown for --markdown (taken out of ``opts``); checked before anything runs."""
+@dataclass(frozen=True)
+class CiEnvironment:
+    """What a CI runner's environment asks of a judging command, read once where the command line is parsed:
+    GitHub's step summary file (GITHUB_STEP_SUMMARY), and its annotations (GITHUB_ACTIONS=true)."""
+
+    step_summary: str | None = None
+    annotations: bool = False
+
+    @classmethod
+    def of(cls, environ: Mapping[str, str]) -> CiEnvironment:
+        return cls(environ.get("GITHUB_STEP_SUMMARY") or None, environ.get("GITHUB_ACTIONS") == "true")
+
+
+@dataclass(frozen=True)
+class Presentation:
+    """How a command presents its results: the --format; and for a judging command (``judging``: one that
+    gives a verdict for CI) --verbose, --junit, --comment and what its CI environment asks."""
+
+    fmt: str
+    judging: bool = False
+    verbose: bool = False
+    junit: str | None = None
+    comment: str | None = None
+    ci: CiEnvironment = field(default_factory=CiEnvironment)
+
+    def outputs(self) -> dict[str, str | None]:
+        """Its files, by option, for check_distinct."""
+        return {"--junit": self.junit, "--comment": self.comment}
+
+    def summarised(self, stream: TextIO) -> bool:
+        """Whether a judging command's tables give way to its summary on ``stream``: in a log (not a terminal,
+        where the tables stay) unless --verbose."""
+        return self.judging and self.fmt == "table" and not self.verbose and not stream.isatty()
+
+
+def presentation(opts: dict[str, Any], judging: bool = True, environ: Mapping[str, str] | None = None) -> Presentation:
+    """--format (or markdown for --markdown) and, on a judging command (one that has --junit, and judges in
+    this run: ``judging``), --verbose, --junit and --comment, taken out of ``opts``; the CI environment read
+    from ``environ`` (the process's by default). Checked before anything runs: the step summary's path as an
+    output's."""
     fmt, markdown = opts.pop("fmt"), opts.pop("markdown")
     if markdown and fmt not in (None, "markdown"):
         raise UsageProblem(f"--markdown is --format markdown: give one, not --markdown and --format {fmt}")
-    return "markdown" if markdown else fmt or "table"
+    chosen = "markdown" if markdown else fmt or "table"
+    if "junit_path" not in opts or not judging:
+        return Presentation(chosen)
+    environment = CiEnvironment.of(os.environ if environ is None else environ)
+    if environment.step_summary is not None:
+        check_writable(environment.step_summary, "GITHUB_STEP_SUMMARY")
+    return Presentation(chosen, True, opts.pop("verbose"), opts.pop("junit_path"), opts.pop("comment_path"),
+                        environment)
 
 
 def write_record(data: dict[str, Any], json_path: str) -> None:
@@ -33,37 +84,56 @@ def write_record(data: dict[str, Any], json_path: str) -> None:
     write_json(json_path, data)
 
 
-def finish(printed: Printed, fmt: str, json_path: str | None = None,
-           then_write: Callable[[], None] | None = None) -> int:
+def write_ci_files(judgement: Judgement, shown: Presentation) -> None:
+    """--junit and --comment, each whole or not at all; the step summary appended (GitHub gathers a step's
+    summary from what its commands append to the file)."""
+    if shown.junit:
+        with atomic_write(shown.junit) as fh:
+            fh.write(ci.junit_xml(judgement))
+    body = ci.comment(judgement) if shown.comment or shown.ci.step_summary else ""
+    if shown.comment:
+        with atomic_write(shown.comment) as fh:
+            fh.write(body)
+    if shown.ci.step_summary:
+        with open(shown.ci.step_summary, "a", encoding="utf-8") as fh:
+            fh.write(body + "\n")
+
+
+def finish(printed: Printed, shown: Presentation, json_path: str | None = None, record_at: str | None = None) -> int:
     """Every command ends here. The record is written first (--json), so that nothing the printing meets
-    can lose it, then the command's other files (``then_write``: the gate's JUnit); then the results in
-    ``fmt``, then the verdict lines, then the exit status. With ``--json -`` stdout is the record and
-    everything else goes to stderr; a csv or json stdout gets no verdict lines (they go to stderr). A
-    reader that closes its end early (``| head -1``) ends the printing quietly, and the exit status is
+    can lose it, then a judging command's CI files; then the results in ``shown.fmt`` (a judging command's
+    summary in a log, saying where the record is: ``record_at``, else --json's file), its annotations,
+    then the verdict lines, then the exit status. With ``--json -`` stdout is the record and everything
+    else goes to stderr; a csv or json stdout gets no verdict lines or annotations (they go to stderr).
+    A reader that closes its end early (``| head -1``) ends the printing quietly, and the exit status is
     still the run's verdict."""
     results = sys.stderr if json_path == STDOUT else sys.stdout
-    verdicts = results if fmt in ("table", "markdown") else sys.stderr
+    verdicts = results if shown.fmt in ("table", "markdown") else sys.stderr
+    judgement = printed.judgement() if shown.judging and printed.judgement is not None else None
     files_written = False
     try:
         if json_path:
             write_record(printed.data, json_path)
-        if then_write is not None:
-            then_write()
+        if judgement is not None:
+            write_ci_files(judgement, shown)
         files_written = True
-        if not (json_path == STDOUT and fmt == "json"):  # the record is on stdout already
-            printed.write(fmt, results)
-        for line in printed.verdict:
+        if judgement is not None and shown.summarised(results):
+            where = record_at or ("stdout" if json_path == STDOUT else json_path)
+            print_blocks(PipeConsole(file=results), ci.summary_blocks(judgement, where))
+        elif not (json_path == STDOUT and shown.fmt == "json"):  # the record is on stdout already
+            printed.write(shown.fmt, results)
+        annotations = ci.annotations(judgement) if judgement is not None and shown.ci.annotations else []
+        for line in [*annotations, *printed.verdict]:
             verdicts.write(line + "\n")
         verdicts.flush()
     except BrokenPipeError:
         # whatever is still buffered for the closed pipe goes nowhere, so exiting flushes without an error
         for stream in {sys.stdout, results, verdicts}:
             os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
-        if not files_written and then_write is not None:
-            then_write()  # the record's reader (--json -) went away before the other files were written
+        if not files_written and judgement is not None:
+            write_ci_files(judgement, shown)  # the record's reader (--json -) went away before they were written
     return 0 if printed.passed else EXIT_PARITY
 
 
-def finish_record(record: RunRecord, fmt: str, json_path: str | None) -> int:
-    return finish(of_record(record), fmt, json_path)
-
+def finish_record(record: RunRecord, shown: Presentation, json_path: str | None) -> int:
+    return finish(of_record(record), shown, json_path)

@@ -9,16 +9,24 @@ import click
 
 from .. import session
 from ..config import config_path, load_config
-from ..core.files import atomic_write
 from ..output import gate
 from ..output.printed import of_gate
 from ..output.progress import progress_on
 from ..record.load import load_record
 from ..runs.sweep import sweep
 from .exit_status import UsageProblem
-from .finish import chosen_format, finish
+from .finish import finish, presentation
 from .measuring import kept_if_interrupted
-from .options import DEVICE_OPTION, FORMAT_OPTIONS, OUTPUT, QUIET_OPTION, RECORD, TOLERANCE_RANGE, check_distinct, given
+from .options import (
+    CI_OPTIONS,
+    DEVICE_OPTION,
+    FORMAT_OPTIONS,
+    QUIET_OPTION,
+    RECORD,
+    TOLERANCE_RANGE,
+    check_distinct,
+    given,
+)
 from .run_options import ENGINE_OPTION, KERNELS_OPTION, LIMIT_OPTION
 
 
@@ -38,7 +46,7 @@ from .run_options import ENGINE_OPTION, KERNELS_OPTION, LIMIT_OPTION
               help="A (case, variant) of the baseline that the run lacks is shown, not a failure.")
 @click.option("--allow-bit-changes", is_flag=True,
               help="An output with other bits than the baseline's on the same inputs is shown, not a failure.")
-@click.option("--junit", "junit_path", type=OUTPUT, help="Write JUnit XML here.")
+@CI_OPTIONS
 @LIMIT_OPTION
 @DEVICE_OPTION
 @click.option("--json", "json_path", type=RECORD,
@@ -46,13 +54,13 @@ from .run_options import ENGINE_OPTION, KERNELS_OPTION, LIMIT_OPTION
                    "recorded).")
 @FORMAT_OPTIONS
 @QUIET_OPTION
-def command(baseline_path: str, results_path: str | None, config_name: str, tolerance: float, force: bool,
-            allow_missing: bool, allow_bit_changes: bool, junit_path: str | None,
+def command(baseline_path: str, results_path: str | None, config_name: str,
+            tolerance: float, force: bool, allow_missing: bool, allow_bit_changes: bool,
             limits: tuple[tuple[str, str, float], ...], device_id: int, json_path: str | None,
             engines: tuple[str, ...], **opts: Any) -> int:
     """CI regression gate: parity must hold, thresholds too, and every timing of the baseline must be in
     the run and not SLOW."""
-    fmt = chosen_format(opts)
+    shown = presentation(opts)
     if results_path:
         named = next((what for what, on in (("--json records", json_path), ("--engine adds variants to", engines),
                                             ("--adapter adds variants to", opts["adapter"]),
@@ -61,7 +69,7 @@ def command(baseline_path: str, results_path: str | None, config_name: str, tole
                                             ("--device picks the device of", given("device_id"))) if on), None)
         if named is not None:
             raise UsageProblem(f"{named} the run the gate makes; with --results it makes none")
-    check_distinct({"--json": json_path, "--junit": junit_path},
+    check_distinct({"--json": json_path, **shown.outputs()},
                    {"--baseline": baseline_path, "--results": results_path, "--config": config_name})
     baseline = load_record(baseline_path)
     if results_path:
@@ -80,10 +88,4 @@ def command(baseline_path: str, results_path: str | None, config_name: str, tole
             record = s.record
     result = gate.compare(record, baseline, tolerance=tolerance, force=force, allow_missing=allow_missing,
                           allow_bit_changes=allow_bit_changes, limits=limits)
-
-    def junit() -> None:
-        if junit_path:
-            with atomic_write(junit_path) as fh:
-                fh.write(gate.junit_xml(result))
-
-    return finish(of_gate(result, record, baseline), fmt, json_path, junit)
+    return finish(of_gate(result, record, baseline), shown, json_path, record_at=results_path)

@@ -13,7 +13,7 @@ from ..output.printed import of_info
 from ..runs.info import info_report
 from ..session import Settings
 from .exit_status import UsageProblem
-from .finish import chosen_format, finish
+from .finish import finish, presentation
 from .options import DEVICE_OPTION, FORMAT_OPTIONS
 from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
@@ -26,11 +26,11 @@ from .run_options import ENGINE_OPTION, KERNELS_OPTION
 def command(device_id: int, engines: tuple[str, ...], adapter: Path | None, **opts: Any) -> int:
     """The catalog of variants, what the engine dispatches on each card and an engine checkout's functions (no
     device needed); the device, its clocks and limits and every kernel as compiled for it, where there is one."""
-    fmt = chosen_format(opts)
+    shown = presentation(opts)
     if opts["kernels"] is not None:
         found = probe(device_id)
         if not found.available:  # the folder's kernels are listed as compiled for a device: none would be
             raise UsageProblem(f"--kernels {opts['kernels']}: no device here to compile its kernels ({found.reason}); "
                                "qsa info lists the catalog without one")
     settings = Settings(device_id=device_id, engines=engines, adapter=adapter, kernels=opts["kernels"])
-    return finish(of_info(info_report(settings)), fmt)
+    return finish(of_info(info_report(settings)), shown)

@@ -91,3 +91,15 @@ FORMAT_OPTION_LIST = [
     click.option("--markdown", is_flag=True, help="The same as --format markdown."),
 ]
 FORMAT_OPTIONS = with_options(FORMAT_OPTION_LIST)  # --format and --markdown: how a command prints its results
+
+# what a judging command (one that gives a verdict for CI) writes and prints beside its --format (finish.py)
+CI_FLAGS = {"junit_path": "--junit", "comment_path": "--comment", "verbose": "--verbose"}
+CI_OPTIONS = with_options([
+    click.option("--junit", "junit_path", type=OUTPUT, help="Write JUnit XML here: a testcase per row judged."),
+    click.option("--comment", "comment_path", type=OUTPUT,
+                 help="Write a pull-request comment here (markdown, under GitHub's 65,536 characters): the verdict, "
+                      "the card, clocks and commits, the rows that are not SAME; the rest folded."),
+    click.option("-v", "--verbose", is_flag=True,
+                 help="In a log, every row (as at a terminal) in place of the summary: the verdict, the rows "
+                      "counted per stage and verdict, the card, clocks and commits, where the record is."),
+])

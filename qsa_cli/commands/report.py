@@ -9,7 +9,7 @@ import click
 from ..output import compare
 from ..output.printed import of_saved
 from ..record.load import load_record, merge_records
-from .finish import chosen_format, finish
+from .finish import finish, presentation
 from .options import FORMAT_OPTIONS
 
 
@@ -19,8 +19,8 @@ from .options import FORMAT_OPTIONS
 @FORMAT_OPTIONS
 def command(paths: tuple[str, ...], merge: bool, **opts: Any) -> int:
     """Re-render saved result records (a qsa compare run's with its before / after table first)."""
-    fmt = chosen_format(opts)
+    shown = presentation(opts)
     records = [load_record(path) for path in paths]
     named = [("merged", merge_records(list(zip(paths, records))))] if merge else list(zip(paths, records))
     judged = [(name, r, compare.judge(r) if "compare" in r.settings else None) for name, r in named]
-    return finish(of_saved(judged), fmt)
+    return finish(of_saved(judged), shown)

@@ -14,9 +14,9 @@ from ..output.progress import progress_on
 from ..runs.sanitizer import sanitize_run, sanitize_variants
 from ..sanitize import MAX_DEFAULT_JOBS, TOOLS, default_jobs, find_sanitizer, load_known
 from .exit_status import UsageProblem
-from .finish import chosen_format, finish
+from .finish import finish, presentation
 from .measuring import kept_if_interrupted
-from .options import DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD, SEED_OPTION, check_distinct
+from .options import CI_OPTIONS, DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD, SEED_OPTION, check_distinct
 from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
 
@@ -37,13 +37,14 @@ from .run_options import ENGINE_OPTION, KERNELS_OPTION
 @click.option("--json", "json_path", type=RECORD,
               help="Write the run's record (every row) to this file (- for stdout).")
 @FORMAT_OPTIONS
+@CI_OPTIONS
 @QUIET_OPTION
 def command(tools: str, variants_opt: str | None, quick: bool, known_path: str | None, jobs: int | None, seed: int,
             device_id: int, json_path: str | None, engines: tuple[str, ...], **opts: Any) -> int:
     """compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over one call of every variant on every
     case kind, each (variant, case, tool) in its own child process with CuPy's memory pool off."""
-    fmt = chosen_format(opts)
-    check_distinct({"--json": json_path}, {"--known": known_path})
+    shown = presentation(opts)
+    check_distinct({"--json": json_path, **shown.outputs()}, {"--known": known_path})
     chosen_tools = tuple(dict.fromkeys(t.strip() for t in tools.split(",")))
     unknown = [t for t in chosen_tools if t not in TOOLS]
     if unknown or not chosen_tools:
@@ -64,4 +65,4 @@ def command(tools: str, variants_opt: str | None, quick: bool, known_path: str |
                                    f"({', '.join(sorted(runnable))})")
         with progress_on(opts["quiet"]) as progress:
             sanitize_run(s, chosen_tools, chosen, known, sanitizer, quick, jobs or default_jobs(), progress)
-    return finish(of_sanitize(s.record), fmt, json_path)
+    return finish(of_sanitize(s.record), shown, json_path)

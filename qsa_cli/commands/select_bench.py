@@ -14,7 +14,7 @@ from ..record.vocabulary import DEFAULT_KEYS
 from ..runs.stages import scorer_inputs, select_bench
 from ..timing import Iters
 from .exit_status import UsageProblem
-from .finish import chosen_format, finish_record
+from .finish import finish_record, presentation
 from .measuring import open_session, run_sweep
 from .options import OUTPUT, check_distinct
 from .positional import (
@@ -43,7 +43,7 @@ from .run_options import KEYS_OPTION, RUN_OPTIONS, TIMER_OPTION
 def command(args: tuple[str, ...], inputs_path: str | None, iters_opt: Iters, dump_path: str | None,
             config_name: str | None, keys: str, **opts: Any) -> int:
     """A decode call's scorer, old (multi) and new (halve), on the same inputs: hashes and times."""
-    fmt = chosen_format(opts)
+    shown = presentation(opts)
     check_given_with_inputs(inputs_path, {"iters_opt": "ITERS"})
     check_distinct({"--json": opts["json_path"], "--dump": dump_path},
                    {"--inputs": inputs_path, "--config": config_name})
@@ -53,7 +53,7 @@ def command(args: tuple[str, ...], inputs_path: str | None, iters_opt: Iters, du
     if config_name:
         if args or inputs_path or dump_path:
             raise UsageProblem("--config takes no CTX Q ITERS CAP, --inputs or --dump")
-        return run_sweep(config_name, "scores", opts, fmt, "select-bench --config")
+        return run_sweep(config_name, "scores", opts, shown, "select-bench --config")
     if inputs_path:
         if args:
             raise UsageProblem("give CTX Q ITERS CAP or --inputs FILE, not both")
@@ -71,4 +71,4 @@ def command(args: tuple[str, ...], inputs_path: str | None, iters_opt: Iters, du
         if dump_path:
             arrays = {k.replace("-", "_"): v for k, v in outcome.outputs.items()}
             save_npz_atomic(dump_path, steps=inputs.steps, **arrays)
-    return finish_record(s.record, fmt, opts["json_path"])
+    return finish_record(s.record, shown, opts["json_path"])

@@ -13,9 +13,9 @@ from ..output.progress import progress_on
 from ..runs.selftest import SelftestSoFar, selftest
 from ..session import Settings
 from .exit_status import UsageProblem
-from .finish import chosen_format
+from .finish import presentation
 from .measuring import finish_selftest, keep_interrupted, with_checks
-from .options import DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD, SEED_OPTION
+from .options import CI_OPTIONS, DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD, SEED_OPTION, check_distinct
 from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
 
@@ -29,12 +29,14 @@ from .run_options import ENGINE_OPTION, KERNELS_OPTION
 @click.option("--json", "json_path", type=RECORD,
               help="Write the run's record (every check) to this file (- for stdout).")
 @FORMAT_OPTIONS
+@CI_OPTIONS
 @QUIET_OPTION
 def command(require_gpu: bool, seed: int, device_id: int, json_path: str | None, engines: tuple[str, ...],
             **opts: Any) -> int:
     """Every check this machine can run: the CPU models always, the kernels (an engine checkout's too) when
     a device is found."""
-    fmt = chosen_format(opts)
+    shown = presentation(opts)
+    check_distinct({"--json": json_path, **shown.outputs()})
     if engines or opts["adapter"]:  # a checkout's own problem first, before any device is looked for
         check_engines(engines, adapter=opts["adapter"])
     named = [*([f"--kernels {opts['kernels']}"] if opts["kernels"] is not None else []),
@@ -54,4 +56,4 @@ def command(require_gpu: bool, seed: int, device_id: int, json_path: str | None,
         if so_far.record is None or not json_path:
             raise
         keep_interrupted(with_checks(so_far.record, so_far.rows), json_path, stop)
-    return finish_selftest(record, rows, fmt, json_path)
+    return finish_selftest(record, rows, shown, json_path)

@@ -14,9 +14,9 @@ from ..runs.selftest import topk_selftest
 from ..runs.stages import topk_parity, topk_score_sets
 from ..timing import Iters
 from .exit_status import UsageProblem
-from .finish import chosen_format, finish_record
+from .finish import finish_record, presentation
 from .measuring import finish_selftest, open_session, run_sweep
-from .options import OUTPUT, check_distinct
+from .options import CI_FLAGS, CI_OPTIONS, OUTPUT, check_distinct, given
 from .positional import DEFAULT_ITERS, ITERATIONS, POSITIONAL_NEGATIVES, check_given_with_inputs, check_iters, integers
 from .run_options import RUN_OPTIONS, TIMER_OPTION
 
@@ -35,34 +35,38 @@ from .run_options import RUN_OPTIONS, TIMER_OPTION
 @click.option("--config", "config_name", metavar="CONFIG", help="Run the top-k cases of a YAML sweep instead.")
 @TIMER_OPTION
 @RUN_OPTIONS
+@CI_OPTIONS
 def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iters_opt: Iters, count_opt: int,
             dump_path: str | None, config_name: str | None, **opts: Any) -> int:
     """A call's top-k: every variant's ids against the reference and each other, and their times.
 
     COUNT 0 is a decode call (no active block count); 1, the default, the prompt path's call.
     """
-    fmt = chosen_format(opts)
+    ci_given = next((flag for name, flag in CI_FLAGS.items() if given(name)), None)
+    if ci_given is not None and not selftest:
+        raise UsageProblem(f"{ci_given} goes with --selftest: the matrix's verdict is what topk-parity gives CI")
+    shown = presentation(opts, judging=selftest)
     check_given_with_inputs(inputs_path, {"iters_opt": "ITERS", "count_opt": "COUNT"})
-    check_distinct({"--json": opts["json_path"], "--dump": dump_path},
+    check_distinct({"--json": opts["json_path"], "--dump": dump_path, **shown.outputs()},
                    {"--inputs": inputs_path, "--config": config_name})
     if config_name:
         if args or inputs_path or dump_path or selftest:
             raise UsageProblem("--config takes no CTX Q ITERS CAP [COUNT], --inputs, --dump or --selftest")
-        return run_sweep(config_name, "topk", opts, fmt, "topk-parity --config")
+        return run_sweep(config_name, "topk", opts, shown, "topk-parity --config")
     if selftest:
         if args or inputs_path or dump_path:
             raise UsageProblem("--selftest takes no CTX Q ITERS CAP, --inputs or --dump")
         with open_session(opts, "topk-parity --selftest", 0) as s, progress_on(opts["quiet"]) as progress:
             rows = topk_selftest(s, opts["seed"], progress=progress)
-        return finish_selftest(s.record, rows, fmt, opts["json_path"])
+        return finish_selftest(s.record, rows, shown, opts["json_path"])
     if inputs_path:
         if args:
             raise UsageProblem("give CTX Q ITERS CAP [COUNT] or --inputs FILE, not both")
         iters, count = iters_opt, count_opt
-        given = load_topk_inputs(inputs_path)
-        check_queries(given.nq, prompt=bool(count))
-        active = blocks_read(given.steps) if count else 0
-        sets = [given]
+        loaded = load_topk_inputs(inputs_path)
+        check_queries(loaded.nq, prompt=bool(count))
+        active = blocks_read(loaded.steps) if count else 0
+        sets = [loaded]
     else:
         ints = integers(args, ["CTX", "Q", "ITERS", "CAP", "COUNT", "?"])
         if len(args) not in (4, 5):
@@ -83,4 +87,4 @@ def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iter
         if dump_path:
             save_npz_atomic(dump_path, **{k.replace("-", "_").replace(".", "__"): v
                                           for k, v in outcome.outputs.items()})
-    return finish_record(s.record, fmt, opts["json_path"])
+    return finish_record(s.record, shown, opts["json_path"])

@@ -9,7 +9,7 @@ import click
 from ..output.progress import progress_on
 from ..runs.stages import window_bench
 from .exit_status import UsageProblem
-from .finish import chosen_format, finish_record
+from .finish import finish_record, presentation
 from .measuring import open_session
 from .positional import POSITIONAL_NEGATIVES, decode_call
 from .run_options import KEYS_OPTION, RUN_OPTIONS, TIMER_OPTION
@@ -22,10 +22,10 @@ from .run_options import KEYS_OPTION, RUN_OPTIONS, TIMER_OPTION
 @RUN_OPTIONS
 def command(args: tuple[str, ...], keys: str, **opts: Any) -> int:
     """A decode window's selection (scores, then top-k) as one CUDA graph per kernel pair, replays timed."""
-    fmt = chosen_format(opts)
+    shown = presentation(opts)
     call, iters = decode_call(args, "window-bench")
     if opts["backend"] != "gpu":
         raise UsageProblem("window-bench replays CUDA graphs: it needs --backend gpu")
     with open_session(opts, "window-bench", iters, cpu_runs=False) as s, progress_on(opts["quiet"]) as progress:
         window_bench(s, call, iters, keys, progress)
-    return finish_record(s.record, fmt, opts["json_path"])
+    return finish_record(s.record, shown, opts["json_path"])

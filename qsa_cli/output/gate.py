@@ -18,7 +18,6 @@ LIMIT; its output's bits are never BITS-CHANGED, since they were never promised.
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
 
 from ..core.errors import GateError
@@ -307,28 +306,3 @@ def gate_verdict(result: GateResult) -> list[str]:
     failing = [r for r in result.rows if r.failed]
     return [f"GATE FAIL ({_counts(failing)})", *numbered("GATE FAIL", [_failure(r) for r in failing])]
 
-
-def junit_xml(result: GateResult) -> str:
-    """JUnit XML for CI: one testcase per row; the FAILING verdicts are failures, MISSING-ALLOWED is skipped."""
-    failures = sum(r.failed for r in result.rows)
-    skipped = result.count("MISSING-ALLOWED")
-    counts = {"tests": str(len(result.rows)), "failures": str(failures), "errors": "0", "skipped": str(skipped)}
-    suites = ET.Element("testsuites", name="qsa gate", **counts)
-    suite = ET.SubElement(suites, "testsuite", name="qsa gate", **counts)
-    props = ET.SubElement(suite, "properties")
-    for name, value in [("tolerance", str(result.tolerance)), *(("note", n) for n in result.notes)]:
-        ET.SubElement(props, "property", name=name, value=value)
-    for r in result.rows:
-        attrs = {"classname": f"qsa.{r.key.split()[0]}", "name": f"{r.key} :: {r.variant}"}
-        if r.median_us is not None and not r.run_bad:
-            attrs["time"] = f"{r.median_us * 1e-6:.9f}"
-        case = ET.SubElement(suite, "testcase", **attrs)
-        summary = f"{r.verdict}: baseline {_time(r.baseline_us, r.baseline_bad, ' µs')}, run {_time(r.median_us, r.run_bad, ' µs')}"
-        if r.failed:
-            ET.SubElement(case, "failure", type=r.verdict, message=f"{summary}; {r.detail}" if r.detail else summary)
-        elif r.verdict == "MISSING-ALLOWED":
-            ET.SubElement(case, "skipped", message=summary)
-        else:
-            ET.SubElement(case, "system-out").text = f"{summary}; {r.detail}" if r.detail else summary
-    ET.indent(suites)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from ..record.schema import InfoReport, RunRecord
+from . import judged
 from .compare import CompareResult, compare_blocks, compare_csv, compare_verdict
 from .gate import GateResult, gate_blocks, gate_csv, gate_verdict
 from .info import info_blocks, info_csv
@@ -24,6 +25,7 @@ class Printed:
     data: Any  # the JSON form: the record itself (``qsa report`` of several: a list of them)
     verdict: tuple[str, ...] = ()  # the last lines: PASS, or FAIL and one line per failure
     passed: bool = True
+    judgement: Callable[[], judged.Judgement] | None = None  # a verdict's rows, for CI (output/ci.py)
 
     def write(self, fmt: str, stream: TextIO) -> None:
         """The results in ``fmt`` on ``stream``; a text table at the stream's width (a log's: 80 columns,
@@ -41,7 +43,7 @@ def of_record(record: RunRecord, csv: Callable[[RunRecord], str] | None = None) 
     selftest's checks or a sanitize run's rows instead of the result rows."""
     to_csv = csv or (lambda r: result_csv([(None, r)]))
     return Printed(lambda: blocks(record), lambda: to_csv(record), record.to_dict(), tuple(verdict_lines(record)),
-                   record.passed)
+                   record.passed, lambda: judged.of_record(record))
 
 
 def of_selftest(record: RunRecord) -> Printed:
@@ -54,7 +56,7 @@ def of_sanitize(record: RunRecord) -> Printed:
 
 def of_gate(result: GateResult, record: RunRecord, baseline: RunRecord) -> Printed:
     return Printed(lambda: gate_blocks(result, record, baseline), lambda: gate_csv(result), record.to_dict(),
-                   tuple(gate_verdict(result)), result.passed)
+                   tuple(gate_verdict(result)), result.passed, lambda: judged.of_gate(result, record, baseline))
 
 
 def _compared(result: CompareResult, record: RunRecord) -> list[Block]:
@@ -64,7 +66,7 @@ def _compared(result: CompareResult, record: RunRecord) -> list[Block]:
 
 def of_compare(result: CompareResult, record: RunRecord) -> Printed:
     return Printed(lambda: _compared(result, record), lambda: compare_csv(result), record.to_dict(),
-                   tuple(compare_verdict(result)), result.passed)
+                   tuple(compare_verdict(result)), result.passed, lambda: judged.of_compare(result, record))
 
 
 def of_info(info: InfoReport) -> Printed:
