@@ -42,6 +42,8 @@ COMMANDS = {
                                 "and before / after times, FAST / SLOW / SAME by the gate's rule."),
     "gate": Entry("gate", "CI regression gate: parity must hold, thresholds too, and every timing of the baseline "
                           "must be in the run and not SLOW."),
+    "baseline": Entry("baseline", "Baselines kept per card: promote a passing run to be its card's, list each "
+                                  "card's (qsa gate --baseline-dir takes them)."),
     "report": Entry("report", "Re-render saved result records (a qsa compare run's with its before / after table "
                               "first)."),
     "plot": Entry("plot", "Median time per call in small multiples (a panel per stage, inputs and query count), the "

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
 
 from .. import session
 from ..config import config_path, load_config
+from ..core.errors import BaselineError
 from ..output import gate
 from ..output.printed import of_gate
 from ..output.progress import progress_on
+from ..record import baselines
 from ..record.load import load_record
+from ..record.schema import RunRecord
 from ..runs.sweep import sweep
 from .exit_status import UsageProblem
 from .finish import finish, presentation
@@ -30,11 +34,32 @@ from .options import (
 from .run_options import ENGINE_OPTION, KERNELS_OPTION, LIMIT_OPTION
 
 
+def card_baseline(record: RunRecord, folder: Path, config_name: str) -> RunRecord:
+    """The current baseline of ``record``'s card in ``folder`` (--baseline-dir), named on stderr; a card without
+    one is a BaselineError saying how to make it."""
+    key = baselines.record_key(record)
+    if key is None:
+        raise BaselineError(f"--baseline-dir {folder}: the run has no card to pick a baseline by (a {record.backend}-"
+                            "backend run, or no device name, compute capability or memory size recorded)")
+    found = baselines.current(folder, key)
+    if found is None:
+        engines = "".join(f" --engine {name}=PATH" for name in baselines.engine_names(record))
+        config = record.settings.get("config", config_name)
+        raise BaselineError(f"--baseline-dir {folder}: no baseline for this card ({key}): make one from a passing run "
+                            f"on it: qsa sweep {config}{engines} --json run.json && qsa baseline promote run.json "
+                            f"--dir {folder}")
+    click.echo(f"qsa: gate: baseline {found} (the current one of card {key})", err=True)
+    return load_record(found)
+
+
 @click.command("gate")
 @KERNELS_OPTION
 @ENGINE_OPTION
-@click.option("--baseline", "baseline_path", required=True, type=click.Path(dir_okay=False),
-              help="The baseline record.")
+@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
+              help="The baseline record (or --baseline-dir).")
+@click.option("--baseline-dir", "baseline_dir", type=click.Path(file_okay=False),
+              help="A folder of baselines kept per card (qsa baseline promote): the gate takes this run's card's "
+                   "current one, and says which file it took.")
 @click.option("--results", "results_path", type=click.Path(dir_okay=False),
               help="Compare this saved record instead of running the config.")
 @click.option("--config", "config_name", default="ci", show_default=True, help="The sweep to run when no --results.")
@@ -54,13 +79,17 @@ from .run_options import ENGINE_OPTION, KERNELS_OPTION, LIMIT_OPTION
                    "recorded).")
 @FORMAT_OPTIONS
 @QUIET_OPTION
-def command(baseline_path: str, results_path: str | None, config_name: str,
+def command(baseline_path: str | None, baseline_dir: str | None, results_path: str | None, config_name: str,
             tolerance: float, force: bool, allow_missing: bool, allow_bit_changes: bool,
             limits: tuple[tuple[str, str, float], ...], device_id: int, json_path: str | None,
             engines: tuple[str, ...], **opts: Any) -> int:
     """CI regression gate: parity must hold, thresholds too, and every timing of the baseline must be in
     the run and not SLOW."""
     shown = presentation(opts)
+    if (baseline_path is None) == (baseline_dir is None):
+        raise UsageProblem("give the baseline as --baseline FILE or --baseline-dir DIR (one of them)")
+    if baseline_dir is not None and not Path(baseline_dir).is_dir():
+        raise UsageProblem(f"--baseline-dir {baseline_dir}: no such folder")
     if results_path:
         named = next((what for what, on in (("--json records", json_path), ("--engine adds variants to", engines),
                                             ("--adapter adds variants to", opts["adapter"]),
@@ -71,9 +100,10 @@ def command(baseline_path: str, results_path: str | None, config_name: str,
             raise UsageProblem(f"{named} the run the gate makes; with --results it makes none")
     check_distinct({"--json": json_path, **shown.outputs()},
                    {"--baseline": baseline_path, "--results": results_path, "--config": config_name})
-    baseline = load_record(baseline_path)
+    baseline = load_record(baseline_path) if baseline_path is not None else None
     if results_path:
         record = load_record(results_path)
+        baseline = baseline or card_baseline(record, Path(str(baseline_dir)), config_name)
         gate.check_comparable(record, baseline, force)
         gate.check_limits(record, limits)
     else:
@@ -83,6 +113,7 @@ def command(baseline_path: str, results_path: str | None, config_name: str,
                                     kernels=opts["kernels"], limits=(*config.limits, *limits))
         with (kept_if_interrupted(session.session(settings, "gate", sys.argv[1:]), json_path) as s,
               progress_on(opts["quiet"]) as progress):
+            baseline = baseline or card_baseline(s.record, Path(str(baseline_dir)), config_name)
             gate.check_comparable(s.record, baseline, force)  # refuse before measuring
             sweep(s, config, progress=progress)
             record = s.record

@@ -60,6 +60,11 @@ class GateError(QsaError, ValueError):
     """A baseline that cannot be compared with the run (another card or other kernels) or a bad tolerance."""
 
 
+class BaselineError(QsaError, ValueError):
+    """A run that may not become a card's baseline (interrupted, failing, the CPU backend's), or a baseline
+    folder without one for the card, or with a broken pointer (one line)."""
+
+
 class PlotError(QsaError, ValueError):
     """A plot that cannot be drawn (no matplotlib, nothing timed, an unknown file type); one line."""
 

@@ -9,8 +9,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from ..record.baselines import Kept
 from ..record.schema import InfoReport, RunRecord
 from . import judged
+from .baselines import baseline_blocks, baseline_csv, baseline_data
 from .compare import CompareResult, compare_blocks, compare_csv, compare_verdict
 from .gate import GateResult, gate_blocks, gate_csv, gate_verdict
 from .info import info_blocks, info_csv
@@ -71,6 +73,10 @@ def of_compare(result: CompareResult, record: RunRecord) -> Printed:
 
 def of_info(info: InfoReport) -> Printed:
     return Printed(lambda: info_blocks(info), lambda: info_csv(info), info.to_dict())
+
+
+def of_baselines(kept: Sequence[Kept], folder: str) -> Printed:
+    return Printed(lambda: baseline_blocks(kept, folder), lambda: baseline_csv(kept), baseline_data(kept))
 
 
 def of_saved(named: Sequence[tuple[str, RunRecord, CompareResult | None]]) -> Printed:
