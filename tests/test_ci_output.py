@@ -12,14 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from record_factory import measurement, record, scores_case, seed_record
+from test_compare import check_of, compare_record
 
 from qsa_cli.cli import main
 from qsa_cli.commands.finish import CiEnvironment, Presentation, finish
 from qsa_cli.output import ci, printed
+from qsa_cli.output.compare import judge
 from qsa_cli.output.gate import compare
 from qsa_cli.output.judged import FAILED, PASSED, WARNED
 from qsa_cli.record.load import load_record
-from qsa_cli.record.schema import RunRecord, SelftestCheck
+from qsa_cli.record.schema import RunRecord, SanitizerRun, SelftestCheck
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results" / "h200-2026-11-30"
 BASELINE, RUN, SLOWED = RESULTS / "ci.json", RESULTS / "ci-2.json", RESULTS / "ci-slowed.json"
@@ -276,3 +278,48 @@ def test_a_judged_row_is_failed_warned_or_passed() -> None:
     assert {r.outcome for r in judged.rows} <= {FAILED, WARNED, PASSED}
     assert len(judged.of(FAILED)) == sum(r.failed for r in result.rows)
 
+
+
+# ---- qsa compare and qsa sanitize: their rows as CI reads them ---------------------------------------------------
+
+
+def test_a_compare_whose_candidate_changed_bits_is_bits_changed_with_both_sides_commits(capsys, tmp_path) -> None:
+    rec = compare_record(scale=0.62)
+    flipped = check_of(rec, "pr.scores", "base.scores", n=1)
+    flipped.equal, flipped.detail = False, "query 0 block 5: 1.0 vs 1.0000001"
+    judgement = printed.of_compare(judge(rec), rec).judgement()
+    (failed,) = judgement.of(FAILED)
+    assert (failed.verdict, failed.name, failed.case) == ("BITS-CHANGED", "scores", "131K (131072), 4 queries, "
+                                                          "capacity 524288, L2 clean")
+    assert dict(judgement.runs)["base"] == "engine /src/engine at 0123456789ab"
+    assert dict(judgement.runs)["pr"] == "kernels /src/kernels-pr, no commit recorded"
+    assert [line.split("::")[1] for line in ci.annotations(judgement)] == ["error title=qsa compare%3A BITS-CHANGED scores scores"]
+    assert check_junit(ci.junit_xml(judgement))["failures"] == 1
+    body = ci.comment(judgement)
+    assert "| base | engine /src/engine at 0123456789ab |" in body and body.count("| BITS-CHANGED |") == 1
+    shown = Presentation("table", judging=True)
+    assert finish(printed.of_compare(judge(rec), rec), shown) == 1
+    lines = capsys.readouterr().out.rstrip().splitlines()
+    assert lines[-2:] == ["COMPARE FAIL (1 failure)", "COMPARE FAIL 1/1: scores 131K (131072), 4 queries, capacity "
+                          "524288, L2 clean: pr.scores vs base.scores: query 0 block 5: 1.0 vs 1.0000001"]
+    assert len(lines) - 2 <= MAX_PASSING_LINES and "scores: 2 FAST, 1 BITS-CHANGED" in lines
+
+
+def test_a_slower_candidate_is_a_slow_row_each(capsys) -> None:
+    rec = compare_record(scale=1.3)
+    judgement = printed.of_compare(judge(rec), rec).judgement()
+    assert [r.verdict for r in judgement.rows] == ["SLOW"] * 5 and all(r.measured.endswith("(+30%)") for r in judgement.rows)
+    assert check_junit(ci.junit_xml(judgement)) == {"tests": 5, "failures": 5, "errors": 0, "skipped": 0}
+
+
+def test_sanitize_rows_clean_explained_and_failing() -> None:
+    case = scores_case(4099, 2)
+    rec = record([], [], command="sanitize", argv=["sanitize"])
+    rec.sanitizer = [SanitizerRun("scores", case, "halve", "memcheck", 0, 0),
+                     SanitizerRun("scores", case, "multi", "racecheck", 2, 2, "a known hazard"),
+                     SanitizerRun("scores", case, "paired", "initcheck", 1, 0, "Uninitialized __global__ read")]
+    judgement = printed.of_sanitize(rec).judgement()
+    assert [(r.verdict, r.outcome) for r in judgement.rows] == [("clean", PASSED), ("explained", PASSED),
+                                                                ("FAIL", FAILED)]
+    assert check_junit(ci.junit_xml(judgement))["failures"] == 1
+    assert "| paired initcheck | FAIL |" in ci.comment(judgement) and "| multi racecheck | explained |" in ci.comment(judgement)

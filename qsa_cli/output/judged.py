@@ -113,8 +113,8 @@ def _compare_verdict(r: CompareRow, failed: bool) -> str:
 
 def _compare_row(r: CompareRow) -> JudgedRow:
     failures = r.failures()
-    timed = r.ratio is not None and r.candidate is not None
-    seconds = r.candidate.median_us * 1e-6 if timed and r.candidate is not None else None
+    timed = r.ratio is not None and r.candidate is not None  # both sides timed and judged
+    seconds = r.candidate.median_us * 1e-6 if timed and r.candidate is not None else None  # (narrowed for the types)
     return JudgedRow(r.stage, case_label(r.case), r.pair, _compare_verdict(r, bool(failures)),
                      "; ".join(failures) if failures else r.detail, FAILED if failures else PASSED,
                      _change(_median(r.base), _median(r.candidate)) if timed else "", seconds)
@@ -122,8 +122,8 @@ def _compare_row(r: CompareRow) -> JudgedRow:
 
 def _side_run(side: dict[str, object], engines: Sequence[EngineProvenance]) -> str:
     engine = next((e for e in engines if e.get("name") == side["name"]), None)
-    commit = (engine or {}).get("commit") or side.get("revision") or "no commit"
-    return f"{side['kind']} {side['path']} at {commit}"
+    commit = (engine or {}).get("commit") or side.get("revision")
+    return f"{side['kind']} {side['path']}" + (f" at {commit}" if commit else ", no commit recorded")
 
 
 def of_compare(result: CompareResult, record: RunRecord) -> Judgement:
