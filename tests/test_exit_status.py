@@ -130,7 +130,7 @@ STATUS = [
     (("gate", "--baseline", "good.json", "--results", "good.json"), None, 0, "GATE PASS"),
     (("gate", "--baseline", "good.json", "--results", "slower.json"), None, 1, "GATE FAIL (25 SLOW)"),
     (("gate", "--baseline", "good.json", "--results", "good.json", "--tolerance", "2"), None, 2,
-     "qsa: error: tolerance must be a fraction in [0, 1) such as 0.05 (got 2.0)"),
+     "qsa: error: Invalid value for '--tolerance': 2.0 is not in the range 0<=x<1."),
     (("gate", "--baseline", "good.json", "--results", "good.json"), _interrupted("qsa_cli.output.gate", "compare"), 130,
      "qsa: interrupted"),
     (("report", "good.json"), None, 0, "Top-k: the same bits in every check (48 checks)."),  # its last block
