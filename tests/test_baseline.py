@@ -8,13 +8,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+from record_factory import measurement, parity, record, scores_case
 
 from qsa_cli.cli import main
 from qsa_cli.commands import baseline as baseline_command
 from qsa_cli.device import DeviceProbe
+from qsa_cli.output.gate import compare, matched_engines, renamed
 from qsa_cli.record import baselines
 from qsa_cli.record.load import load_record
+from qsa_cli.record.schema import RunRecord
+from qsa_cli.record.vocabulary import LAST_CALL
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results" / "h200-2026-11-30"
 FIRST, SECOND = RESULTS / "ci.json", RESULTS / "ci-2.json"
@@ -43,9 +48,10 @@ def edited(tmp_path: Path, source: Path, name: str, **changes) -> Path:
     return out
 
 
-def test_a_card_key_is_the_device_and_the_engines_by_name() -> None:
+def test_a_card_key_is_the_device_and_its_engines() -> None:
     device = load_record(FIRST).device
     assert baselines.card_key(device, []) == H200
+    assert baselines.card_key(device, ["strata@main"]) == baselines.card_key(device, ["pr"]) == f"{H200}+engine"
     assert baselines.card_key(device, ["strata", "Pr Branch"]) == f"{H200}+pr-branch+strata"
     assert baselines.card_key({**device, "memory_bytes": 80 * 2**30, "name": "NVIDIA H100 80GB HBM3"}, []) == \
         "nvidia-h100-80gb-hbm3-sm90-80gib"
@@ -164,3 +170,50 @@ def test_a_card_without_a_baseline_is_exit_2_with_the_command_that_makes_one(cap
 def test_the_gate_takes_one_baseline(capsys, argv, why) -> None:
     code, out, err = run(capsys, *argv)
     assert code == 2 and not out and why in err
+
+
+# ---- an engine's variants between baseline and run ---------------------------------------------------------------
+
+
+def engine_run(name: str, halve_us: float, seed: int) -> RunRecord:
+    """A run of one engine checkout named ``name``: its scorer and a window pair, checked, and qsa's reference."""
+    rng = np.random.default_rng(seed)
+    case = scores_case(32768, 4)
+    ms = [measurement("scores", "reference", case, 20.0, rng, noise=0.002),
+          measurement("scores", f"{name}.scores", case, halve_us, rng, noise=0.002),
+          measurement("window", f"{name}.scores+{name}.topk", case, 30.0, rng, noise=0.002)]
+    hashes = {"inputs": "i" * 64, "output": "o" * 64}
+    checks = [parity("scores", case, f"{name}.scores", "reference"),
+              parity("scores", case, f"{name}.scores", "inputs", hashes=hashes),
+              parity("scores", case, f"{name}.scores ({LAST_CALL})", f"{name}.scores")]
+    card = {"name": "NVIDIA GeForce RTX 2080 Ti", "compute_capability": "7.5", "memory_bytes": 11 * 2**30}
+    return record(ms, checks, device=card, settings={"iterations": 50, "engines": [{"name": name, "commit": f"{seed:012d}"}]})
+
+
+def test_one_engine_is_matched_by_kind_whatever_its_name() -> None:
+    baseline, run_record = engine_run("strata@main", 10.0, 1), engine_run("strata@pr", 10.0, 2)
+    result = compare(run_record, baseline)
+    assert result.passed and {r.verdict for r in result.rows} == {"SAME"}
+    assert {r.variant for r in result.rows} == {"reference", "strata@pr.scores", "strata@pr.scores+strata@pr.topk"}
+    assert result.notes == ("the baseline's engine strata@main is this run's strata@pr: its variants "
+                            "strata@main.KIND are matched as strata@pr.KIND",)
+    slower = compare(engine_run("strata@pr", 13.0, 2), baseline)
+    assert [(r.variant, r.verdict) for r in slower.rows if r.failed] == [("strata@pr.scores", "SLOW")]
+    changed = engine_run("strata@pr", 10.0, 2)
+    changed.parity[1].hashes = {"inputs": "i" * 64, "output": "x" * 64}
+    assert [(r.variant, r.verdict) for r in compare(changed, baseline).rows if r.failed] == \
+        [("strata@pr.scores", "BITS-CHANGED")]
+    assert baselines.record_key(run_record) == baselines.record_key(baseline) == "nvidia-geforce-rtx-2080-ti-sm75-11gib+engine"
+
+
+def test_several_engines_are_matched_by_name() -> None:
+    two = engine_run("base", 10.0, 1)
+    two.settings["engines"] = [{"name": "base"}, {"name": "pr"}]
+    assert matched_engines(two, engine_run("main", 10.0, 2)) == {} and matched_engines(two, two) == {}
+
+
+def test_renamed_names_each_part_of_a_pair_and_a_checks_subject() -> None:
+    names = {"main": "pr"}
+    assert renamed("main.scores+main.topk-split", names) == "pr.scores+pr.topk-split"
+    assert renamed(f"main.scores[STRATA_X=1] ({LAST_CALL})", names) == f"pr.scores[STRATA_X=1] ({LAST_CALL})"
+    assert renamed("halve+mainline.topk", names) == "halve+mainline.topk"

@@ -54,7 +54,7 @@ def command(action: str, path: str, folder: str | None, device_id: int, **opts: 
     """Baselines kept per card: promote a passing run to be its card's, list each card's.
 
     promote RUN.json --dir DIR stores the run as the current baseline of its card (the device's name, compute
-    capability and memory size, and its engines' names), never replacing an earlier one; an interrupted,
+    capability and memory size, and its engine checkouts), never replacing an earlier one; an interrupted,
     failing or CPU-backend run is refused, and one from another card than this machine's device. list DIR
     shows each card's current baseline with its date, commits and clocks.
     """

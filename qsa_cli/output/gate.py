@@ -13,7 +13,9 @@ time: its verdict is REFERENCE. Times of the CPU backend (in either record) are 
 and say nothing of the kernels': they are shown, NOT-JUDGED, and so are a sweep's thresholds on them, as
 the sweep itself does not judge them; parity and the rest are judged as on the GPU. A variant declared not
 bitwise is judged by the limits on its measures (the run's, and the gate's own ``--limit``): a broken one is
-LIMIT; its output's bits are never BITS-CHANGED, since they were never promised.
+LIMIT; its output's bits are never BITS-CHANGED, since they were never promised. An engine checkout's variants
+are ``NAME.KIND``, NAME as given to ``--engine``: where each run had one engine checkout, named otherwise in
+each, the baseline's are matched to the run's by their KIND (and a note names both).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..core.errors import GateError
+from ..record.baselines import engine_names
 from ..record.limits import check_scopes, merged, verdicts
 from ..record.schema import Measurement, RunRecord, StopOutcome
 from ..record.vocabulary import ARGPARTITION, CPU_TIMES, INPUTS, INPUTS_HASH, OUTPUT_HASH, times_judged
@@ -104,6 +107,37 @@ def check_comparable(record: RunRecord, baseline: RunRecord, force: bool = False
     if out and not force:
         raise GateError(f"the baseline is not comparable: {'; '.join(out)} (pass --force to compare anyway)")
     return [f"forced: {d}" for d in out] + notes
+
+
+def matched_engines(record: RunRecord, baseline: RunRecord) -> dict[str, str]:
+    """The baseline's engine name -> the run's, where each run had one engine checkout and they were named
+    otherwise (``--engine strata@main=...`` then ``--engine strata@pr=...``): what the engine is, not the name
+    typed, matches its variants. Several engines are matched by their names."""
+    ours, theirs = engine_names(record), engine_names(baseline)
+    return {theirs[0]: ours[0]} if len(ours) == len(theirs) == 1 and ours != theirs else {}
+
+
+def renamed(name: str, names: dict[str, str]) -> str:
+    """A variant (a window pair: each part; a check's subject ``V (last timed call)`` too) with its engine's
+    name replaced by ``names``: ``main.scores`` -> ``pr.scores``."""
+    def part_of(part: str) -> str:
+        old = next((old for old in names if part.startswith(f"{old}.")), None)
+        return part if old is None else f"{names[old]}{part[len(old):]}"
+
+    return "+".join(part_of(part) for part in name.split("+"))
+
+
+def with_engines_renamed(record: RunRecord, names: dict[str, str]) -> RunRecord:
+    """The record with its engine variants named by ``names`` wherever a row or setting names them."""
+    if not names:
+        return record
+    return replace(
+        record, measurements=[replace(m, variant=renamed(m.variant, names)) for m in record.measurements],
+        parity=[replace(p, subject=renamed(p.subject, names), against=renamed(p.against, names)) for p in record.parity],
+        agreements=[replace(a, subject=renamed(a.subject, names), against=renamed(a.against, names))
+                    for a in record.agreements],
+        settings={**record.settings, "inexact": {renamed(v, names): stage
+                                                 for v, stage in (record.settings.get("inexact") or {}).items()}})
 
 
 def _bits_rows(record: RunRecord, baseline: RunRecord, allow_bit_changes: bool) -> list[GateRow]:
@@ -194,6 +228,10 @@ def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, for
     if not 0 <= tolerance < 1:
         raise GateError(f"tolerance must be a fraction in [0, 1) such as 0.05 (got {tolerance})")
     notes = check_comparable(record, baseline, force)
+    engines = matched_engines(record, baseline)
+    notes += [f"the baseline's engine {old} is this run's {new}: its variants {old}.KIND are matched as {new}.KIND"
+              for old, new in engines.items()]
+    baseline = with_engines_renamed(baseline, engines)
     judged = times_judged(record.backend) and times_judged(baseline.backend)
     if not judged:
         notes.append(f"times {CPU_TIMES}; the gate judges times on the GPU backend)")

@@ -5,8 +5,8 @@ baseline and which of them is current.
     DIR/KEY/current            the file name of the card's current baseline (replaced whole on each promote)
 
 A card key is what makes two runs' times comparable: the device's name, compute capability and memory
-size, and the names of the engine checkouts the run had (``--engine NAME=PATH``; an engine's variants are
-``NAME.KIND``, and the gate matches rows by that name). Every promoted run stays, so a card's history is
+size, and the engine checkouts the run had: one (whatever its name: the gate matches its variants
+``NAME.KIND`` by their kind), or several by their names. Every promoted run stays, so a card's history is
 its folder; ``current`` moves forward only by a promote.
 """
 
@@ -37,13 +37,16 @@ def engine_names(record: RunRecord) -> list[str]:
 
 
 def card_key(device: DeviceInfo, engines: Sequence[str]) -> str | None:
-    """``nvidia-h200-sm90-140gib`` (``+strata`` for each engine, by name); None where the device is not named
-    whole (no name, compute capability or memory size: a CPU-backend run, or a hand-made record)."""
+    """``nvidia-h200-sm90-140gib``, with ``+engine`` for a run of one engine checkout (the gate matches its
+    variants by their kind, whatever its name) and ``+NAME`` for each of several (matched by their names);
+    None where the device is not named whole (no name, compute capability or memory size: a CPU-backend
+    run, or a hand-made record)."""
     if not all(device.get(k) for k in ("name", "compute_capability", "memory_bytes")):
         return None
     gib = round(device["memory_bytes"] / 2**30)
     cc = device["compute_capability"].replace(".", "")
-    return f"{_slug(device['name'])}-sm{cc}-{gib}gib" + "".join(f"+{_slug(e)}" for e in sorted(engines))
+    named = ["engine"] if len(engines) == 1 else sorted(engines)
+    return f"{_slug(device['name'])}-sm{cc}-{gib}gib" + "".join(f"+{_slug(e)}" for e in named)
 
 
 def record_key(record: RunRecord) -> str | None:
