@@ -6,20 +6,21 @@ switches a checkout's sources read, and the variants a card runs under which swi
 from __future__ import annotations
 
 import ctypes
-import functools
 import json
 import re
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_adapter import write_adapter
 from fake_engine import FUNCTIONS, GENERATIONS, NEWER, PARAMETERS, SEED, SWITCHES, write_fake_engine
+from fake_nvcc import compiles, write_fake_nvcc
 
 from qsa_cli.core.errors import EngineBuildError, EngineError, RevisionError
 from qsa_cli.core.geometry import SELECT_CAP, Call
 from qsa_cli.core.git import folder_at_revision
+from qsa_cli.engine.adapter import ADAPTER_INCLUDE, TABLE_SYMBOL
 from qsa_cli.engine.build import BUILD_FLAGS, SHIM, build_engine, engine_cache_dir, find_nvcc, shim_macro
 from qsa_cli.engine.checkout import (
     ENGINE_FILES,
@@ -112,36 +113,30 @@ _PROPERTIES = re.compile(r"Function properties for (\S+)\s*\n\s*\d+ bytes stack 
 COMPILE_ARCHS = (75, 80, 86, 90)
 
 
-@functools.cache
-def _compiled_fakes(folder: str) -> dict[str, tuple[int, str, set[str]]]:
-    """Each generation's fake with the shim, as build.py compiles it (its flags and defines), for every card of
-    COMPILE_ARCHS in one library, with ptxas's report; the two at once: (nvcc's status, its log, the symbols)."""
-    nvcc = find_nvcc()
-
-    def one(generation: str) -> tuple[int, str, set[str]]:
-        root = write_fake_engine(Path(folder) / generation, generation=generation)
-        declared = EngineCheckout(root).declared_functions()
-        library = root / "fake.so"
-        cmd = [str(nvcc), *BUILD_FLAGS, *(f"-gencode=arch=compute_{a},code=sm_{a}" for a in COMPILE_ARCHS),
-               "-Xptxas", "-v", *(f"-D{shim_macro(f)}={int(f in declared)}" for f in HOST_PATHS),
-               "-I", str(root / INCLUDE_DIR), str(root / SOURCE), str(SHIM), "-o", str(library)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        return proc.returncode, proc.stdout + proc.stderr, exported(library) if proc.returncode == 0 else set()
-
-    with ThreadPoolExecutor(2) as pool:
-        return dict(zip(GENERATIONS, pool.map(one, GENERATIONS)))
+def _compiled_fake(root: Path, generation: str) -> tuple[int, str, set[str]]:
+    """A generation's fake with the shim, as build.py compiles it (its flags and defines), for every card of
+    COMPILE_ARCHS in one library, with ptxas's report: (nvcc's status, its log, the symbols). The seed's with
+    the example adapter (tests/fake_adapter.py) too, as ``--adapter`` builds it, so it compiles for every card."""
+    write_fake_engine(root, generation=generation)
+    declared = EngineCheckout(root).declared_functions()
+    library = root / "fake.so"
+    adapter = ("-I", str(ADAPTER_INCLUDE), str(write_adapter(root.parent / "my_adapter.cu"))) if generation == SEED else ()
+    cmd = [str(find_nvcc()), *BUILD_FLAGS, *(f"-gencode=arch=compute_{a},code=sm_{a}" for a in COMPILE_ARCHS),
+           "-Xptxas", "-v", *(f"-D{shim_macro(f)}={int(f in declared)}" for f in HOST_PATHS),
+           "-I", str(root / INCLUDE_DIR), str(root / SOURCE), str(SHIM), *adapter, "-o", str(library)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    return proc.returncode, proc.stdout + proc.stderr, exported(library) if proc.returncode == 0 else set()
 
 
 @needs_nvcc
 @pytest.mark.parametrize("generation", GENERATIONS)
-def test_both_generations_compile_with_the_shim_without_spills(tmp_path_factory: pytest.TempPathFactory,
-                                                               generation: str) -> None:
+def test_both_generations_compile_with_the_shim_without_spills(tmp_path: Path, generation: str) -> None:
     """For sm_75, sm_80, sm_86 and sm_90: every kernel of the fake (qsa's, and its own) without a spill."""
-    folder = tmp_path_factory.getbasetemp() / "compiled-fakes"
-    folder.mkdir(exist_ok=True)
-    status, log, symbols = _compiled_fakes(str(folder))[generation]
+    status, log, symbols = _compiled_fake(tmp_path / "strata", generation)
     assert status == 0, log
     assert {shim_symbol(f) for f in (*FUNCTIONS[generation], *PARAMETERS[generation])} <= symbols
+    if generation == SEED:
+        assert TABLE_SYMBOL in symbols, "the example adapter's table"
     assert all(f"for 'sm_{arch}'" in log for arch in COMPILE_ARCHS), "ptxas compiled every card"
     functions = _PROPERTIES.findall(log)
     assert len(functions) >= len(COMPILE_ARCHS), "ptxas reported every card's functions"
@@ -149,33 +144,41 @@ def test_both_generations_compile_with_the_shim_without_spills(tmp_path_factory:
     assert not spilling, f"the {generation} fake spills registers:\n" + "\n".join(spilling)
 
 
-@needs_nvcc
-def test_cache_is_reused_and_rebuilt_when_a_source_byte_changes(cache: Path, fake: EngineCheckout) -> None:
+@pytest.fixture
+def fake_nvcc(tmp_path: Path) -> Path:
+    """nvcc's stand-in for the cache's tests (tests/fake_nvcc.py): the cache's rules hold whatever the compiler
+    makes, and the real compiler's builds are the tests above."""
+    return write_fake_nvcc(tmp_path / "fake-nvcc")
+
+
+def test_cache_is_reused_and_rebuilt_when_a_source_byte_changes(cache: Path, fake: EngineCheckout,
+                                                                 fake_nvcc: Path) -> None:
     relative = "include/strata/kernels/qsa.hpp"
-    first = build_engine(fake, 80)
-    again = build_engine(fake, 80)
-    assert not again.compiled and again.library == first.library
+    first = build_engine(fake, 80, fake_nvcc)
+    again = build_engine(fake, 80, fake_nvcc)
+    assert first.compiled and not again.compiled and again.library == first.library
     assert again.provenance["library_sha256"] == first.provenance["library_sha256"]
     header = fake.path / relative
     header.write_bytes(header.read_bytes().replace(b"// Fake engine", b"// Fake engina", 1))
-    changed = build_engine(fake, 80)
+    changed = build_engine(fake, 80, fake_nvcc)
     assert changed.compiled and changed.library != first.library
     assert changed.provenance["sources"][relative] != first.provenance["sources"][relative]
     assert not list(cache.glob(".build-*")), "no temporary build folder is left behind"
+    assert compiles(fake_nvcc) == 2
 
 
-@needs_nvcc
-def test_a_corrupted_cached_library_is_rebuilt(cache: Path, fake: EngineCheckout) -> None:
-    build = build_engine(fake, 80)
+def test_a_corrupted_cached_library_is_rebuilt(cache: Path, fake: EngineCheckout, fake_nvcc: Path) -> None:
+    build = build_engine(fake, 80, fake_nvcc)
     data = bytearray(build.library.read_bytes())
     data[len(data) // 2] ^= 0xFF
     build.library.write_bytes(bytes(data))
-    rebuilt = build_engine(fake, 80)
+    rebuilt = build_engine(fake, 80, fake_nvcc)
     assert rebuilt.compiled and rebuilt.library == build.library
     assert rebuilt.library.read_bytes() != bytes(data)
     (cache / f"{build.provenance['cache_key']}.json").unlink()  # a library whose record is gone: built again
-    assert build_engine(fake, 80).compiled
-    assert not build_engine(fake, 80).compiled
+    assert build_engine(fake, 80, fake_nvcc).compiled
+    assert not build_engine(fake, 80, fake_nvcc).compiled
+    assert compiles(fake_nvcc) == 3
 
 
 @pytest.mark.parametrize("missing", ENGINE_FILES)
