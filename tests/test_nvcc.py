@@ -7,13 +7,11 @@ archs >= NN. Skipped when no nvcc is on PATH.
 
 from __future__ import annotations
 
-import functools
 import re
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +22,6 @@ from qsa_cli.core.geometry import CLUSTER_MIN_CC
 from qsa_cli.kernels import kernel_dir
 
 ARCHS = (75, 80, 86, 90)
-_JOBS = 2  # the CI machine's cores
 _MIN_ARCH = re.compile(r"^\s*//\s*qsa-min-arch:\s*(\d+)\s*$", re.MULTILINE)
 _FUNCTION = re.compile(r"Function properties for (\S+)\s*\n\s*(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
@@ -39,8 +36,9 @@ def min_arch(source: Path) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _cases() -> list[tuple[str, int]]:
-    return [(s.name, a) for s in _sources() for a in ARCHS if a >= min_arch(s)]
+def archs(source: str) -> tuple[int, ...]:
+    """The cards a kernel file is compiled for: ARCHS from its ``qsa-min-arch`` on."""
+    return tuple(a for a in ARCHS if a >= min_arch(kernel_dir() / source))
 
 
 @dataclass(frozen=True)
@@ -49,37 +47,41 @@ class Compiled:
     log: str
 
 
-@functools.cache
-def _compile_all() -> dict[tuple[str, int], Compiled]:
-    """All (source, arch) compiles at once, _JOBS at a time; cached for the session's tests."""
+def compiled(source: str, arch: int) -> Compiled:
+    """nvcc's cubin of ``source`` for sm_``arch``, with ptxas's report."""
     nvcc = shutil.which("nvcc")
     assert nvcc is not None
     kdir = kernel_dir()
-
-    def one(case: tuple[str, int]) -> Compiled:
-        name, arch = case
-        with tempfile.TemporaryDirectory() as tmp:
-            cmd = [nvcc, "-std=c++17", f"-arch=sm_{arch}", "-cubin", "-Xptxas", "-v",
-                   "-o", str(Path(tmp) / "out.cubin"), str(kdir / name), "-I", str(kdir)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        return Compiled(proc.returncode, proc.stdout + proc.stderr)
-
-    cases = _cases()
-    with ThreadPoolExecutor(_JOBS) as pool:
-        return dict(zip(cases, pool.map(one, cases)))
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [nvcc, "-std=c++17", f"-arch=sm_{arch}", "-cubin", "-Xptxas", "-v",
+               "-o", str(Path(tmp) / "out.cubin"), str(kdir / source), "-I", str(kdir)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return Compiled(proc.returncode, proc.stdout + proc.stderr)
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on PATH")
-@pytest.mark.parametrize(("source", "arch"), _cases(), ids=[f"{s}-sm_{a}" for s, a in _cases()])
-def test_compiles_without_spills(source: str, arch: int) -> None:
-    result = _compile_all()[(source, arch)]
-    assert result.returncode == 0, f"nvcc failed on {source} for sm_{arch}:\n{result.log}"
-    entries = _ENTRY.findall(result.log)
-    functions = _FUNCTION.findall(result.log)
-    assert entries, f"ptxas reported no entry function for {source} on sm_{arch}:\n{result.log}"
-    spilling = [f"{fn}: {st} B spill stores, {ld} B spill loads" for fn, _, st, ld in functions if st != "0" or ld != "0"]
-    assert not spilling, f"{source} on sm_{arch} spills registers:\n" + "\n".join(spilling)
-    assert {fn for fn, *_ in functions} >= set(entries), f"ptxas -v output not understood:\n{result.log}"
+@pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("c++filt") is None, reason="no nvcc or c++filt")
+@pytest.mark.parametrize("source", [s.name for s in _sources()])
+def test_compiles_for_every_card_without_spills_and_emits_its_launchers_kernels(source: str) -> None:
+    """A test a file (its cards one after another), so that the suite's workers share out the files and no
+    two compile the same one. Each launcher name of the file, template instantiations included, is an entry
+    function nvcc emits for its newest card (so NVRTC's name expressions resolve too): ptxas's, demangled."""
+    logs = []
+    for arch in archs(source):
+        result = compiled(source, arch)
+        logs.append(result.log)
+        assert result.returncode == 0, f"nvcc failed on {source} for sm_{arch}:\n{result.log}"
+        entries = _ENTRY.findall(result.log)
+        functions = _FUNCTION.findall(result.log)
+        assert entries, f"ptxas reported no entry function for {source} on sm_{arch}:\n{result.log}"
+        spilling = [f"{fn}: {st} B spill stores, {ld} B spill loads" for fn, _, st, ld in functions
+                    if st != "0" or ld != "0"]
+        assert not spilling, f"{source} on sm_{arch} spills registers:\n" + "\n".join(spilling)
+        assert {fn for fn, *_ in functions} >= set(entries), f"ptxas -v output not understood:\n{result.log}"
+    mangled = sorted(set(_ENTRY.findall(logs[-1])))
+    demangled = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True, check=True)
+    emitted = {re.sub(r"^void ", "", line.partition("(")[0]) for line in demangled.stdout.splitlines()}
+    missing = [name for file, name in _launcher_kernel_names() if file == source and name not in emitted]
+    assert not missing, f"kernels {source} does not emit:\n" + "\n".join(missing)
 
 
 def test_min_arch_rule(tmp_path: Path) -> None:
@@ -112,17 +114,6 @@ def test_launcher_kernel_names_are_in_sources() -> None:
     for source, name in pairs:
         base = name.partition("<")[0]
         assert _global_def(base).search((kernel_dir() / source).read_text()), f"{source} defines no {base}"
-
-
-@pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("c++filt") is None, reason="no nvcc or c++filt")
-def test_launcher_kernels_are_emitted() -> None:
-    """Each launcher name, template instantiations included, is an entry function nvcc emits (so
-    NVRTC's name expressions resolve too): the names ptxas reports, demangled."""
-    mangled = sorted({e for c in _compile_all().values() for e in _ENTRY.findall(c.log)})
-    demangled = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True, check=True)
-    emitted = {re.sub(r"^void ", "", line.partition("(")[0]) for line in demangled.stdout.splitlines()}
-    missing = [f"launch/{mod}.py: {name}" for mod, name in _launcher_kernel_names() if name not in emitted]
-    assert not missing, "kernels no source emits:\n" + "\n".join(missing)
 
 
 _SHARED_FENCES_GUARD = "#if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ > 12"
