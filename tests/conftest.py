@@ -16,6 +16,22 @@ from qsa_cli.timing import DeviceTimer
 QSA = qsa_catalog()  # qsa's own variants, from the installed kernels
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """The CPU tests (the default ``-m 'not gpu'``) over every core, as pytest-xdist's ``-n auto`` would: they
+    share no state but the files they make in their own temporary folders. A run that names its workers
+    (``-n``), selects GPU tests (one device: their timings must not share it) or debugs (``--pdb``) is left
+    as it is, and so is a machine without pytest-xdist (a GPU runner's image). A worker (``workerinput``) runs
+    its tests itself."""
+    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
+        return
+    if config.option.numprocesses is not None:
+        return
+    if config.option.markexpr.replace(" ", "") != "notgpu" or config.option.usepdb:
+        return
+    config.option.numprocesses = "auto"
+
+
 def older_kernels(folder: Path) -> Path:
     """A copy of the installed kernels older than the quarters scorer: its source defines no quarters kernel."""
     folder.mkdir()
