@@ -66,13 +66,15 @@ def presentation(opts: dict[str, Any], judging: bool = True, environ: Mapping[st
     if markdown and fmt not in (None, "markdown"):
         raise UsageProblem(f"--markdown is --format markdown: give one, not --markdown and --format {fmt}")
     chosen = "markdown" if markdown else fmt or "table"
-    if "junit_path" not in opts or not judging:
+    if "junit_path" not in opts:
+        return Presentation(chosen)
+    verbose, junit, comment = opts.pop("verbose"), opts.pop("junit_path"), opts.pop("comment_path")
+    if not judging:  # the command refused them if given
         return Presentation(chosen)
     environment = CiEnvironment.of(os.environ if environ is None else environ)
     if environment.step_summary is not None:
         check_writable(environment.step_summary, "GITHUB_STEP_SUMMARY")
-    return Presentation(chosen, True, opts.pop("verbose"), opts.pop("junit_path"), opts.pop("comment_path"),
-                        environment)
+    return Presentation(chosen, True, verbose, junit, comment, environment)
 
 
 def write_record(data: dict[str, Any], json_path: str) -> None:

@@ -52,8 +52,8 @@ def junit_xml(j: Judgement) -> str:
 
 def _said(r: JudgedRow) -> str:
     """``SLOW: 12.3 → 16.0 µs (+30%); 1.30x the baseline, outside both runs' spread``."""
-    return f"{r.verdict}: " + "; ".join(part for part in (r.measured, r.detail) if part) if r.measured or r.detail \
-        else r.verdict
+    said = "; ".join(part for part in (r.measured, r.detail) if part)
+    return f"{r.verdict}: {said}" if said else r.verdict
 
 
 # ---- GitHub workflow commands ---------------------------------------------------------------------------------
@@ -119,8 +119,10 @@ def comment(j: Judgement, limit: int = COMMENT_LIMIT) -> str:
     head = [f"### qsa {j.command}: {'PASS' if j.passed else 'FAIL'}", "", f"**{j.verdict}**", "",
             "| | |", "|---|---|", f"| card | {_cell(j.card)} |", f"| clocks | {_cell(j.clocks)} |",
             *(f"| {_cell(which)} | {_cell(what)} |" for which, what in j.runs), "", *shown_notes(j), ""]
-    notable = [r for r in j.rows if r.verdict not in ROUTINE or r.outcome != PASSED]
-    routine = [r for r in j.rows if r not in notable]
+    notable: list[JudgedRow] = []
+    routine: list[JudgedRow] = []
+    for r in j.rows:
+        (routine if r.verdict in ROUTINE and r.outcome == PASSED else notable).append(r)
     # room for the notes a cut adds, and the <details> block's own lines
     reserve = 2 * len(_left_out(len(j.rows), "rows")) + 200
     budget = limit - 1 - reserve - sum(len(line) + 1 for line in head)
@@ -130,8 +132,10 @@ def comment(j: Judgement, limit: int = COMMENT_LIMIT) -> str:
         body += [f"{len(notable)} of {len(j.rows)} rows need a look:", "", *shown]
         body += ["", _left_out(cut, "rows that are not routine")] if cut else []
         budget -= sum(len(line) + 1 for line in shown)
-    else:
+    elif j.rows:
         body += [f"Every one of the {len(j.rows)} rows is {'/'.join(sorted({r.verdict for r in j.rows}))}."]
+    else:
+        body += ["No row was judged."]
     if routine:
         verdicts = ", ".join(f"{sum(r.verdict == v for r in routine)} {v}" for v in dict.fromkeys(r.verdict for r in routine))
         shown, cut = _fitted([*TABLE_HEAD, *map(_table_line, routine)], max(budget, 0))
