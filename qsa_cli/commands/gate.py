@@ -57,7 +57,7 @@ def card_baseline(record: RunRecord, folder: Path, config_name: str) -> RunRecor
 @ENGINE_OPTION
 @click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
               help="The baseline record (or --baseline-dir).")
-@click.option("--baseline-dir", "baseline_dir", type=click.Path(file_okay=False),
+@click.option("--baseline-dir", "baseline_dir", metavar="DIR", type=click.Path(file_okay=False),
               help="A folder of baselines kept per card (qsa baseline promote): the gate takes this run's card's "
                    "current one, and says which file it took.")
 @click.option("--results", "results_path", type=click.Path(dir_okay=False),
