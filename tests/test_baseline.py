@@ -163,8 +163,8 @@ def test_a_card_without_a_baseline_is_exit_2_with_the_command_that_makes_one(cap
 
 
 @pytest.mark.parametrize(("argv", "why"), [
-    (("gate", "--results", str(SECOND)), "give the baseline as --baseline FILE or --baseline-dir DIR"),
-    (("gate", "--results", str(SECOND), "--baseline", str(FIRST), "--baseline-dir", "."), "(one of them)"),
+    (("gate", "--results", str(SECOND)), "Missing option '--baseline': give --baseline FILE or --baseline-dir DIR"),
+    (("gate", "--results", str(SECOND), "--baseline", str(FIRST), "--baseline-dir", "."), "not both"),
     (("gate", "--results", str(SECOND), "--baseline-dir", "no-such-folder"), "--baseline-dir no-such-folder: no such"),
 ])
 def test_the_gate_takes_one_baseline(capsys, argv, why) -> None:

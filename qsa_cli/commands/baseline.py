@@ -51,7 +51,8 @@ def _promote(run_path: str, folder: Path, device_id: int) -> int:
 @DEVICE_OPTION
 @FORMAT_OPTIONS
 def command(action: str, path: str, folder: str | None, device_id: int, **opts: Any) -> int:
-    """Baselines kept per card: promote a passing run to be its card's, list each card's.
+    """Baselines kept per card: promote a passing run to be its card's, list each card's (qsa gate
+    --baseline-dir takes them).
 
     promote RUN.json --dir DIR stores the run as the current baseline of its card (the device's name, compute
     capability and memory size, and its engine checkouts), never replacing an earlier one; an interrupted,

@@ -86,8 +86,10 @@ def command(baseline_path: str | None, baseline_dir: str | None, results_path: s
     """CI regression gate: parity must hold, thresholds too, and every timing of the baseline must be in
     the run and not SLOW."""
     shown = presentation(opts)
-    if (baseline_path is None) == (baseline_dir is None):
-        raise UsageProblem("give the baseline as --baseline FILE or --baseline-dir DIR (one of them)")
+    if baseline_path is None and baseline_dir is None:
+        raise UsageProblem("Missing option '--baseline': give --baseline FILE or --baseline-dir DIR")
+    if baseline_path is not None and baseline_dir is not None:
+        raise UsageProblem("give --baseline FILE or --baseline-dir DIR, not both")
     if baseline_dir is not None and not Path(baseline_dir).is_dir():
         raise UsageProblem(f"--baseline-dir {baseline_dir}: no such folder")
     if results_path:

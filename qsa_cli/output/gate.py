@@ -74,9 +74,6 @@ class GateResult:
     def passed(self) -> bool:
         return not any(r.failed for r in self.rows)
 
-    def count(self, verdict: str) -> int:
-        return sum(r.verdict == verdict for r in self.rows)
-
 
 def output_hashes(record: RunRecord) -> dict[tuple[str, str], tuple[str, str]]:
     """(case key, variant) -> (inputs hash, output hash) of every variant run (its integrity row)."""
@@ -273,8 +270,8 @@ def _fmt(value: float | None, template: str) -> str:
     return MISSING if value is None else template.format(value)
 
 
-def _time(value: float | None, bad: str | None, unit: str = "") -> str:
-    return f"BAD ({bad})" if bad else _fmt(value, "{:.1f}" + unit)
+def _time(value: float | None, bad: str | None) -> str:
+    return f"BAD ({bad})" if bad else _fmt(value, "{:.1f}")
 
 
 RULE_COLUMNS = (Column("baseline rule"), Column("rule"))  # shown only when a side took its samples by the rule
