@@ -15,9 +15,10 @@ import pytest
 from qsa_cli import cli, commands
 from qsa_cli.cli import COMMANDS, load_command, main
 
-# what ``qsa --help`` may load of qsa: the group and what main() maps to exit statuses
-STARTUP_MODULES = {"qsa_cli", "qsa_cli.cli", "qsa_cli.core", "qsa_cli.core.errors", "qsa_cli.commands",
-                   "qsa_cli.commands.exit_status", "qsa_cli.interrupts"}
+# what ``qsa --help`` may load of qsa: the group, what main() maps to exit statuses, and the check of the
+# standard streams it prints on (the standard library's alone)
+STARTUP_MODULES = {"qsa_cli", "qsa_cli.cli", "qsa_cli.core", "qsa_cli.core.errors", "qsa_cli.core.streams",
+                   "qsa_cli.commands", "qsa_cli.commands.exit_status", "qsa_cli.interrupts"}
 
 
 def _in_a_fresh_interpreter(code: str) -> subprocess.CompletedProcess[str]:
