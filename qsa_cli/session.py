@@ -58,6 +58,9 @@ class Settings:
     kernels: Path | None = None  # --kernels DIR: qsa's kernel sources from this folder (None: the installed)
     sides: tuple[SideSpec, SideSpec] | None = None  # qsa compare: the base and the candidate side
     timer: str = QSA_TIMER  # --timer: qsa's, or nvbench (record.vocabulary TIMERS)
+    # the samples each variant of a case takes (ITERS, a sweep's iterations; 0: parity only); None: the session
+    # runs no stage (qsa info, sanitize's parent), so it opens no timer
+    iters: Iters | None = None
     limits: tuple[tuple[str, str, float], ...] = ()  # (scope, measure, value): limits on inexact variants' measures
 
     @property
@@ -96,8 +99,7 @@ class Session:
     card: Card | None = None  # the device's limits (GPU backend)
     compared: Compared | None = None
     clocks: Any = None
-    _timer: Any = None
-    nvbench: NvbenchTimer | None = None  # --timer nvbench: the launchers queued for its one run at the end
+    run_measurer: Measurer | None = None  # built as the session opens (session()) when it runs stages
 
     @property
     def on_gpu(self) -> bool:
@@ -124,26 +126,13 @@ class Session:
         qsa compare's candidate against its base."""
         return tuple((c, b) for b, c in self.compared.pairs[stage]) if self.compared else ()
 
-    def measurer(self, iters: Iters) -> Measurer:
-        """What times a case's variants: ``iters`` samples each, or (ITERS auto) the run's stopping rule's,
-        which the record's settings then name."""
-        if self.on_gpu and self._timer is None:
-            lock = self.record.settings.get("clock_lock")
-            self._timer = DeviceTimer(l2=self.settings.l2, warmup=self.settings.warmup,
-                                      kernels=self.catalog.kernel_folder,
-                                      locked_sm_mhz=lock["sm_mhz"] if lock and lock["locked"] else None)
-        if self.on_gpu and self.settings.timer == NVBENCH_TIMER and self.nvbench is None:
-            self.nvbench = NvbenchTimer(cuda_bench(), self.settings.device_id, self.settings.warmup)
-        if iters == AUTO:
-            self.record_settings(stopping=self.settings.stopping.to_dict())
-        return Measurer(iters=iters, timer=self._timer, clocks=self.clocks, rule=self.settings.stopping,
-                        nvbench=self.nvbench)
-
-    def time_queued(self) -> None:
-        """--timer nvbench: every launcher the stages queued, timed in nvbench's one run, into the record."""
-        if self.nvbench is not None:
-            self.record.measurements += self.nvbench.run(self.clocks)
-            self.nvbench.queued.clear()
+    @property
+    def measurer(self) -> Measurer:
+        """What times every case's variants: the session's one timer (qsa's or nvbench) and clocks, ``iters``
+        samples each, or (ITERS auto) the run's stopping rule's."""
+        if self.run_measurer is None:
+            raise RuntimeError("this session runs no stage: its Settings.iters is None")
+        return self.run_measurer
 
     @property
     def inexact(self) -> dict[str, str]:
@@ -241,10 +230,14 @@ def session(
     if settings.engines or (settings.adapter is not None and settings.sides is None):
         check_engines(settings.engines, variants=filter(None, (*(settings.variants or ()), settings.baseline,
                                                                settings.candidate)), adapter=settings.adapter)
+    if settings.iters == AUTO:
+        s.record_settings(stopping=settings.stopping.to_dict())
     if not s.on_gpu:
         if settings.engines:
             raise EngineError("--engine runs an engine checkout's kernels: it needs --backend gpu")
         _cast(s, {})
+        if settings.iters is not None:
+            s.run_measurer = Measurer(settings.iters, rule=settings.stopping)
         yield s
         return
     found = require(settings.device_id)  # a one-line NoDeviceError before anything imports CuPy
@@ -262,11 +255,27 @@ def session(
         stack.callback(monitor.close)
         record.device["nvml"] = monitor.device_info()
         s.clocks = monitor if monitor.available else None
+        locked_sm_mhz = None
         if lock is not None:
             state = stack.enter_context(lock_clocks(monitor, lock[0], lock[1], optional=lock_optional, warn=warn))
             s.record_settings(clock_lock=state.to_dict())
+            locked_sm_mhz = state.sm_mhz if state.locked else None
+        if settings.iters is not None:
+            s.run_measurer = _gpu_measurer(settings, catalog.kernel_folder, s.clocks, locked_sm_mhz)
         yield s
-        s.time_queued()
+        nvbench = s.run_measurer.nvbench if s.run_measurer is not None else None
+        if nvbench is not None:  # its one run, over every launcher the stages queued
+            s.record.measurements += nvbench.run(s.clocks)
+
+
+def _gpu_measurer(settings: Settings, kernels: Path, clocks: Any, locked_sm_mhz: int | None) -> Measurer:
+    """The GPU session's measurer: qsa's timer (it places and flushes for every case, parity-only ones too),
+    and with --timer nvbench the queue of nvbench's one run at the session's end."""
+    assert settings.iters is not None
+    timer = DeviceTimer(l2=settings.l2, warmup=settings.warmup, kernels=kernels, locked_sm_mhz=locked_sm_mhz)
+    nvbench = (NvbenchTimer(cuda_bench(), settings.device_id, settings.warmup)
+               if settings.timer == NVBENCH_TIMER and settings.iters != 0 else None)
+    return Measurer(settings.iters, timer, clocks, settings.stopping, nvbench=nvbench)
 
 
 def _add_parts(s: Session, stack: contextlib.ExitStack) -> dict[str, str]:

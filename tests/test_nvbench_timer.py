@@ -281,7 +281,7 @@ def test_the_timers_tolerance_is_5_percent_or_half_a_microsecond() -> None:
 
 def test_the_selftests_timers_row_is_skipped_and_says_why_without_cuda_bench(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "cuda", None)
-    with session(Settings(backend="cpu"), "selftest", []) as s:
+    with session(Settings(backend="cpu", iters=0), "selftest", []) as s:
         row = timers_check(s, 0)
     assert row.passed is None and row.cases == 0
     assert row.detail.startswith("skipped: --timer nvbench needs NVIDIA's nvbench, the cuda-bench package")

@@ -116,7 +116,7 @@ def test_topk_parity_selftest_records_the_same_with_worker_processes(monkeypatch
     records = []
     for workers in (1, 2):
         monkeypatch.setattr(pool, "worker_count", lambda n=workers: n)
-        with session(Settings(backend="cpu", seed=3), "topk-parity --selftest", []) as s:
+        with session(Settings(backend="cpu", seed=3, iters=0), "topk-parity --selftest", []) as s:
             rows = selftest_run.topk_selftest(s, 3)
         records.append(_without_times({**s.record.to_dict(), "checks": [vars(r) for r in rows]}))
     assert records[0] == records[1] and all(r["passed"] for r in records[0]["checks"])
@@ -142,8 +142,8 @@ def test_selftests_kernels_rows_run_each_case_made_once_for_both_rows(monkeypatc
     monkeypatch.setattr(selftest_run, "SELFTEST_SCORER_CASES", ((4099, 2, 8192),))
     monkeypatch.setattr(selftest_run, "SELFTEST_TOPK_CASES", ((4099, 8192),))
     rows: list[selftest_run.SelftestRow] = []
-    with session(Settings(backend="cpu", seed=5), "selftest", []) as s, \
-            session(Settings(backend="cpu", seed=5), "selftest", []) as gpu:
+    with session(Settings(backend="cpu", seed=5, iters=0), "selftest", []) as s, \
+            session(Settings(backend="cpu", seed=5, iters=0), "selftest", []) as gpu:
         tasks = selftest_run._tasks(s, 5, on_gpu=True)
         with pool.in_order(tasks, workers=2) as made:
             selftest_run._models_rows(s, gpu, made, rows, no_progress, 8)

@@ -17,6 +17,7 @@ from qsa_cli.record.schema import RunRecord
 from qsa_cli.runs.compare import compare_run
 from qsa_cli.session import Session, Settings, _add_parts, _cast
 from qsa_cli.sides import SideSpec
+from qsa_cli.stages.common import Measurer
 
 
 def test_the_records_settings_are_written_in_one_place_with_the_schemas_names() -> None:
@@ -33,7 +34,8 @@ def compare_session(tmp_path: Path):
     for side in ("old", "new"):
         shutil.copytree(kernel_dir(), tmp_path / side)
     sides = (SideSpec("base", str(tmp_path / "old"), None), SideSpec("cand", str(tmp_path / "new"), None))
-    s = Session(Settings(backend="cpu", warmup=0, sides=sides), RunRecord("compare", [], "cpu"))
+    s = Session(Settings(backend="cpu", warmup=0, sides=sides, iters=1), RunRecord("compare", [], "cpu"),
+                run_measurer=Measurer(1))
     with contextlib.ExitStack() as stack:
         _cast(s, _add_parts(s, stack))
         yield s
@@ -54,7 +56,7 @@ def test_a_compare_run_checks_each_candidate_against_its_base(tmp_path: Path) ->
     sweep = tmp_path / "s.yaml"
     sweep.write_text("iterations: 1\nstages: [scores, topk]\ncontexts: [4099]\nqueries: [2]\ncapacity: 8192\n")
     with compare_session(tmp_path) as s:
-        compare_run(s, None, 1, load_config(sweep))
+        compare_run(s, None, load_config(sweep))
         record = s.record
     pairs = {(p["base"], p["candidate"]) for p in record.settings["compare"]["pairs"]}
     checked = {(p.against, p.subject) for p in record.parity if p.equal}

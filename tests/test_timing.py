@@ -475,7 +475,7 @@ def test_a_suspect_measurement_is_noted_in_the_record() -> None:
     m = _measured(3)
     m.rounds = {"sm_mhz": [1980.0], "held_us": [2100.0], "reference_mhz": 1980.0, "threshold": THROTTLE_THRESHOLD,
                 "discarded": [], "suspect": [DRAINED]}
-    with session(Settings(backend="cpu"), "select-bench", []) as s:
+    with session(Settings(backend="cpu", iters=0), "select-bench", []) as s:
         s.take(StageOutcome([m]))
     assert s.record.notes == [f"multi on {m.key}: 1 sample(s) or batch(es) kept after 0 re-measures though faulty "
                               "(hold timed out): its times are suspect"]

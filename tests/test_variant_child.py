@@ -59,7 +59,7 @@ def children(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def opened() -> Iterator[Any]:
     """Sessions on the CPU, with a bus id as a GPU's has for its child."""
     def opening() -> Session:
-        s = stack.enter_context(session(Settings(backend="cpu", seed=0), "topk-parity", []))
+        s = stack.enter_context(session(Settings(backend="cpu", seed=0, iters=0), "topk-parity", []))
         s.record.device["pci_bus_id"] = "0000:00:00.0"
         return s
 
@@ -80,7 +80,7 @@ def rows(s: Session) -> dict[str, Any]:
 def test_topk_parity_starts_one_child_per_setting_for_every_score_set(children: Path, opened: Any) -> None:
     s = opened()
     told: list[tuple[int, int, str]] = []
-    out = topk_parity(s, topk_score_sets(CALL, 0), 0, 0, lambda *step: told.append(step))
+    out = topk_parity(s, topk_score_sets(CALL, 0), 0, lambda *step: told.append(step))
     assert [(c["setting"], c["cases"]) for c in started(children)] == [
         ("a", [["reference", "split"]] * len(SCORE_SETS)), ("b", [["reference", "cluster"]] * len(SCORE_SETS))]
     # each score set's rows together, in order: this process's, then setting a's, then b's; no child's reference
@@ -105,10 +105,10 @@ def test_the_record_is_as_when_each_case_runs_alone(children: Path, opened: Any)
     sets = topk_score_sets(CALL, 0)[:3]
     orders = [("wide", "split", "cluster"), ("cluster", "wide", "split"), ("split", "cluster")]
     together, alone = opened(), opened()
-    run_cases(together, [topk_case(together, lambda inp=inp: inp, 0, v, 0) for inp, v in zip(sets, orders)], 0)
+    run_cases(together, [topk_case(together, lambda inp=inp: inp, v, 0) for inp, v in zip(sets, orders)])
     assert len(started(children)) == 2
     for inp, v in zip(sets, orders):
-        run_topk_case(alone, inp, 0, v, 0)
+        run_topk_case(alone, inp, v, 0)
     assert len(started(children)) == 2 + 6
     assert rows(together) == rows(alone) and rows(together)["parity"]
 
@@ -137,7 +137,7 @@ def test_a_failing_child_raises_with_the_tail_of_its_output(children: Path, open
     monkeypatch.setenv("FAKE_CHILD_FAIL", "1")
     s = opened()
     with pytest.raises(SwitchedRunError, match=r"^the child running split failed \(exit 3\):\n") as failed:
-        topk_parity(s, topk_score_sets(CALL, 0), 0, 0)
+        topk_parity(s, topk_score_sets(CALL, 0), 0)
     assert "fake child: attaching the builds" in str(failed.value) and "setting a refused" in str(failed.value)
     assert {p.case["score_set"] for p in s.record.parity} == set(SCORE_SETS)  # this process's rows, every case's
 
@@ -150,7 +150,7 @@ def test_an_interrupted_run_keeps_every_case_run_here(children: Path, opened: An
     monkeypatch.setattr(stages, "run_switched", interrupted)
     s = opened()
     with pytest.raises(KeyboardInterrupt):
-        topk_parity(s, topk_score_sets(CALL, 0), 0, 0)
+        topk_parity(s, topk_score_sets(CALL, 0), 0)
     assert {p.case["score_set"] for p in s.record.parity} == set(SCORE_SETS)
     assert {p.subject.split(" (")[0] for p in s.record.parity} >= {"reference", "wide"}
 
@@ -164,7 +164,7 @@ def test_each_cases_inputs_reach_the_child_bit_for_bit(children: Path, opened: A
     scores = topk.scores.copy()
     scores[0, :3] = [-0.0, np.float32("nan"), np.frombuffer(np.uint32(0x7FC00ABC).tobytes(), np.float32)[0]]
     topk = dataclasses.replace(topk, scores=scores)
-    run_cases(s, [scorer_case(s, lambda: scorer, 0, ("halve",)), topk_case(s, lambda: topk, 0, ("split",), 0)], 0)
+    run_cases(s, [scorer_case(s, lambda: scorer, ("halve",)), topk_case(s, lambda: topk, ("split",), 0)])
     assert [c["setting"] for c in started(children)] == ["a"]
     for i, given in enumerate((scorer, topk)):
         with np.load(children / "inputs" / f"a-{i}.npz") as read:

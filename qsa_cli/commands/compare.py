@@ -56,5 +56,5 @@ def command(base_side: str, candidate_side: str, args: tuple[str, ...], config_n
     else:
         call, iters = decode_call(args, "compare")
     with open_session(opts, "compare", iters, config, sides, cpu_runs=False) as s:
-        compare_run(s, call, iters, config, tolerance)
+        compare_run(s, call, config, tolerance)
     return finish(of_compare(compare.judge(s.record), s.record), shown, opts["json_path"])

@@ -112,7 +112,7 @@ def command(baseline_path: str | None, baseline_dir: str | None, results_path: s
         config = load_config(config_path(config_name))
         settings = session.Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id,
                                     engines=(*config.engines, *engines), adapter=opts["adapter"],
-                                    kernels=opts["kernels"], limits=(*config.limits, *limits))
+                                    kernels=opts["kernels"], limits=(*config.limits, *limits), iters=config.iterations)
         with (kept_if_interrupted(session.session(settings, "gate", sys.argv[1:]), json_path) as s,
               progress_on(opts["quiet"]) as progress):
             baseline = baseline or card_baseline(s.record, Path(str(baseline_dir)), config_name)

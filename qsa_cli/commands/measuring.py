@@ -88,7 +88,7 @@ def open_session(opts: dict[str, Any], command: str, iters: Iters, config: Sweep
                                 check_model=not opts["no_model"], device_id=opts["device_id"],
                                 engines=opts["engines"], adapter=opts["adapter"], variants=opts["variants"],
                                 baseline=opts["baseline"], candidate=opts["candidate"], kernels=opts["kernels"],
-                                sides=sides, limits=opts["limits"], timer=opts.get("timer", QSA_TIMER))
+                                sides=sides, limits=opts["limits"], timer=opts.get("timer", QSA_TIMER), iters=iters)
     if config is not None:  # the command line's limits after the file's, so they take their place
         settings = dataclasses.replace(settings, l2=config.l2, warmup=config.warmup, seed=config.seed,
                                        engines=(*config.engines, *settings.engines),

@@ -67,7 +67,7 @@ def command(args: tuple[str, ...], inputs_path: str | None, iters_opt: Iters, du
         given = None
     with open_session(opts, "select-bench", iters) as s, progress_on(opts["quiet"]) as progress:
         inputs = given if given is not None else scorer_inputs(call, opts["seed"], keys)
-        outcome = select_bench(s, inputs, iters, progress)
+        outcome = select_bench(s, inputs, progress)
         if dump_path:
             arrays = {k.replace("-", "_"): v for k, v in outcome.outputs.items()}
             save_npz_atomic(dump_path, steps=inputs.steps, **arrays)

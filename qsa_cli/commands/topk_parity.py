@@ -83,7 +83,7 @@ def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iter
     check_iters(iters)
     with open_session(opts, "topk-parity", iters) as s, progress_on(opts["quiet"]) as progress:
         sets = sets if sets is not None else topk_score_sets(call, opts["seed"])
-        outcome = topk_parity(s, sets, iters, active, progress)
+        outcome = topk_parity(s, sets, active, progress)
         if dump_path:
             save_npz_atomic(dump_path, **{k.replace("-", "_").replace(".", "__"): v
                                           for k, v in outcome.outputs.items()})

@@ -27,5 +27,5 @@ def command(args: tuple[str, ...], keys: str, **opts: Any) -> int:
     if opts["backend"] != "gpu":
         raise UsageProblem("window-bench replays CUDA graphs: it needs --backend gpu")
     with open_session(opts, "window-bench", iters, cpu_runs=False) as s, progress_on(opts["quiet"]) as progress:
-        window_bench(s, call, iters, keys, progress)
+        window_bench(s, call, keys, progress)
     return finish_record(s.record, shown, opts["json_path"])

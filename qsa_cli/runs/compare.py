@@ -7,12 +7,11 @@ from typing import Any
 
 from ..core.geometry import Call
 from ..session import Session
-from ..timing import Iters
 from .stages import run_scorer_case, scorer_inputs, topk_parity, topk_score_sets, window_bench
 from .sweep import sweep
 
 
-def compare_run(s: Session, call: Call | None, iters: Iters, config: Any = None, tolerance: float = 0.05) -> None:
+def compare_run(s: Session, call: Call | None, config: Any = None, tolerance: float = 0.05) -> None:
     """Both sides on the same inputs into the session's record: the scorer on the call, the top-k on its
     four score sets (a decode call), and the window's pairs (or every case of ``config``); every pair's
     candidate checked bit for bit against its base, both against qsa's reference and the CPU model."""
@@ -29,8 +28,8 @@ def compare_run(s: Session, call: Call | None, iters: Iters, config: Any = None,
                    "bits and FAST / SLOW / SAME")
         return
     if compared.pairs["scores"]:
-        run_scorer_case(s, scorer_inputs(call, s.settings.seed), iters)
+        run_scorer_case(s, scorer_inputs(call, s.settings.seed))
     if compared.pairs["topk"]:
-        topk_parity(s, topk_score_sets(call, s.settings.seed), iters, 0)
+        topk_parity(s, topk_score_sets(call, s.settings.seed), 0)
     if compared.pairs["window"]:
-        window_bench(s, call, iters)
+        window_bench(s, call)

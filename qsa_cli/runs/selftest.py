@@ -65,7 +65,7 @@ def topk_selftest(s: Session, seed: int, progress: Progress = no_progress) -> li
             progress(i, total, f"top-k {call.kind} ctx={call.ctx} cap={call.capacity}")
             t0 = time.perf_counter()
             sets, oracles = zip(*(next(made) for _ in SCORE_SETS))
-            out = topk_parity(s, list(sets), 0, call.active_blocks, oracles=list(oracles))
+            out = topk_parity(s, list(sets), call.active_blocks, oracles=list(oracles))
             failures = _parity_failures(out)
             rows.append(SelftestRow(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity), not failures,
                                     time.perf_counter() - t0, failures[0] if failures else ""))
@@ -214,14 +214,14 @@ def _models_and_kernels(s: Session, made: Iterator[Any], cases: int, models: _Ro
 
 def _scorer_kernels(s: Session, variants: tuple[str, ...], inputs: ScorerInputs, model: np.ndarray) -> StageOutcome:
     """``variants`` on a scorer case's inputs, against the model made with them."""
-    return s.take(scores_stage.run_scores(inputs, s.measurer(0), s.variants("scores", variants), s.roles["scores"],
+    return s.take(scores_stage.run_scores(inputs, s.measurer, s.variants("scores", variants), s.roles["scores"],
                                           s.launcher, model=model))
 
 
 def _topk_kernels(s: Session, variants: tuple[str, ...], active_blocks: int, inputs: TopkInputs,
                   oracle: np.ndarray) -> StageOutcome:
     """Parity only: ``variants`` on a score set, against each other and the oracle's ids made with it."""
-    return run_topk_case(s, inputs, 0, variants, active_blocks, check_model=True, oracle=oracle)
+    return run_topk_case(s, inputs, variants, active_blocks, check_model=True, oracle=oracle)
 
 
 def _models_rows(s: Session, g: Session | None, made: Iterator[Any], rows: list[SelftestRow],
@@ -256,7 +256,7 @@ def _topk_call_check(s: Session, call: Call, made: Iterator[Any], variants: tupl
     out = StageOutcome()
     for _ in SCORE_SETS:
         inputs, oracle = next(made)
-        out.extend(run_topk_case(s, inputs, 0, variants, call.active_blocks, check_model=True, oracle=oracle))
+        out.extend(run_topk_case(s, inputs, variants, call.active_blocks, check_model=True, oracle=oracle))
     return len(out.parity), _parity_failures(out)
 
 
@@ -288,14 +288,14 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
     so_far = so_far if so_far is not None else SelftestSoFar()
     rows = so_far.rows
     total = 3 + (5 if found.available else 0)  # the CPU's checks, and the GPU's
-    cpu = Settings(backend="cpu", seed=settings.seed, kernels=settings.kernels)
+    cpu = Settings(backend="cpu", seed=settings.seed, kernels=settings.kernels, iters=0)
     with contextlib.ExitStack() as stack:
         s = stack.enter_context(session(cpu, "selftest", argv))
         so_far.record = s.record
         # the workers start first: they make the first cases while the device's session opens
         made = stack.enter_context(in_order(_tasks(s, settings.seed, found.available)))
-        g = stack.enter_context(session(replace(settings, backend="gpu"), "selftest", argv)) if found.available \
-            else None
+        gpu = replace(settings, backend="gpu", iters=0)
+        g = stack.enter_context(session(gpu, "selftest", argv)) if found.available else None
         progress(0, total, "constants")
         rows.append(_timed("constants: kernels/qsa_common.cuh == geometry", lambda: _constants_check(s)))
         if g is not None:  # first, while the card is quiet: the sanitizer's children start after it

@@ -24,7 +24,6 @@ from ..stages import scores as scores_stage
 from ..stages import topk as topk_stage
 from ..stages import window as window_stage
 from ..stages.common import StageOutcome
-from ..timing import Iters
 from ..variant_child import SwitchedCase, run_switched, save_inputs, switches_of
 
 
@@ -114,13 +113,30 @@ class _InCaseOrder:
         return outs
 
 
-def run_cases(s: Session, cases: list[Case], iters: Iters, progress: Progress = no_progress) -> list[StageOutcome]:
-    """Every case's variants that run in this process, case by case, each case's rows taken into the record as
-    it ends (an interrupted run keeps them); then each switch setting's variants (an engine's
-    ``NAME.KIND[K=V]``) in ONE child of its own over every case they run on (qsa_cli/variant_child.py: a
-    child's start-up costs seconds), their rows placed in the record after their case's, so that it reads
-    as if each case had run alone. Each case's outcome, in order; ``progress``: each case (named by its
-    label; a run of one case: each of its variants run here), then each child, then the end."""
+def run_cases(s: Session, cases: list[Case], progress: Progress = no_progress) -> list[StageOutcome]:
+    """Every case's variants, case by case (each case's inputs made as its turn comes), each case's rows taken
+    into the record as it ends (an interrupted run keeps them); each case's outcome, in order. ``progress``:
+    each case (named by its label; a run of one case: each of its variants). Variants under an engine's
+    switches (``NAME.KIND[K=V]``) go through ``_run_switched``."""
+    if any(switches_of(s.catalog, case.stage, name) for case in cases for name in case.variants):
+        return _run_switched(s, cases, progress)
+    alone = len(cases) == 1
+    total = len(cases[0].variants) if alone else len(cases)
+    outcomes = []
+    for i, case in enumerate(cases):
+        if not alone:
+            progress(i, total, case.label)
+        outcomes.append(s.take(case.run_here(case.make(), case.variants, progress if alone else no_progress)))
+    progress(total, total, "done")
+    return outcomes
+
+
+def _run_switched(s: Session, cases: list[Case], progress: Progress) -> list[StageOutcome]:
+    """``run_cases`` for a run with switched variants: the variants that run in this process case by case,
+    then each switch setting's variants in ONE child of its own over every case they run on
+    (qsa_cli/variant_child.py: a child's start-up costs seconds), their rows placed in the record after
+    their case's, so that it reads as if each case had run alone; ``progress``: each case (a run of one case:
+    each of its variants run here), then each child, then the end."""
     here_of: list[tuple[str, ...]] = []
     local: list[list[tuple[tuple[str, str], ...]]] = []  # each case's switch settings, as its variants name them
     groups: dict[tuple[tuple[str, str], ...], dict[int, tuple[str, ...]]] = {}  # setting -> case -> variants
@@ -161,58 +177,56 @@ def run_cases(s: Session, cases: list[Case], iters: Iters, progress: Progress = 
                                      cases[i].active_blocks) for i, names_i in by_case.items()]
             job = {"roles": s.roles, "check_model": s.settings.check_model, "device_id": s.settings.device_id,
                    "pci_bus_id": s.record.device["pci_bus_id"], "kernels": str(s.catalog.kernel_folder)}
-            for i, out in zip(by_case, run_switched(s.catalog, switches, switched, s.measurer(iters), job)):
+            for i, out in zip(by_case, run_switched(s.catalog, switches, switched, s.measurer, job)):
                 merged.take(i, 1 + local[i].index(switches), out)
     progress(total, total, "done")
     return merged.outcomes()
 
 
-def scorer_case(s: Session, make: Callable[[], ScorerInputs], iters: Iters, variants: tuple[str, ...],
+def scorer_case(s: Session, make: Callable[[], ScorerInputs], variants: tuple[str, ...],
                 label: str = "scores") -> Case:
     def here(inputs: ScorerInputs, names: tuple[str, ...], told: Progress) -> StageOutcome:
-        return scores_stage.run_scores(inputs, s.measurer(iters), s.variants("scores", names), s.roles["scores"],
+        return scores_stage.run_scores(inputs, s.measurer, s.variants("scores", names), s.roles["scores"],
                                        s.launcher, s.settings.check_model,
                                        s.compared_bits("scores"), told)
 
     return Case("scores", variants, make, here, label)
 
 
-def run_scorer_case(s: Session, inputs: ScorerInputs, iters: Iters, variants: tuple[str, ...] | None = None,
+def run_scorer_case(s: Session, inputs: ScorerInputs, variants: tuple[str, ...] | None = None,
                     progress: Progress = no_progress) -> StageOutcome:
     """``variants`` (none: ``scorer_variants``) on one scorer case."""
-    case = scorer_case(s, lambda: inputs, iters, variants or scorer_variants(s, inputs.nq))
-    return run_cases(s, [case], iters, progress)[0]
+    case = scorer_case(s, lambda: inputs, variants or scorer_variants(s, inputs.nq))
+    return run_cases(s, [case], progress)[0]
 
 
-def select_bench(s: Session, inputs: ScorerInputs, iters: Iters, progress: Progress = no_progress) -> StageOutcome:
+def select_bench(s: Session, inputs: ScorerInputs, progress: Progress = no_progress) -> StageOutcome:
     """The seed's decode-call scorer benchmark: the baseline and the candidate (and any engine checkout's
     scorers, and the scorer the engine dispatches for the call) on the same inputs, hashes, times;
     ``progress``: each variant."""
     s.record_settings(dispatch=s.dispatch_summary("decode", inputs.max_blocks))
-    return run_scorer_case(s, inputs, iters, progress=progress)
+    return run_scorer_case(s, inputs, progress=progress)
 
 
-def topk_case(s: Session, make: Callable[[], TopkInputs], iters: Iters, variants: tuple[str, ...],
-              active_blocks: int, check_model: bool | None = None, oracle: np.ndarray | None = None,
-              label: str = "topk") -> Case:
+def topk_case(s: Session, make: Callable[[], TopkInputs], variants: tuple[str, ...], active_blocks: int,
+              check_model: bool | None = None, oracle: np.ndarray | None = None, label: str = "topk") -> Case:
     """A top-k case; ``oracle``: the CPU oracle's ids of its inputs, made beforehand (else made as the check
     needs them)."""
     def here(inputs: TopkInputs, names: tuple[str, ...], told: Progress) -> StageOutcome:
-        return topk_stage.run_topk(inputs, s.measurer(iters), s.variants("topk", names), s.roles["topk"], s.launcher,
+        return topk_stage.run_topk(inputs, s.measurer, s.variants("topk", names), s.roles["topk"], s.launcher,
                                    active_blocks, s.settings.check_model if check_model is None else check_model,
-                                   argpartition=s.on_gpu and iters != 0, same_bits=s.compared_bits("topk"),
+                                   argpartition=s.on_gpu and s.measurer.iters != 0, same_bits=s.compared_bits("topk"),
                                    oracle=oracle)
 
     return Case("topk", variants, make, here, label, active_blocks)
 
 
-def run_topk_case(s: Session, inputs: TopkInputs, iters: Iters, variants: tuple[str, ...], active_blocks: int,
+def run_topk_case(s: Session, inputs: TopkInputs, variants: tuple[str, ...], active_blocks: int,
                   check_model: bool | None = None, oracle: np.ndarray | None = None) -> StageOutcome:
-    case = topk_case(s, lambda: inputs, iters, variants, active_blocks, check_model, oracle)
-    return run_cases(s, [case], iters)[0]
+    return run_cases(s, [topk_case(s, lambda: inputs, variants, active_blocks, check_model, oracle)])[0]
 
 
-def topk_parity(s: Session, inputs: list[TopkInputs], iters: Iters, active_blocks: int,
+def topk_parity(s: Session, inputs: list[TopkInputs], active_blocks: int,
                 progress: Progress = no_progress, oracles: list[np.ndarray | None] | None = None) -> StageOutcome:
     """Every variant on every score set; times, identical-id counts, and the dispatched variant;
     ``progress``: each score set, then each child of switched variants; ``oracles``: each set's CPU oracle ids,
@@ -220,17 +234,16 @@ def topk_parity(s: Session, inputs: list[TopkInputs], iters: Iters, active_block
     variants = s.here("topk", inputs[0].max_blocks, active_blocks)
     kind = "prompt" if active_blocks else "decode"
     s.record_settings(dispatch=s.dispatch_summary(kind, inputs[0].max_blocks))
-    cases = [topk_case(s, lambda given=inp: given, iters, variants, active_blocks,
+    cases = [topk_case(s, lambda given=inp: given, variants, active_blocks,
                        oracle=oracles[i] if oracles else None, label=f"topk {inp.score_set}")
              for i, inp in enumerate(inputs)]
     out = StageOutcome()
-    for inp, case_out in zip(inputs, run_cases(s, cases, iters, progress)):
+    for inp, case_out in zip(inputs, run_cases(s, cases, progress)):
         out.extend(case_out, prefix=f"{inp.score_set}.")
     return out
 
 
-def window_bench(s: Session, call: Call, iters: Iters, keys: str = DEFAULT_KEYS,
-                 progress: Progress = no_progress) -> StageOutcome:
+def window_bench(s: Session, call: Call, keys: str = DEFAULT_KEYS, progress: Progress = no_progress) -> StageOutcome:
     """Each kernel pair this device runs, captured as one CUDA graph (scores then top-k), replays timed, on
     synthetic inputs of a ``keys`` kind: the catalog's pairs, qsa's top-k variants that follow its candidate
     scorer after the fastest scorer at the call's count too (dispatch.FASTEST_DECODE_SCORERS), and the pair the
@@ -256,7 +269,7 @@ def window_bench(s: Session, call: Call, iters: Iters, keys: str = DEFAULT_KEYS,
                                  for scorer, topk in chosen)}
 
     def here(given: ScorerInputs, names: tuple[str, ...], told: Progress) -> StageOutcome:
-        return window_stage.run_window(given, s.measurer(iters), tuple(named[n] for n in names), s.launcher,
+        return window_stage.run_window(given, s.measurer, tuple(named[n] for n in names), s.launcher,
                                        s.compared_bits("window"), told)
 
-    return run_cases(s, [Case("window", tuple(named), lambda: inputs, here, "window")], iters, progress)[0]
+    return run_cases(s, [Case("window", tuple(named), lambda: inputs, here, "window")], progress)[0]

@@ -41,14 +41,14 @@ def sweep(s: Session, config: Any, stage: str | None = None, progress: Progress 
         call = case.call
         if case.stage == "scores":  # each case's inputs made as its turn comes
             variants = s.chosen(config.variants_for("scores", s.catalog)) or scorer_variants(s, call.nq)
-            runs.append(scorer_case(s, functools.partial(scorer_inputs, call, config.seed, case.keys),
-                                    config.iterations, variants, label))
+            runs.append(scorer_case(s, functools.partial(scorer_inputs, call, config.seed, case.keys), variants,
+                                    label))
         else:
             available = s.here("topk", call.max_blocks, call.active_blocks)
             variants = tuple(v for v in config.variants_for("topk", s.catalog) if v in available)
             made = functools.partial(synthetic_scores, call, case.score_set or "continuous", config.seed)
-            runs.append(topk_case(s, made, config.iterations, variants, call.active_blocks, label=label))
-    run_cases(s, runs, config.iterations, progress)  # each switch setting in one child over all the cases
+            runs.append(topk_case(s, made, variants, call.active_blocks, label=label))
+    run_cases(s, runs, progress)  # each switch setting in one child over all the cases
     if times_judged(s.record.backend):
         check_thresholds(s.record, config.thresholds)
     elif config.thresholds:
