@@ -14,6 +14,7 @@ SLOW = {
     "tests/test_engine_gpu.py::test_engine_switch_settings_in_a_child",
     "tests/test_engine_cli_gpu.py::test_sanitize_runs_the_checkouts_variants",
     "tests/test_engine_cli_gpu.py::test_sanitize_runs_a_newer_checkouts_paths_under_their_switches",
+    "tests/test_ci_recipe.py::test_the_workflows_commands_judge_three_pull_requests_and_keep_main_s_baseline",
 }
 # The cluster top-k's tests whose wide-size cases (16 CTAs a query) run in the slow suite, their 8-CTA
 # cases in the quick one (test_the_wide_kernel_matches_oracle: every window but 420K)
