@@ -8,6 +8,7 @@ import os
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -86,3 +87,31 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["--version"])
     assert info.value.code == 0 and capsys.readouterr().out.startswith("qsa, version ")
+
+
+
+# the runs of other commands: what a plain measuring run never needs
+OTHER_RUNS = {"qsa_cli.runs.selftest", "qsa_cli.runs.sanitizer", "qsa_cli.sanitize", "qsa_cli.sanitize_child",
+              "qsa_cli.runs.compare", "qsa_cli.runs.info", "qsa_cli.output.plot"}
+RUNNERS = {"qsa_cli.runs.stages", "qsa_cli.session", "qsa_cli.stages.base", "qsa_cli.timing", "qsa_cli.engine.build"}
+
+
+@pytest.mark.parametrize(("argv", "foreign"), [
+    (["select-bench", "64", "1", "1", "128", "--backend", "cpu", "--quiet"], OTHER_RUNS),
+    (["report", "docs/results/h200-2026-11-30/ci.json"], OTHER_RUNS | RUNNERS),
+], ids=lambda v: v[0] if isinstance(v, list) else "")
+def test_a_command_loads_what_it_runs_and_no_other_commands_run(argv: list[str], foreign: set[str]) -> None:
+    """The modules of qsa a command loads, counted in a fresh interpreter: its own command module and no other
+    command's, and none of another command's runs (a plain measuring run on the CPU backend; a report, which
+    reads a record and runs nothing)."""
+    res = subprocess.run(
+        [sys.executable, "-c",
+         "import json, sys\nfrom qsa_cli.cli import main\n"
+         f"try:\n    main({argv!r})\nexcept SystemExit as done:\n    code = done.code\n"
+         "print(json.dumps([code, sorted(m for m in sys.modules if m.startswith('qsa_cli'))]), file=sys.stderr)\n"],
+        capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"}, cwd=Path(__file__).resolve().parent.parent)
+    code, loaded = json.loads(res.stderr.strip().splitlines()[-1])
+    assert code == 0, res.stderr
+    command_modules = {f"qsa_cli.commands.{entry.module}" for entry in COMMANDS.values()}
+    assert command_modules & set(loaded) == {f"qsa_cli.commands.{COMMANDS[argv[0]].module}"}, len(loaded)
+    assert not foreign & set(loaded), f"{len(loaded)} modules of qsa loaded, of them {sorted(foreign & set(loaded))}"

@@ -19,6 +19,7 @@ from qsa_cli.inputs import SCORE_SETS, synthetic_scorer_inputs, synthetic_scores
 from qsa_cli.interrupts import Interrupted, interruptions, signal_of
 from qsa_cli.model.scores import score_blocks
 from qsa_cli.model.topk import topk_ids
+from qsa_cli.record.schema import SelftestCheck
 from qsa_cli.record.vocabulary import CPU_MODEL, CPU_ORACLE
 from qsa_cli.runs import pool
 from qsa_cli.runs import selftest as selftest_run
@@ -141,7 +142,7 @@ def test_selftests_kernels_rows_run_each_case_made_once_for_both_rows(monkeypatc
     "kernels" are the models): its rows and parity rows are the models' rows, check for check."""
     monkeypatch.setattr(selftest_run, "SELFTEST_SCORER_CASES", ((4099, 2, 8192),))
     monkeypatch.setattr(selftest_run, "SELFTEST_TOPK_CASES", ((4099, 8192),))
-    rows: list[selftest_run.SelftestRow] = []
+    rows: list[SelftestCheck] = []
     with session(Settings(backend="cpu", seed=5, iters=0), "selftest", []) as s, \
             session(Settings(backend="cpu", seed=5, iters=0), "selftest", []) as gpu:
         tasks = selftest_run._tasks(s, 5, on_gpu=True)

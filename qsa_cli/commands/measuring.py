@@ -22,13 +22,12 @@ from ..output.printed import of_selftest
 from ..output.progress import progress_on
 from ..record.schema import RunRecord, SelftestCheck
 from ..record.vocabulary import QSA_TIMER
-from ..runs.selftest import SelftestRow
 from ..runs.sweep import sweep
 from ..session import Session
 from ..sides import SideSpec
 from ..timing import Iters
 from .exit_status import UsageProblem
-from .finish import STDOUT, finish, finish_record, write_record
+from .finish import STDOUT, Presentation, finish, finish_record, write_record
 from .options import check_distinct
 from .run_options import check_run_options, stopping_rule
 
@@ -114,7 +113,7 @@ def _cpu_advised(opened: AbstractContextManager[Session]) -> Iterator[Session]:
         raise NoDeviceError(f"{missing} (use --backend cpu to run the CPU models)") from None
 
 
-def run_sweep(config_name: str, stage: str | None, opts: dict[str, Any], fmt: str, command: str) -> int:
+def run_sweep(config_name: str, stage: str | None, opts: dict[str, Any], shown: Presentation, command: str) -> int:
     """The cases of a YAML sweep (only ``stage``'s, when given), measured and finished."""
     check_distinct({"--json": opts["json_path"]}, {"--config": str(config_path(config_name))})
     config = load_config(config_path(config_name))
@@ -122,15 +121,15 @@ def run_sweep(config_name: str, stage: str | None, opts: dict[str, Any], fmt: st
         raise UsageProblem(f"{config.source} has no {stage} cases")
     with open_session(opts, command, config.iterations, config) as s, progress_on(opts["quiet"]) as progress:
         sweep(s, config, stage, progress)
-    return finish_record(s.record, fmt, opts["json_path"])
+    return finish_record(s.record, shown, opts["json_path"])
 
 
-def with_checks(record: RunRecord, rows: list[SelftestRow]) -> RunRecord:
+def with_checks(record: RunRecord, rows: list[SelftestCheck]) -> RunRecord:
     """A selftest's checks into its record (the runner returns them beside it)."""
-    record.checks = [SelftestCheck(r.check, r.cases, r.passed, r.seconds, r.detail) for r in rows]
+    record.checks = list(rows)
     return record
 
 
-def finish_selftest(record: RunRecord, rows: list[SelftestRow], fmt: str, json_path: str | None) -> int:
+def finish_selftest(record: RunRecord, rows: list[SelftestCheck], shown: Presentation, json_path: str | None) -> int:
     """A selftest's checks into its record, then the one finish path."""
-    return finish(of_selftest(with_checks(record, rows)), fmt, json_path)
+    return finish(of_selftest(with_checks(record, rows)), shown, json_path)

@@ -27,7 +27,7 @@ from ..model.scores import score_blocks
 from ..model.topk import topk_ids
 from ..nvbench_timer import L2_STATE as NVBENCH_L2
 from ..nvbench_timer import NvbenchTimer, cuda_bench, nvbench_used
-from ..record.schema import RunRecord
+from ..record.schema import RunRecord, SelftestCheck
 from ..record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from ..sanitize import Children, default_jobs, find_sanitizer
 from ..session import Session, Settings, session
@@ -42,16 +42,7 @@ from .stages import run_topk_case, topk_parity, topk_score_set
 SELFTEST_CONFIG = "selftest"  # configs/selftest.yaml: spec section 6's matrix, plus up to 1,048,576 cells
 
 
-@dataclass
-class SelftestRow:
-    check: str
-    cases: int
-    passed: bool | None  # None: skipped
-    seconds: float
-    detail: str = ""
-
-
-def topk_selftest(s: Session, seed: int, progress: Progress = no_progress) -> list[SelftestRow]:
+def topk_selftest(s: Session, seed: int, progress: Progress = no_progress) -> list[SelftestCheck]:
     """Spec section 6's matrix (configs/selftest.yaml): decode calls of 8 queries without the count and
     prompt calls of 64 with it, every score set, every variant this device runs, and the CPU oracle;
     ``progress``: each call, then the CUDA graph's replays. The score sets and their oracle's ids are made
@@ -67,7 +58,7 @@ def topk_selftest(s: Session, seed: int, progress: Progress = no_progress) -> li
             sets, oracles = zip(*(next(made) for _ in SCORE_SETS))
             out = topk_parity(s, list(sets), call.active_blocks, oracles=list(oracles))
             failures = _parity_failures(out)
-            rows.append(SelftestRow(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity), not failures,
+            rows.append(SelftestCheck(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity), not failures,
                                     time.perf_counter() - t0, failures[0] if failures else ""))
     if s.on_gpu:
         candidate = s.roles["topk"]["candidate"]  # the kernel with scratch a call must leave clean
@@ -76,7 +67,7 @@ def topk_selftest(s: Session, seed: int, progress: Progress = no_progress) -> li
         call = Call(524288, MAX_QUERIES, 524288)
         ok, detail = topk_stage.graph_replay_check(synthetic_scores(call, "levels64", seed), 50,
                                                    s.catalog.get("topk", candidate), s.launcher)
-        rows.append(SelftestRow(f"top-k {candidate}, CUDA graph x50", 1, ok, time.perf_counter() - t0, detail))
+        rows.append(SelftestCheck(f"top-k {candidate}, CUDA graph x50", 1, ok, time.perf_counter() - t0, detail))
     progress(total, total, "done")
     return rows
 
@@ -95,10 +86,10 @@ TIMERS_TOLERANCE, TIMERS_TOLERANCE_US = 0.05, 0.5
 SELFTEST_SANITIZERS = ("memcheck", "racecheck")  # the fast subset: one small call of every variant
 
 
-def _timed(name: str, body: Callable[[], tuple[int, list[str]]]) -> SelftestRow:
+def _timed(name: str, body: Callable[[], tuple[int, list[str]]]) -> SelftestCheck:
     t0 = time.perf_counter()
     cases, failures = body()
-    return SelftestRow(name, cases, not failures, time.perf_counter() - t0, failures[0] if failures else "")
+    return SelftestCheck(name, cases, not failures, time.perf_counter() - t0, failures[0] if failures else "")
 
 
 def _parity_failures(outcome: StageOutcome) -> list[str]:
@@ -193,8 +184,8 @@ class _RowSoFar:
         self.checks += len(outcome.parity)
         self.failures += _parity_failures(outcome)
 
-    def row(self) -> SelftestRow:
-        return SelftestRow(self.name, self.checks, not self.failures, self.seconds,
+    def row(self) -> SelftestCheck:
+        return SelftestCheck(self.name, self.checks, not self.failures, self.seconds,
                            self.failures[0] if self.failures else "")
 
 
@@ -224,7 +215,7 @@ def _topk_kernels(s: Session, variants: tuple[str, ...], active_blocks: int, inp
     return run_topk_case(s, inputs, variants, active_blocks, check_model=True, oracle=oracle)
 
 
-def _models_rows(s: Session, g: Session | None, made: Iterator[Any], rows: list[SelftestRow],
+def _models_rows(s: Session, g: Session | None, made: Iterator[Any], rows: list[SelftestCheck],
                  progress: Progress, total: int) -> None:
     """The CPU models' rows (scorer, top-k) and, on the GPU (``g``), the kernels' (scorer, top-k), in that
     order into ``rows``: each case's models and kernels as it is made (``_models_and_kernels``), so that
@@ -271,11 +262,11 @@ class SelftestSoFar:
     rows too) and the checks done, which an interrupted selftest still records."""
 
     record: RunRecord | None = None
-    rows: list[SelftestRow] = field(default_factory=list)
+    rows: list[SelftestCheck] = field(default_factory=list)
 
 
 def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: Progress = no_progress,
-             so_far: SelftestSoFar | None = None) -> tuple[RunRecord, list[SelftestRow]]:
+             so_far: SelftestSoFar | None = None) -> tuple[RunRecord, list[SelftestCheck]]:
     """Every check this machine can run: the CPU models always, the kernels when a device is found
     (``require_gpu``: a missing device is a NoDeviceError before anything runs); ``progress``: each check;
     ``so_far``: filled as the checks go. On the GPU the timers' check runs first, on a quiet card (the workers
@@ -309,7 +300,7 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
                 g.record.parity = s.record.parity + g.record.parity
                 so_far.record = g.record
         if g is None or sanitized is None:
-            rows.append(SelftestRow("GPU checks", 0, None, 0.0, f"skipped: {found.reason}"))
+            rows.append(SelftestCheck("GPU checks", 0, None, 0.0, f"skipped: {found.reason}"))
             progress(total, total, "done")
             return s.record, rows
         d = g.dispatch("decode", DISPATCH_CALL.max_blocks)
@@ -328,7 +319,7 @@ def timers_disagree(ours_us: float, nvbench_us: float) -> bool:
     return abs(ours_us - nvbench_us) > max(TIMERS_TOLERANCE * nvbench_us, TIMERS_TOLERANCE_US)
 
 
-def timers_check(s: Session, seed: int) -> SelftestRow:
+def timers_check(s: Session, seed: int) -> SelftestCheck:
     """qsa's timer (--l2 dirty, ITERS auto) and nvbench's (cold, stdrel) on the same launchers, each median
     against the other's; skipped, and said so, where cuda-bench is missing or nvbench already ran here."""
     name = (f"timers: qsa --l2 {NVBENCH_L2} == nvbench cold (within {TIMERS_TOLERANCE:.0%} or "
@@ -338,7 +329,7 @@ def timers_check(s: Session, seed: int) -> SelftestRow:
         if nvbench_used():
             raise TimerError("nvbench runs once per process and already ran in this one")
     except TimerError as unavailable:
-        return SelftestRow(name, 0, None, 0.0, f"skipped: {unavailable}")
+        return SelftestCheck(name, 0, None, 0.0, f"skipped: {unavailable}")
     t0 = time.perf_counter()
     timer = DeviceTimer(l2=NVBENCH_L2, warmup=s.settings.warmup, kernels=s.catalog.kernel_folder)
     nvbench = NvbenchTimer(bench, s.settings.device_id, s.settings.warmup, batched=False)  # cold medians compared
@@ -353,17 +344,17 @@ def timers_check(s: Session, seed: int) -> SelftestRow:
     try:
         theirs = {(m.key, m.variant): m for m in nvbench.run(s.clocks)}
     except TimerError as failed:
-        return SelftestRow(name, len(ours), False, time.perf_counter() - t0, str(failed).splitlines()[0])
+        return SelftestCheck(name, len(ours), False, time.perf_counter() - t0, str(failed).splitlines()[0])
     pairs = [(m, theirs[(m.key, m.variant)]) for m in ours]
     failures = [f"{m.variant} on {m.key}: qsa {m.median_us:.2f} µs, nvbench {nv.median_us:.2f} µs"
                 for m, nv in pairs if timers_disagree(m.median_us, nv.median_us)]
     medians = "; ".join(f"{m.variant} {m.case['ctx']} x {m.case['nq']}: qsa {m.median_us:.2f}, nvbench "
                         f"{nv.median_us:.2f} µs" for m, nv in pairs)  # what agreed, said
-    return SelftestRow(name, len(ours), not failures, time.perf_counter() - t0, failures[0] if failures else medians)
+    return SelftestCheck(name, len(ours), not failures, time.perf_counter() - t0, failures[0] if failures else medians)
 
 
 @contextlib.contextmanager
-def _sanitizer_started(s: Session) -> Iterator[Callable[[], SelftestRow]]:
+def _sanitizer_started(s: Session) -> Iterator[Callable[[], SelftestCheck]]:
     """compute-sanitizer's quick matrix on every variant, started now in a thread of its own (its children
     run beside the other checks, ``sanitize.default_jobs()`` at a time); the block is given what waits for it
     and returns its row. Leaving the block before that (an interruption, an error) ends the children."""
@@ -371,7 +362,7 @@ def _sanitizer_started(s: Session) -> Iterator[Callable[[], SelftestRow]]:
     try:
         sanitizer = find_sanitizer()
     except SanitizerError as missing:
-        skipped = SelftestRow(name, 0, None, 0.0, f"skipped: {missing}")
+        skipped = SelftestCheck(name, 0, None, 0.0, f"skipped: {missing}")
         sanitizer = None
     if sanitizer is None:
         yield lambda: skipped
@@ -391,13 +382,13 @@ def _sanitizer_started(s: Session) -> Iterator[Callable[[], SelftestRow]]:
     thread = threading.Thread(target=run, name="qsa-selftest-sanitizer", daemon=True)
     thread.start()
 
-    def row() -> SelftestRow:
+    def row() -> SelftestCheck:
         thread.join()
         if "error" in ended:
             raise ended["error"]
         failed = [r for r in s.record.sanitizer if not r.passed]
         detail = f"{failed[0].variant} {failed[0].tool}: {failed[0].first_report}" if failed else ""
-        return SelftestRow(name, len(s.record.sanitizer), not failed, ended["seconds"], detail)
+        return SelftestCheck(name, len(s.record.sanitizer), not failed, ended["seconds"], detail)
 
     try:
         yield row
