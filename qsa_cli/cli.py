@@ -44,6 +44,9 @@ COMMANDS = {
                           "must be in the run and not SLOW."),
     "baseline": Entry("baseline", "Baselines kept per card: promote a passing run to be its card's, list each "
                                   "card's (qsa gate --baseline-dir takes them)."),
+    "history": Entry("history", "Each card's figures across commits: per (case, variant) the latest median, its change "
+                                "against the previous run and the first, and the steps (the commits where the median "
+                                "moved beyond the noise of the runs around it, and whether the bits changed there)."),
     "report": Entry("report", "Re-render saved result records (a qsa compare run's with its before / after table "
                               "first)."),
     "plot": Entry("plot", "Median time per call in small multiples (a panel per stage, inputs and query count), the "

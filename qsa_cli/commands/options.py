@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ..core.files import check_writable
-from ..output import FORMATS
+from ..output import EXPORTS, FORMATS
 from .exit_status import UsageProblem
 from .finish import STDOUT
 
@@ -83,14 +83,20 @@ def with_options(options: list[Decorator]) -> Decorator:
     return lambda f: functools.reduce(lambda acc, opt: opt(acc), reversed(options), f)
 
 
+_FORMAT_HELP = ("How to print the results: tables (the default; folded to the width where a table does not fit), "
+                "pull-request markdown, CSV (a line per stage, case and variant) or the JSON record.")
 FORMAT_OPTION_LIST = [
-    click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-                 help="How to print the results: tables (the default; folded to the width where a table "
-                      "does not fit), pull-request markdown, CSV (a line per stage, case and variant) or "
-                      "the JSON record."),
+    click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help=_FORMAT_HELP),
     click.option("--markdown", is_flag=True, help="The same as --format markdown."),
 ]
 FORMAT_OPTIONS = with_options(FORMAT_OPTION_LIST)  # --format and --markdown: how a command prints its results
+# a command whose results are timings also exports them to the dashboards' formats (output/export.py)
+EXPORT_FORMAT_OPTIONS = with_options([
+    click.option("--format", "fmt", type=click.Choice((*FORMATS, *EXPORTS)), default=None,
+                 help=_FORMAT_HELP[:-1] + ", or the timings for a dashboard: gab (github-action-benchmark's "
+                      "customSmallerIsBetter JSON) or bmf (the Bencher Metric Format)."),
+    FORMAT_OPTION_LIST[1],
+])
 
 # what a judging command (one that gives a verdict for CI) writes and prints beside its --format (finish.py)
 CI_FLAGS = {"junit_path": "--junit", "comment_path": "--comment", "verbose": "--verbose"}

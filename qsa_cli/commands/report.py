@@ -10,13 +10,13 @@ from ..output import compare
 from ..output.printed import of_saved
 from ..record.load import load_record, merge_records
 from .finish import finish, presentation
-from .options import FORMAT_OPTIONS
+from .options import EXPORT_FORMAT_OPTIONS
 
 
 @click.command("report")
 @click.argument("paths", nargs=-1, required=True, metavar="FILE...")
 @click.option("--merge", is_flag=True, help="Render the runs as one (same device): one table across them.")
-@FORMAT_OPTIONS
+@EXPORT_FORMAT_OPTIONS
 def command(paths: tuple[str, ...], merge: bool, **opts: Any) -> int:
     """Re-render saved result records (a qsa compare run's with its before / after table first)."""
     shown = presentation(opts)

@@ -11,10 +11,12 @@ from typing import Any, TextIO
 
 from ..record.baselines import Kept
 from ..record.schema import InfoReport, RunRecord
-from . import judged
+from . import EXPORTS, judged
 from .baselines import baseline_blocks, baseline_csv, baseline_data
 from .compare import CompareResult, compare_blocks, compare_csv, compare_verdict
+from .export import Metric, export_text, metrics
 from .gate import GateResult, gate_blocks, gate_csv, gate_verdict
+from .history import CardHistory, full_blocks, history_csv, history_data, summary_blocks
 from .info import info_blocks, info_csv
 from .layout import Block, PipeConsole, Prose, markdown, print_blocks
 from .report import blocks, checks_csv, result_csv, sanitizer_csv, verdict_lines
@@ -28,12 +30,18 @@ class Printed:
     verdict: tuple[str, ...] = ()  # the last lines: PASS, or FAIL and one line per failure
     passed: bool = True
     judgement: Callable[[], judged.Judgement] | None = None  # a verdict's rows, for CI (output/ci.py)
+    metrics: Callable[[], list[Metric]] | None = None  # the timings a dashboard takes (--format gab, bmf)
 
     def write(self, fmt: str, stream: TextIO) -> None:
         """The results in ``fmt`` on ``stream``; a text table at the stream's width (a log's: 80 columns,
         or COLUMNS)."""
         if fmt == "table":
             print_blocks(PipeConsole(file=stream), self.blocks())
+            return
+        if fmt in EXPORTS:
+            assert self.metrics is not None, "only a command with timings to export offers --format " + fmt
+            stream.write(export_text(fmt, self.metrics()))
+            stream.flush()
             return
         stream.write({"markdown": lambda: markdown(self.blocks()), "csv": self.csv,
                       "json": lambda: json.dumps(self.data, indent=1) + "\n"}[fmt]())
@@ -79,6 +87,14 @@ def of_baselines(kept: Sequence[Kept], folder: str) -> Printed:
     return Printed(lambda: baseline_blocks(kept, folder), lambda: baseline_csv(kept), baseline_data(kept))
 
 
+def of_history(histories: Sequence[CardHistory], folder: str, full: bool) -> Printed:
+    """``qsa history``: every series (``full``: at a terminal, -v, markdown) or a CI log's summary and steps;
+    exported, the newest run's timings (of one card: the command asks for --card where there are several)."""
+    return Printed(lambda: (full_blocks if full else summary_blocks)(histories, folder),
+                   lambda: history_csv(histories), history_data(histories),
+                   metrics=lambda: histories[0].latest_metrics())
+
+
 def of_saved(named: Sequence[tuple[str, RunRecord, CompareResult | None]]) -> Printed:
     """``qsa report``: each record under its name (a compare run's judgement first); re-rendering decides
     nothing, so no verdict. Its JSON is the record, or a list of them."""
@@ -91,5 +107,6 @@ def of_saved(named: Sequence[tuple[str, RunRecord, CompareResult | None]]) -> Pr
         return out
 
     data = [r.to_dict() for _, r, _ in named]
+    exported = [(name if len(named) > 1 else None, r) for name, r, _ in named]
     return Printed(all_blocks, lambda: result_csv([(name, r) for name, r, _ in named]),
-                   data[0] if len(data) == 1 else data)
+                   data[0] if len(data) == 1 else data, metrics=lambda: metrics(exported))
