@@ -191,11 +191,29 @@ def check_bmf(data: Any) -> None:
             assert metric.get("lower_value", metric["value"]) <= metric["value"] <= metric.get("upper_value", metric["value"])
 
 
+# Bencher's published JSON schema of BMF (https://bencher.dev/bmf.json, on its Bencher Metric Format page)
+BMF_SCHEMA = {
+    "$schema": "http://json-schema.org/draft-07/schema", "type": "object",
+    "patternProperties": {".+": {"type": "object", "patternProperties": {".+": {
+        "type": "object", "required": ["value"],
+        "properties": {"value": {"type": "number"}, "lower_value": {"type": "number"}, "upper_value": {"type": "number"}},
+    }}}},
+}
+
+
+def check_bmf_schema(data: Any) -> None:
+    jsonschema = pytest.importorskip("jsonschema")  # check-jsonschema's, in the test extra
+    jsonschema.validate(data, BMF_SCHEMA)
+
+
 def test_the_format_checks_see_a_wrong_entry() -> None:
     with pytest.raises(AssertionError):
         check_gab([{"name": "a", "unit": "µs", "value": "1"}])
     with pytest.raises(AssertionError):
         check_bmf({"a": {"latency": {"value": 1.0, "upper": 2.0}}})
+    jsonschema = pytest.importorskip("jsonschema")
+    with pytest.raises(jsonschema.ValidationError):
+        check_bmf_schema({"a": {"latency": {"value": "88"}}})
 
 
 def test_report_and_history_export_gab_and_bmf(tmp_path: Path, capsys) -> None:
@@ -210,6 +228,7 @@ def test_report_and_history_export_gab_and_bmf(tmp_path: Path, capsys) -> None:
         _, bmf, _ = _cli([*args, "--format", "bmf"], capsys)
         metrics = json.loads(bmf)
         check_bmf(metrics)
+        check_bmf_schema(metrics)
         assert metrics[entry["name"]]["latency"]["value"] == pytest.approx(entry["value"] * 1000)
 
 
