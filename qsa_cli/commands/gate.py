@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +13,14 @@ import click
 from .. import session
 from ..config import config_path, load_config
 from ..core.errors import BaselineError
+from ..core.progress import Progress
 from ..output import gate
 from ..output.printed import of_gate
 from ..output.progress import progress_on
 from ..record import baselines
 from ..record.load import load_record
-from ..record.schema import RunRecord
-from ..runs.sweep import sweep
+from ..record.schema import Confirmation, RunRecord
+from ..runs.sweep import remeasure, sweep
 from .exit_status import UsageProblem
 from .finish import finish, presentation
 from .measuring import kept_if_interrupted
@@ -71,6 +74,9 @@ def card_baseline(record: RunRecord, folder: Path, config_name: str) -> RunRecor
               help="A (case, variant) of the baseline that the run lacks is shown, not a failure.")
 @click.option("--allow-bit-changes", is_flag=True,
               help="An output with other bits than the baseline's on the same inputs is shown, not a failure.")
+@click.option("--confirm", "confirm", type=click.IntRange(0, 10), default=1, show_default=True, metavar="N",
+              help="Before failing, measure the cases holding a SLOW row again, up to N times: a row fails only if "
+                   "SLOW each time, else it is UNCONFIRMED and passes (0: fail at once).")
 @CI_OPTIONS
 @LIMIT_OPTION
 @DEVICE_OPTION
@@ -80,7 +86,7 @@ def card_baseline(record: RunRecord, folder: Path, config_name: str) -> RunRecor
 @FORMAT_OPTIONS
 @QUIET_OPTION
 def command(baseline_path: str | None, baseline_dir: str | None, results_path: str | None, config_name: str,
-            tolerance: float, force: bool, allow_missing: bool, allow_bit_changes: bool,
+            tolerance: float, force: bool, allow_missing: bool, allow_bit_changes: bool, confirm: int,
             limits: tuple[tuple[str, str, float], ...], device_id: int, json_path: str | None,
             engines: tuple[str, ...], **opts: Any) -> int:
     """CI regression gate: parity must hold, thresholds too, and every timing of the baseline must be in
@@ -97,17 +103,27 @@ def command(baseline_path: str | None, baseline_dir: str | None, results_path: s
                                             ("--adapter adds variants to", opts["adapter"]),
                                             ("--kernels compiles the kernels of", given("kernels")),
                                             ("--config names the sweep of", given("config_name")),
-                                            ("--device picks the device of", given("device_id"))) if on), None)
+                                            ("--device picks the device of", given("device_id")),
+                                            ("--confirm measures again in", given("confirm"))) if on), None)
         if named is not None:
             raise UsageProblem(f"{named} the run the gate makes; with --results it makes none")
     check_distinct({"--json": json_path, **shown.outputs()},
                    {"--baseline": baseline_path, "--results": results_path, "--config": config_name})
     baseline = load_record(baseline_path) if baseline_path is not None else None
+
+    def judged(record: RunRecord, baseline: RunRecord) -> gate.GateResult:
+        return gate.compare(record, baseline, tolerance=tolerance, force=force, allow_missing=allow_missing,
+                            allow_bit_changes=allow_bit_changes, limits=limits)
+
     if results_path:
         record = load_record(results_path)
         baseline = baseline or card_baseline(record, Path(str(baseline_dir)), config_name)
         gate.check_comparable(record, baseline, force)
         gate.check_limits(record, limits)
+        result = judged(record, baseline)  # by the record's own rounds, where the gate that ran it made some
+        if any(r.verdict == "SLOW" for r in result.rows):
+            result = replace(result, notes=(*result.notes, "a saved run is not measured again: a SLOW row fails "
+                                            "unless its record holds a round of the gate that ran it (--confirm)"))
     else:
         config = load_config(config_path(config_name))
         settings = session.Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id,
@@ -119,6 +135,22 @@ def command(baseline_path: str | None, baseline_dir: str | None, results_path: s
             gate.check_comparable(s.record, baseline, force)  # refuse before measuring
             sweep(s, config, progress=progress)
             record = s.record
-    result = gate.compare(record, baseline, tolerance=tolerance, force=force, allow_missing=allow_missing,
-                          allow_bit_changes=allow_bit_changes, limits=limits)
+            result = confirmed(s, config, lambda: judged(record, baseline), confirm, progress)
     return finish(of_gate(result, record, baseline), shown, json_path, record_at=results_path)
+
+
+def confirmed(s: session.Session, config: Any, judge: Callable[[], gate.GateResult], rounds: int,
+              progress: Progress) -> gate.GateResult:
+    """The gate's result once each SLOW row's case was measured again (``--confirm``), round by round while a
+    row is still SLOW, up to ``rounds``: each round's measurements kept in the record's ``confirmations``, which
+    the judging reads (output/gate.py), so a saved record is judged the same later."""
+    result = judge()
+    for round_ in range(1, rounds + 1):
+        slow = {r.key for r in result.rows if r.verdict == "SLOW"}
+        if not slow:
+            break
+        click.echo(f"qsa: gate: {len(slow)} case(s) hold a SLOW row: measuring them again (round {round_} of "
+                   f"{rounds})", err=True)
+        s.record.confirmations.append(Confirmation(round_, remeasure(s, config, slow, progress)))
+        result = judge()
+    return result

@@ -15,7 +15,9 @@ the sweep itself does not judge them; parity and the rest are judged as on the G
 bitwise is judged by the limits on its measures (the run's, and the gate's own ``--limit``): a broken one is
 LIMIT; its output's bits are never BITS-CHANGED, since they were never promised. An engine checkout's variants
 are ``NAME.KIND``, NAME as given to ``--engine``: where each run had one engine checkout, named otherwise in
-each, the baseline's are matched to the run's by their KIND (and a note names both).
+each, the baseline's are matched to the run's by their KIND (and a note names both). A SLOW row that the run
+measured again (``qsa gate --confirm``: the record's ``confirmations``) stays SLOW only when every round's
+measurement of it is SLOW against the same baseline too; otherwise it is UNCONFIRMED, which passes.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from .layout import MISSING, Block, Column, Prose, Sheet, csv_text
 from .report import header, limit_failure, numbered, rule_cell, rule_not_met, samples_cell, without_empty_columns
 from .rows import inexact_variant, measurement_index, sample_problem
 
+UNCONFIRMED = "UNCONFIRMED"  # SLOW in the sweep, not SLOW when measured again (qsa gate --confirm): passes, warned
 FAILING = ("SLOW", "PARITY-FAIL", "THRESHOLD", "LIMIT", "MISSING", "BAD-SAMPLES", "NOTHING-COMPARED", "BITS-CHANGED")
-JUDGED = ("SAME", "FAST", "SLOW")  # a timing compared with the baseline's and judged
+JUDGED = ("SAME", "FAST", "SLOW", UNCONFIRMED)  # a timing compared with the baseline's and judged
 NOT_JUDGED = "NOT-JUDGED"  # a timing in both runs, of the CPU backend: compared, never judged
-VERDICTS = (*FAILING, "MISSING-ALLOWED", "BITS-CHANGED-ALLOWED", *JUDGED[:2], "NEW", "REFERENCE", NOT_JUDGED)  # a summary's order
+VERDICTS = (*FAILING, "MISSING-ALLOWED", "BITS-CHANGED-ALLOWED", UNCONFIRMED, "SAME", "FAST", "NEW", "REFERENCE",
+            NOT_JUDGED)  # a summary's order
 REFERENCE_POINTS = (ARGPARTITION,)  # variants the gate shows but does not judge
 
 
@@ -44,7 +48,7 @@ class GateRow:
     variant: str  # a measured variant, or "subject vs against" for a parity failure
     baseline_us: float | None
     median_us: float | None
-    verdict: str  # FAST, SLOW, SAME, NOT-JUDGED (CPU times), PARITY-FAIL, THRESHOLD (a sweep's), LIMIT, MISSING or MISSING-ALLOWED (baseline
+    verdict: str  # FAST, SLOW, SAME, UNCONFIRMED (SLOW, then not when measured again), NOT-JUDGED (CPU times), PARITY-FAIL, THRESHOLD (a sweep's), LIMIT, MISSING or MISSING-ALLOWED (baseline
     # only), NEW (run only), REFERENCE (a library's reference point), BAD-SAMPLES, NOTHING-COMPARED (no row judged),
     # BITS-CHANGED or BITS-CHANGED-ALLOWED (another output than the baseline's on the same inputs)
     detail: str = ""
@@ -204,6 +208,38 @@ def _timing_row(key: str, variant: str, m: Measurement, b: Measurement, toleranc
     return GateRow(key, variant, b.median_us, m.median_us, *timing_verdict(m, b, tolerance))
 
 
+Reruns = dict[tuple[str, str], list[tuple[int, Measurement]]]  # (case key, variant) -> (round, measurement)
+
+
+def reruns_of(record: RunRecord) -> Reruns:
+    """Each (case, variant)'s measurements again (``RunRecord.confirmations``), in the order of their rounds."""
+    out: Reruns = {}
+    for c in sorted(record.confirmations, key=lambda c: c.round):
+        for m in c.measurements:
+            out.setdefault((m.key, m.variant), []).append((c.round, m))
+    return out
+
+
+def _confirmed(row: GateRow, b: Measurement, again: list[tuple[int, Measurement]], tolerance: float) -> GateRow:
+    """A SLOW row judged again by each round's measurement of it against the same baseline: it stays SLOW only
+    when every round's is SLOW too (its detail names them), and is UNCONFIRMED at the first round's that is
+    not. A round whose samples are unusable refutes nothing."""
+    if row.verdict != "SLOW" or not again:
+        return row
+    said = []
+    for round_, m in again:
+        problem = sample_problem(m)
+        if problem:
+            said.append(f"measured again (round {round_}): its samples {problem}")
+            continue
+        verdict = timing_verdict(m, b, tolerance)[0]
+        said.append(f"measured again (round {round_}): {m.median_us:.1f} µs, {m.median_us / b.median_us:.2f}x, "
+                    f"{verdict}")
+        if verdict != "SLOW":
+            return replace(row, verdict=UNCONFIRMED, detail=f"{row.detail}; {'; '.join(said)}")
+    return replace(row, detail=f"{row.detail}; confirmed: {'; '.join(said)}")
+
+
 def _measured(row: GateRow, b: Measurement | None, m: Measurement | None) -> GateRow:
     """The row with the measurements it compared, its detail saying which side's stopping rule was not met
     (its median is then noisier than the rule asked; the verdict stands, as the spreads already weigh noise)."""
@@ -235,6 +271,7 @@ def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, for
         if record.thresholds:
             notes.append(f"the run's thresholds {CPU_TIMES})")
     ours, theirs = measurement_index(record), measurement_index(baseline)
+    again = reruns_of(record)
     rows = []
     for key, variant in dict.fromkeys([*ours, *theirs]):
         m, b = ours.get((key, variant)), theirs.get((key, variant))
@@ -249,7 +286,8 @@ def compare(record: RunRecord, baseline: RunRecord, tolerance: float = 0.05, for
         elif b is None:
             rows.append(GateRow(key, variant, None, median, "NEW", "not in the baseline"))
         else:
-            rows.append(_timing_row(key, variant, m, b, tolerance, judged))
+            rows.append(_confirmed(_timing_row(key, variant, m, b, tolerance, judged), b, again.get((key, variant), []),
+                                   tolerance))
         rows[-1] = _measured(rows[-1], b, m)
     if not any(r.verdict in (*JUDGED, NOT_JUDGED) for r in rows):
         rows.append(GateRow("gate", "timings", None, None, "NOTHING-COMPARED",

@@ -16,15 +16,16 @@ from ..record.schema import Agreement, EngineProvenance, Measurement, ParityChec
 from ..record.vocabulary import CPU_TIMES
 from .compare import FAILING as COMPARE_FAILING
 from .compare import CompareResult, CompareRow, compare_verdict
-from .gate import GateResult, GateRow, gate_verdict
+from .gate import UNCONFIRMED, GateResult, GateRow, gate_verdict
 from .report import card, clocks_text, row_failures, verdict_lines
 from .rows import case_label, result_rows
 
 FAILED, WARNED, PASSED = "failed", "warned", "passed"
 # the verdicts of rows that passed as expected: a comment folds them away, the rest it shows in its table
 ROUTINE = ("SAME", "PASS", "REFERENCE", "UNTIMED", "TIMED", "clean", "holds")
-# the gate's verdicts of a row shown instead of judged or failed: a warning, and skipped in the JUnit XML
-GATE_WARNINGS = ("NOT-JUDGED", "MISSING-ALLOWED", "BITS-CHANGED-ALLOWED")
+# the gate's verdicts of a row shown instead of judged or failed, or SLOW and not when measured again: a warning,
+# and skipped in the JUnit XML
+GATE_WARNINGS = ("NOT-JUDGED", "MISSING-ALLOWED", "BITS-CHANGED-ALLOWED", UNCONFIRMED)
 
 
 @dataclass(frozen=True)

@@ -124,11 +124,16 @@ def _to_version_8(data: dict[str, Any]) -> dict[str, Any]:
                                      for m in data["measurements"]]}
 
 
+def _to_version_9(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 9 added ``confirmations`` (qsa gate --confirm's measurements again), which no earlier run made."""
+    return {"confirmations": [], **data}
+
+
 # version -> the step that makes a record of that version one of the next
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_version_2, 2: _to_version_3,
                                                                      3: _to_version_4, 4: _to_version_5,
                                                                      5: _to_version_6, 6: _to_version_7,
-                                                                     7: _to_version_8}
+                                                                     7: _to_version_8, 8: _to_version_9}
 
 _BRACKET_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
@@ -240,5 +245,6 @@ def merge_records(named: list[tuple[str, RunRecord]]) -> RunRecord:
         merged.sanitizer += r.sanitizer
         merged.checks += r.checks
         merged.agreements += r.agreements
+        merged.confirmations += r.confirmations
     merged.created = max(r.created for _, r in named)
     return merged

@@ -30,8 +30,9 @@ SCHEMA = "qsa.run"
 # measurement's "batch" and "stop"; 5 added "agreements", an inexact variant's measures, and a measurement's
 # "rounds", "timer" and "nvbench"; 6 drains the stream before each sample, each sample its own hold (a round
 # in "rounds" is one sample or one batch; in 5 a round was 32 samples queued back to back); 7 records a decode
-# call's scorer by its queries; 8 added a measurement's "launches" (record/load.py migrates older ones)
-SCHEMA_VERSION = 8
+# call's scorer by its queries; 8 added a measurement's "launches"; 9 added "confirmations", the gate's measurements
+# again of the cases holding a SLOW row (record/load.py migrates older ones)
+SCHEMA_VERSION = 9
 INFO_SCHEMA = "qsa.info"  # what ``qsa info`` reports (InfoReport)
 
 # "keys" is in a scorer case only for keys other than the synthetic ones: the cases of earlier runs keep their key
@@ -472,6 +473,15 @@ class SelftestCheck:
 
 
 @dataclass
+class Confirmation:
+    """One round of ``qsa gate --confirm``: the cases holding a row judged SLOW, measured again in the same
+    process after the sweep. The sweep's own measurements stay in ``measurements``; these are kept beside them."""
+
+    round: int  # 1: the first measurement again; a later round measures the cases still SLOW after the earlier
+    measurements: list[Measurement]
+
+
+@dataclass
 class RunRecord:
     command: str
     argv: list[str]
@@ -491,6 +501,7 @@ class RunRecord:
     incomplete: bool = False  # interrupted: only what was measured before it (a note says so)
     checks: list[SelftestCheck] = field(default_factory=list)  # a selftest's checks
     agreements: list[Agreement] = field(default_factory=list)  # inexact variants' measures (and their limits)
+    confirmations: list[Confirmation] = field(default_factory=list)  # qsa gate --confirm's rounds
 
     @property
     def passed(self) -> bool:

@@ -10,10 +10,10 @@ from ..config import SweepCase
 from ..core.errors import VariantError
 from ..core.progress import Progress, no_progress
 from ..inputs import synthetic_scores
-from ..record.schema import RunRecord, ThresholdCheck
+from ..record.schema import Measurement, RunRecord, ThresholdCheck, case_key
 from ..record.vocabulary import CPU_TIMES, DEFAULT_KEYS, READ_FLOOR, times_judged
 from ..session import GPU_TIMER_SETTINGS, Session
-from .stages import run_cases, scorer_case, scorer_inputs, scorer_variants, topk_case
+from .stages import Case, run_cases, scorer_case, scorer_inputs, scorer_variants, topk_case
 
 
 def sweep(s: Session, config: Any, stage: str | None = None, progress: Progress = no_progress) -> None:
@@ -34,6 +34,15 @@ def sweep(s: Session, config: Any, stage: str | None = None, progress: Progress 
     for c in cases:
         largest[c.kind] = max(largest.get(c.kind, 0), c.call.max_blocks)
     s.record_settings(dispatch={k: s.dispatch_summary(k, largest[k]) for k in sorted(largest)})
+    run_cases(s, _case_runs(s, config, cases), progress)  # each switch setting in one child over all the cases
+    if times_judged(s.record.backend):
+        check_thresholds(s.record, config.thresholds)
+    elif config.thresholds:
+        s.note(f"thresholds {CPU_TIMES}; {config.source}'s thresholds are judged on the GPU backend)")
+
+
+def _case_runs(s: Session, config: Any, cases: list[SweepCase]) -> list[Case]:
+    """The sweep's ``cases`` as the runs' cases: each one's variants here and the inputs it makes."""
     runs = []
     for case in cases:
         shown = case.score_set or (case.keys if case.keys != DEFAULT_KEYS else "")
@@ -48,11 +57,36 @@ def sweep(s: Session, config: Any, stage: str | None = None, progress: Progress 
             variants = tuple(v for v in config.variants_for("topk", s.catalog) if v in available)
             made = functools.partial(synthetic_scores, call, case.score_set or "continuous", config.seed)
             runs.append(topk_case(s, made, variants, call.active_blocks, label=label))
-    run_cases(s, runs, progress)  # each switch setting in one child over all the cases
-    if times_judged(s.record.backend):
-        check_thresholds(s.record, config.thresholds)
-    elif config.thresholds:
-        s.note(f"thresholds {CPU_TIMES}; {config.source}'s thresholds are judged on the GPU backend)")
+    return runs
+
+
+def sweep_case_key(case: SweepCase) -> str:
+    """The record's key of a sweep case's rows (``case_key`` of the case ``stages.common.call_case`` names: the
+    top-k's score set, the scorer's keys where they are not the synthetic ones) less its L2 state, which is the
+    run's (its timer's, or the host's on the CPU backend), the same for every case."""
+    extra = ({"score_set": case.score_set or "continuous"} if case.stage == "topk"
+             else {} if case.keys == DEFAULT_KEYS else {"keys": case.keys})
+    return case_key(case.stage, {"ctx": case.ctx, "nq": case.nq, "capacity": case.capacity, "kind": case.kind,
+                                 **extra})  # type: ignore[typeddict-item]
+
+
+def remeasure(s: Session, config: Any, keys: set[str], progress: Progress = no_progress) -> list[Measurement]:
+    """The sweep's cases holding a row of ``keys`` (record keys) run again in this session, after the sweep (qsa
+    gate --confirm): their measurements, taken back out of the record's rows so that the sweep's stay the ones
+    the record's tables show. Their checks stay in the record only where one fails (the same inputs, so a
+    pass repeats one already there; a failure is news and fails the run)."""
+    wanted = {key.rsplit(" l2=", 1)[0] for key in keys}
+    cases = [c for c in config.cases() if sweep_case_key(c) in wanted]
+    unknown = sorted(wanted - {sweep_case_key(c) for c in cases})
+    if unknown:  # sweep_case_key no longer names a case as its stage does: qsa's own error, never the user's
+        raise RuntimeError(f"{config.source}: no case of the sweep holds {unknown[0]!r} to measure again")
+    start = {name: len(getattr(s.record, name)) for name in ("measurements", "parity", "agreements")}
+    run_cases(s, _case_runs(s, config, cases), progress)
+    again = s.record.measurements[start["measurements"]:]
+    del s.record.measurements[start["measurements"]:]
+    s.record.parity[start["parity"]:] = [p for p in s.record.parity[start["parity"]:] if not p.equal]
+    s.record.agreements[start["agreements"]:] = [a for a in s.record.agreements[start["agreements"]:] if not a.passed]
+    return again
 
 
 def check_thresholds(record: RunRecord, thresholds: Any) -> None:
