@@ -97,10 +97,11 @@ def write_fake_builds(root: Path) -> FakeBuilds:
     return builds
 
 
-def build_all(jobs: list[Job], arch: int, meanwhile: Callable[[], None] = lambda: None) -> list[EngineBuild]:
-    """Each job built for sm_``arch`` (or taken from the cache), nvcc in a thread a core, ``meanwhile()``
-    run in this thread as they build; their builds, in the jobs' order."""
-    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), usable_cores()))) as nvcc:
-        started = [nvcc.submit(build_engine, checkout, arch, adapter=adapter) for checkout, adapter in jobs]
+def build_all(jobs: list[Job], arch: int, meanwhile: Callable[[], None] = lambda: None,
+              nvcc: Path | None = None) -> list[EngineBuild]:
+    """Each job built for sm_``arch`` (or taken from the cache) by ``nvcc`` (None: the toolkit's), a thread a
+    core, ``meanwhile()`` run in this thread as they build; their builds, in the jobs' order."""
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), usable_cores()))) as pool:
+        started = [pool.submit(build_engine, checkout, arch, nvcc, adapter=adapter) for checkout, adapter in jobs]
         meanwhile()
         return [build.result() for build in started]

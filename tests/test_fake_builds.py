@@ -11,7 +11,7 @@ import pytest
 from fake_adapter import ADAPTER, write_adapter
 from fake_builds import BESIDE, ENGINES, OWN, build_all, write_fake_builds
 from fake_engine import NEWER, SEED, write_fake_engine
-from test_engine import needs_nvcc
+from fake_nvcc import compiles, write_fake_nvcc
 
 from qsa_cli.engine.adapter import CHECKOUT_ADAPTER, adapter_source
 from qsa_cli.engine.build import build_engine
@@ -40,20 +40,23 @@ def test_each_option_set_names_the_tree_it_writes(tmp_path: Path) -> None:
     assert all(adapter is None for name, (_, adapter) in jobs.items() if name in ENGINES)
 
 
-@needs_nvcc
 def test_builds_made_at_once_are_found_by_the_same_files_elsewhere(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Two builds at once for sm_90 (one with its own adapter), the caller's work done meanwhile in its own
-    thread; the same files written in other folders, as a GPU test writes them, are then cache hits."""
+    thread; the same files written in other folders, as a GPU test writes them, are then cache hits. The
+    cache's keys are the rule here, so nvcc's stand-in builds (tests/fake_nvcc.py)."""
     monkeypatch.setenv("QSA_CACHE_DIR", str(tmp_path / "cache"))
+    nvcc = write_fake_nvcc(tmp_path / "fake-nvcc")
     jobs = write_fake_builds(tmp_path / "builds").jobs()
     ran_in: list[threading.Thread] = []
-    made = build_all([jobs["newer"], jobs[OWN]], 90, meanwhile=lambda: ran_in.append(threading.current_thread()))
+    made = build_all([jobs["newer"], jobs[OWN]], 90, meanwhile=lambda: ran_in.append(threading.current_thread()),
+                     nvcc=nvcc)
     assert [b.compiled for b in made] == [True, True] and ran_in == [threading.current_thread()]
     newer = EngineCheckout(write_fake_engine(tmp_path / "elsewhere" / "newer", generation=NEWER), "new")
-    assert not build_engine(newer, 90).compiled
+    assert not build_engine(newer, 90, nvcc).compiled
     own = write_fake_engine(tmp_path / "elsewhere" / "own")
     write_adapter(own / CHECKOUT_ADAPTER, ADAPTER)
     checkout = EngineCheckout(own, "own")
-    again = build_engine(checkout, 90, adapter=adapter_source(checkout, None))
+    again = build_engine(checkout, 90, nvcc, adapter=adapter_source(checkout, None))
     assert not again.compiled and again.library == made[1].library
+    assert compiles(nvcc) == 2
