@@ -11,6 +11,7 @@ from ..config import config_path, load_config
 from ..output import compare
 from ..output.printed import of_compare
 from ..runs.compare import compare_run
+from ..runs.rounds import in_rounds
 from ..sides import SIDE_NAMES, SideSpec
 from .exit_status import UsageProblem
 from .finish import finish, presentation
@@ -27,10 +28,13 @@ from .run_options import RUN_OPTIONS
 @click.option("--config", "config_name", metavar="CONFIG", help="Run the cases of a YAML sweep instead of one call.")
 @click.option("--tolerance", type=TOLERANCE_RANGE, default=0.05, show_default=True,
               help="A candidate median slower than the base's by more than this (and outside both spreads) is SLOW.")
+@click.option("--rounds", type=click.IntRange(1, 100), default=1, show_default=True, metavar="N",
+              help="Run it all N times over, base and candidate in turn each round (ABAB...), and pool each "
+                   "variant's samples; each round's median is in the record.")
 @RUN_OPTIONS
 @CI_OPTIONS
 def command(base_side: str, candidate_side: str, args: tuple[str, ...], config_name: str | None, tolerance: float,
-            **opts: Any) -> int:
+            rounds: int, **opts: Any) -> int:
     """BASE against CANDIDATE on the same inputs in one run: the candidate's bits against the base's (the
     change's promise), both against qsa's reference and the CPU model, and before / after times, FAST /
     SLOW / SAME by the gate's rule. Exit 1 on any difference in bits or a SLOW row.
@@ -56,5 +60,7 @@ def command(base_side: str, candidate_side: str, args: tuple[str, ...], config_n
     else:
         call, iters = decode_call(args, "compare")
     with open_session(opts, "compare", iters, config, sides, cpu_runs=False) as s:
-        compare_run(s, call, config, tolerance)
+        if rounds > 1:
+            s.record_settings(rounds=rounds)
+        in_rounds(s.record, rounds, lambda: compare_run(s, call, config, tolerance))
     return finish(of_compare(compare.judge(s.record), s.record), shown, opts["json_path"])

@@ -125,8 +125,13 @@ def _to_version_8(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _to_version_9(data: dict[str, Any]) -> dict[str, Any]:
-    """Version 9 added ``confirmations`` (qsa gate --confirm's measurements again), which no earlier run made."""
-    return {"confirmations": [], **data}
+    """Version 9 added ``confirmations`` (qsa gate --confirm's measurements again) and a measurement's
+    ``round_medians_us`` (qsa compare --rounds), which no earlier run made."""
+    out = {"confirmations": [], **data}
+    if isinstance(out.get("measurements"), list):
+        out["measurements"] = [{"round_medians_us": None, **m} if isinstance(m, dict) else m
+                               for m in out["measurements"]]
+    return out
 
 
 # version -> the step that makes a record of that version one of the next

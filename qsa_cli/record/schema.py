@@ -31,7 +31,8 @@ SCHEMA = "qsa.run"
 # "rounds", "timer" and "nvbench"; 6 drains the stream before each sample, each sample its own hold (a round
 # in "rounds" is one sample or one batch; in 5 a round was 32 samples queued back to back); 7 records a decode
 # call's scorer by its queries; 8 added a measurement's "launches"; 9 added "confirmations", the gate's measurements
-# again of the cases holding a SLOW row (record/load.py migrates older ones)
+# again of the cases holding a SLOW row, and a measurement's "round_medians_us" (qsa compare --rounds) (record/load.py
+# migrates older ones)
 SCHEMA_VERSION = 9
 INFO_SCHEMA = "qsa.info"  # what ``qsa info`` reports (InfoReport)
 
@@ -301,6 +302,7 @@ class RunSettings(TypedDict, total=False):
     compare: CompareSettings
     inexact: dict[str, str]  # the run's variants declared not bitwise, each with its stage (judged by measures)
     limits: dict[str, dict[str, float]]  # the limits on their measures: a variant (or "inexact": all) -> measure
+    rounds: int  # qsa compare --rounds: the run made this many times over, each variant's samples pooled
 
 
 def case_key(stage: str, case: Case) -> str:
@@ -341,6 +343,8 @@ class Measurement(CaseKeyed):
     # what qsa's launcher enqueued a call, in order (since it was recorded; None: not qsa's launcher, such as an
     # engine checkout's host functions, or a model or library on either backend)
     launches: list[KernelLaunchRecord] | None = None
+    # qsa compare --rounds: each round's median, in the order run (``samples_us`` pools every round's samples)
+    round_medians_us: list[float] | None = None
 
     @property
     def median_us(self) -> float:

@@ -13,6 +13,7 @@ from ..inputs import synthetic_scores
 from ..record.schema import Measurement, RunRecord, ThresholdCheck, case_key
 from ..record.vocabulary import CPU_TIMES, DEFAULT_KEYS, READ_FLOOR, times_judged
 from ..session import GPU_TIMER_SETTINGS, Session
+from .rounds import start_of, taken_back
 from .stages import Case, run_cases, scorer_case, scorer_inputs, scorer_variants, topk_case
 
 
@@ -73,20 +74,15 @@ def sweep_case_key(case: SweepCase) -> str:
 def remeasure(s: Session, config: Any, keys: set[str], progress: Progress = no_progress) -> list[Measurement]:
     """The sweep's cases holding a row of ``keys`` (record keys) run again in this session, after the sweep (qsa
     gate --confirm): their measurements, taken back out of the record's rows so that the sweep's stay the ones
-    the record's tables show. Their checks stay in the record only where one fails (the same inputs, so a
-    pass repeats one already there; a failure is news and fails the run)."""
+    the record's tables show; their checks stay in the record only where one fails (rounds.taken_back)."""
     wanted = {key.rsplit(" l2=", 1)[0] for key in keys}
     cases = [c for c in config.cases() if sweep_case_key(c) in wanted]
     unknown = sorted(wanted - {sweep_case_key(c) for c in cases})
     if unknown:  # sweep_case_key no longer names a case as its stage does: qsa's own error, never the user's
         raise RuntimeError(f"{config.source}: no case of the sweep holds {unknown[0]!r} to measure again")
-    start = {name: len(getattr(s.record, name)) for name in ("measurements", "parity", "agreements")}
+    start = start_of(s.record)
     run_cases(s, _case_runs(s, config, cases), progress)
-    again = s.record.measurements[start["measurements"]:]
-    del s.record.measurements[start["measurements"]:]
-    s.record.parity[start["parity"]:] = [p for p in s.record.parity[start["parity"]:] if not p.equal]
-    s.record.agreements[start["agreements"]:] = [a for a in s.record.agreements[start["agreements"]:] if not a.passed]
-    return again
+    return taken_back(s.record, start)
 
 
 def check_thresholds(record: RunRecord, thresholds: Any) -> None:
