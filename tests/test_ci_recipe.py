@@ -6,8 +6,8 @@ its vendored schemas): nothing is fetched at test time.
 
 The GPU test needs a CUDA device, CuPy, nvcc (the ``fake_builds`` fixture skips it otherwise) and git; it runs
 the workflow steps' ``run:`` scripts themselves, read from the file, with bash as GitHub runs them
-(``bash -e -o pipefail``), ``qsa`` on the PATH being this checkout's. Minutes (four sweeps of configs/ci.yaml,
-a gate and two engine builds a commit, cache hits after the session's fake builds), so in the slow suite:
+(``bash -e -o pipefail``), ``qsa`` on the PATH being this checkout's. Minutes (three compares and a sweep of
+configs/ci.yaml, two gates; every engine build a cache hit after the session's fake builds), so in the slow suite:
     python -m pytest -m "gpu and slow" tests/test_ci_recipe.py
 """
 
@@ -201,7 +201,7 @@ def test_the_workflows_commands_judge_three_pull_requests_and_keep_main_s_baseli
         fake_builds: Any, tmp_path: Path) -> None:
     """The pull-request path on each branch: PASS in at most 25 lines (unchanged), SLOW (slower), BITS-CHANGED
     (bits), each with its annotations, step summary, JUnit and comment; then the main branch's: the card's first
-    baseline made, the gate against it passes and the run is promoted."""
+    baseline made, the gate against it passes and the run is promoted, and the next gate passes against it."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     repo = tmp_path / "engine"
@@ -234,3 +234,6 @@ def test_the_workflows_commands_judge_three_pull_requests_and_keep_main_s_baseli
     assert code == 0, "\n".join(log)
     cards = [p for p in (tmp_path / "baselines").iterdir() if p.is_dir()]
     assert len(cards) == 1 and len(list(cards[0].glob("*.json"))) == 2  # the first baseline and the gate's run
+    promoted = (cards[0] / "current").read_text().strip()
+    code, log = runner.run(GATE)  # the next push: gated against the run promoted
+    assert code == 0 and any(f"{promoted} (the current one of card" in line for line in log), "\n".join(log)
