@@ -62,6 +62,7 @@ def in_order(tasks: Sequence[Task], workers: int | None = None) -> Iterator[Iter
         yield (_run(*task) for task in tasks)
         return
     pool = None
+    ended = False
     try:
         # signals held while the workers start: an interruption raised between a worker's start and the
         # parent's write of its start-up data would leave it reading an empty pipe (EOFError's traceback on
@@ -69,7 +70,14 @@ def in_order(tasks: Sequence[Task], workers: int | None = None) -> Iterator[Iter
         with signals_held():
             pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start_worker)
         yield _ordered(pool, tasks, AHEAD_PER_WORKER * workers)
-    finally:  # tasks not taken yet are not waited for
+        ended = True
+    finally:
         if pool is not None:
-            pool.terminate()
+            # a block that ended lets the workers finish what they hold and leave at their sentinels; terminate()
+            # there would first wait for the lock an idle worker holds while it waits for work (seconds, as its
+            # pipe is polled). Left early (an interruption, an error), tasks not taken yet are not waited for.
+            if ended:
+                pool.close()
+            else:
+                pool.terminate()
             pool.join()
