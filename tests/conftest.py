@@ -1,5 +1,6 @@
+import fcntl
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +17,55 @@ from qsa_cli.timing import DeviceTimer
 QSA = qsa_catalog()  # qsa's own variants, from the installed kernels
 
 
+# the quick GPU suite's workers (pytest-xdist): they share one card, whose kernels are short next to each
+# test's CPU work (the models, the oracle, the builds' loading); a test that times the card takes it alone
+# (``alone``, below), so more workers only queue behind it
+GPU_WORKERS = 4
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """The CPU tests (the default ``-m 'not gpu'``) over every core, as pytest-xdist's ``-n auto`` would: they
-    share no state but the files they make in their own temporary folders. A run that names its workers
-    (``-n``), selects GPU tests (one device: their timings must not share it) or debugs (``--pdb``) is left
-    as it is, and so is a machine without pytest-xdist (a GPU runner's image). A worker (``workerinput``) runs
-    its tests itself."""
+    """The CPU tests (the default ``-m 'not gpu'``) over every core, as pytest-xdist's ``-n auto`` would, and
+    the quick GPU suite (``-m 'gpu and not slow'``) over GPU_WORKERS: they share no state but the files they
+    make in their own temporary folders (and the card, which the ``alone`` tests take for themselves). A run
+    that names its workers (``-n``), selects other tests (the slow GPU suite: the sanitizer's children) or
+    debugs (``--pdb``) is left as it is, and so is a machine without pytest-xdist. A worker (``workerinput``)
+    runs its tests itself."""
     if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
         return
-    if config.option.numprocesses is not None:
+    if config.option.numprocesses is not None or config.option.usepdb:
         return
-    if config.option.markexpr.replace(" ", "") != "notgpu" or config.option.usepdb:
+    selected = config.option.markexpr.replace(" ", "")
+    if selected == "notgpu":
+        config.option.numprocesses = "auto"
+    elif selected == "gpuandnotslow":
+        config.option.numprocesses = GPU_WORKERS
+
+
+@pytest.fixture(autouse=True)
+def the_device_shared_or_alone(request: pytest.FixtureRequest,
+                               tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A GPU test holds the device's lock shared, an ``alone`` one exclusive, so that a test that times the
+    card never shares it with another worker's kernels. A turnstile taken before the lock lets a waiting
+    ``alone`` test in before the shared holders that come after it (flock alone would let them starve it)."""
+    if request.node.get_closest_marker("gpu") is None:
+        yield
         return
-    config.option.numprocesses = "auto"
+    folder = tmp_path_factory.getbasetemp().parent  # the run's, shared by its workers
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(folder / "qsa-device.turnstile", "a") as turnstile, open(folder / "qsa-device.lock", "a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
 def older_kernels(folder: Path) -> Path:

@@ -255,6 +255,7 @@ def test_compare_a_flipped_candidate_fails_on_its_bits(capsys: Any, trees: dict[
     assert any(f"candidate.topk vs base.topk: query 0 position {FLIPPED_ENTRY}:" in line for line in failure_lines(out))
 
 
+@pytest.mark.alone
 def test_compare_a_slowed_candidate_is_slow(capsys: Any, trees: dict[str, Path], tmp_path: Path) -> None:
     js = tmp_path / "r.json"
     code, out, err = run(capsys, "compare", str(trees["plain"]), str(trees["slow"]), "32768", "1", "30", "65536",

@@ -313,6 +313,7 @@ def test_a_flipped_variant_differs_where_it_flips(cupy: Any, engines: Callable[.
 
 
 @pytest.mark.gpu
+@pytest.mark.alone
 @pytest.mark.parametrize("variant", ["topk-ref", "topk-split"])
 def test_a_slowed_variant_is_slower(cupy: Any, engines: Callable[..., EngineLibrary], variant: str) -> None:
     plain = engines()

@@ -23,6 +23,8 @@ from qsa_cli.record.vocabulary import L2_STATES, NVBENCH_TIMER, READ_FLOOR
 from qsa_cli.runs.selftest import timers_disagree
 from qsa_cli.timing import BATCH_LAUNCHES, BATCHES, DRAINED, ROUND, DeviceTimer, StoppingRule, sample
 
+pytestmark = pytest.mark.alone  # every GPU test here times the card
+
 
 def bench(capsys: pytest.CaptureFixture[str], tmp_path: Path, *argv: str) -> tuple[RunRecord, str]:
     js = tmp_path / "r.json"
