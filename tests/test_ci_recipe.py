@@ -221,7 +221,7 @@ def test_the_workflows_commands_judge_three_pull_requests_and_keep_main_s_baseli
         else:
             assert code == 1, text
             errors = [line for line in log if line.startswith("::error ")]
-            assert any(f": {verdict} " in line for line in errors), text
+            assert any(verdict in line for line in errors), text  # in its title or its message
             assert verdict in comment and verdict in (runner.out / "junit.xml").read_text()
     git(repo, "checkout", "-q", "main")
     code, log = runner.run(FIRST)

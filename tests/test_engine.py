@@ -9,6 +9,7 @@ import ctypes
 import json
 import re
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -179,6 +180,15 @@ def test_a_corrupted_cached_library_is_rebuilt(cache: Path, fake: EngineCheckout
     assert build_engine(fake, 80, fake_nvcc).compiled
     assert not build_engine(fake, 80, fake_nvcc).compiled
     assert compiles(fake_nvcc) == 3
+
+
+def test_builds_of_one_key_at_once_build_it_once(cache: Path, fake: EngineCheckout, fake_nvcc: Path) -> None:
+    """Parallel jobs (a runner's, the GPU suite's workers) building one checkout: one compiles, the others wait
+    for it and take the cache's library."""
+    with ThreadPoolExecutor(4) as pool:
+        builds = list(pool.map(lambda _: build_engine(fake, 80, fake_nvcc), range(4)))
+    assert compiles(fake_nvcc) == 1 and sum(b.compiled for b in builds) == 1
+    assert len({b.library for b in builds}) == 1 and len({b.provenance["library_sha256"] for b in builds}) == 1
 
 
 @pytest.mark.parametrize("missing", ENGINE_FILES)

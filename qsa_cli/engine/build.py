@@ -3,6 +3,8 @@ that is used only while the library's bytes still have the sha256 stored at its 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -10,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,19 +122,38 @@ def build_engine(checkout: EngineCheckout, arch: int, nvcc: Path | None = None,
     if adapter is not None:
         provenance["adapter"] = {"path": str(adapter.path), "origin": adapter.origin,
                                  "sha256": _sha256(adapter.path.read_bytes()), "sources": keyed["adapter"]}
-    digest = _cached_digest(library, record)
-    compiled = digest is None
-    if compiled:
-        digest = _compile(checkout, nvcc, flags, library, arch, adapter)
-        try:
-            with atomic_write(record) as fh:
-                json.dump({"key": key, "library_sha256": digest, "sources": sources, "nvcc": version,
-                           "flags": list(flags), "functions": list(functions),
-                           "switches": provenance["switches"]}, fh, indent=1)
-        except OSError as exc:
-            raise EngineError(f"cannot write {record} ({exc}): set QSA_CACHE_DIR to a writable folder") from None
+    with _building(directory, key):  # a second process building the same key waits, then finds it
+        digest = _cached_digest(library, record)
+        compiled = digest is None
+        if compiled:
+            digest = _compile(checkout, nvcc, flags, library, arch, adapter)
+            try:
+                with atomic_write(record) as fh:
+                    json.dump({"key": key, "library_sha256": digest, "sources": sources, "nvcc": version,
+                               "flags": list(flags), "functions": list(functions),
+                               "switches": provenance["switches"]}, fh, indent=1)
+            except OSError as exc:
+                raise EngineError(f"cannot write {record} ({exc}): set QSA_CACHE_DIR to a writable folder") from None
     provenance["library_sha256"] = digest
     return EngineBuild(checkout.name, library, arch, provenance, compiled)
+
+
+@contextlib.contextmanager
+def _building(directory: Path, key: str) -> Iterator[None]:
+    """The cache's key held by this process (a file lock, released however the build ends): runs that build
+    the same checkout at once, as a CI runner's parallel jobs or test workers do, build it once."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        held = open(directory / f".{key}.lock", "a")  # noqa: SIM115 (closed below, after the lock)
+    except OSError as exc:
+        raise EngineError(f"cannot write the engine cache {directory} ({exc}): "
+                          "set QSA_CACHE_DIR to a writable folder") from None
+    with held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
 
 
 def _cached_digest(library: Path, record: Path) -> str | None:
