@@ -305,6 +305,19 @@ def test_a_compare_whose_candidate_changed_bits_is_bits_changed_with_both_sides_
     assert len(lines) - 2 <= MAX_PASSING_LINES and "scores: 2 FAST, 1 BITS-CHANGED" in lines
 
 
+def test_a_slower_candidate_whose_bits_changed_is_bits_changed_first() -> None:
+    """The bits before the time: a pair both slower and of other bits is BITS-CHANGED, its SLOW in its detail."""
+    rec = compare_record(scale=1.3)
+    flipped = check_of(rec, "pr.scores", "base.scores", n=1)
+    flipped.equal, flipped.detail = False, "query 0 block 5: 1.0 vs 1.0000001"
+    judgement = printed.of_compare(judge(rec), rec).judgement()
+    verdicts = {(r.case, r.verdict) for r in judgement.of(FAILED)}
+    assert ("131K (131072), 4 queries, capacity 524288, L2 clean", "BITS-CHANGED") in verdicts
+    changed = next(r for r in judgement.of(FAILED) if r.verdict == "BITS-CHANGED")
+    assert "SLOW" in changed.detail and "query 0 block 5" in changed.detail
+    assert sum("BITS-CHANGED" in line for line in ci.annotations(judgement)) == 1
+
+
 def test_a_slower_candidate_is_a_slow_row_each(capsys) -> None:
     rec = compare_record(scale=1.3)
     judgement = printed.of_compare(judge(rec), rec).judgement()

@@ -101,12 +101,15 @@ def _median(m: Measurement | None) -> float | None:
 
 
 def _compare_verdict(r: CompareRow, failed: bool) -> str:
-    """The pair's timing verdict, unless a check fails it while its time does not: then which check."""
-    if not failed or r.verdict in COMPARE_FAILING:
+    """The pair's verdict: its bits first (a candidate whose bits are not the base's broke the change's promise,
+    however fast or slow it is), then its time, then which other check failed it."""
+    if not failed:
         return r.verdict
     bits = r.bits_check
     if isinstance(bits, ParityCheck) and not bits.equal:
-        return "BITS-CHANGED"  # the candidate's bits are not the base's: the change broke its promise
+        return "BITS-CHANGED"
+    if r.verdict in COMPARE_FAILING:
+        return r.verdict
     if isinstance(bits, Agreement) and not bits.passed:
         return "LIMIT"
     return "PARITY-FAIL"  # a side against qsa's reference or the CPU model
