@@ -1,5 +1,6 @@
 import fcntl
 import os
+import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -88,8 +89,9 @@ def work_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
-    """A fresh generator per test, seeded from QSA_TEST_SEED or the test's name; the seed is printed."""
-    seed = int(os.environ.get("QSA_TEST_SEED", abs(hash(request.node.nodeid)) % 2**31))
+    """A fresh generator per test, seeded from QSA_TEST_SEED or the test's name (its CRC: the same in every run
+    and worker, where Python's hash of a string is not); the seed is printed."""
+    seed = int(os.environ.get("QSA_TEST_SEED", zlib.crc32(request.node.nodeid.encode()) % 2**31))
     print(f"seed={seed} (rerun with QSA_TEST_SEED={seed})")
     return np.random.default_rng(seed)
 
