@@ -168,9 +168,9 @@ def _cached_digest(library: Path, record: Path) -> str | None:
 
 def _compile(checkout: EngineCheckout, nvcc: Path, flags: tuple[str, ...], library: Path, arch: int,
              adapter: AdapterSource | None) -> str:
-    """nvcc into a temporary folder of the cache, then renamed into place; the library's sha256."""
+    """nvcc into a temporary folder of the cache (made by ``_building``), then renamed into place; the library's
+    sha256."""
     try:
-        library.parent.mkdir(parents=True, exist_ok=True)
         build_dir = Path(tempfile.mkdtemp(prefix=".build-", dir=library.parent))
     except OSError as exc:
         raise EngineError(f"cannot write the engine cache {library.parent} ({exc}): "
