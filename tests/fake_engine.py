@@ -480,10 +480,10 @@ namespace strata::kernels {{
 
 
 def write_fake_engine(root: Path, *, generation: str = SEED, slow: str = "", flip: str = "",
-                      without: tuple[str, ...] = ()) -> Path:
+                      without: tuple[str, ...] = (), slow_ns: int = SLOW_NS) -> Path:
     """Write a fake checkout of API ``generation`` (GENERATIONS) into ``root`` and return ``root``.
 
-    ``slow``: the variant (engine/kinds.py's names) that busy-waits SLOW_NS before its kernels. ``flip``: the
+    ``slow``: the variant (engine/kinds.py's names) that busy-waits ``slow_ns`` before its kernels. ``flip``: the
     variant that XORs 1 into query 0's entry FLIPPED_ENTRY after them (a score's bits, or an id).
     ``without``: host functions of the generation's left out of the header and the source.
     """
@@ -504,7 +504,7 @@ def write_fake_engine(root: Path, *, generation: str = SEED, slow: str = "", fli
     reads = ", ".join(f'read_switch("{name}")' if name in _READS[generation] else "-1" for name in _SWITCH_FIELDS)
     prelude = _PRELUDE.format(
         kernels=kernel_dir(), warps_per_cta=WARPS_PER_CTA, multi_ctas=MULTI_CTAS, halve_warps=HALVE_WARPS_PER_CTA,
-        split_max_chunks=SPLIT_MAX_CHUNKS, flipped_entry=FLIPPED_ENTRY, slow_ns=SLOW_NS, slow=slow, flip=flip,
+        split_max_chunks=SPLIT_MAX_CHUNKS, flipped_entry=FLIPPED_ENTRY, slow_ns=slow_ns, slow=slow, flip=flip,
         lane_keys=CLUSTER_LANE_KEYS, chunk_keys=CLUSTER_CHUNK_KEYS, chunk_words=CHUNK_WORDS,
         cluster_max_chunks=MAX_CHUNKS, word_bytes=WORD_BYTES, tc_stride=TC_INEXACT_STRIDE,
         reduce_scatter=str(generation == SEED).lower(), switch_reads=reads)
