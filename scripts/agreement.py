@@ -1,21 +1,22 @@
-"""qsa's timer against NVIDIA's two references on the same launchers, inputs and card (run on a machine with
-the card, from the repository root, with cuda-bench installed and ncu on PATH):
+"""qsa's timer against three references on the same launchers, inputs and card (run on a machine with the card,
+from the repository root, with cuda-bench and cupti-python installed and ncu on PATH):
 
-- ``--l2 dirty`` (qsa's median) against nvbench's cold mean (``--timer nvbench``: the same launchers timed by
-  cuda.bench in the same kind of process), within TOLERANCE;
-- ``--l2 clean`` (qsa's median) against Nsight Compute's kernel durations plus the launch overhead measured
-  in the same run, within TOLERANCE. A call's first kernel is timed by ncu on flushed caches
-  (``--cache-control all``), as qsa's clean call starts; its later kernels find the L2 as the kernel before them
-  left it (a second ncu run, ``--cache-control none``), as they do in the call. The overhead is what qsa's
-  events time around a call of as many empty kernels (Row.empty_launch: a wave of blocks, or the split's own
-  grid) beyond ncu's durations of them.
-  Nsight Compute serialises a call's launches, so a call whose launches overlap under programmatic dependent
-  launch (the split's) is checked against it with PDL off (``QSA_PDL=0``: the same kernels one after another);
-  its PDL row is checked against nvbench only.
+- ``--l2 dirty`` (qsa's median) against nvbench's cold samples' median (``--timer nvbench``: the same launchers
+  timed by cuda.bench in the same kind of process), within TOLERANCE; both means are kept beside;
+- ``--l2 clean`` (qsa's median) against the GPU's own timestamps of the same calls: CUPTI's kernel activity
+  records of the run (scripts/call_trace.py), each call's span from its first kernel's start to its last one's
+  end, plus what qsa's events time beyond the span of a call of as many empty kernels of its shape (traced
+  the same way, in this run), within TOLERANCE. This observes a call of several launches as it runs,
+  overlapped under programmatic dependent launch or one after another;
+- ``--l2 clean`` against Nsight Compute's kernel duration plus the launch overhead beyond ncu's duration of an
+  empty kernel, for a call of one launch, within TOLERANCE. For a call of several launches ncu's durations are
+  kept beside, not judged: ncu replays each kernel alone (its first on flushed caches, ``--cache-control
+  all``, its later ones on the L2 as left, ``none``), and a kernel replayed alone is not the same kernel in a
+  stream of launches (docs/timing.md says what the traces showed).
 
 Usage: python3 scripts/agreement.py OUT_DIR [LABEL ...]   (only the rows whose label holds a LABEL; writes
-each command's record, the ncu logs, agreement.jsonl (the summary, then a row a line) and agreement.md
-there; exits 1 when a row disagrees). Never changes the card's clocks (``ncu --clock-control none``).
+each command's record, the traces, the ncu logs, agreement.jsonl (the summary, then a row a line) and
+agreement.md there; exits 1 when a row disagrees). Never changes the card's clocks (``ncu --clock-control none``).
 """
 
 from __future__ import annotations
@@ -133,18 +134,20 @@ def ncu_durations_us(argv: list[str], log: Path, kernel_regex: str, cache: str,
 
 
 def per_call_us(flushed: list[tuple[str, float]], as_left: list[tuple[str, float]],
-                launches: int) -> tuple[float, list[str]]:
-    """The median duration of one call and the kernels of the first call: each call's first kernel from the
-    ``flushed`` run, its later ones from the ``as_left`` run (the same launches in the same order)."""
+                launches: int) -> tuple[float, list[str], list[float]]:
+    """The median duration of one call, the kernels of the first call and each kernel's median: each call's
+    first kernel from the ``flushed`` run, its later ones from the ``as_left`` run (the same launches in the
+    same order)."""
     calls = min(len(flushed), len(as_left)) // launches
     if calls == 0:
         raise SystemExit(f"ncu profiled {min(len(flushed), len(as_left))} launches, fewer than a call's {launches}")
     names = [name for name, _ in flushed[:calls * launches]]
     if names != [name for name, _ in as_left[:calls * launches]]:
         raise SystemExit("ncu's two runs profiled different kernels")
-    sums = [flushed[c * launches][1] + sum(us for _, us in as_left[c * launches + 1:(c + 1) * launches])
-            for c in range(calls)]
-    return statistics.median(sums), names[:launches]
+    per_call = [[flushed[c * launches][1]] + [us for _, us in as_left[c * launches + 1:(c + 1) * launches]]
+                for c in range(calls)]
+    return (statistics.median(sum(c) for c in per_call), names[:launches],
+            [statistics.median(k) for k in zip(*per_call)])
 
 
 EMPTY = r'''extern "C" __global__ void empty_kernel() {}'''
@@ -155,10 +158,38 @@ EMPTY_LAUNCHES = {"wave": "(cupy.cuda.Device().attributes['MultiProcessorCount']
 EMPTY_SAMPLES = 2000  # an exact count: the stopping rule's 0.5 % is below the events' step for a 3 µs median
 
 
-def empty_kernel_qsa_us(out: Path, shape: str, launch: str, launches: int = 1) -> float:
-    """qsa's timer (--l2 clean) on a call of ``launches`` empty kernels of ``shape`` (``launch``: its grid and
-    block), in a process of its own."""
-    code = f"""
+TRACE = [sys.executable, str(Path(__file__).with_name("call_trace.py"))]
+
+
+def traced(out: Path, tag: str, launches: int, kernel_regex: str, args: list[str],
+           env: dict[str, str] | None = None) -> tuple[dict, str]:
+    """``args`` (qsa's, or -c CODE) run under CUPTI's kernel activity (scripts/call_trace.py): the trace's summary
+    of the calls of ``launches`` kernels matching ``kernel_regex``, and what the run printed."""
+    trace = out / f"trace-{tag}.json"
+    proc = subprocess.run([*TRACE, str(trace), str(launches), kernel_regex, "--", *args], capture_output=True,
+                          text=True, env=env)
+    (out / f"trace-{tag}.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode not in (0, 1) or not trace.is_file():
+        raise SystemExit(f"the CUPTI trace {tag} failed ({proc.returncode}), see {out / f'trace-{tag}.log'}")
+    found = json.loads(trace.read_text())
+    if not found["calls"]:
+        raise SystemExit(f"the CUPTI trace {tag} found no call of {launches} {kernel_regex} kernels between stamps")
+    return found, proc.stdout
+
+
+def beyond_span_us(samples_us: list[float], spans_us: list[float]) -> float:
+    """What qsa's events time beyond the GPU's span of the same calls: the median of each call's difference
+    when every sample has its traced call (a re-measured round adds calls the samples lack: then the
+    difference of the medians)."""
+    if len(samples_us) == len(spans_us):
+        return statistics.median(s - g for s, g in zip(samples_us, spans_us))
+    return statistics.median(samples_us) - statistics.median(spans_us)
+
+
+def empty_call_code(launch: str, launches: int) -> str:
+    """Python that times a call of ``launches`` empty kernels (``launch``: grid and block) with qsa's timer
+    (--l2 clean) and prints its samples."""
+    return f"""
 import cupy, json
 from qsa_cli.timing import DeviceTimer
 kernel = cupy.RawKernel({EMPTY!r}, "empty_kernel")
@@ -168,10 +199,16 @@ def call():
 timed = DeviceTimer(l2="clean").measure(call, {EMPTY_SAMPLES})
 print(json.dumps(timed.samples_us))
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    samples = json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def empty_kernel_qsa_us(out: Path, shape: str, launch: str, launches: int = 1) -> tuple[float, float]:
+    """qsa's timer (--l2 clean) on a call of ``launches`` empty kernels of ``shape``, in a process of its own
+    traced by CUPTI: qsa's median, and what its events time beyond the GPU's span of the same calls."""
+    trace, printed = traced(out, f"empty-{shape}-x{launches}", launches, "empty_kernel",
+                            ["-c", empty_call_code(launch, launches)])
+    samples = json.loads(printed.strip().splitlines()[-1])
     (out / f"empty-{shape}-x{launches}-qsa.json").write_text(json.dumps(samples))
-    return statistics.median(samples)
+    return statistics.median(samples), beyond_span_us(samples, trace["span_us"])
 
 
 def empty_kernel_ncu_us(out: Path, shape: str, launch: str) -> float:
@@ -191,71 +228,106 @@ def launch_overhead_us(qsa_chain_us: float, ncu_empty_us: float, launches: int) 
     return qsa_chain_us - launches * ncu_empty_us
 
 
+def nvbench_row(row: Row, out: Path) -> dict:
+    """qsa (--l2 dirty) against nvbench's cold samples of the same launcher: median against median (and the
+    means beside)."""
+    dirty = qsa_run(row, out, "dirty", "--l2", "dirty")
+    nvbench = qsa_run(row, out, "nvbench", "--timer", "nvbench")
+    dirty_us, nv_median = statistics.median(dirty["samples_us"]), statistics.median(nvbench["samples_us"])
+    return {"qsa_dirty_median_us": dirty_us, "qsa_dirty_mean_us": statistics.fmean(dirty["samples_us"]),
+            "qsa_dirty_samples": len(dirty["samples_us"]), "nvbench_cold_median_us": nv_median,
+            "nvbench_cold_mean_us": nvbench["nvbench"]["cold_mean_us"], "nvbench_samples": len(nvbench["samples_us"]),
+            "dirty_vs_nvbench": dirty_us / nv_median - 1}
+
+
+def clean_row(row: Row, out: Path, overheads: dict[str, dict[str, float]]) -> dict:
+    """qsa (--l2 clean) against the GPU's own timestamps of the same calls (CUPTI: the span from the first
+    kernel's start to the last one's end, plus what qsa's events time beyond the span of an empty call of as
+    many launches of its shape) and, for a call of one launch, against Nsight Compute's duration plus the
+    overhead beyond ncu's empty kernel. A call of several launches is shown beside ncu's serialised kernels,
+    each on the caches the one before left, but not judged by them: ncu replays each kernel alone."""
+    record = out / f"clean-{row.tag}.json"
+    trace, _ = traced(out, row.tag, row.launches, row.kernel,
+                      [*row.args("auto"), "--l2", "clean", "--json", str(record), "--quiet"], row.env())
+    clean = measurement(record, row.variant)
+    clean_us = statistics.median(clean["samples_us"])
+    shape = row.empty_launch()[0]
+    overhead = overheads[f"{shape} x{row.launches}"]
+    expected = trace["median_span_us"] + overhead["beyond_span_us"]
+    result = {"qsa_clean_median_us": clean_us, "qsa_clean_samples": len(clean["samples_us"]),
+              "cupti_calls": trace["calls"], "cupti_span_us": trace["median_span_us"],
+              "cupti_kernels_sum_us": trace["median_kernels_sum_us"], "cupti_kernel_us": trace["median_kernel_us"],
+              "cupti_gap_us": trace["median_gap_us"], "qsa_beyond_span_us": beyond_span_us(clean["samples_us"],
+                                                                                            trace["span_us"]),
+              "empty_shape": shape, "empty_beyond_span_us": overhead["beyond_span_us"],
+              "cupti_plus_overhead_us": expected, "clean_vs_cupti": clean_us / expected - 1,
+              "ncu_launches": row.launches}
+    if row.ncu_observes:
+        argv = [*QSA, *row.args("3"), "--l2", "clean", "--warmup", "0", "--quiet"]
+        flushed = ncu_durations_us(argv, out / f"ncu-{row.tag}.log", row.kernel, FLUSHED, row.env())
+        as_left = (ncu_durations_us(argv, out / f"ncu-{row.tag}-as-left.log", row.kernel, AS_LEFT, row.env())
+                   if row.launches > 1 else flushed)
+        ncu_call, kernels, per_kernel = per_call_us(flushed, as_left, row.launches)
+        result.update({"ncu_call_us": ncu_call, "ncu_kernels": kernels, "ncu_kernel_us": per_kernel,
+                       "ncu_overhead_us": overhead["ncu_us"], "ncu_plus_overhead_us": ncu_call + overhead["ncu_us"]})
+        if row.launches == 1:
+            result["clean_vs_ncu"] = clean_us / result["ncu_plus_overhead_us"] - 1
+    return result
+
+
 def main(out: Path, only: list[str]) -> int:
     """The rows whose label holds one of ``only`` (every row when empty)."""
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYTHONPATH", ".")
     rows = [r for r in ROWS if not only or any(o in r.label for o in only)]
-    # a call of n launches: the overhead of n empty kernels of its shape one after another, measured in this run
-    observed = [r for r in rows if r.ncu_observes]
-    shapes = {**EMPTY_LAUNCHES, **dict(r.empty_launch() for r in observed)}
-    calls = sorted({(r.empty_launch()[0], r.launches) for r in observed})
-    empty = {shape: {"qsa_us": empty_kernel_qsa_us(out, shape, launch), "ncu_us": empty_kernel_ncu_us(out, shape, launch)}
-             for shape, launch in shapes.items()}
-    chains = {f"{shape} x{n}": empty_kernel_qsa_us(out, shape, shapes[shape], n) for shape, n in calls}
-    overheads = {f"{shape} x{n}": launch_overhead_us(chains[f"{shape} x{n}"], empty[shape]["ncu_us"], n)
-                 for shape, n in calls}
+    # a call of n launches: what qsa's events time beyond n empty kernels of its shape one after another,
+    # measured in this run against ncu's durations of them and against CUPTI's span of the same calls
+    shapes = {**EMPTY_LAUNCHES, **dict(r.empty_launch() for r in rows)}
+    calls = sorted({(r.empty_launch()[0], r.launches) for r in rows} | {(shape, 1) for shape in EMPTY_LAUNCHES})
+    ncu_empty = {shape: empty_kernel_ncu_us(out, shape, launch) for shape, launch in shapes.items()}
+    overheads = {}
+    for shape, n in calls:
+        qsa_us, beyond = empty_kernel_qsa_us(out, shape, shapes[shape], n)
+        overheads[f"{shape} x{n}"] = {"qsa_us": qsa_us, "beyond_span_us": beyond,
+                                      "ncu_us": launch_overhead_us(qsa_us, ncu_empty[shape], n)}
     results = []
     for row in rows:
-        dirty = qsa_run(row, out, "dirty", "--l2", "dirty")
-        nvbench = qsa_run(row, out, "nvbench", "--timer", "nvbench")
-        dirty_us = statistics.median(dirty["samples_us"])
-        nv_mean = nvbench["nvbench"]["cold_mean_us"]
-        result = {
-            "row": row.label, "pdl": row.pdl, "qsa_dirty_median_us": dirty_us,
-            "qsa_dirty_mean_us": statistics.fmean(dirty["samples_us"]), "qsa_dirty_samples": len(dirty["samples_us"]),
-            "nvbench_cold_mean_us": nv_mean, "nvbench_samples": nvbench["nvbench"]["samples"],
-            "dirty_vs_nvbench": dirty_us / nv_mean - 1,
-        }
-        if row.ncu_observes:
-            clean = qsa_run(row, out, "clean", "--l2", "clean")
-            argv = [*QSA, *row.args("3"), "--l2", "clean", "--warmup", "0", "--quiet"]
-            flushed = ncu_durations_us(argv, out / f"ncu-{row.tag}.log", row.kernel, FLUSHED, row.env())
-            as_left = (ncu_durations_us(argv, out / f"ncu-{row.tag}-as-left.log", row.kernel, AS_LEFT, row.env())
-                       if row.launches > 1 else flushed)
-            ncu_call, kernels = per_call_us(flushed, as_left, row.launches)
-            clean_us = statistics.median(clean["samples_us"])
-            shape = row.empty_launch()[0]
-            overhead = overheads[f"{shape} x{row.launches}"]
-            expected = ncu_call + overhead
-            result.update({
-                "qsa_clean_median_us": clean_us, "ncu_call_us": ncu_call, "ncu_launches": row.launches,
-                "ncu_kernels": kernels, "launch_overhead_us": overhead, "empty_shape": shape,
-                "ncu_plus_overhead_us": expected, "clean_vs_ncu": clean_us / expected - 1,
-            })
+        result = {"row": row.label, "pdl": row.pdl, **nvbench_row(row, out), **clean_row(row, out, overheads)}
         results.append(result)
         print(json.dumps(result), flush=True)
-    agree = all(abs(r["dirty_vs_nvbench"]) <= TOLERANCE and abs(r.get("clean_vs_ncu", 0.0)) <= TOLERANCE
-                for r in results)
-    summary = {"tolerance": TOLERANCE, "empty_kernel": empty, "empty_chain_qsa_us": chains,
-               "launch_overhead_us": overheads, "agree": agree, "row_definitions": [asdict(r) for r in ROWS]}
+    agree = all(abs(r[k]) <= TOLERANCE for r in results for k in ("dirty_vs_nvbench", "clean_vs_cupti", "clean_vs_ncu")
+                if k in r)
+    summary = {"tolerance": TOLERANCE, "ncu_empty_kernel_us": ncu_empty, "empty_calls": overheads, "agree": agree,
+               "row_definitions": [asdict(r) for r in ROWS]}
     # JSON lines (the summary, then a row a line): not a qsa record, which a results folder's .json files are
     (out / "agreement.jsonl").write_text("".join(json.dumps(x) + "\n" for x in (summary, *results)))
-    lines = ["| launcher | qsa dirty median | nvbench cold mean | diff | qsa clean median | ncu + overhead | diff |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in results:
-        ncu = (f"{r['qsa_clean_median_us']:.2f} | {r['ncu_plus_overhead_us']:.2f} ({r['ncu_launches']} "
-               f"launch{'es' if r['ncu_launches'] > 1 else ''}) | {100 * r['clean_vs_ncu']:+.1f}%"
-               if "clean_vs_ncu" in r else "– | – (overlapped launches: see the PDL-off row) | –")
-        lines.append(f"| {r['row']} | {r['qsa_dirty_median_us']:.2f} | {r['nvbench_cold_mean_us']:.2f} | "
-                     f"{100 * r['dirty_vs_nvbench']:+.1f}% | {ncu} |")
-    lines.append("\nLaunch overhead: an empty kernel " + "; ".join(
-        f"as a {shape}: {e['qsa_us']:.2f} µs under qsa's timer, {e['ncu_us']:.2f} µs under ncu" for shape, e in empty.items())
-        + "; calls of n empty kernels under qsa's timer " + ", ".join(f"{us:.2f} µs ({call})" for call, us in chains.items())
-        + ". Added to ncu's durations: " + ", ".join(f"{us:.2f} µs ({call})" for call, us in overheads.items()) + ".")
-    (out / "agreement.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    (out / "agreement.md").write_text(table(results, overheads) + "\n")
+    print(table(results, overheads))
     return 0 if agree else 1
+
+
+def _diff(value: float | None) -> str:
+    return f"{100 * value:+.1f}%" if value is not None else "–"
+
+
+def table(results: list[dict], overheads: dict[str, dict[str, float]]) -> str:
+    """agreement.md: a row per launcher, the references and their differences, then the overheads."""
+    lines = ["| launcher | qsa dirty median | nvbench cold median | diff | qsa clean median | CUPTI span + overhead "
+             "| diff | ncu + overhead | diff |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        if "clean_vs_ncu" in r:
+            ncu = f"{r['ncu_plus_overhead_us']:.2f} | {_diff(r['clean_vs_ncu'])}"
+        elif "ncu_call_us" in r:
+            ncu = f"({r['ncu_plus_overhead_us']:.2f}: {r['ncu_launches']} kernels replayed one by one, not judged) | –"
+        else:
+            ncu = "– (overlapped launches) | –"
+        lines.append(f"| {r['row']} | {r['qsa_dirty_median_us']:.2f} | {r['nvbench_cold_median_us']:.2f} | "
+                     f"{_diff(r['dirty_vs_nvbench'])} | {r['qsa_clean_median_us']:.2f} | "
+                     f"{r['cupti_plus_overhead_us']:.2f} | {_diff(r['clean_vs_cupti'])} | {ncu} |")
+    lines.append("\nqsa's events beyond the GPU's span of empty calls (CUPTI) and beyond ncu's durations: " + "; ".join(
+        f"{call}: {o['qsa_us']:.2f} µs under qsa's timer, {o['beyond_span_us']:+.2f} beyond CUPTI's span, "
+        f"{o['ncu_us']:+.2f} beyond ncu" for call, o in overheads.items()) + ".")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

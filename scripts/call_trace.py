@@ -1,0 +1,88 @@
+"""The GPU's own timestamps of the calls qsa times: a qsa command run in this process with CUPTI's kernel activity
+on (the cupti-python package), each kernel's start and end as the GPU recorded them, in the stream as qsa
+queued it (no replay, no serialisation beyond the stream's own).
+
+qsa's timer queues each sample behind a hold: [hold] [clock stamp] event, the call's kernels, event [clock stamp];
+so the kernels between two clock stamps are one timed call (a batch's: BATCH_LAUNCHES calls). For each call of
+``--launches`` kernels this writes its span (the first kernel's start to the last one's end), the sum of its
+kernels' durations and the gaps between them; scripts/agreement.py sets them beside qsa's samples of the same
+calls and beside Nsight Compute's durations of the same kernels replayed one at a time.
+
+Usage: python3 scripts/call_trace.py TRACE.json LAUNCHES KERNEL_REGEX -- QSA_ARGS...
+(QSA_ARGS: a measuring command with --json, e.g. topk-parity 524288 8 50 524288 0 --variants split --json r.json;
+or -c CODE: Python that times its calls with qsa's DeviceTimer, as agreement.py's empty kernels)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+STAMP = "clock_stamp_kernel"  # qsa's timer's stamps around each timed call (kernels/bench.cu)
+
+
+def calls_between_stamps(kernels: list[tuple[str, int, int]], launches: int, pattern: str) -> list[list[tuple[str, int, int]]]:
+    """The timed calls: the kernels between consecutive stamps (start, end ordered), where there are exactly
+    ``launches`` and each matches ``pattern`` (a batch, the flush and the hold fall outside)."""
+    matcher = re.compile(pattern)
+    calls, current = [], None
+    for kernel in sorted(kernels, key=lambda k: k[1]):
+        if kernel[0] == STAMP:
+            if current is not None and len(current) == launches and all(matcher.search(k[0]) for k in current):
+                calls.append(current)
+            current = []
+        elif current is not None:
+            current.append(kernel)
+    return calls
+
+
+def summary(calls: list[list[tuple[str, int, int]]]) -> dict:
+    """Per call: its span, its kernels' summed durations and the gaps between them (µs); their medians."""
+    spans = [(c[-1][2] - c[0][1]) / 1e3 for c in calls]
+    sums = [sum(end - start for _, start, end in c) / 1e3 for c in calls]
+    gaps = [[(c[i + 1][1] - c[i][2]) / 1e3 for i in range(len(c) - 1)] for c in calls]
+    durations = [[(end - start) / 1e3 for _, start, end in c] for c in calls]
+    return {"calls": len(calls), "span_us": spans, "kernels_sum_us": sums,
+            "median_span_us": statistics.median(spans) if spans else None,
+            "median_kernels_sum_us": statistics.median(sums) if sums else None,
+            "median_kernel_us": [statistics.median(d) for d in zip(*durations)] if durations else [],
+            "median_gap_us": [statistics.median(g) for g in zip(*gaps)] if gaps and gaps[0] else [],
+            "kernels": [name for name, _, _ in calls[0]] if calls else []}
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv or len(argv[:argv.index("--")]) != 3:
+        raise SystemExit(__doc__)
+    (trace, launches, pattern), qsa_args = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    from cupti import cupti
+
+    kernels: list[tuple[str, int, int]] = []
+
+    def completed(activities: list) -> None:
+        kernels.extend((a.name, a.start, a.end) for a in activities
+                       if a.kind == cupti.ActivityKind.CONCURRENT_KERNEL)
+
+    cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
+    cupti.activity_register_callbacks(lambda: (8 * 1024 * 1024, 0), completed)
+    code = 0
+    try:
+        if qsa_args[:1] == ["-c"]:
+            exec(compile(qsa_args[1], "<code>", "exec"), {"__name__": "__main__"})
+        else:
+            from qsa_cli.__main__ import main as qsa_main  # holds Ctrl-C until the command runs, as `qsa` does
+
+            qsa_main(qsa_args)
+    except SystemExit as ended:
+        code = ended.code or 0
+    cupti.activity_flush_all(1)
+    result = {"argv": qsa_args, "exit": code, "kernels_traced": len(kernels),
+              **summary(calls_between_stamps(kernels, int(launches), pattern))}
+    Path(trace).write_text(json.dumps(result) + "\n")
+    return int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,66 @@
+"""scripts/call_trace.py and scripts/agreement.py's use of it, on kernel timelines made by hand: which kernels
+are a timed call (those between qsa's clock stamps, as many as a call launches), a call's span, its kernels'
+sum and gaps, and what qsa's events time beyond the span."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import agreement  # noqa: E402
+import call_trace  # noqa: E402
+
+STAMP = call_trace.STAMP
+
+
+def timeline(*calls: list[tuple[int, int]], name: str = "block_topk_split_kernel") -> list[tuple[str, int, int]]:
+    """Each call's kernels ([start, end] in ns) between two stamps, after a flush and a hold as qsa queues them."""
+    kernels, at = [], 0
+    for call in calls:
+        kernels += [("read_floor_kernel", at, at + 500), ("hold_stream_kernel", at + 600, at + 900),
+                    (STAMP, at + 950, at + 960)]
+        kernels += [(name, at + 1000 + start, at + 1000 + end) for start, end in call]
+        kernels.append((STAMP, at + 1000 + call[-1][1] + 100, at + 1000 + call[-1][1] + 110))
+        at += 100_000
+    return kernels
+
+
+def test_a_call_is_the_kernels_between_two_stamps_of_its_launch_count() -> None:
+    serial = [(0, 4000), (4500, 9000), (9300, 12000)]
+    kernels = timeline(serial, serial[:2], serial)  # the middle one is no call of 3 (a batch is no call either)
+    calls = call_trace.calls_between_stamps(list(reversed(kernels)), 3, "block_topk_split")
+    assert len(calls) == 2 and all(len(c) == 3 for c in calls)
+    s = call_trace.summary(calls)
+    assert s["span_us"] == [12.0, 12.0] and s["kernels_sum_us"] == [11.2, 11.2]
+    assert s["median_kernel_us"] == [4.0, 4.5, 2.7] and s["median_gap_us"] == [0.5, 0.3]
+    assert call_trace.calls_between_stamps(kernels, 3, "cluster") == []  # kernels of another name: no call
+
+
+def test_overlapped_launches_have_a_span_shorter_than_their_sum() -> None:
+    overlapped = [(0, 5000), (3000, 9000)]  # a programmatic dependent launch starts before the first ends
+    s = call_trace.summary(call_trace.calls_between_stamps(timeline(overlapped), 2, "split"))
+    assert s["median_span_us"] == 9.0 and s["median_kernels_sum_us"] == 11.0 and s["median_gap_us"] == [-2.0]
+
+
+def test_qsa_beyond_the_span_is_paired_per_call_or_else_by_medians() -> None:
+    assert agreement.beyond_span_us([13.0, 14.0, 15.0], [12.0, 12.5, 13.0]) == 1.5
+    # a re-measured round traced a call the samples lack: the medians' difference
+    assert agreement.beyond_span_us([13.0, 15.0], [12.0, 12.5, 30.0]) == pytest.approx(14.0 - 12.5)
+
+
+def test_the_table_judges_ncu_only_where_it_replays_a_call_of_one_launch() -> None:
+    common = {"qsa_dirty_median_us": 30.0, "nvbench_cold_median_us": 30.3, "dirty_vs_nvbench": -0.01,
+              "qsa_clean_median_us": 29.0, "cupti_plus_overhead_us": 29.2, "clean_vs_cupti": -0.007}
+    rows = [{"row": "one", **common, "ncu_plus_overhead_us": 29.5, "clean_vs_ncu": -0.017, "ncu_call_us": 28.0,
+             "ncu_launches": 1},
+            {"row": "six, PDL off", **common, "ncu_plus_overhead_us": 34.0, "ncu_call_us": 33.0, "ncu_launches": 6},
+            {"row": "six", **common}]
+    text = agreement.table(rows, {"wave x1": {"qsa_us": 3.1, "beyond_span_us": 1.2, "ncu_us": 1.3}})
+    one, six_off, six = text.splitlines()[2:5]
+    assert one.endswith("| 29.50 | -1.7% |")
+    assert "(34.00: 6 kernels replayed one by one, not judged) | – |" in six_off
+    assert six.endswith("| – (overlapped launches) | – |")
+    assert "wave x1: 3.10 µs under qsa's timer, +1.20 beyond CUPTI's span, +1.30 beyond ncu" in text
