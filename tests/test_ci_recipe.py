@@ -91,15 +91,16 @@ def step(name: str) -> dict[str, Any]:
     return found[0]
 
 
-COMPARE, GATE, PROMOTE, FIRST = ("qsa compare (merge base against head)", "qsa gate (against this card's baseline)",
-                                 "promote the passing run to this card's baseline", "first baseline of this card")
+COMPARE, GATE, PROMOTE, HISTORY, FIRST = (
+    "qsa compare (merge base against head)", "qsa gate (against this card's baseline)",
+    "promote the passing run to this card's baseline", "history of this card", "first baseline of this card")
 
 
 def test_the_gpu_tests_steps_are_the_workflows_qsa_steps() -> None:
     """Every step that runs qsa is one the GPU test runs (a new one must be run there too), and every command
     of theirs is qsa's."""
     running = [s["name"] for s in workflow_steps() if "qsa " in s.get("run", "")]
-    assert running == [COMPARE, GATE, PROMOTE, FIRST]
+    assert running == [COMPARE, GATE, PROMOTE, HISTORY, FIRST]
     for name in running:
         lines = [line for line in step(name)["run"].splitlines() if line.strip()]
         assert all(line.startswith(("qsa ", "base=$(git merge-base")) for line in lines), lines
@@ -114,7 +115,8 @@ def qsa_lines(pipeline: Path) -> list[str]:
 @pytest.mark.parametrize("pipeline", [WORKFLOW, GITLAB], ids=["github", "gitlab"])
 def test_every_qsa_line_of_the_recipe_names_a_command_and_its_options(pipeline: Path) -> None:
     lines = qsa_lines(pipeline)
-    assert {line.split()[1] for line in lines} == {"compare", "gate", "baseline", "sweep"}
+    assert {line.split()[1] for line in lines} >= {"compare", "gate", "baseline", "sweep"}
+    assert {line.split()[1] for line in lines} <= {"compare", "gate", "baseline", "sweep", "history"}
     for line in lines:
         unknown = sorted(set(OPTION.findall(line)) - options(line.split()[1]))
         assert not unknown, f"{line}: qsa {line.split()[1]} has no {', '.join(unknown)}"
@@ -235,5 +237,18 @@ def test_the_workflows_commands_judge_three_pull_requests_and_keep_main_s_baseli
     cards = [p for p in (tmp_path / "baselines").iterdir() if p.is_dir()]
     assert len(cards) == 1 and len(list(cards[0].glob("*.json"))) == 2  # the first baseline and the gate's run
     promoted = (cards[0] / "current").read_text().strip()
+    code, log = runner.run(HISTORY, new_job=False)  # the page the publish-history job puts on Pages
+    page = runner.out / "history.html"
+    assert code == 0 and page.read_text().startswith("<!doctype html>"), "\n".join(log)
     code, log = runner.run(GATE)  # the next push: gated against the run promoted
     assert code == 0 and any(f"{promoted} (the current one of card" in line for line in log), "\n".join(log)
+
+
+def test_docs_ci_md_shows_the_workflows_own_lines() -> None:
+    """docs/ci.md restates the workflow's qsa command lines and its publish-history job: each as the file has it,
+    so the page cannot drift from what a team copies."""
+    page = (ROOT / "docs" / "ci.md").read_text()
+    for line in qsa_lines(WORKFLOW):
+        assert line.replace("${{ runner.temp }}", "$RUNNER_TEMP") in page, line
+    job = WORKFLOW.read_text().split("\n  publish-history:\n", 1)[1]
+    assert "  publish-history:\n" + job.rstrip("\n") + "\n```" in page

@@ -257,6 +257,22 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(tmp_path: Path, c
     assert not page.exists() and list(tmp_path.glob("*.html")) == []
 
 
+def test_card_of_a_run_names_its_card_among_several(tmp_path: Path, capsys) -> None:
+    """A CI job draws its runner's card from the run it just made: --card-of RUN.json picks that card's
+    history where the store holds several; with --card, or of a record no card measured, it is exit 2."""
+    folder = store(tmp_path / "two", {"halve": [100.0] * 3})
+    shutil.copytree(folder / KEY, folder / "other-card")
+    run = sorted((folder / KEY).glob("*.json"))[0]
+    code, out, _ = _cli(["history", str(folder), "--card-of", str(run), "--format", "json"], capsys)
+    assert code == 0 and [c["key"] for c in json.loads(out)["cards"]] == [KEY]
+    code, _, err = _cli(["history", str(folder), "--card-of", str(run), "--card", KEY], capsys)
+    assert code == 2 and "give one" in err and err.count("\n") == 1
+    cpu = tmp_path / "cpu.json"
+    record([], [], device={"name": "host"}).write(cpu)
+    code, _, err = _cli(["history", str(folder), "--card-of", str(cpu)], capsys)
+    assert code == 2 and f"{cpu}: no card measured it" in err and err.count("\n") == 1
+
+
 # ---- pictures -------------------------------------------------------------------------------------------------
 
 

@@ -16,7 +16,9 @@ from ..output import EXPORTS
 from ..output.history import card_history
 from ..output.history_plot import pictures  # matplotlib itself is imported only to draw
 from ..output.printed import of_history
+from ..record.baselines import record_key
 from ..record.history import cards, runs
+from ..record.load import load_record
 from .exit_status import UsageProblem
 from .finish import finish, presentation
 from .options import EXPORT_FORMAT_OPTIONS, OUTPUT, check_distinct
@@ -26,6 +28,9 @@ from .options import EXPORT_FORMAT_OPTIONS, OUTPUT, check_distinct
 @click.argument("folder", metavar="DIR")
 @click.option("--card", metavar="KEY", help="Only this card's runs (DIR/KEY; qsa baseline list DIR names the keys); "
                                             "every card's without it.")
+@click.option("--card-of", "card_of", metavar="RUN.json", type=click.Path(dir_okay=False),
+              help="Only the card this record was measured on (its key as qsa baseline promote keeps it): a CI "
+                   "job's runner's card, from the run it just made.")
 @click.option("--engine", metavar="NAME",
               help="Only the variants of engine checkout NAME, whose commit (and qsa's) mark where a step may fall; "
                    "a card of one checkout names its variants NAME in every run, whatever name each run gave it.")
@@ -38,8 +43,8 @@ from .options import EXPORT_FORMAT_OPTIONS, OUTPUT, check_distinct
 @click.option("-v", "--verbose", is_flag=True,
               help="In a log, every (case, variant) (as at a terminal) in place of the summary and the steps.")
 @EXPORT_FORMAT_OPTIONS
-def command(folder: str, card: str | None, engine: str | None, plot_path: str | None, html_path: str | None,
-            verbose: bool, **opts: Any) -> int:
+def command(folder: str, card: str | None, card_of: str | None, engine: str | None, plot_path: str | None,
+            html_path: str | None, verbose: bool, **opts: Any) -> int:
     """Each card's figures across commits: per (case, variant) the latest median, its change against the
     previous run and the first, and the steps (the commits where the median moved beyond the noise of the
     runs around it, and whether the bits changed there).
@@ -51,6 +56,12 @@ def command(folder: str, card: str | None, engine: str | None, plot_path: str | 
     """
     shown = presentation(opts)
     check_distinct({"--plot": plot_path, "--html": html_path})
+    if card_of is not None:
+        if card is not None:
+            raise UsageProblem("--card and --card-of both name the card: give one")
+        card = record_key(load_record(card_of))
+        if card is None:
+            raise InputError(f"{card_of}: no card measured it (a CPU-backend run or a device not named whole)")
     keys = cards(Path(folder))
     if card is not None and card not in keys:
         raise InputError(f"{folder}: no card {card} (it holds {', '.join(keys)})")
