@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 TOLERANCE = 0.03
@@ -47,13 +48,7 @@ class Row:
     nq: int
     cap: int
     kernel: str  # the regex of its kernels' names (ncu's filter)
-    launches: int  # kernel launches one call makes
     pdl: bool = True  # False: the call's launches one after another (QSA_PDL=0)
-
-    @property
-    def ncu_observes(self) -> bool:
-        """Whether Nsight Compute can time the call: not when its launches overlap (it serialises them)."""
-        return self.launches == 1 or not (self.pdl and self.variant == "split")
 
     def env(self) -> dict[str, str]:
         return {**os.environ, **({} if self.pdl else {"QSA_PDL": "0"})}
@@ -83,21 +78,20 @@ class Row:
 
 
 ROWS = (
-    Row("multi scorer 420K x 4", ("select-bench", "--no-model"), "multi", 420000, 4, 524288, "block_scores_multi", 1),
-    Row("halve scorer 420K x 4", ("select-bench", "--no-model"), "halve", 420000, 4, 524288, "block_scores_halve", 1),
-    Row("halve scorer 524K x 8", ("select-bench", "--no-model"), "halve", 524288, 8, 524288, "block_scores_halve", 2),
-    Row("halve scorer 32K x 1", ("select-bench", "--no-model"), "halve", 32768, 1, 65536, "block_scores_halve", 1),
-    Row("wide top-k 524K x 8", ("topk-parity", "0", "--no-model"), "wide", 524288, 8, 524288, "block_topk_wide", 1),
-    Row("split top-k 524K x 8", ("topk-parity", "0", "--no-model"), "split", 524288, 8, 524288, "block_topk_split", 6),
+    Row("multi scorer 420K x 4", ("select-bench", "--no-model"), "multi", 420000, 4, 524288, "block_scores_multi"),
+    Row("halve scorer 420K x 4", ("select-bench", "--no-model"), "halve", 420000, 4, 524288, "block_scores_halve"),
+    Row("halve scorer 524K x 8", ("select-bench", "--no-model"), "halve", 524288, 8, 524288, "block_scores_halve"),
+    Row("halve scorer 32K x 1", ("select-bench", "--no-model"), "halve", 32768, 1, 65536, "block_scores_halve"),
+    Row("wide top-k 524K x 8", ("topk-parity", "0", "--no-model"), "wide", 524288, 8, 524288, "block_topk_wide"),
+    Row("split top-k 524K x 8", ("topk-parity", "0", "--no-model"), "split", 524288, 8, 524288, "block_topk_split"),
     Row("split top-k 524K x 8, PDL off", ("topk-parity", "0", "--no-model"), "split", 524288, 8, 524288,
-        "block_topk_split", 6, pdl=False),
+        "block_topk_split", pdl=False),
     Row("cluster top-k 524K x 8", ("topk-parity", "0", "--no-model"), "cluster", 524288, 8, 524288,
-        "block_topk_cluster", 1),
-    Row("split top-k 131K x 1", ("topk-parity", "0", "--no-model"), "split", 131072, 1, 262144, "block_topk_split", 6),
+        "block_topk_cluster"),
+    Row("split top-k 131K x 1", ("topk-parity", "0", "--no-model"), "split", 131072, 1, 262144, "block_topk_split"),
     Row("split top-k 131K x 1, PDL off", ("topk-parity", "0", "--no-model"), "split", 131072, 1, 262144,
-        "block_topk_split", 6, pdl=False),
-    Row("cluster top-k 9000 x 1", ("topk-parity", "0", "--no-model"), "cluster", 9000, 1, 16384, "block_topk_cluster",
-        1),
+        "block_topk_split", pdl=False),
+    Row("cluster top-k 9000 x 1", ("topk-parity", "0", "--no-model"), "cluster", 9000, 1, 16384, "block_topk_cluster"),
 )
 
 
@@ -228,31 +222,39 @@ def launch_overhead_us(qsa_chain_us: float, ncu_empty_us: float, launches: int) 
     return qsa_chain_us - launches * ncu_empty_us
 
 
+def launch_count(m: dict) -> int:
+    """The kernels qsa's launcher enqueued for one call, as the record lists them (a call's count depends on
+    the launcher's version and the case: never a constant of this script)."""
+    if not m.get("launches"):
+        raise SystemExit(f"{m['variant']}: its record lists no launches (a record older than schema 8?)")
+    return len(m["launches"])
+
+
 def nvbench_row(row: Row, out: Path) -> dict:
     """qsa (--l2 dirty) against nvbench's cold samples of the same launcher: median against median (and the
-    means beside)."""
+    means beside); the call's launch count, from qsa's record."""
     dirty = qsa_run(row, out, "dirty", "--l2", "dirty")
     nvbench = qsa_run(row, out, "nvbench", "--timer", "nvbench")
     dirty_us, nv_median = statistics.median(dirty["samples_us"]), statistics.median(nvbench["samples_us"])
     return {"qsa_dirty_median_us": dirty_us, "qsa_dirty_mean_us": statistics.fmean(dirty["samples_us"]),
             "qsa_dirty_samples": len(dirty["samples_us"]), "nvbench_cold_median_us": nv_median,
             "nvbench_cold_mean_us": nvbench["nvbench"]["cold_mean_us"], "nvbench_samples": len(nvbench["samples_us"]),
-            "dirty_vs_nvbench": dirty_us / nv_median - 1}
+            "dirty_vs_nvbench": dirty_us / nv_median - 1, "launches": launch_count(dirty)}
 
 
-def clean_row(row: Row, out: Path, overheads: dict[str, dict[str, float]]) -> dict:
+def clean_row(row: Row, out: Path, launches: int, overhead_of: Callable[[str, int], dict[str, float]]) -> dict:
     """qsa (--l2 clean) against the GPU's own timestamps of the same calls (CUPTI: the span from the first
     kernel's start to the last one's end, plus what qsa's events time beyond the span of an empty call of as
     many launches of its shape) and, for a call of one launch, against Nsight Compute's duration plus the
     overhead beyond ncu's empty kernel. A call of several launches is shown beside ncu's serialised kernels,
     each on the caches the one before left, but not judged by them: ncu replays each kernel alone."""
     record = out / f"clean-{row.tag}.json"
-    trace, _ = traced(out, row.tag, row.launches, row.kernel,
+    trace, _ = traced(out, row.tag, launches, row.kernel,
                       [*row.args("auto"), "--l2", "clean", "--json", str(record), "--quiet"], row.env())
     clean = measurement(record, row.variant)
     clean_us = statistics.median(clean["samples_us"])
     shape = row.empty_launch()[0]
-    overhead = overheads[f"{shape} x{row.launches}"]
+    overhead = overhead_of(shape, launches)
     expected = trace["median_span_us"] + overhead["beyond_span_us"]
     result = {"qsa_clean_median_us": clean_us, "qsa_clean_samples": len(clean["samples_us"]),
               "cupti_calls": trace["calls"], "cupti_span_us": trace["median_span_us"],
@@ -261,16 +263,16 @@ def clean_row(row: Row, out: Path, overheads: dict[str, dict[str, float]]) -> di
                                                                                             trace["span_us"]),
               "empty_shape": shape, "empty_beyond_span_us": overhead["beyond_span_us"],
               "cupti_plus_overhead_us": expected, "clean_vs_cupti": clean_us / expected - 1,
-              "ncu_launches": row.launches}
-    if row.ncu_observes:
+              "ncu_launches": launches}
+    if launches == 1 or not row.pdl:  # ncu serialises a call's launches: not the call when they overlap (PDL)
         argv = [*QSA, *row.args("3"), "--l2", "clean", "--warmup", "0", "--quiet"]
         flushed = ncu_durations_us(argv, out / f"ncu-{row.tag}.log", row.kernel, FLUSHED, row.env())
         as_left = (ncu_durations_us(argv, out / f"ncu-{row.tag}-as-left.log", row.kernel, AS_LEFT, row.env())
-                   if row.launches > 1 else flushed)
-        ncu_call, kernels, per_kernel = per_call_us(flushed, as_left, row.launches)
+                   if launches > 1 else flushed)
+        ncu_call, kernels, per_kernel = per_call_us(flushed, as_left, launches)
         result.update({"ncu_call_us": ncu_call, "ncu_kernels": kernels, "ncu_kernel_us": per_kernel,
                        "ncu_overhead_us": overhead["ncu_us"], "ncu_plus_overhead_us": ncu_call + overhead["ncu_us"]})
-        if row.launches == 1:
+        if launches == 1:
             result["clean_vs_ncu"] = clean_us / result["ncu_plus_overhead_us"] - 1
     return result
 
@@ -283,16 +285,22 @@ def main(out: Path, only: list[str]) -> int:
     # a call of n launches: what qsa's events time beyond n empty kernels of its shape one after another,
     # measured in this run against ncu's durations of them and against CUPTI's span of the same calls
     shapes = {**EMPTY_LAUNCHES, **dict(r.empty_launch() for r in rows)}
-    calls = sorted({(r.empty_launch()[0], r.launches) for r in rows} | {(shape, 1) for shape in EMPTY_LAUNCHES})
     ncu_empty = {shape: empty_kernel_ncu_us(out, shape, launch) for shape, launch in shapes.items()}
-    overheads = {}
-    for shape, n in calls:
-        qsa_us, beyond = empty_kernel_qsa_us(out, shape, shapes[shape], n)
-        overheads[f"{shape} x{n}"] = {"qsa_us": qsa_us, "beyond_span_us": beyond,
-                                      "ncu_us": launch_overhead_us(qsa_us, ncu_empty[shape], n)}
+    overheads: dict[str, dict[str, float]] = {}
+
+    def overhead_of(shape: str, n: int) -> dict[str, float]:
+        if f"{shape} x{n}" not in overheads:
+            qsa_us, beyond = empty_kernel_qsa_us(out, shape, shapes[shape], n)
+            overheads[f"{shape} x{n}"] = {"qsa_us": qsa_us, "beyond_span_us": beyond,
+                                          "ncu_us": launch_overhead_us(qsa_us, ncu_empty[shape], n)}
+        return overheads[f"{shape} x{n}"]
+
+    for shape in EMPTY_LAUNCHES:
+        overhead_of(shape, 1)
     results = []
     for row in rows:
-        result = {"row": row.label, "pdl": row.pdl, **nvbench_row(row, out), **clean_row(row, out, overheads)}
+        dirty = nvbench_row(row, out)
+        result = {"row": row.label, "pdl": row.pdl, **dirty, **clean_row(row, out, dirty["launches"], overhead_of)}
         results.append(result)
         print(json.dumps(result), flush=True)
     agree = all(abs(r[k]) <= TOLERANCE for r in results for k in ("dirty_vs_nvbench", "clean_vs_cupti", "clean_vs_ncu")

@@ -64,3 +64,12 @@ def test_the_table_judges_ncu_only_where_it_replays_a_call_of_one_launch() -> No
     assert "(34.00: 6 kernels replayed one by one, not judged) | – |" in six_off
     assert six.endswith("| – (overlapped launches) | – |")
     assert "wave x1: 3.10 µs under qsa's timer, +1.20 beyond CUPTI's span, +1.30 beyond ncu" in text
+
+
+def test_a_calls_launch_count_is_the_records_never_a_constant() -> None:
+    """The split's call was once 6 launches and is 5 now: the count comes from what qsa's launcher recorded."""
+    launched = {"variant": "split", "launches": [{"kernel": f"block_topk_split_pass_kernel<{p}, 8>"} for p in range(4)]
+                + [{"kernel": "block_topk_split_emit_kernel<8>"}]}
+    assert agreement.launch_count(launched) == 5
+    with pytest.raises(SystemExit, match="lists no launches"):
+        agreement.launch_count({"variant": "split", "launches": None})
