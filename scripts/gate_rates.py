@@ -11,7 +11,7 @@ the confirmation round (``--confirm``).
 
 Each gate's record holds its first measurement and the confirmation round's; judging a record without its
 confirmations gives the verdict the gate would have given with ``--confirm 0``, so one gate gives both counts.
-A row's true slowdown is its median in the slowed gates against its median over the A/A gates.
+A row's true slowdown is its median in a slowed gate against its median over the A/A gates.
 
 Usage (on a machine with the card, from the repository root):
     python3 scripts/gate_rates.py OUT [--aa 20] [--slowdowns 3,5,10] [--slow-gates 3]
@@ -101,10 +101,10 @@ def gates(out: Path, count: int, baseline: Path, extra: list[str]) -> list[Path]
 def tally(records: list[Path], baseline: RunRecord, slowed: str | None,
           aa_medians: dict[tuple[str, str], float]) -> dict:
     """Per group of gates: rows judged, SLOW without confirmation, SLOW with it (failing), UNCONFIRMED, for the
-    slowed variant's rows and the others apart; the slowed rows' true slowdowns."""
+    slowed variant's rows and the others apart; the range of the slowed rows' true slowdowns, a row a gate."""
     counts = {side: {"rows": 0, "slow_unconfirmed": 0, "slow_confirmed": 0, "unconfirmed": 0}
               for side in ("slowed", "others")}
-    ratios: dict[tuple[str, str], list[float]] = {}
+    ratios: list[float] = []  # each slowed row's median in its gate against its A/A median
     for path in records:
         record = load_record(path)
         medians = {(m.key, m.variant): m.median_us for m in record.measurements}
@@ -117,8 +117,8 @@ def tally(records: list[Path], baseline: RunRecord, slowed: str | None,
             side["slow_confirmed"] += final == "SLOW"
             side["unconfirmed"] += final == UNCONFIRMED
             if variant == slowed and (key, variant) in aa_medians:
-                ratios.setdefault((key, variant), []).append(medians[key, variant] / aa_medians[key, variant])
-    true = [statistics.median(r) - 1 for r in ratios.values()]
+                ratios.append(medians[key, variant] / aa_medians[key, variant] - 1)
+    true = ratios
     return {**counts, "gates": len(records),
             "true_slowdown": [min(true), max(true)] if true else None}
 
