@@ -31,7 +31,7 @@ from qsa_cli.runs.info import ARCHITECTURES, architectures, catalog_entries
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 OLDER = ROOT / "tests" / "data" / "records"  # a real record of every older schema version (tests/test_results.py)
-SHIPPED = sorted(RESULTS.glob("**/*.json")) + sorted(OLDER.glob("*.json"))
+SHIPPED = sorted([*RESULTS.glob("**/*.json"), *RESULTS.glob("**/*.json.xz")]) + sorted(OLDER.glob("*.json"))
 WIDTHS = (60, 80, 120, 250, None)  # None: piped, no COLUMNS (rich's 80)
 TINY_SWEEP = ("iterations: 2\nwarmup: 0\nstages: [scores, topk]\ncontexts: [4099]\nqueries: [1, 2]\ncapacity: 8192\n"
               "score_sets: [continuous, adversarial]\nkeys: [synthetic, adversarial]\n")
@@ -222,7 +222,7 @@ def test_every_shipped_record_is_rendered(cpu_records: dict[str, RunRecord]) -> 
     rendered = {what.split(" ", 1)[1] for what, _, _ in outputs(cpu_records) if what.split()[0] not in ("report", "info")}
     shipped = {_name(p) for p in SHIPPED}
     assert shipped - rendered == {_name(p) for p in SHIPPED
-                                  if json.loads(p.read_text())["command"].split()[0] in ("gate", "topk-parity --selftest")}
+                                  if load_record(p).command.split()[0] in ("gate", "topk-parity --selftest")}
 
 
 def test_a_wide_console_draws_tables_and_a_narrow_one_folds(cpu_records: dict[str, RunRecord],

@@ -8,7 +8,7 @@ from record_factory import seed_record
 
 from qsa_cli.clocks import ClockLock, ClockReading
 from qsa_cli.core.errors import InputError
-from qsa_cli.record.load import MAX_DEPTH, ROLES_BEFORE_RECORDED, load_record, merge_records
+from qsa_cli.record.load import MAX_DEPTH, ROLES_BEFORE_RECORDED, load_record, merge_records, read_json
 from qsa_cli.record.schema import (
     SCHEMA_VERSION,
     Measurement,
@@ -56,8 +56,8 @@ def test_a_measurements_launches_round_trip(tmp_path, rng):
 
 def test_a_version_7_record_loads_without_launches(tmp_path):
     """No run before version 8 recorded its launches: its measurements read back with none."""
-    v7 = next(p for p in SHIPPED if json.loads(p.read_text())["schema_version"] == 7)
-    data = json.loads(v7.read_text())
+    v7 = next(p for p in SHIPPED if _version(p) == 7)
+    data = read_json(v7, "record")
     assert data["measurements"] and all("launches" not in m for m in data["measurements"])
     assert all(m.launches is None for m in load_record(v7).measurements)
 
@@ -174,11 +174,12 @@ ROOT = Path(__file__).parent.parent
 # One real record of every older schema version, as users hold them: docs/results keeps only the records the docs
 # cite, so these stay here whatever it drops (each named for its version and the run it came from).
 OLDER = sorted((ROOT / "tests" / "data" / "records").glob("*.json"))
-SHIPPED = sorted((ROOT / "docs" / "results").glob("**/*.json")) + OLDER
+# a larger record is kept compressed (.json.xz), read as it is
+SHIPPED = sorted([*(ROOT / "docs" / "results").glob("**/*.json"), *(ROOT / "docs" / "results").glob("**/*.json.xz")]) + OLDER
 
 
 def _version(path: Path) -> int:
-    return json.loads(path.read_text())["schema_version"]
+    return read_json(path, "record")["schema_version"]
 
 
 def test_a_real_record_of_every_older_schema_version_is_kept():
@@ -197,14 +198,14 @@ def test_every_saved_record_loads():
     for path in SHIPPED:
         record = load_record(path)
         assert not record.incomplete and {"scores", "topk"} <= set(record.settings["roles"])
-        older = json.loads(path.read_text())["schema_version"] < 3
+        older = _version(path) < 3
         selftest = record.command in ("selftest", "topk-parity --selftest")
         assert record.checks == [] if older or not selftest else record.checks
 
 
 def test_a_record_without_roles_ran_the_registrys_of_the_time(tmp_path):
     """Version 1 records (and version 2's first) name no roles: they ran multi -> halve and wide -> split."""
-    v1 = next(p for p in SHIPPED if json.loads(p.read_text())["schema_version"] == 1)
+    v1 = next(p for p in SHIPPED if _version(p) == 1)
     assert "roles" not in json.loads(v1.read_text())["settings"]
     assert load_record(v1).settings["roles"] == ROLES_BEFORE_RECORDED == {
         "scores": {"reference": "reference", "baseline": "multi", "candidate": "halve"},
@@ -393,8 +394,8 @@ def test_a_version_3_records_cold_is_clean_and_it_has_no_batches_or_rule(tmp_pat
 
 def test_a_version_6_dispatchs_scores_wide_loads_as_the_scorer_by_queries(tmp_path):
     """Version 6 named the scorer of 5-8 queries ``scores_wide``; version 7 names one for every count."""
-    v6 = next(p for p in SHIPPED if json.loads(p.read_text())["schema_version"] == 6)
-    data = json.loads(v6.read_text())
+    v6 = next(p for p in SHIPPED if _version(p) == 6)
+    data = read_json(v6, "record")
     data["settings"]["dispatch"] = {"kind": "decode", "scores": "halve", "topk": "split", "scores_wide": "paired",
                                     "reasons": {"scores": "a", "topk": "b", "scores_wide": "c"}}
     path = tmp_path / "v6.json"
@@ -402,3 +403,28 @@ def test_a_version_6_dispatchs_scores_wide_loads_as_the_scorer_by_queries(tmp_pa
     d = load_record(path).settings["dispatch"]
     assert d["scores_by_queries"] == ["halve"] * 4 + ["paired"] * 4 and "scores_wide" not in d
     assert d["reasons"] == {"scores": "a", "topk": "b", "scores_by_queries": "c"}
+
+
+@pytest.mark.parametrize("suffix", [".xz", ".gz"])
+def test_a_compressed_record_is_read_as_it_is_and_a_bad_one_is_one_line(tmp_path, monkeypatch, suffix):
+    """docs/results keeps its larger records compressed: every command reads RUN.json.xz (or .gz) as RUN.json;
+    a corrupt one, or one that unpacks past any record's size, is an InputError naming the file."""
+    import gzip
+    import lzma
+
+    from qsa_cli.record import load as loader
+
+    pack = {".xz": lzma.compress, ".gz": gzip.compress}[suffix]
+    record = seed_record()
+    packed = tmp_path / f"run.json{suffix}"
+    packed.write_bytes(pack(json.dumps(record.to_dict()).encode()))
+    assert load_record(packed).measurements == record.measurements
+    corrupt = tmp_path / f"corrupt.json{suffix}"
+    corrupt.write_bytes(pack(b'{"schema": "qsa.run"}')[:-8])
+    with pytest.raises(InputError, match=f"^{corrupt}: not a JSON result record"):
+        load_record(corrupt)
+    monkeypatch.setattr(loader, "MAX_RECORD_BYTES", 10_000)  # a real record's limit, scaled down
+    bomb = tmp_path / f"bomb.json{suffix}"
+    bomb.write_bytes(pack(b" " * 10_001))
+    with pytest.raises(InputError, match=f"^{bomb}: unpacks to more than any result record"):
+        load_record(bomb)

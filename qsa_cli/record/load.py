@@ -8,7 +8,9 @@ naming the file and what is wrong.
 
 from __future__ import annotations
 
+import gzip
 import json
+import lzma
 import os
 import re
 from collections.abc import Callable
@@ -167,17 +169,34 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "schema_version": SCHEMA_VERSION}
 
 
-def read_json(path: str | os.PathLike[str], what: str) -> Any:
-    """A JSON file parsed, refused first if it is larger or nested deeper than any ``what`` can be."""
-    path = Path(path)
-    try:
+# a record kept compressed (as docs/results keeps its larger ones) is read as it is: its suffix names the format
+UNPACKERS: dict[str, Callable[..., Any]] = {".xz": lzma.open, ".gz": gzip.open}
+
+
+def _text(path: Path, what: str) -> str:
+    """The file's text, refused when larger than any ``what`` can be (a compressed one: once unpacked)."""
+    unpack = UNPACKERS.get(path.suffix)
+    if unpack is None:
         size = path.stat().st_size
         if size > MAX_RECORD_BYTES:
             raise InputError(f"{path}: {size} bytes, larger than any {what} ({MAX_RECORD_BYTES} at most)")
-        text = path.read_text()
+        return path.read_text()
+    with unpack(path, "rb") as packed:
+        data = packed.read(MAX_RECORD_BYTES + 1)  # never more: a small file may unpack to gigabytes
+    if len(data) > MAX_RECORD_BYTES:
+        raise InputError(f"{path}: unpacks to more than any {what} ({MAX_RECORD_BYTES} bytes at most)")
+    return data.decode()
+
+
+def read_json(path: str | os.PathLike[str], what: str) -> Any:
+    """A JSON file (or one compressed, ``UNPACKERS``) parsed, refused first if it is larger or nested deeper than
+    any ``what`` can be."""
+    path = Path(path)
+    try:
+        text = _text(path, what)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, EOFError, lzma.LZMAError) as exc:  # gzip's BadGzipFile is an OSError
         raise InputError(f"{path}: not a JSON {what} ({exc})") from None
     depth = nesting_depth(text)
     if depth > MAX_DEPTH:
