@@ -11,6 +11,7 @@ environment's switches (read here, once) and the card's limits. The record's set
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from .catalog import STAGES, Catalog, Launcher, Variant, qsa_catalog
 from .clocks import ClockMonitor, lock_clocks
 from .core.errors import EngineError, SideError, TimerError, VariantError
 from .core.geometry import NEW_KERNELS_CC
+from .core.memory import CaseSize, check_device, check_host, device_case_bytes, device_run_bytes, flush_bytes
 from .device import environment, require
 from .dispatch import Dispatch, dispatch, read_switches
 from .engine.attach import attached, check_engines
@@ -35,6 +37,9 @@ from .stages.common import Measurer, StageOutcome
 from .timing import AUTO, DEFAULT_WARMUP, DeviceTimer, Iters, StoppingRule
 
 BACKENDS = ("gpu", "cpu")
+# A top-k variant is in at most three of a window's pairs: the catalog's, after the fastest scorer, the dispatched
+# one (runs/stages.window_bench), each building its own scratch.
+WINDOW_PAIRS_A_TOPK = 3
 # The settings of the GPU's timer, and what each would not do on the CPU backend: a run there records neither
 # (the command line refuses them; a sweep config's are noted as not applied, runs/sweep.py).
 GPU_TIMER_SETTINGS = {"warmup": "the CPU backend times its models after one untimed run of each",
@@ -62,6 +67,9 @@ class Settings:
     # runs no stage (qsa info, sanitize's parent), so it opens no timer
     iters: Iters | None = None
     limits: tuple[tuple[str, str, float], ...] = ()  # (scope, measure, value): limits on inexact variants' measures
+    # the cases the run will make, by size: what its memory is weighed by before it starts (core/memory.py; none:
+    # not weighed, a run of fixed small cases)
+    sizes: tuple[CaseSize, ...] = ()
 
     @property
     def limits_by_scope(self) -> dict[str, dict[str, float]]:
@@ -236,11 +244,13 @@ def session(
         if settings.engines:
             raise EngineError("--engine runs an engine checkout's kernels: it needs --backend gpu")
         _cast(s, {})
+        check_host(command, settings.sizes, on_gpu=False)
         if settings.iters is not None:
             s.run_measurer = Measurer(settings.iters, rule=settings.stopping)
         yield s
         return
     found = require(settings.device_id)  # a one-line NoDeviceError before anything imports CuPy
+    check_host(command, settings.sizes, on_gpu=True)  # before the engine checkouts are built
     import cupy
 
     record.device = found.info
@@ -251,6 +261,7 @@ def session(
             raise TimerError(f"--timer nvbench times the launchers of this process; {next(iter(switched.values()))} "
                              "runs under its switches in a child process of its own")
         _cast(s, switched)
+        check_device_memory(s, command)
         monitor = ClockMonitor.for_pci_bus_id(found.info["pci_bus_id"])
         stack.callback(monitor.close)
         record.device["nvml"] = monitor.device_info()
@@ -266,6 +277,29 @@ def session(
         nvbench = s.run_measurer.nvbench if s.run_measurer is not None else None
         if nvbench is not None:  # its one run, over every launcher the stages queued
             s.record.measurements += nvbench.run(s.clocks)
+
+
+def check_device_memory(s: Session, command: str) -> None:
+    """The run's cases (Settings.sizes) weighed against the device's free memory, before the timer places its
+    flush buffer or any case its arrays (core/memory.py): a MemoryNeedError, one line, when the largest cannot
+    fit. Each top-k variant the run may run takes its scratch in a top-k case (in a window case once for each
+    pair it may be in: WINDOW_PAIRS_A_TOPK)."""
+    if not s.settings.sizes or s.settings.iters is None:
+        return
+    device = s.record.device
+    sms, l2 = int(device["sms"]), int(device["l2_bytes"])
+    topk = s.variants("topk", s.chosen(s.catalog.names("topk")))
+    flush = flush_bytes(l2, s.settings.l2 == "warm") + (l2 if s.settings.timer == NVBENCH_TIMER else 0)
+    children = any(v.engine is not None and v.engine.switches for v in s.catalog.variants)
+
+    def need(case: CaseSize) -> int:
+        scratch = [size for v in topk for size in v.launch.scratch_bytes(v, functools.partial(s.catalog.code, v),
+                                                                         case.nq, case.blocks, sms)]
+        pairs = {"scores": 0, "topk": 1, "window": WINDOW_PAIRS_A_TOPK}[case.stage]
+        timed_sort = case.stage == "topk" and s.settings.iters != 0  # runs/stages.topk_case's argpartition
+        return device_run_bytes(device_case_bytes(case, scratch * pairs, timed_sort), flush, children)
+
+    check_device(command, [(case, need(case)) for case in s.settings.sizes], f"device {device['id']} ({device['name']})")
 
 
 def _gpu_measurer(settings: Settings, kernels: Path, clocks: Any, locked_sm_mhz: int | None) -> Measurer:

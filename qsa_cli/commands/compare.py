@@ -8,10 +8,13 @@ from typing import Any
 import click
 
 from ..config import config_path, load_config
+from ..core.memory import CaseSize
+from ..inputs import SCORE_SETS
 from ..output import compare
 from ..output.printed import of_compare
 from ..runs.compare import compare_run
 from ..runs.rounds import in_rounds
+from ..runs.sweep import sweep_sizes
 from ..sides import SIDE_NAMES, SideSpec
 from .exit_status import UsageProblem
 from .finish import finish, presentation
@@ -57,9 +60,13 @@ def command(base_side: str, candidate_side: str, args: tuple[str, ...], config_n
             raise UsageProblem("--config takes no CTX Q ITERS CAP")
         config = load_config(config_path(config_name))
         call, iters = None, config.iterations
+        sizes = sweep_sizes(config)
     else:
         call, iters = decode_call(args, "compare")
-    with open_session(opts, "compare", iters, config, sides, cpu_runs=False) as s:
+        # runs/compare.compare_run: the scorer, the top-k on every score set (made at once), the window
+        sizes = (CaseSize.of("scores", call), CaseSize.of("topk", call, held=len(SCORE_SETS)),
+                 CaseSize.of("window", call))
+    with open_session(opts, "compare", iters, config, sides, cpu_runs=False, sizes=sizes) as s:
         if rounds > 1:
             s.record_settings(rounds=rounds)
         in_rounds(s.record, rounds, lambda: compare_run(s, call, config, tolerance))

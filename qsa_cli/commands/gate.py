@@ -20,7 +20,7 @@ from ..output.progress import progress_on
 from ..record import baselines
 from ..record.load import load_record
 from ..record.schema import Confirmation, RunRecord
-from ..runs.sweep import remeasure, sweep
+from ..runs.sweep import remeasure, sweep, sweep_sizes
 from .exit_status import UsageProblem
 from .finish import finish, presentation
 from .measuring import kept_if_interrupted
@@ -128,7 +128,8 @@ def command(baseline_path: str | None, baseline_dir: str | None, results_path: s
         config = load_config(config_path(config_name))
         settings = session.Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id,
                                     engines=(*config.engines, *engines), adapter=opts["adapter"],
-                                    kernels=opts["kernels"], limits=(*config.limits, *limits), iters=config.iterations)
+                                    kernels=opts["kernels"], limits=(*config.limits, *limits), iters=config.iterations,
+                                    sizes=sweep_sizes(config))
         with (kept_if_interrupted(session.session(settings, "gate", sys.argv[1:]), json_path) as s,
               progress_on(opts["quiet"]) as progress):
             baseline = baseline or card_baseline(s.record, Path(str(baseline_dir)), config_name)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NoReturn
 
@@ -17,12 +17,13 @@ from .. import session
 from ..clocks import parse_lock_spec
 from ..config import SweepConfig, config_path, load_config
 from ..core.errors import NoDeviceError
+from ..core.memory import CaseSize
 from ..interrupts import exit_status, interrupted_by, signal_of
 from ..output.printed import of_selftest
 from ..output.progress import progress_on
 from ..record.schema import RunRecord, SelftestCheck
 from ..record.vocabulary import QSA_TIMER
-from ..runs.sweep import sweep
+from ..runs.sweep import sweep, sweep_sizes
 from ..session import Session
 from ..sides import SideSpec
 from ..timing import Iters
@@ -75,11 +76,12 @@ def kept_if_interrupted(opened: AbstractContextManager[Session], json_path: str 
 
 def open_session(opts: dict[str, Any], command: str, iters: Iters, config: SweepConfig | None = None,
                  sides: tuple[SideSpec, SideSpec] | None = None,
-                 cpu_runs: bool = True) -> AbstractContextManager[Session]:
+                 cpu_runs: bool = True, sizes: Sequence[CaseSize] = ()) -> AbstractContextManager[Session]:
     """A session from the run options (and qsa compare's ``sides``) for a run of ``iters`` samples a case (a
     sweep's iterations); a sweep config's l2, warm-up and seed take the place of theirs. The run options that
     would not be applied are refused first; ``cpu_runs``: the command runs on --backend cpu too, so a missing
-    device's message says so."""
+    device's message says so; ``sizes``: the cases the run will make, weighed against this machine's memory as
+    the session opens (core/memory.py)."""
     lock = parse_lock_spec(opts["lock_spec"]) if opts["lock_spec"] else None
     check_run_options(opts, iters)
     settings = session.Settings(backend=opts["backend"], l2=opts["l2"], warmup=opts["warmup"],
@@ -87,7 +89,8 @@ def open_session(opts: dict[str, Any], command: str, iters: Iters, config: Sweep
                                 check_model=not opts["no_model"], device_id=opts["device_id"],
                                 engines=opts["engines"], adapter=opts["adapter"], variants=opts["variants"],
                                 baseline=opts["baseline"], candidate=opts["candidate"], kernels=opts["kernels"],
-                                sides=sides, limits=opts["limits"], timer=opts.get("timer", QSA_TIMER), iters=iters)
+                                sides=sides, limits=opts["limits"], timer=opts.get("timer", QSA_TIMER), iters=iters,
+                                sizes=tuple(sizes))
     if config is not None:  # the command line's limits after the file's, so they take their place
         settings = dataclasses.replace(settings, l2=config.l2, warmup=config.warmup, seed=config.seed,
                                        engines=(*config.engines, *settings.engines),
@@ -119,7 +122,8 @@ def run_sweep(config_name: str, stage: str | None, opts: dict[str, Any], shown: 
     config = load_config(config_path(config_name))
     if stage is not None and not config.cases(stage):
         raise UsageProblem(f"{config.source} has no {stage} cases")
-    with open_session(opts, command, config.iterations, config) as s, progress_on(opts["quiet"]) as progress:
+    with (open_session(opts, command, config.iterations, config, sizes=sweep_sizes(config, stage)) as s,
+          progress_on(opts["quiet"]) as progress):
         sweep(s, config, stage, progress)
     return finish_record(s.record, shown, opts["json_path"])
 

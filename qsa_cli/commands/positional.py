@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from ..core.geometry import SIZE_EXAMPLES, Call, check_capacity, check_queries, parse_count, parse_size
-from ..core.memory import check_scorer_fits
 from ..timing import AUTO, MAX_ITERATIONS, Iters
 from .exit_status import UsageProblem
 from .options import given
@@ -69,8 +68,6 @@ def decode_call(args: tuple[str, ...], command: str) -> tuple[Call, Iters]:
     check_capacity(cap)
     check_queries(nq, prompt=False)
     check_iters(iters)
-    if click.get_current_context().params.get("backend") == "cpu":
-        check_scorer_fits(call, command)
     return call, iters
 
 

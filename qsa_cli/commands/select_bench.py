@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from ..core.geometry import check_queries
+from ..core.memory import CaseSize
 from ..inputs import load_scorer_inputs, save_npz_atomic
 from ..output.progress import progress_on
 from ..record.vocabulary import DEFAULT_KEYS
@@ -62,10 +63,12 @@ def command(args: tuple[str, ...], inputs_path: str | None, iters_opt: Iters, du
         check_queries(given.nq, prompt=False)
         check_iters(iters)
         call = None
+        size = CaseSize("scores", given.nq, given.max_blocks)
     else:
         call, iters = decode_call(args, "select-bench")  # checks ITERS too
         given = None
-    with open_session(opts, "select-bench", iters) as s, progress_on(opts["quiet"]) as progress:
+        size = CaseSize.of("scores", call)
+    with open_session(opts, "select-bench", iters, sizes=[size]) as s, progress_on(opts["quiet"]) as progress:
         inputs = given if given is not None else scorer_inputs(call, opts["seed"], keys)
         outcome = select_bench(s, inputs, progress)
         if dump_path:

@@ -8,7 +8,8 @@ from typing import Any
 import click
 
 from ..core.geometry import Call, blocks_read, check_capacity, check_queries
-from ..inputs import load_topk_inputs, save_npz_atomic
+from ..core.memory import CaseSize
+from ..inputs import SCORE_SETS, load_topk_inputs, save_npz_atomic
 from ..output.progress import progress_on
 from ..runs.selftest import topk_selftest
 from ..runs.stages import topk_parity, topk_score_sets
@@ -67,6 +68,7 @@ def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iter
         check_queries(loaded.nq, prompt=bool(count))
         active = blocks_read(loaded.steps) if count else 0
         sets = [loaded]
+        size = CaseSize("topk", loaded.nq, loaded.max_blocks, active)
     else:
         ints = integers(args, ["CTX", "Q", "ITERS", "CAP", "COUNT", "?"])
         if len(args) not in (4, 5):
@@ -80,8 +82,9 @@ def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iter
         check_queries(nq, prompt=bool(count))
         active = call.active_blocks
         sets = None
+        size = CaseSize.of("topk", call, held=len(SCORE_SETS))  # topk_score_sets makes them at once
     check_iters(iters)
-    with open_session(opts, "topk-parity", iters) as s, progress_on(opts["quiet"]) as progress:
+    with open_session(opts, "topk-parity", iters, sizes=[size]) as s, progress_on(opts["quiet"]) as progress:
         sets = sets if sets is not None else topk_score_sets(call, opts["seed"])
         outcome = topk_parity(s, sets, active, progress)
         if dump_path:

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ..core.memory import CaseSize
 from ..output.progress import progress_on
 from ..runs.stages import window_bench
 from .exit_status import UsageProblem
@@ -26,6 +27,7 @@ def command(args: tuple[str, ...], keys: str, **opts: Any) -> int:
     call, iters = decode_call(args, "window-bench")
     if opts["backend"] != "gpu":
         raise UsageProblem("window-bench replays CUDA graphs: it needs --backend gpu")
-    with open_session(opts, "window-bench", iters, cpu_runs=False) as s, progress_on(opts["quiet"]) as progress:
+    with (open_session(opts, "window-bench", iters, cpu_runs=False, sizes=[CaseSize.of("window", call)]) as s,
+          progress_on(opts["quiet"]) as progress):
         window_bench(s, call, keys, progress)
     return finish_record(s.record, shown, opts["json_path"])

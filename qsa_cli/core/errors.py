@@ -52,6 +52,11 @@ class NoDeviceError(QsaError, RuntimeError):
     """No usable CUDA device (or no CuPy): the message says why in one line."""
 
 
+class MemoryNeedError(QsaError, RuntimeError):
+    """A run that needs more memory than this machine has available, or its device has free (core/memory.py):
+    refused before it starts."""
+
+
 class ClockLockError(QsaError, ValueError):
     """Clocks that cannot be locked (no permission, not supported, NVML unavailable) or a bad lock spec."""
 

@@ -23,6 +23,11 @@ _ALIGN = 256
 GUARD_PATTERN = np.frombuffer(bytes.fromhex("9e3779b97f4a7c15"), dtype=np.uint8)  # no poison, no small number
 
 
+def guarded_bytes(nbytes: int) -> int:
+    """The allocation an array of ``nbytes`` takes between its guard zones (GuardedBuffers)."""
+    return 2 * GUARD_BYTES + -(-max(nbytes, 1) // _ALIGN) * _ALIGN
+
+
 class Allocator(Protocol):
     """Where a launcher takes its scratch from: ``zeros(name, shape, dtype)``."""
 
@@ -49,8 +54,7 @@ class GuardedBuffers:
     def empty(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        total = 2 * GUARD_BYTES + -(-max(nbytes, 1) // _ALIGN) * _ALIGN
-        raw = self.xp.empty(total, dtype=self.xp.uint8)
+        raw = self.xp.empty(guarded_bytes(nbytes), dtype=self.xp.uint8)
         self._buffers.append((name, raw, nbytes))
         self._arm(raw, nbytes)
         return raw[GUARD_BYTES:GUARD_BYTES + nbytes].view(dtype).reshape(shape)

@@ -43,6 +43,11 @@ def adapter_scorer_launcher(lib: EngineLibrary, variant: Any, dev: ScorerInputs,
     return EngineCall(lib, variant.name, (*pointers[:4], dev.nq, dev.max_blocks, pointers[4]), (), arrays)
 
 
+def entry_scratch_bytes(entry: AdapterEntry, nq: int) -> int:
+    """The scratch an entry asks for a call of ``nq`` queries (its ``scratch_bytes(nq)``; 0: it takes none)."""
+    return 0 if entry.scratch_bytes is None else int(SCRATCH_BYTES(entry.scratch_bytes)(nq))
+
+
 def adapter_topk_launcher(lib: EngineLibrary, variant: Any, scores: Any, steps: Any, ids: Any, active_blocks: int = 0,
                           scratch: Allocator | None = None) -> Callable[[], None]:
     """A callable calling the adapter top-k of ``variant`` on ``scores`` (float32 [nq, max_blocks]) and
@@ -55,7 +60,7 @@ def adapter_topk_launcher(lib: EngineLibrary, variant: Any, scores: Any, steps: 
     arrays: tuple[Any, ...] = (scores, steps, ids)
     scratch_pointer = 0
     if entry.scratch_bytes is not None:
-        size = int(SCRATCH_BYTES(entry.scratch_bytes)(nq))
+        size = entry_scratch_bytes(entry, nq)
         if size <= 0:
             raise EngineError(f"{variant.name}: its scratch_bytes({nq}) is {size}: a scratch needs more than 0 bytes")
         if scratch is None:
@@ -88,6 +93,10 @@ class AdapterTopk(TopkShape):
               follows_kernel: bool = False) -> Callable[[], None]:
         require_switches(variant.engine)
         return adapter_topk_launcher(code(), variant, scores, steps, ids, active_blocks, scratch)
+
+    def scratch_bytes(self, variant: Any, code: Callable[[], Any], nq: int, blocks: int, sms: int) -> tuple[int, ...]:
+        size = entry_scratch_bytes(_entry(code(), variant), nq)
+        return (size,) if size > 0 else ()
 
 
 ADAPTER_SHAPES = {"scores": AdapterScorer(), "topk": AdapterTopk()}  # an adapter variant's, by its stage

@@ -108,6 +108,22 @@ def engine_scorer_launcher(lib: EngineLibrary, variant: str, dev: ScorerInputs, 
     return EngineCall(lib, SCORER_PATHS[variant], (*pointers[:4], nq, mb, pointers[4]), (active,), arrays)
 
 
+UNSCRATCHED = ("topk", "topk-ref", "topk-cluster")  # the top-k kinds that take no scratch of qsa's
+
+
+def engine_scratch_bytes(lib: EngineLibrary, variant: str, nq: int) -> int:
+    """The bytes of the scratch ``engine_topk_launcher`` takes for a call of ``nq`` queries of top-k kind
+    ``variant`` (0: none, or a call the library refuses)."""
+    if variant in UNSCRATCHED:
+        return 0
+    try:
+        if variant == "topk-multi":
+            return max(0, lib.multi_scratch_ints(nq)) * np.dtype(np.int32).itemsize
+        return lib.split_bytes(nq)
+    except (EngineError, EngineRefused):  # the launcher says so when the call comes
+        return 0
+
+
 def engine_topk_launcher(lib: EngineLibrary, variant: str, scores: Any, steps: Any, ids: Any, active_blocks: int = 0,
                          scratch: Allocator | None = None) -> Callable[[], None]:
     """A callable calling ``lib``'s top-k ``variant`` on ``scores`` (float32 [nq, max_blocks]) and ``steps``
@@ -129,7 +145,7 @@ def engine_topk_launcher(lib: EngineLibrary, variant: str, scores: Any, steps: A
     head = (scores.data.ptr, steps.data.ptr, nq, mb, SELECT_CAP, ids.data.ptr)
     if variant == "topk":
         return TopkLaunch((EngineCall(lib, "qsa_block_topk", head, (active_blocks or NO_ACTIVE_COUNT,), arrays),))
-    if variant in ("topk-ref", "topk-cluster"):
+    if variant in UNSCRATCHED:
         function = "qsa_block_topk_ref" if variant == "topk-ref" else "qsa_block_topk_cluster"
         return TopkLaunch((EngineCall(lib, function, head, (), arrays),))
     if scratch is None:
@@ -183,6 +199,9 @@ class EngineTopk(TopkShape):
               follows_kernel: bool = False) -> Callable[[], None]:
         require_switches(variant.engine)
         return engine_topk_launcher(code(), variant.engine.kind, scores, steps, ids, active_blocks, scratch)
+
+    def scratch_bytes(self, variant: Any, code: Callable[[], Any], nq: int, blocks: int, sms: int) -> tuple[int, ...]:
+        return tuple(filter(None, [engine_scratch_bytes(code(), variant.engine.kind, nq)]))
 
 
 ENGINE_SHAPES = {"scores": EngineScorer(), "topk": EngineTopk()}  # an engine variant's, by its stage

@@ -117,3 +117,10 @@ class TopkShape(LaunchShape):
         ``follows_kernel``: the call comes right after a kernel in the stream (the window's scorer), so a shape
         whose first kernel waits for the grid before it (qsa_wait_prior_grid) may launch it as a programmatic
         dependent launch, which overlaps its start with that grid's end (dispatch.programmatic_launches)."""
+
+    def scratch_bytes(self, variant: Any, code: Callable[[], Any], nq: int, blocks: int, sms: int) -> tuple[int, ...]:
+        """The bytes of each scratch array ``build`` takes for a call of ``nq`` queries over ``blocks`` blocks a
+        query (a prompt call's active blocks, else max_blocks) on a card of ``sms`` SMs: what a run's memory
+        check weighs before it starts (core/memory.py). ``code()`` as for ``build``, called only by a shape
+        whose code says its sizes. None by default."""
+        return ()

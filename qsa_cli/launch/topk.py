@@ -11,6 +11,7 @@ need is on the device, in the step records). The step records are the caller's t
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -143,6 +144,9 @@ class Split(TopkShape):
                         for i, name in enumerate(names)),
         )
 
+    def scratch_bytes(self, variant: Any, code: Callable[[], Any], nq: int, blocks: int, sms: int) -> tuple[int, ...]:
+        return split_scratch_bytes(nq, split_grid(blocks, nq, sms).chunks)
+
 
 ONE_CTA, SPLIT = OneCta(), Split()
 
@@ -161,11 +165,20 @@ class SplitScratch:
     arrivals: Any  # uint32 [nq]: the emit's CTAs that have read the last histogram; the last resets it
 
 
+def _split_shapes(nq: int, chunks: int) -> dict[str, tuple[int, ...]]:
+    """The shape of each of SplitScratch's uint32 arrays, in its field order."""
+    return {"hist": (nq, RADIX_PASSES, RADIX_BINS), "select": (nq, RADIX_PASSES - 1, 2),
+            "suffix": (nq, chunks, RADIX_BINS + 1), "arrivals": (nq,)}
+
+
 def split_scratch(scratch: Allocator, nq: int, chunks: int) -> SplitScratch:
-    return SplitScratch(scratch.zeros("split scratch 'hist'", (nq, RADIX_PASSES, RADIX_BINS), np.uint32),
-                        scratch.zeros("split scratch 'select'", (nq, RADIX_PASSES - 1, 2), np.uint32),
-                        scratch.zeros("split scratch 'suffix'", (nq, chunks, RADIX_BINS + 1), np.uint32),
-                        scratch.zeros("split scratch 'arrivals'", (nq,), np.uint32))
+    return SplitScratch(*(scratch.zeros(f"split scratch '{name}'", shape, np.uint32)
+                          for name, shape in _split_shapes(nq, chunks).items()))
+
+
+def split_scratch_bytes(nq: int, chunks: int) -> tuple[int, ...]:
+    """The bytes of each array ``split_scratch`` allocates."""
+    return tuple(math.prod(shape) * np.dtype(np.uint32).itemsize for shape in _split_shapes(nq, chunks).values())
 
 
 def split_kernel_args(common: tuple[Any, ...], s: SplitScratch) -> list[tuple[Any, ...]]:

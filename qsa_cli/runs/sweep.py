@@ -8,6 +8,7 @@ from typing import Any
 
 from ..config import SweepCase
 from ..core.errors import VariantError
+from ..core.memory import CaseSize
 from ..core.progress import Progress, no_progress
 from ..inputs import synthetic_scores
 from ..record.schema import Measurement, RunRecord, ThresholdCheck, case_key
@@ -59,6 +60,12 @@ def _case_runs(s: Session, config: Any, cases: list[SweepCase]) -> list[Case]:
             made = functools.partial(synthetic_scores, call, case.score_set or "continuous", config.seed)
             runs.append(topk_case(s, made, variants, call.active_blocks, label=label))
     return runs
+
+
+def sweep_sizes(config: Any, stage: str | None = None) -> tuple[CaseSize, ...]:
+    """Every case of the sweep (only ``stage``'s when given) by size, each made as its turn comes: what the run's
+    memory is weighed by before it starts (session.Settings.sizes)."""
+    return tuple(CaseSize.of(case.stage, case.call) for case in config.cases(stage))
 
 
 def sweep_case_key(case: SweepCase) -> str:
