@@ -16,7 +16,7 @@ import click
 
 from .commands.exit_status import EXIT_USAGE
 from .core.errors import KernelError, QsaError
-from .core.streams import check_stdout, plain_where_needed
+from .core.streams import check_stdout, plain_where_needed, silence
 from .interrupts import exit_status, interrupted_by, interruptions, signal_of, signals_held
 
 
@@ -90,7 +90,10 @@ class LazyGroup(click.Group):
 
 
 def _err(message: str) -> None:
-    click.echo(f"qsa: error: {message}", err=True)
+    try:
+        click.echo(f"qsa: error: {message}", err=True)
+    except OSError:  # stderr itself full or gone: the exit status still says it
+        silence(sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.errors import KernelError
-from .core.files import atomic_write
+from .core.files import atomic_write, written
 
 # Fixed NVRTC options: no fast math, no contraction of separate multiplies and adds; the kernels
 # use explicit round-to-nearest intrinsics where the spec fixes the arithmetic.
@@ -278,7 +278,8 @@ def _load(source: str, names: tuple[str, ...], device_id: int, appended: str, fo
             raise KernelError(_compile_message(source, exc)) from exc
         with tempfile.TemporaryDirectory(prefix="qsa-") as tmp:
             path = Path(tmp) / f"{source}.bin"
-            path.write_bytes(binary)
+            with written(path):
+                path.write_bytes(binary)
             raw = cupy.RawModule(path=str(path))  # loads the binary as is: no options added
             module = Module(raw, source, names, lowered, declared_traits(folder, source))
             for name in names:

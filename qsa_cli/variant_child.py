@@ -27,6 +27,7 @@ import numpy as np
 from .catalog import Catalog, Launcher, qsa_catalog
 from .clocks import ClockMonitor
 from .core.errors import SwitchedRunError
+from .core.files import written
 from .dispatch import read_switches
 from .engine.attach import attach_builds, engine_builds
 from .engine.switches import switched_variant
@@ -69,11 +70,13 @@ class SwitchedCase:
 
 
 def save_inputs(inputs: ScorerInputs | TopkInputs, path: Path) -> str:
-    """A case's inputs into ``path`` (.npz) for a child; their label (score set, keys), which the job carries."""
-    if isinstance(inputs, TopkInputs):
-        np.savez(path, scores=inputs.scores, steps=inputs.steps)
-        return inputs.score_set
-    np.savez(path, pooled=inputs.pooled, dead=inputs.dead, q=inputs.q, steps=inputs.steps)
+    """A case's inputs into ``path`` (.npz) for a child; their label (score set, keys), which the job carries. A
+    temporary folder that fills is an OutputError (one line)."""
+    with written(path):
+        if isinstance(inputs, TopkInputs):
+            np.savez(path, scores=inputs.scores, steps=inputs.steps)
+            return inputs.score_set
+        np.savez(path, pooled=inputs.pooled, dead=inputs.dead, q=inputs.q, steps=inputs.steps)
     return inputs.keys
 
 
@@ -102,11 +105,12 @@ def run_switched(catalog: Catalog, switches: tuple[tuple[str, str], ...], cases:
                         "active_blocks": case.active_blocks, "record": f"record-{i}.json"})
     with tempfile.TemporaryDirectory(prefix="qsa-switched-") as folder:
         work = Path(folder)
-        (work / JOB_FILE).write_text(json.dumps({
-            **job, "cases": entries, "switched": switched,
-            "iters": measurer.iters, "rule": measurer.rule.to_dict(), "l2": measurer.timer.l2,
-            "warmup": measurer.timer.warmup, "locked_sm_mhz": measurer.timer.locked_sm_mhz,
-            "engines": engine_builds(catalog.libraries.values())}))
+        with written(work / JOB_FILE):
+            (work / JOB_FILE).write_text(json.dumps({
+                **job, "cases": entries, "switched": switched,
+                "iters": measurer.iters, "rule": measurer.rule.to_dict(), "l2": measurer.timer.l2,
+                "warmup": measurer.timer.warmup, "locked_sm_mhz": measurer.timer.locked_sm_mhz,
+                "engines": engine_builds(catalog.libraries.values())}))
         env = {**os.environ, **dict(switches),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                             os.environ.get("PYTHONPATH")]))}

@@ -8,9 +8,11 @@ exist); the command runs in that folder.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
+import resource
 import shlex
 import shutil
 import subprocess
@@ -18,6 +20,7 @@ import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,10 +29,15 @@ from fake_engine import NEWER, SELECT_HPP, write_fake_engine
 from record_factory import seed_record
 
 from qsa_cli.cli import COMMANDS, main
+from qsa_cli.commands import history as history_command
+from qsa_cli.core import files
+from qsa_cli.core.errors import OutputError
 from qsa_cli.core.geometry import Call
 from qsa_cli.device import probe
 from qsa_cli.inputs import synthetic_scorer_inputs, synthetic_scores
 from qsa_cli.kernels import kernel_dir
+from qsa_cli.record import baselines
+from qsa_cli.variant_child import save_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ("100", "2", "1", "100")  # CTX Q ITERS CAP of a tiny decode call
@@ -128,6 +136,15 @@ def _engine_with_adapter(data: bytes) -> Callable[[Path], None]:
         write_fake_engine(path)
         (path / "qsa_adapter.cu").write_bytes(data)
     return write
+
+
+def _history_store(path: Path) -> None:
+    """A baseline folder of two runs of one card, at two commits (qsa history's input)."""
+    for i in range(2):
+        run = seed_record(seed=i)
+        run.device["memory_bytes"] = 11 * 2**30
+        run.git_commit, run.created = f"c{i}" + "0" * 10, f"2026-12-0{i + 1}T00:00:00+00:00"
+        baselines.promote(run, f"run{i}.json", path)
 
 
 def _set(changes: dict[str, object]) -> Callable[[dict], None]:
@@ -265,6 +282,10 @@ FILES: dict[str, Callable[[Path], None]] = {
     "read-only.json": _read_only,
     "read-only.npz": _read_only,
     "read-only.xml": _read_only,
+    # a run a baseline folder may take (its card named whole), a folder of two such runs, a step summary so far
+    "card.json": _record(lambda d: d["device"].update(memory_bytes=11 * 2**30)),
+    "store": _history_store,
+    "summary.md": _text("### an earlier step's summary\n"),
 }
 
 BAD: list[tuple[tuple[str, ...], str]] = [
@@ -446,6 +467,9 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     (("topk-parity", "--selftest", *CPU, "--json", "%missing/selftest.json"), "no such folder missing"),
     (("topk-parity", "--config", "@topk-only.yaml", *CPU, "--json", "@dir"), "--json dir: is a folder"),
     (("sweep", "@topk-only.yaml", *CPU, "--json", "/dev/null"), "--json /dev/null: not a regular file"),
+    (("select-bench", *SMALL, *CPU, "--dump", "/dev/full"), "--dump /dev/full: not a regular file"),
+    (("GITHUB_STEP_SUMMARY=/dev/full", "gate", "--baseline", "@good.json", "--results", "@good.json"),
+     "GITHUB_STEP_SUMMARY /dev/full: not a regular file"),
     (("selftest", "--json", "%missing/selftest.json"), "--json missing/selftest.json: no such folder"),
     (("window-bench", *SMALL, "--json", "@read-only.json"), "--json read-only.json: read-only"),
     (("gate", "--baseline", "@good.json", "--results", "@good.json", "--junit", "%missing/gate.xml"), "--junit"),
@@ -627,8 +651,14 @@ def _command(args: tuple[str, ...]) -> tuple[str, ...]:
     return args[next(i for i, arg in enumerate(args) if "=" not in arg or not arg[:1].isupper()):]
 
 
-def _environment(args: tuple[str, ...]) -> dict[str, str]:
-    return dict(arg.split("=", 1) for arg in args[:len(args) - len(_command(args))])
+def _environment(args: tuple[str, ...], folder: Path | None = None) -> dict[str, str]:
+    """The ``NAME=VALUE`` settings leading a row; a VALUE ``@name`` is a FILES entry made in ``folder``."""
+    settings = dict(arg.split("=", 1) for arg in args[:len(args) - len(_command(args))])
+    for name, value in settings.items():
+        if value.startswith("@") and folder is not None:
+            FILES[value[1:]](folder / value[1:])
+            settings[name] = value[1:]
+    return settings
 
 
 def _argv(args: tuple[str, ...], folder: Path) -> list[str]:
@@ -757,3 +787,159 @@ def test_a_stream_that_cannot_carry_mu_gets_its_plain_spelling(tmp_path) -> None
     out = res.stdout.decode("ascii")  # every byte ASCII
     assert res.returncode == 0 and res.stderr == b"", res.stderr
     assert "Scorer: every variant, median us per call" in out and out.endswith("PASS\n")
+
+
+# The disk fills while a command writes (ENOSPC), after the run: an output file (each goes through a temporary
+# file beside it: the fake lets 16 bytes of it through, then refuses), the step summary appended to, or stdout
+# as the results print. Each row: the command line, what fills (a part of the written file's path, or stdout),
+# and a fragment of the one line. One line, exit 2, no traceback; no temporary or part-written file is left,
+# and every file that was there keeps its bytes (the summary is cut back to its length before).
+FULL: list[tuple[tuple[str, ...], str, str]] = [
+    (("select-bench", *SMALL, *CPU, "--quiet", "--json", "%r.json"), "r.json", "r.json: cannot write (No space"),
+    (("topk-parity", *SMALL, *CPU, "--quiet", "--dump", "%ids.npz"), "ids.npz", "ids.npz: cannot write (No space"),
+    (("sweep", "@topk-only.yaml", *CPU, "--quiet", "--json", "%run.json"), "run.json", "run.json: cannot write"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--junit", "%gate.xml"), "gate.xml",
+     "gate.xml: cannot write (No space left on device)"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json", "--comment", "%comment.md"), "comment.md",
+     "comment.md: cannot write (No space left on device)"),
+    (("GITHUB_STEP_SUMMARY=@summary.md", "gate", "--baseline", "@good.json", "--results", "@good.json"), "summary.md",
+     "summary.md: cannot write (No space left on device)"),
+    (("plot", "@good.json", "-o", "%plot.png"), "plot.png", "plot.png: cannot write (No space left on device)"),
+    (("baseline", "promote", "@card.json", "--dir", "%baselines"), "/baselines/", "cannot write (No space left"),
+    (("baseline", "promote", "@card.json", "--dir", "@store"), "current", "current: cannot write (No space left"),
+    (("history", "@store", "--html", "%history.html"), "history.html", "history.html: cannot write (No space"),
+    (("report", "@good.json"), "stdout", "stdout: cannot write (No space left on device): what was printed is cut"),
+    (("report", "--format", "csv", "@good.json"), "stdout", "stdout: cannot write (No space left on device)"),
+    (("report", "--format", "markdown", "@good.json"), "stdout", "stdout: cannot write (No space left on device)"),
+    (("history", "@store", "--format", "json"), "stdout", "stdout: cannot write (No space left on device)"),
+    (("select-bench", *SMALL, *CPU, "--quiet", "--json", "-"), "stdout", "stdout: cannot write (No space left on"),
+    (("gate", "--baseline", "@good.json", "--results", "@good.json"), "stdout", "stdout: cannot write (No space"),
+    (("baseline", "list", "@store"), "stdout", "stdout: cannot write (No space left on device)"),
+]
+ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+LET_THROUGH = 16  # bytes (characters on stdout) a filling file takes before it refuses the rest
+
+
+class _Filling:
+    """A file that takes LET_THROUGH bytes, then refuses every write as a full file system does."""
+
+    def __init__(self, file: Any) -> None:
+        self.file, self.left = file, LET_THROUGH
+
+    def write(self, data: Any) -> int:
+        if len(data) > self.left:
+            if self.left:
+                self.file.write(data[:self.left])
+                self.file.flush()
+            self.left = 0
+            raise ENOSPC
+        self.left -= len(data)
+        return self.file.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.file, name)
+
+    def __enter__(self) -> _Filling:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
+
+
+class _FullStdout(io.StringIO):
+    """stdout on a file system that fills after LET_THROUGH characters."""
+
+    def write(self, text: str) -> int:
+        if self.tell() + len(text) > LET_THROUGH:
+            raise ENOSPC
+        return super().write(text)
+
+
+def _fill(monkeypatch: pytest.MonkeyPatch, what: str) -> None:
+    """From now on the disk fills under ``what``: a file whose path holds it, or stdout."""
+    if what == "stdout":
+        monkeypatch.setattr(sys, "stdout", _FullStdout())
+        return
+    opened_fd, opened = os.fdopen, open
+
+    def fdopen(fd: int, *args: Any, **kwargs: Any) -> Any:  # atomic_write's temporary file
+        file = opened_fd(fd, *args, **kwargs)
+        return _Filling(file) if what in os.readlink(f"/proc/self/fd/{fd}") else file
+
+    def open_(path: Any, *args: Any, **kwargs: Any) -> Any:  # files.append_whole's
+        file = opened(path, *args, **kwargs)
+        return _Filling(file) if what in str(path) else file
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+    monkeypatch.setattr(files, "open", open_, raising=False)
+
+
+@pytest.mark.parametrize(("args", "what", "message"), FULL, ids=[" ".join(a) for a, _, _ in FULL])
+def test_a_disk_that_fills_mid_write_is_one_line_and_leaves_nothing(capsys, tmp_path, monkeypatch, args, what,
+                                                                      message) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name, value in _environment(args, tmp_path).items():
+        monkeypatch.setenv(name, value)
+    argv = _argv(args, tmp_path)
+    before = _snapshot(tmp_path)
+    # the history's page and plot as made in memory (drawing them is not what fills): only their writing is
+    monkeypatch.setattr(history_command, "pictures",
+                        lambda h, folder, png, page: (png and b"\x89PNG" * 8, page and "<p>a page</p>" * 4))
+    _fill(monkeypatch, what)
+    with pytest.raises(SystemExit) as ended:
+        main(argv)
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and "Traceback" not in err, err
+    lines = err.splitlines()
+    if argv[:2] == ["baseline", "promote"]:  # first the line saying no device here checked the run's card
+        assert len(lines) == 2 and lines[0].startswith("qsa: baseline: no device here"), err
+    else:
+        assert len(lines) == 1, err
+    assert lines[-1].startswith("qsa: error: ") and message in lines[-1], err
+    assert _snapshot(tmp_path) == before
+
+
+def test_the_full_disk_table_fills_every_kind_of_output() -> None:
+    """Every writer of a file a command leaves, and stdout through every format."""
+    assert {what for _, what, _ in FULL if what != "stdout"} >= {"r.json", "ids.npz", "gate.xml", "comment.md",
+                                                                 "summary.md", "plot.png", "current", "history.html"}
+    printed = [a for a, what, _ in FULL if what == "stdout"]
+    assert {"csv", "markdown"} <= {a[a.index("--format") + 1] for a in printed if "--format" in a}
+
+
+def test_a_file_size_limit_mid_print_is_one_line(tmp_path) -> None:
+    """A real refusal by the system: stdout to a file under a size limit (RLIMIT_FSIZE: past it a write fails
+    with EFBIG, as one fails with ENOSPC on a full file system; Python ignores the signal that comes with it)."""
+    FILES["good.json"](tmp_path / "good.json")
+    limit = 1000
+    with open(tmp_path / "out.txt", "w") as out:
+        res = subprocess.run([sys.executable, "-m", "qsa_cli", "report", "good.json"], cwd=tmp_path, stdout=out,
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    assert (res.returncode, res.stderr) == (2, "qsa: error: stdout: cannot write (File too large): what was printed "
+                                               "is cut short\n")
+    assert 0 < (tmp_path / "out.txt").stat().st_size <= limit
+
+
+def test_a_reader_gone_before_a_line_outside_the_tables_ends_it_quietly(capsys, tmp_path, monkeypatch) -> None:
+    """qsa baseline promote's line naming the stored run, after it is stored: a closed pipe there is no error."""
+    monkeypatch.chdir(tmp_path)
+    FILES["card.json"](tmp_path / "card.json")
+
+    class Closed(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    monkeypatch.setattr(sys, "stdout", Closed())
+    with pytest.raises(SystemExit) as ended:
+        main(["baseline", "promote", "card.json", "--dir", "kept"])
+    err = capsys.readouterr().err
+    assert ended.value.code == 0 and "Traceback" not in err and "error" not in err, err
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == ["nvidia-geforce-rtx-2080-ti-sm75-11gib"]
+
+
+def test_a_child_s_inputs_on_a_full_temporary_folder_are_one_line(tmp_path) -> None:
+    """The inputs a switched variant's child reads (runs/stages.py), where the folder cannot take them."""
+    inputs = synthetic_scores(Call(100, 2, 100), "continuous", 0)
+    with pytest.raises(OutputError, match=r"inputs-0.npz: cannot write \(No such file or directory\)"):
+        save_inputs(inputs, tmp_path / "gone" / "inputs-0.npz")

@@ -4,12 +4,14 @@ stores a passing run as its card's current baseline, ``list DIR`` shows each car
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from ..core.errors import BaselineError
+from ..core.streams import printing
 from ..device import probe
 from ..output.printed import of_baselines
 from ..record import baselines
@@ -38,7 +40,8 @@ def _promote(run_path: str, folder: Path, device_id: int) -> int:
     before = baselines.current(folder, key)
     stored = baselines.promote(record, run_path, folder)
     was = f"; it was {before.name}" if before is not None and before != stored else ""
-    click.echo(f"{stored}: the current baseline of card {key}{was}")
+    with printing(sys.stdout):
+        click.echo(f"{stored}: the current baseline of card {key}{was}")
     return 0
 
 

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from ..core.files import atomic_write, check_writable
+from ..core.files import append_whole, atomic_write, check_writable
+from ..core.streams import printing
 from ..output import ci
 from ..output.judged import Judgement
 from ..output.layout import PipeConsole, print_blocks
@@ -97,8 +98,7 @@ def write_ci_files(judgement: Judgement, shown: Presentation) -> None:
         with atomic_write(shown.comment) as fh:
             fh.write(body)
     if shown.ci.step_summary:
-        with open(shown.ci.step_summary, "a", encoding="utf-8") as fh:
-            fh.write(body + "\n")
+        append_whole(shown.ci.step_summary, body + "\n")
 
 
 def finish(printed: Printed, shown: Presentation, json_path: str | None = None, record_at: str | None = None) -> int:
@@ -108,12 +108,13 @@ def finish(printed: Printed, shown: Presentation, json_path: str | None = None, 
     then the verdict lines, then the exit status. With ``--json -`` stdout is the record and everything
     else goes to stderr; a csv or json stdout gets no verdict lines or annotations (they go to stderr).
     A reader that closes its end early (``| head -1``) ends the printing quietly, and the exit status is
-    still the run's verdict."""
+    still the run's verdict; a file system that fills under stdout is one line and exit status 2 (the files,
+    written first, are whole)."""
     results = sys.stderr if json_path == STDOUT else sys.stdout
     verdicts = results if shown.fmt in ("table", "markdown") else sys.stderr
     judgement = printed.judgement() if shown.judging and printed.judgement is not None else None
     files_written = False
-    try:
+    with printing(sys.stdout, results, verdicts) as cut:
         if json_path:
             write_record(printed.data, json_path)
         if judgement is not None:
@@ -128,12 +129,8 @@ def finish(printed: Printed, shown: Presentation, json_path: str | None = None, 
         for line in [*annotations, *printed.verdict]:
             verdicts.write(line + "\n")
         verdicts.flush()
-    except BrokenPipeError:
-        # whatever is still buffered for the closed pipe goes nowhere, so exiting flushes without an error
-        for stream in {sys.stdout, results, verdicts}:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
-        if not files_written and judgement is not None:
-            write_ci_files(judgement, shown)  # the record's reader (--json -) went away before they were written
+    if cut.short and not files_written and judgement is not None:
+        write_ci_files(judgement, shown)  # the record's reader (--json -) went away before they were written
     return 0 if printed.passed else EXIT_PARITY
 
 

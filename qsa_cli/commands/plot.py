@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
+from ..core.streams import printing
 from ..output.plot import plot_files
 from .exit_status import UsageProblem
 from .options import OUTPUT
@@ -19,5 +22,6 @@ def command(paths: tuple[str, ...], out_path: str) -> int:
     if len(paths) > 2:
         raise UsageProblem(f"plot takes one record, or two (before, after); got {len(paths)}")
     plot_files(paths, out_path)
-    click.echo(out_path)
+    with printing(sys.stdout):
+        click.echo(out_path)
     return 0

@@ -65,6 +65,53 @@ def _umask() -> int:
     return mask
 
 
+def cannot_write(path: str | os.PathLike[str], exc: OSError) -> OutputError:
+    """The one line of a write the system refused (a full file system, a file too large, a folder gone)."""
+    return OutputError(f"{path}: cannot write ({exc.strerror or exc})")
+
+
+@contextlib.contextmanager
+def written(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Writes to ``path`` in the block: an OSError there is an OutputError naming it (one line)."""
+    try:
+        yield
+    except OutputError:
+        raise
+    except OSError as exc:
+        raise cannot_write(path, exc) from None
+
+
+@contextlib.contextmanager
+def made_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """``path`` made (and the folders above it) for the block's files; if the block fails, the folders it made
+    are taken back where they are still empty, so a failed command leaves no folder behind."""
+    folder = Path(path)
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]  # the deepest first
+    with written(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+    try:
+        yield folder
+    except BaseException:
+        for made in missing:
+            with contextlib.suppress(OSError):  # not empty (another writer's file): it stays
+                made.rmdir()
+        raise
+
+
+def append_whole(path: str | os.PathLike[str], text: str) -> None:
+    """``text`` appended to ``path`` whole or not at all: a write that fails part-way (a full file system) is cut
+    back to the file's length before it, and is an OutputError."""
+    with written(path), open(path, "ab", buffering=0) as fh:
+        start = fh.seek(0, os.SEEK_END)
+        left = memoryview(text.encode("utf-8"))
+        try:
+            while left:  # an unbuffered write may take part of it, then refuse the rest
+                left = left[fh.write(left):]
+        except OSError:
+            os.ftruncate(fh.fileno(), start)
+            raise
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
     """Open a temporary file beside ``path``; rename it over ``path`` only if the block succeeds.
@@ -81,7 +128,7 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        raise cannot_write(path, exc) from None
     try:
         with os.fdopen(fd, mode) as fh:
             os.fchmod(fh.fileno(), permissions)  # mkstemp makes it 0o600
@@ -90,5 +137,5 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError) and not isinstance(exc, OutputError):
-            raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+            raise cannot_write(path, exc) from None
         raise

@@ -1,15 +1,21 @@
-"""The standard streams as a command finds them: stdout must take what qsa prints, and a stream whose
-encoding lacks the characters qsa prints (``PYTHONIOENCODING=ascii``) gets their plain spellings.
+"""The standard streams as a command finds them and as it leaves them: stdout must take what qsa prints, and
+a stream whose encoding lacks the characters qsa prints (``PYTHONIOENCODING=ascii``) gets their plain
+spellings.
 
 Checked before a command runs, so that a closed or full stdout is one line and exit status 2, not a
-traceback after the measuring."""
+traceback after the measuring; and while it prints (``printing``), so that a reader that goes away ends the
+printing quietly and a file system that fills under stdout is one line and exit status 2."""
 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import io
 import os
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TextIO
 
 from .errors import OutputError
 
@@ -56,3 +62,42 @@ def plain_where_needed() -> None:
             "".join(PLAIN).encode(encoding)
         except UnicodeEncodeError:
             stream.reconfigure(errors=_HANDLER)
+
+
+def silence(*streams: TextIO) -> None:
+    """What is still buffered for ``streams``, and anything written to them later, goes nowhere (a reader that
+    went away, a full file system): the interpreter's flush at exit then has nothing to fail on. A stream of
+    Python's own (a test's capture) has no descriptor and is left as it is."""
+    for stream in dict.fromkeys(streams):
+        try:
+            fd = stream.fileno()
+        except (OSError, ValueError, io.UnsupportedOperation):
+            continue
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+
+
+@dataclass
+class Cut:
+    """Whether the printing of a ``printing`` block was cut short by its reader going away."""
+
+    short: bool = False
+
+
+@contextlib.contextmanager
+def printing(*streams: TextIO) -> Iterator[Cut]:
+    """A block that prints to ``streams`` (stdout, or stderr in its place): a reader that closes its end early
+    (``| head -1``) ends it quietly (the Cut says so); a write the system refuses (a full file system, a file
+    too large) is an OutputError, one line, what was printed cut short. Either way what is still buffered goes
+    nowhere (but stderr's, where that line goes). An error of the block's own (an output file's OutputError)
+    passes as it is."""
+    cut = Cut()
+    try:
+        yield cut
+    except BrokenPipeError:
+        silence(*streams)
+        cut.short = True
+    except OutputError:
+        raise
+    except OSError as exc:
+        silence(*(s for s in streams if s is not sys.stderr))  # the line saying so goes there
+        raise OutputError(f"stdout: cannot write ({exc.strerror or exc}): what was printed is cut short") from None

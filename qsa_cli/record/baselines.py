@@ -12,14 +12,13 @@ its folder; ``current`` moves forward only by a promote.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import BaselineError
-from ..core.files import atomic_write
+from ..core.files import atomic_write, made_folder
 from .load import load_record
 from .schema import DeviceInfo, RunRecord, write_json
 
@@ -90,17 +89,24 @@ def check_promotable(record: RunRecord, path: str) -> str:
 def promote(record: RunRecord, path: str, folder: Path) -> Path:
     """``record`` (read from ``path``) stored as its card's newest baseline in ``folder`` and made current: the
     run's file first (whole or not at all; one of that name already there must hold the same run), then
-    the pointer. Returns the stored file."""
+    the pointer; where the pointer cannot be written, the run's file (and a folder) this call made go again.
+    Returns the stored file."""
     key = check_promotable(record, path)
     stored = folder / key / run_name(record)
-    if stored.exists():
-        if load_record(stored).to_dict() != record.to_dict():
-            raise BaselineError(f"{stored} holds another run of the same date and commit: it is never replaced")
-    else:
-        os.makedirs(stored.parent, exist_ok=True)
-        write_json(stored, record.to_dict())
-    with atomic_write(folder / key / CURRENT) as fh:
-        fh.write(stored.name + "\n")
+    if stored.exists() and load_record(stored).to_dict() != record.to_dict():
+        raise BaselineError(f"{stored} holds another run of the same date and commit: it is never replaced")
+    made = False
+    with made_folder(stored.parent):
+        if not stored.exists():
+            write_json(stored, record.to_dict())
+            made = True
+        try:
+            with atomic_write(folder / key / CURRENT) as fh:
+                fh.write(stored.name + "\n")
+        except BaseException:
+            if made:  # a run stored but never current would show in the card's history: it goes too
+                stored.unlink()
+            raise
     return stored
 
 
