@@ -3,8 +3,11 @@
 A sample is a fenced block right after a line ``<!-- sample: qsa ARGS -->`` (``<!-- sample lines=1-12,-3: qsa
 ARGS -->`` keeps lines 1 to 12 and the last 3 of the output, a ``...`` line where lines are left out). Its
 first line is ``$ qsa ARGS``; the rest is what the command prints on stdout into a pipe at 80 columns, run
-from the repository root (stderr, a run's progress, is left out). tests/test_docs.py checks every sample against the
-same command, so an output that changes fails a test until this script is run:
+from the repository root (stderr, a run's progress, is left out). A sample of what qsa alone has not (the
+tests' inexact variants, a baseline folder of many runs) names the script that makes it and then runs qsa
+(``<!-- sample with=tests/history_store.py: qsa history baselines -->`` runs ``python tests/history_store.py
+history baselines``). tests/test_docs.py checks every sample against the same command, so an output that
+changes fails a test until this script is run:
 
     .venv/bin/python scripts/update_doc_samples.py
 
@@ -26,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 WIDTH = 80  # a CI log's
-SAMPLE = re.compile(r"^<!-- sample(?: lines=(?P<lines>[-0-9,]+))?: (?P<command>qsa [^\n]*?) -->\n```\n(?P<body>.*?)^```$",
-                    re.M | re.S)
+SAMPLE = re.compile(r"^<!-- sample(?: with=(?P<runner>\S+))?(?: lines=(?P<lines>[-0-9,]+))?: (?P<command>qsa [^\n]*?) -->"
+                    r"\n```\n(?P<body>.*?)^```$", re.M | re.S)
 GAP = "..."  # a line that stands for lines left out
 # What differs from one run to the next on any host: a decimal (a time, GB/s, a ratio), a date and time, and
 # the version of qsa that ran (its commit).
@@ -40,6 +43,7 @@ class Sample:
     command: str
     lines: str | None  # the kept lines' spec, None: all
     body: str  # as the page shows it
+    runner: str | None = None  # the script that makes what the sample needs and runs qsa (None: qsa itself)
 
     @property
     def measures(self) -> bool:
@@ -52,14 +56,21 @@ class Sample:
 
 
 def samples(page: Path) -> list[Sample]:
-    return [Sample(page, m["command"], m["lines"], m["body"]) for m in SAMPLE.finditer(page.read_text())]
+    return samples_of(page.read_text(), page)
 
 
-def printed(command: str) -> str:
-    """What ``command`` prints on stdout into a pipe at WIDTH columns, from the repository root."""
+def samples_of(text: str, page: Path) -> list[Sample]:
+    """The samples of ``text``, a page's."""
+    return [Sample(page, m["command"], m["lines"], m["body"], m["runner"]) for m in SAMPLE.finditer(text)]
+
+
+def printed(command: str, runner: str | None = None) -> str:
+    """What ``command`` prints on stdout into a pipe at WIDTH columns, from the repository root (``runner``: run
+    by that script of the repository, which runs qsa)."""
     env = {**os.environ, "COLUMNS": str(WIDTH), "PYTHONPATH": str(ROOT)}
-    res = subprocess.run([sys.executable, "-m", "qsa_cli", *shlex.split(command)[1:]], capture_output=True,
-                         text=True, env=env, cwd=ROOT)
+    qsa = [str(ROOT / runner)] if runner else ["-m", "qsa_cli"]
+    res = subprocess.run([sys.executable, *qsa, *shlex.split(command)[1:]], capture_output=True, text=True,
+                         env=env, cwd=ROOT)
     if res.returncode not in (0, 1):  # 1: a gate or a run that fails is a sample too
         raise RuntimeError(f"{command}: exit status {res.returncode}: {res.stderr.strip()}")
     return res.stdout
@@ -88,7 +99,7 @@ def kept(text: str, spec: str | None) -> str:
 
 def rendered(sample: Sample) -> str:
     """The block's text as the command prints it now."""
-    return f"$ {sample.command}\n" + kept(printed(sample.command), sample.lines)
+    return f"$ {sample.command}\n" + kept(printed(sample.command, sample.runner), sample.lines)
 
 
 def masked(text: str) -> str:
@@ -103,7 +114,7 @@ def current(sample: Sample) -> bool:
     if not sample.measures:
         return rendered(sample) == sample.body
     head, _, shown = sample.body.partition("\n")
-    output, at = masked(printed(sample.command)), 0
+    output, at = masked(printed(sample.command, sample.runner)), 0
     for part in re.split(rf"^{re.escape(GAP)}\n", shown, flags=re.M):
         found = output.find(masked(part), at) if part.strip() else at
         if found < 0:

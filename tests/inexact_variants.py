@@ -1,11 +1,14 @@
 """Inexact variants for the CPU backend's tests: a scorer and a top-k declared not bitwise, joined to a run's
 catalog the way an engine checkout's variants join it (``Catalog.adding``, here in place of session.py's
 ``qsa_catalog``), each run by a CPU model that perturbs the exact one's output in a known way. Never in qsa's
-own catalog: only a test that asks for the fixture has them."""
+own catalog: only a test that asks for the fixture has them, and docs/checks.md's sample, which runs this
+file as a script (``python tests/inexact_variants.py ARGS``: ``qsa ARGS`` with them)."""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,6 +16,7 @@ import pytest
 
 from qsa_cli import session
 from qsa_cli.catalog import QSA_VARIANTS, Catalog, Variant
+from qsa_cli.cli import main
 from qsa_cli.core.geometry import STEP_NBID, STEP_NKV, STEP_WIDTH
 from qsa_cli.core.integrity import GuardedBuffers
 from qsa_cli.model.scores import score_blocks
@@ -52,11 +56,11 @@ def perturbed_ids(ids: np.ndarray, steps: np.ndarray) -> np.ndarray:
     return out
 
 
-@pytest.fixture
-def inexact_variants(monkeypatch: pytest.MonkeyPatch) -> tuple[Variant, ...]:
+def join(setattr_: Callable[[Any, str, Any], None]) -> tuple[Variant, ...]:
     """The run's catalog with ``approx`` (a scorer) and ``approx-topk`` (a top-k) declared not bitwise, the CPU
-    backend running each as its perturbed model."""
-    monkeypatch.setattr(session, "qsa_catalog", lambda kernels=None: Catalog(QSA_VARIANTS, kernels).adding(INEXACT))
+    backend running each as its perturbed model: set through ``setattr_`` (a test's monkeypatch, which undoes it;
+    the sample's process, which ends)."""
+    setattr_(session, "qsa_catalog", lambda kernels=None: Catalog(QSA_VARIANTS, kernels).adding(INEXACT))
     scorer_launch, topk_launch = ScorerStage.launch, TopkStage.launch
 
     def scorer(self: ScorerStage, variant: Variant, buffers: GuardedBuffers, on_gpu: bool) -> Any:
@@ -69,6 +73,17 @@ def inexact_variants(monkeypatch: pytest.MonkeyPatch) -> tuple[Variant, ...]:
             return topk_launch(self, variant, buffers, on_gpu)
         return lambda: np.copyto(self.ids, perturbed_ids(topk_ids(self.placed, "oracle"), self.inputs.steps))
 
-    monkeypatch.setattr(ScorerStage, "launch", scorer)
-    monkeypatch.setattr(TopkStage, "launch", topk)
+    setattr_(ScorerStage, "launch", scorer)
+    setattr_(TopkStage, "launch", topk)
     return INEXACT
+
+
+@pytest.fixture
+def inexact_variants(monkeypatch: pytest.MonkeyPatch) -> tuple[Variant, ...]:
+    """``join``'s variants for one test."""
+    return join(monkeypatch.setattr)
+
+
+if __name__ == "__main__":
+    join(setattr)
+    main(sys.argv[1:])

@@ -175,13 +175,20 @@ SAMPLES = [s for page in DOC_SAMPLES.PAGES for s in DOC_SAMPLES.samples(page)]
 NO_DEVICE = not probe().available  # the self-test's GPU row is this machine's: its sample is of one without
 
 
-def test_every_output_block_of_the_readme_is_a_checked_sample() -> None:
-    """A fenced block that is neither a set-up line nor a sample marked with its command would go stale unseen."""
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"^(<!-- sample[^\n]*-->\n)?```([a-z]*)\n(.*?)^```$", text, re.M | re.S)
-    unmarked = [body for marker, language, body in blocks if not marker and language != "bash"]
-    assert unmarked == [] and len(SAMPLES) >= 6
-    assert {s.command.split()[1] for s in SAMPLES} >= {"selftest", "select-bench", "report", "gate"}
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_output_block_is_a_checked_sample(page: Path) -> None:
+    """A fenced block of output (one that names no language: the README's set-up lines are bash, the sweep
+    files yaml, the code python or cpp, each checked where it is made) that is not a sample marked with its
+    command would go stale unseen."""
+    blocks = re.findall(r"^(<!-- sample[^\n]*-->\n)?```([a-z]*)\n(.*?)^```$", page.read_text(), re.M | re.S)
+    assert [body for marker, language, body in blocks if not marker and not language] == []
+
+
+def test_the_samples_cover_the_readme_and_the_pages_of_made_outputs() -> None:
+    assert len(SAMPLES) >= 8
+    assert {s.command.split()[1] for s in SAMPLES} >= {"selftest", "select-bench", "report", "gate", "history"}
+    assert {s.page.name for s in SAMPLES} >= {"README.md", "checks.md", "history.md"}
+    assert {s.runner for s in SAMPLES} >= {None, "tests/inexact_variants.py", "tests/history_store.py"}
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.where())
@@ -200,6 +207,10 @@ def test_a_sample_check_sees_a_change() -> None:
         masked("median 12.5 µs hash e60a50fa50b3,\n2026-12-06 05:16:11+00:00")
     assert masked("hash e60a50fa50b3  (13 checks)") != masked("hash 5bef213b31ce  (13 checks)")
     assert masked("(13 checks)") != masked("(9 checks)")
+    [made] = DOC_SAMPLES.samples_of("<!-- sample with=tests/history_store.py lines=1-6: qsa history baselines -->\n"
+                                    "```\n$ qsa history baselines\n```\n", ROOT / "docs" / "history.md")
+    assert (made.runner, made.lines, made.command, made.measures) == ("tests/history_store.py", "1-6",
+                                                                        "qsa history baselines", False)
     text = "\n".join(f"line {i}" for i in range(1, 11)) + "\n"
     assert DOC_SAMPLES.kept(text, "1-2,-1") == "line 1\nline 2\n...\nline 10\n"
     assert DOC_SAMPLES.kept(text, "5") == "...\nline 5\n...\n"
