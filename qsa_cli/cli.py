@@ -2,8 +2,9 @@
 statuses. Each command is a module of ``commands/``, imported only when that command is invoked (or asked
 for its help), so that ``qsa --help`` loads neither numpy, CuPy, rich nor anything that measures.
 
-Every error a user can cause (arguments, YAML, input files, output paths, a missing device) is one
-line on stderr and exit status 2; a parity failure, a broken threshold or a failed gate is exit status 1.
+Every error a user can cause (arguments, YAML, input files, output paths, a missing device, a run larger
+than the memory it can have) is one line on stderr and exit status 2; a parity failure, a broken
+threshold or a failed gate is exit status 1.
 """
 
 from __future__ import annotations
@@ -116,6 +117,9 @@ def main(argv: list[str] | None = None) -> None:
             signum = signal_of(stop)
             click.echo(interrupted_by(signum), err=True)
             code = exit_status(signum)
+        except MemoryError as exc:  # past what the run weighed before it started (core/memory.py): host or device
+            _err(f"out of memory: {' '.join(str(exc).split()) or 'an allocation failed'}")
+            code = EXIT_USAGE
         except QsaError as exc:
             message = str(exc)
             # A compiler log is many lines by nature; every other error is one line.

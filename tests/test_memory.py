@@ -5,6 +5,12 @@ host's (MemAvailable) and the device's (memGetInfo, behind memory.free_device_by
 
 from __future__ import annotations
 
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from qsa_cli.catalog import qsa_catalog
@@ -20,6 +26,7 @@ from qsa_cli.record.schema import RunRecord
 from qsa_cli.runs.sweep import sweep_sizes
 from qsa_cli.session import Session, Settings, check_device_memory
 
+ROOT = Path(__file__).resolve().parent.parent
 H100 = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "sms": 132, "l2_bytes": 50 * 2**20}
 GB = 10**9
 
@@ -79,6 +86,56 @@ def test_a_sweep_is_weighed_by_its_largest_case(capsys, tmp_path, monkeypatch) -
            "capacity=4194304 decode); this machine has 2.0 GB available" in err
     config = load_config(sweep)  # topk-parity --config weighs its top-k case alone, which fits
     assert [c.stage for c in sweep_sizes(config, "topk")] == ["topk"] and len(sweep_sizes(config)) == 3
+
+
+def test_a_containers_memory_limit_is_what_it_can_have(tmp_path) -> None:
+    """A cgroup's limit (a container's, which MemAvailable does not see) less its usage, less the file cache it
+    could drop; the least of the process's cgroup and those above it; none where no limit is set."""
+    v2 = tmp_path / "v2"
+    for folder, limit, usage, cache in ((v2, "max", 9 * GB, 0), (v2 / "ci", 8 * GB, 3 * GB, GB),
+                                        (v2 / "ci" / "job", "max", 2 * GB, 0)):
+        folder.mkdir(parents=True)
+        (folder / "memory.max").write_text(f"{limit}\n")
+        (folder / "memory.current").write_text(f"{usage}\n")
+        (folder / "memory.stat").write_text(f"anon 5\ninactive_file {cache}\n")
+    (tmp_path / "cgroup-v2").write_text("0::/ci/job\n")
+    assert memory.cgroup_room(v2, tmp_path / "cgroup-v2") == 6 * GB  # /ci's 8 GB less 3 in use, 1 of it cache
+    v1 = tmp_path / "v1" / "memory" / "docker" / "abc"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text(str(4 * GB))
+    (v1 / "memory.usage_in_bytes").write_text(str(GB))
+    (v1 / "memory.stat").write_text("total_inactive_file 0\n")
+    (tmp_path / "cgroup-v1").write_text("5:cpu:/\n4:memory:/docker/abc\n0::/\n")
+    assert memory.cgroup_room(tmp_path / "v1", tmp_path / "cgroup-v1") == 3 * GB
+    (v1 / "memory.limit_in_bytes").write_text(str(2**63 - 4096))  # v1's "no limit"
+    assert memory.cgroup_room(tmp_path / "v1", tmp_path / "cgroup-v1") is None
+    assert memory.cgroup_room(tmp_path / "v1", tmp_path / "no-such-file") is None
+
+
+def test_an_address_space_ulimit_refuses_the_run_it_would_break(tmp_path) -> None:
+    """``ulimit -v``: without the check, numpy's first large array failed with a MemoryError's traceback."""
+    limit = 1536 << 20
+    res = subprocess.run([sys.executable, "-m", "qsa_cli", "select-bench", "4M", "1", "1", "4M", "--backend", "cpu"],
+                         cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert (res.returncode, res.stdout) == (2, "") and res.stderr.count("\n") == 1, res.stderr
+    assert res.stderr.startswith("qsa: error: select-bench needs about 2.3 GB of host memory on the CPU backend "
+                                 "(its largest case: scores nq=1 capacity=4194304 decode); this machine has 1.")
+
+
+def test_memory_past_the_estimate_is_one_line(capsys, monkeypatch) -> None:
+    """A backstop: an allocation that fails though the run was weighed (numpy's MemoryError, CuPy's
+    OutOfMemoryError, which is one) ends in one line, exit 2, no traceback."""
+    def refused(*args: object) -> None:
+        raise MemoryError("Unable to allocate 2.00 GiB for an array with shape (4194306, 128) and data type float32")
+
+    monkeypatch.setattr("qsa_cli.commands.select_bench.scorer_inputs", refused)
+    with pytest.raises(SystemExit) as ended:
+        main(["select-bench", "4096", "2", "1", "8192", "--backend", "cpu"])
+    out, err = capsys.readouterr()
+    assert (ended.value.code, out) == (2, "")
+    assert err == ("qsa: error: out of memory: Unable to allocate 2.00 GiB for an array with shape (4194306, 128) "
+                   "and data type float32\n")
 
 
 def test_a_large_run_that_fits_is_said_and_a_small_one_is_not(capsys, monkeypatch) -> None:

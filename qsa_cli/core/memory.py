@@ -21,9 +21,11 @@ largest case decides: ``CaseSize`` says what a case is by size, and the run pass
 
 from __future__ import annotations
 
+import resource
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from .errors import MemoryNeedError
 from .geometry import IDX_DIM, SELECT_CAP, STEP_INTS, Call, capacity_of
@@ -140,6 +142,14 @@ def device_run_bytes(case_bytes: int, flush: int, children: bool) -> int:
 
 
 def available_host_bytes() -> int | None:
+    """What this process can still take of the host without swapping or being refused: the least of the system's
+    MemAvailable, the room its cgroups leave (a container's limit, which MemAvailable does not see) and the room
+    its address-space and data ulimits leave; None where none of them says."""
+    rooms = [room for room in (_mem_available(), cgroup_room(), *_ulimit_rooms()) if room is not None]
+    return min(rooms) if rooms else None
+
+
+def _mem_available() -> int | None:
     """MemAvailable (what can be had without swapping), or None where the system does not say."""
     try:
         with open("/proc/meminfo") as fh:
@@ -149,6 +159,66 @@ def available_host_bytes() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+UNLIMITED = 1 << 60  # a cgroup limit this large is none (v1 writes 2^63 rounded to a page)
+# (controller's mount under the cgroup root, its limit file, its usage file, memory.stat's reclaimable cache line)
+CGROUP_V2 = ("", "memory.max", "memory.current", "inactive_file")
+CGROUP_V1 = ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+
+
+def cgroup_room(root: Path = Path("/sys/fs/cgroup"), membership: Path = Path("/proc/self/cgroup")) -> int | None:
+    """The least room this process's memory cgroups leave: each one's limit less its usage, less the file cache
+    it could drop, from its own folder up to the controller's root; None where no limit is set."""
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return None
+    rooms = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        layout = CGROUP_V2 if controllers == "" else CGROUP_V1 if "memory" in controllers.split(",") else None
+        if layout is None:
+            continue
+        mount, limit_file, usage_file, cache = layout
+        base = root / mount
+        folder = base / path.lstrip("/")
+        for level in (folder, *folder.parents):
+            room = _cgroup_level_room(level, limit_file, usage_file, cache)
+            if room is not None:
+                rooms.append(room)
+            if level == base:
+                break
+    return min(rooms) if rooms else None
+
+
+def _cgroup_level_room(folder: Path, limit_file: str, usage_file: str, cache: str) -> int | None:
+    try:
+        limit = (folder / limit_file).read_text().strip()
+        if limit == "max" or int(limit) >= UNLIMITED:
+            return None
+        usage = int((folder / usage_file).read_text())
+        stat = dict(line.split() for line in (folder / "memory.stat").read_text().splitlines() if line.count(" ") == 1)
+    except (OSError, ValueError):
+        return None
+    return max(0, int(limit) - usage + int(stat.get(cache, 0)))
+
+
+def _ulimit_rooms() -> list[int | None]:
+    """The room the address-space (ulimit -v) and data (ulimit -d) limits leave this process, each less what it
+    has of them now (its VmSize, VmData); None where unlimited."""
+    try:
+        status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    except OSError:
+        return []
+    rooms: list[int | None] = []
+    for limit, field in ((resource.RLIMIT_AS, "VmSize"), (resource.RLIMIT_DATA, "VmData")):
+        soft = resource.getrlimit(limit)[0]
+        if soft == resource.RLIM_INFINITY or field not in status:
+            rooms.append(None)
+            continue
+        rooms.append(max(0, soft - int(status[field].split()[0]) * 1024))
+    return rooms
 
 
 def free_device_bytes() -> tuple[int, int]:
