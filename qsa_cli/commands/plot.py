@@ -14,7 +14,8 @@ from .options import OUTPUT
 
 @click.command("plot")
 @click.argument("paths", metavar="FILE.json [AFTER.json]", nargs=-1, required=True)
-@click.option("-o", "--output", "out_path", required=True, type=OUTPUT)
+@click.option("-o", "--output", "out_path", required=True, type=OUTPUT,
+              help="Write the figure to this file: .png, .svg or .pdf, by its suffix.")
 def command(paths: tuple[str, ...], out_path: str) -> int:
     """Median time per call in small multiples (a panel per stage, inputs and query count), the read floor
     and the engine's dispatch marked; two records, or one `qsa compare` record, draw a before / after
