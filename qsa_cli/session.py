@@ -299,7 +299,8 @@ def check_device_memory(s: Session, command: str) -> None:
         timed_sort = case.stage == "topk" and s.settings.iters != 0  # runs/stages.topk_case's argpartition
         return device_run_bytes(device_case_bytes(case, scratch * pairs, timed_sort), flush, children)
 
-    check_device(command, [(case, need(case)) for case in s.settings.sizes], f"device {device['id']} ({device['name']})")
+    needs = [(case, need(case)) for case in s.settings.sizes]
+    check_device(command, needs, f"device {device['id']} ({device['name']})")
 
 
 def _gpu_measurer(settings: Settings, kernels: Path, clocks: Any, locked_sm_mhz: int | None) -> Measurer:

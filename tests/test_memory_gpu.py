@@ -1,21 +1,31 @@
-"""On a card: a run no card holds is refused by the device's check, one line, before anything is made; and the
-estimate the check weighs (core/memory.py) bounds what each kind of case really takes of CuPy's pool."""
+"""On a card: a run no card holds is refused by the device's check, one line, before anything is made; the
+estimate the check weighs (core/memory.py) bounds what each kind of case really takes of CuPy's pool; and the
+scratch it weighs for each top-k variant is what that variant's launcher takes."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import pytest
+from fake_builds import OWN, FakeBuilds
 
 from qsa_cli import session
+from qsa_cli.catalog import qsa_catalog
 from qsa_cli.cli import main
 from qsa_cli.core import memory
+from qsa_cli.core.errors import ClusterUnavailable, EngineRefused
+from qsa_cli.core.geometry import SELECT_CAP, Call
 from qsa_cli.core.memory import CaseSize
+from qsa_cli.engine.attach import attached
+from qsa_cli.inputs import synthetic_scores
 
 pytestmark = pytest.mark.gpu
 
 
-def test_a_call_no_card_holds_is_refused_before_anything_is_made(capsys, tmp_path, monkeypatch) -> None:
+def test_a_call_no_card_holds_is_refused_before_anything_is_made(cupy: Any, capsys, tmp_path, monkeypatch) -> None:
     """16M cells and 1024 prompt queries: 17 GB of scores a copy, 206 GB of cupy.argpartition's sort, on the
     real card's free memory (the host's check passed, so that the device's is what answers)."""
     monkeypatch.setattr(memory, "available_host_bytes", lambda: 10**15)
@@ -38,7 +48,8 @@ RUNS = [("select-bench", "1M", "8", "2", "1M"), ("topk-parity", "1M", "8", "2", 
 
 
 @pytest.mark.parametrize("argv", RUNS, ids=[" ".join(a) for a in RUNS])
-def test_the_estimate_bounds_what_a_run_takes_of_the_pool(capsys, monkeypatch, argv: tuple[str, ...]) -> None:
+def test_the_estimate_bounds_what_a_run_takes_of_the_pool(cupy: Any, capsys, monkeypatch,
+                                                           argv: tuple[str, ...]) -> None:
     """CuPy's pool keeps every block it took from the driver, so what it holds after the run (less what was in
     use before) is the most the run had at once, fragments included: the need weighed must be at least that."""
     import cupy
@@ -58,3 +69,44 @@ def test_the_estimate_bounds_what_a_run_takes_of_the_pool(capsys, monkeypatch, a
     assert ended.value.code == 0, capsys.readouterr().err
     took = pool.total_bytes() - before
     assert len(weighed) == 1 and took <= weighed[0], (took, weighed)
+
+
+class Taken:
+    """An allocator that keeps the bytes of each scratch array a launcher takes from it."""
+
+    def __init__(self, cupy: Any) -> None:
+        self.cupy, self.sizes = cupy, []
+
+    def zeros(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        array = self.cupy.zeros(shape, dtype=dtype)
+        self.sizes.append(array.nbytes)
+        return array
+
+
+@pytest.mark.parametrize("tree", ["newer", "own"], ids=["engine split and multi-CTA", "adapter's staged top-k"])
+def test_each_top_k_variants_scratch_is_what_its_launcher_takes(cupy: Any, fake_builds: FakeBuilds, monkeypatch,
+                                                                 tree: str) -> None:
+    """What the check weighs of a variant's scratch (launch/shape.TopkShape.scratch_bytes) against what its
+    launcher allocates, for qsa's split and an engine checkout's and an adapter's variants."""
+    device = cupy.cuda.Device()
+    cc, sms = int(device.compute_capability), int(device.attributes["MultiProcessorCount"])
+    path = fake_builds.root / OWN if tree == "own" else fake_builds.engine(tree)
+    with attached((f"fake={path}",), cc) as found:
+        catalog = qsa_catalog().adding(found.variants, found.libraries)
+        weighed = 0
+        for call in (Call(1 << 20, 8, 1 << 20), Call(5000, 3, 8192)):
+            made = synthetic_scores(call, "continuous", 0)
+            scores, steps = cupy.asarray(made.scores), cupy.asarray(made.steps)
+            ids = cupy.empty((call.nq, SELECT_CAP), dtype=np.int32)
+            for v in catalog.stage("topk"):
+                for name, value in v.engine.switches if v.engine is not None else ():
+                    monkeypatch.setenv(name, value)  # the process a switched variant runs in has them
+                taken = Taken(cupy)
+                try:
+                    catalog.build(v, scores, steps, ids, active_blocks=0, scratch=taken, switches={})
+                except (EngineRefused, ClusterUnavailable):
+                    continue
+                sizes = v.launch.scratch_bytes(v, functools.partial(catalog.code, v), call.nq, call.max_blocks, sms)
+                assert taken.sizes == list(sizes), (v.name, call)
+                weighed += bool(sizes)
+        assert weighed >= 2  # qsa's split, and the checkout's or the adapter's own

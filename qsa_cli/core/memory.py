@@ -252,7 +252,8 @@ def check_host(command: str, sizes: Sequence[CaseSize], on_gpu: bool) -> None:
     if have is not None and need > have:
         raise MemoryNeedError(f"{command} needs about {need / GB:.1f} GB of host memory on the {backend} backend "
                               f"(its largest case: {case.label()}); this machine has {have / GB:.1f} GB available")
-    _tell(need, host_base_bytes(on_gpu), f" of the {have / GB:.1f} GB available" if have is not None else "", "host memory")
+    of = f" of the {have / GB:.1f} GB available" if have is not None else ""
+    _tell(need, host_base_bytes(on_gpu), of, "host memory")
 
 
 def check_device(command: str, needs: Sequence[tuple[CaseSize, int]], device: str) -> None:
