@@ -33,14 +33,13 @@ from .integrity import guarded_bytes
 
 KEY_BYTES = IDX_DIM * 4  # a block's pooled key, a query: 128 float32
 WORD = 4  # a score, an id, a step record's int
-STAGES = ("scores", "topk", "window")
 
 # Host, measured on the CPU backend (2026-12-06, GNU time's largest resident set): a scorer case took 581 MB at
 # 1M cells and 1 query (134 MB of keys), 629 MB at 8 queries (8.4 MB of scores); a top-k case 364 MB at 4M
 # cells and 8 queries with its 4 score sets made at once (34 MB each), 260 MB for one set (a sweep's case),
 # 309 MB at 8192 cells and 1024 prompt queries (8.4 MB each of scores and ids), 661 MB at 8M and 8 queries.
 HOST_BASE_BYTES = 64 << 20  # the interpreter, numpy and qsa themselves (48 MB measured)
-HOST_GPU_BASE_BYTES = 1 << 30  # CUDA's and CuPy's own host memory, on the GPU backend
+HOST_GPU_BASE_BYTES = 1 << 30  # CUDA's and CuPy's own host memory on the GPU backend: an allowance, not measured
 HOST_KEY_FACTOR = 4  # a scorer case: the keys, the integrity check's copy, the CPU models' working arrays
 HOST_SCORES_FACTOR = 10  # ... and each variant's scores kept, the model's, the poison
 HOST_TOPK_FACTOR = 6  # a top-k case, over its score sets' bytes: the placed and pristine copies, the models'
