@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from history_store import CASE, KEY, commit, store
+from record_factory import record
 
 from qsa_cli.cli import main
 from qsa_cli.output.history import card_history
