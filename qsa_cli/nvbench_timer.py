@@ -2,8 +2,9 @@
 instead of qsa's timer, into the same record.
 
 nvbench runs its registered benchmarks once per process (``run_all_benchmarks`` refuses a second call), so
-the measurer queues each launcher here while the stages run their variants and checks (stages/common.py), and
-the session times them all in one nvbench run when the command's stages are done (session.py). Each launcher
+it is a deferred timer (timing.Timer): each measurement the measurer asks of it (stages/common.py) is given back
+at once, pending, while the stages run their variants and checks, and it completes them all in one nvbench run
+as the run's cases end (``complete``: session.Session.measuring). Each launcher
 becomes a benchmark that launches it on nvbench's stream (CuPy's current stream, which every qsa launcher
 launches on, made nvbench's); nvbench's cold measurement (the L2 flushed by a write, as qsa's ``--l2 dirty``;
 a blocking kernel while it queues; its own throttle rule) and batch measurement time it. ITERS is nvbench's
@@ -24,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from .core.errors import TimerError
-from .record.schema import BatchTiming, KernelLaunchRecord, Measurement, NvbenchSummary
+from .record.schema import BatchTiming, Measurement, NvbenchSummary
 from .record.vocabulary import NVBENCH_TIMER
-from .timing import MAX_TIMEOUT_S, Launch, StoppingRule
+from .timing import MAX_TIMEOUT_S, ClockSource, StoppingRule, TimingJob, clocked, read_clocks
 
 PACKAGE = "cuda-bench"
 INSTALL = "pip install '.[nvbench]'"
@@ -68,14 +69,8 @@ def check_timer(timer: str, backend: str, l2: str) -> None:
 @dataclass(frozen=True)
 class _Queued:
     name: str  # the benchmark's, unique in the run
-    stage: str
-    variant: str
-    case: dict[str, Any]
-    launch: Launch
-    bytes_read: int | None
-    iters: int | StoppingRule
-    synchronizes: bool  # the launch waits for the stream on the host (a library sort): nvbench's sync tag
-    launches: list[KernelLaunchRecord] | None  # the kernels it enqueues (launch.shape.launch_records)
+    job: TimingJob
+    measurement: Measurement  # given back pending; completed by the run
 
 
 @contextlib.contextmanager
@@ -107,10 +102,10 @@ def on_cupy_stream(stream: Any, device_id: int) -> contextlib.AbstractContextMan
 
 @dataclass
 class NvbenchTimer:
-    """The launchers queued for one nvbench run on device ``device_id``, each after ``warmup`` untimed runs;
-    ``batched``: with nvbench's batch measurement (about half a second a launcher) after the cold one;
-    ``bench``: the ``cuda.bench`` module, and ``on_stream`` what makes its stream the launchers' (a test's
-    stand-ins)."""
+    """A deferred timer (timing.Timer): the launchers it is given, each timed in one nvbench run on device
+    ``device_id`` after ``warmup`` untimed runs; ``batched``: with nvbench's batch measurement (about half a
+    second a launcher) after the cold one; ``bench``: the ``cuda.bench`` module, and ``on_stream`` what makes its
+    stream the launchers' (a test's stand-ins)."""
 
     bench: Any
     device_id: int
@@ -119,28 +114,37 @@ class NvbenchTimer:
     on_stream: Callable[[Any, int], contextlib.AbstractContextManager[Any]] = on_cupy_stream
     queued: list[_Queued] = field(default_factory=list)
 
-    def queue(self, stage: str, variant: str, case: dict[str, Any], launch: Launch, bytes_read: int | None,
-              iters: int | StoppingRule, synchronizes: bool = False,
-              launches: list[KernelLaunchRecord] | None = None) -> None:
-        self.queued.append(_Queued(f"{len(self.queued)}: {stage} {variant}", stage, variant, dict(case), launch,
-                                   bytes_read, iters, synchronizes, launches))
+    deferred = True
+    l2 = L2_STATE
+
+    @property
+    def pending(self) -> list[Measurement]:
+        return [item.measurement for item in self.queued]
+
+    def time(self, job: TimingJob, clocks: ClockSource | None) -> Measurement:
+        """``job``'s measurement, pending: its samples come with the run (``complete``)."""
+        measurement = job.measurement(self.warmup, NVBENCH_TIMER)
+        self.queued.append(_Queued(f"{len(self.queued)}: {job.stage} {job.variant}", job, measurement))
+        return measurement
 
     def _register(self, item: _Queued) -> None:
+        job = item.job
+
         def on_nvbench_stream(launch: Any) -> None:
             with self.on_stream(launch.get_stream(), self.device_id):
-                item.launch()
+                job.launch()
 
         def benchmark(state: Any) -> None:
             # a launch that synchronises cannot queue behind nvbench's blocking kernel (it would deadlock):
             # nvbench's sync tag times it without one, and without batches
-            tags = {"sync": True} if item.synchronizes else {} if self.batched else {"batched": False}
+            tags = {"sync": True} if job.synchronizes else {} if self.batched else {"batched": False}
             state.exec(on_nvbench_stream, **tags)
 
         registered = self.bench.register(benchmark)
         registered.set_name(item.name)
         registered.set_cold_warmup_runs(self.warmup)
-        if isinstance(item.iters, StoppingRule):
-            rule = item.iters
+        if isinstance(job.iters, StoppingRule):
+            rule = job.iters
             registered.set_stopping_criterion("stdrel")
             registered.set_criterion_param_float64("max-noise", rule.max_noise_pct / 100)  # nvbench's: a ratio
             registered.set_criterion_param_float64("min-time", rule.min_time_s)
@@ -148,20 +152,20 @@ class NvbenchTimer:
             registered.set_timeout(rule.timeout_s)
         else:
             registered.set_stopping_criterion("sample-count")
-            registered.set_criterion_param_int64("target-samples", item.iters)
-            registered.set_min_samples(item.iters)
+            registered.set_criterion_param_int64("target-samples", job.iters)
+            registered.set_min_samples(job.iters)
             registered.set_timeout(MAX_TIMEOUT_S)  # an exact count is taken whole
 
-    def run(self, clocks: Any = None) -> list[Measurement]:
-        """Every queued launcher timed in one nvbench run: a measurement each, timed by nvbench (its cold
-        samples, its summary, its batch), with ``clocks`` (a ClockSource; None: no NVML) read around the run."""
+    def complete(self, clocks: ClockSource | None) -> None:
+        """Every pending measurement timed in one nvbench run, by nvbench (its cold samples, its summary, its
+        batch), with ``clocks`` read around the run (None: no NVML). Nothing pending: nvbench does not run."""
         if not self.queued:
-            return []
+            return
         if nvbench_used():
             raise TimerError("nvbench runs once per process and already ran in this one: time with it in a run "
                              "of its own")
         _RUN_IN_THIS_PROCESS.append(True)
-        before = clocks.read() if clocks is not None else None
+        before = read_clocks(clocks)
         for item in self.queued:
             self._register(item)
         from cuda.bench.results import BenchmarkResult
@@ -174,14 +178,18 @@ class NvbenchTimer:
             except RuntimeError as failed:
                 tail = log.read_text(errors="replace").strip().splitlines()[-12:]
                 raise TimerError(f"nvbench failed: {failed}" + "".join(f"\n  {line}" for line in tail)) from None
-            after = clocks.read() if clocks is not None else None
+            after = read_clocks(clocks)
             results = BenchmarkResult.from_json(path)
-            return [self._measurement(item, results[item.name].states[0], before, after) for item in self.queued]
+            for item in self.queued:
+                self._completed(item, results[item.name].states[0], before, after)
+        self.queued = []
 
-    def _measurement(self, item: _Queued, state: Any, before: Any, after: Any) -> Measurement:
+    def _completed(self, item: _Queued, state: Any, before: Any, after: Any) -> None:
+        """``item``'s measurement completed from nvbench's state of its benchmark."""
         summaries = state.summaries
         if state.is_skipped or state.samples is None:
-            raise TimerError(f"nvbench kept no samples of {item.variant} ({state.skip_reason or 'no --jsonbin file'})")
+            raise TimerError(f"nvbench kept no samples of {item.job.variant} "
+                             f"({state.skip_reason or 'no --jsonbin file'})")
 
         def value(tag: str) -> Any:
             return summaries[tag].value if tag in summaries else None
@@ -197,12 +205,9 @@ class NvbenchTimer:
             batch_mean_us=_seconds_to_us(batch_mean) if batch_mean is not None else None,
             batch_launches=int(batch_launches) if batch_launches is not None else None,
         )
-        batch = (BatchTiming(launches=summary["batch_launches"], means_us=[summary["batch_mean_us"]])
-                 if summary["batch_mean_us"] is not None and summary["batch_launches"] else None)
-        return Measurement(stage=item.stage, variant=item.variant, case=item.case,
-                           samples_us=[_seconds_to_us(t) for t in state.samples], warmup=self.warmup,
-                           bytes_read=item.bytes_read,
-                           clocks_before=before.to_dict() if before is not None else None,
-                           clocks_after=after.to_dict() if after is not None else None,
-                           throttled=any(r.throttled for r in (before, after) if r is not None), batch=batch,
-                           timer=NVBENCH_TIMER, nvbench=summary, launches=item.launches)
+        m = item.measurement
+        m.samples_us = [_seconds_to_us(t) for t in state.samples]
+        m.batch = (BatchTiming(launches=summary["batch_launches"], means_us=[summary["batch_mean_us"]])
+                   if summary["batch_mean_us"] is not None and summary["batch_launches"] else None)
+        m.nvbench = summary
+        clocked(m, before, after)

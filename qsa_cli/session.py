@@ -34,7 +34,7 @@ from .record.schema import RunRecord, RunSettings
 from .record.vocabulary import DEFAULT_L2, NVBENCH_TIMER, QSA_TIMER, pair_name
 from .sides import SideSpec, open_sides, side_pairs
 from .stages.common import Measurer, StageOutcome
-from .timing import AUTO, DEFAULT_WARMUP, DeviceTimer, Iters, StoppingRule
+from .timing import AUTO, DEFAULT_WARMUP, DeviceTimer, Iters, StoppingRule, Timer
 
 BACKENDS = ("gpu", "cpu")
 # A top-k variant is in at most three of a window's pairs: the catalog's, after the fastest scorer, the dispatched
@@ -141,6 +141,20 @@ class Session:
         if self.run_measurer is None:
             raise RuntimeError("this session runs no stage: its Settings.iters is None")
         return self.run_measurer
+
+    @contextlib.contextmanager
+    def measuring(self) -> Iterator[Measurer]:
+        """The run's cases measured in the block, their measurements complete as it ends: a deferred timer's
+        (nvbench's) timed then, in its one batch. A block left early (an interruption, an error) leaves the
+        measurements never timed out of the record, which holds only what was measured."""
+        measurer = self.measurer
+        try:
+            yield measurer
+        except BaseException:
+            untimed = {id(m) for m in measurer.timer.pending}
+            self.record.measurements = [m for m in self.record.measurements if id(m) not in untimed]
+            raise
+        measurer.complete()
 
     @property
     def inexact(self) -> dict[str, str]:
@@ -274,9 +288,6 @@ def session(
         if settings.iters is not None:
             s.run_measurer = _gpu_measurer(settings, catalog.kernel_folder, s.clocks, locked_sm_mhz)
         yield s
-        nvbench = s.run_measurer.nvbench if s.run_measurer is not None else None
-        if nvbench is not None:  # its one run, over every launcher the stages queued
-            s.record.measurements += nvbench.run(s.clocks)
 
 
 def check_device_memory(s: Session, command: str) -> None:
@@ -304,13 +315,13 @@ def check_device_memory(s: Session, command: str) -> None:
 
 
 def _gpu_measurer(settings: Settings, kernels: Path, clocks: Any, locked_sm_mhz: int | None) -> Measurer:
-    """The GPU session's measurer: qsa's timer (it places and flushes for every case, parity-only ones too),
-    and with --timer nvbench the queue of nvbench's one run at the session's end."""
+    """The GPU session's measurer: qsa's timer (its read floor serves any timer), or with --timer nvbench
+    nvbench's, which times every case's variants in one run as the run's cases end (Session.measuring)."""
     assert settings.iters is not None
-    timer = DeviceTimer(l2=settings.l2, warmup=settings.warmup, kernels=kernels, locked_sm_mhz=locked_sm_mhz)
-    nvbench = (NvbenchTimer(cuda_bench(), settings.device_id, settings.warmup)
-               if settings.timer == NVBENCH_TIMER and settings.iters != 0 else None)
-    return Measurer(settings.iters, timer, clocks, settings.stopping, nvbench=nvbench)
+    gpu = DeviceTimer(l2=settings.l2, warmup=settings.warmup, kernels=kernels, locked_sm_mhz=locked_sm_mhz)
+    timer: Timer = (NvbenchTimer(cuda_bench(), settings.device_id, settings.warmup)
+                    if settings.timer == NVBENCH_TIMER and settings.iters != 0 else gpu)
+    return Measurer(settings.iters, timer, clocks, settings.stopping, gpu=gpu)
 
 
 def _add_parts(s: Session, stack: contextlib.ExitStack) -> dict[str, str]:

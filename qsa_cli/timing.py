@@ -19,6 +19,11 @@ samples.
 
 The loop (``sample``) runs against an ``EventStream``: the GPU's (``DeviceTimer``: CuPy events on the current
 stream), the host's (``HOST``: the CPU backend's models, which run synchronously) or a test's fake.
+
+A ``Timer`` is what the measurer (stages/common.py) hands each variant's launch to, as a ``TimingJob``: it gives
+back the job's measurement, which it completes at once (``DeviceTimer``, ``HostTimer``: the clocks read around
+the samples) or later, when it times every job it was given in one batch (``complete``: nvbench's,
+nvbench_timer.py).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ import ctypes
 import math
 import time
 import weakref
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -36,8 +42,16 @@ import numpy as np
 
 from .kernels import load
 from .launch.kernel import KernelLaunch
-from .record.schema import BatchTiming, DiscardedRound, RoundChecks, StopOutcome, StoppingSettings
-from .record.vocabulary import L2_STATES
+from .record.schema import (
+    BatchTiming,
+    DiscardedRound,
+    KernelLaunchRecord,
+    Measurement,
+    RoundChecks,
+    StopOutcome,
+    StoppingSettings,
+)
+from .record.vocabulary import HOST_L2, L2_STATES, QSA_TIMER
 
 DEFAULT_WARMUP = 5
 # The most timed samples (ITERS, a sweep's iterations, the stopping rule's cap) and untimed runs (--warmup, a
@@ -344,6 +358,108 @@ class _HostStream(_NoHold):
 HOST = _HostStream()
 
 
+class ClockSource(Protocol):
+    def read(self) -> Any: ...  # an object with .to_dict() and .throttled, or None
+
+
+def read_clocks(clocks: ClockSource | None) -> Any:
+    """A reading of ``clocks`` now (None: the run reads no clocks)."""
+    return clocks.read() if clocks is not None else None
+
+
+@dataclass(frozen=True)
+class TimingJob:
+    """A variant's launch on one case as the measurer hands it to its timer: what the record names it by, the
+    samples it takes (a count, or the stopping rule), the bytes it reads (for GB/s), what runs before its last
+    sample, whether it waits for the stream on the host (a library sort), and the kernels it enqueues a call
+    (None: not qsa's launcher)."""
+
+    stage: str
+    variant: str
+    case: dict[str, Any]
+    launch: Launch
+    iters: int | StoppingRule
+    bytes_read: int | None = None
+    before_last: Launch | None = None
+    synchronizes: bool = False
+    launches: list[KernelLaunchRecord] | None = None
+
+    def measurement(self, warmup: int, timer: str = QSA_TIMER) -> Measurement:
+        """Its measurement, as yet without samples: its timer completes it."""
+        return Measurement(stage=self.stage, variant=self.variant, case=dict(self.case), samples_us=[],
+                           warmup=warmup, bytes_read=self.bytes_read, timer=timer, launches=self.launches)
+
+
+def clocked(m: Measurement, before: Any, after: Any) -> None:
+    """``m``'s clock readings before and after its samples (None: not read), and whether either saw the card
+    throttled."""
+    m.clocks_before = before.to_dict() if before is not None else None
+    m.clocks_after = after.to_dict() if after is not None else None
+    m.throttled = any(r.throttled for r in (before, after) if r is not None)
+
+
+class Timer(Protocol):
+    """What times the variants of a run (the measurer's one timer): the L2 state its samples start from, the
+    untimed runs before them, and each job's measurement, complete when ``time`` returns or (``deferred``)
+    pending until ``complete`` times every job it was given, in one batch."""
+
+    @property
+    def l2(self) -> str: ...
+
+    @property
+    def warmup(self) -> int: ...
+
+    @property
+    def deferred(self) -> bool: ...
+
+    @property
+    def pending(self) -> Sequence[Measurement]:
+        """The measurements given back and not timed yet (a deferred timer's, until ``complete``)."""
+
+    def time(self, job: TimingJob, clocks: ClockSource | None) -> Measurement: ...
+
+    def complete(self, clocks: ClockSource | None) -> None: ...
+
+
+class AtOnce(ABC):
+    """A timer that times each job as it is given (``measure``: the samples and batches of a launch), the clocks
+    read around it: nothing waits for ``complete``."""
+
+    deferred = False
+    pending: Sequence[Measurement] = ()
+    warmup: int
+
+    @abstractmethod
+    def measure(self, launch: Launch, iters: int | StoppingRule, before_last: Launch | None = None,
+                synchronizes: bool = False) -> Timed:
+        """The samples of ``launch`` (``iters`` of them, or by the stopping rule), ``before_last`` before the
+        last; ``synchronizes``: the launch waits for the stream on the host."""
+
+    def time(self, job: TimingJob, clocks: ClockSource | None) -> Measurement:
+        m = job.measurement(self.warmup)
+        before = read_clocks(clocks)
+        timed = self.measure(job.launch, job.iters, before_last=job.before_last, synchronizes=job.synchronizes)
+        clocked(m, before, read_clocks(clocks))
+        m.samples_us, m.batch, m.stop, m.rounds = timed.samples_us, timed.batch, timed.stop, timed.rounds
+        return m
+
+    def complete(self, clocks: ClockSource | None) -> None:
+        """Every job was timed as it came."""
+
+
+@dataclass
+class HostTimer(AtOnce):
+    """Times the CPU backend's models on the host, after ``warmup`` untimed runs. No batches: the models run
+    synchronously, so a batch would time what the samples do."""
+
+    warmup: int = 1
+    l2: str = HOST_L2
+
+    def measure(self, launch: Launch, iters: int | StoppingRule, before_last: Launch | None = None,
+                synchronizes: bool = False) -> Timed:
+        return sample(HOST, launch, iters, warmup=self.warmup, before_last=before_last)
+
+
 def _bench_module(kernels: Path | None) -> Any:
     return load("bench.cu", (_FLOOR_KERNEL, "hold_stream_kernel", "clock_stamp_kernel"), folder=kernels)
 
@@ -361,7 +477,7 @@ def round_sm_mhz(words: Any) -> float | None:
 
 
 @dataclass
-class DeviceTimer:
+class DeviceTimer(AtOnce):
     """Times launch closures on the current CuPy stream of the current device, the L2 in state ``l2``; its
     read floor and stream hold are ``kernels``' bench.cu (the run's folder of kernel sources; None: the
     installed one)."""

@@ -148,7 +148,8 @@ def main(argv: list[str]) -> int:
         monitor = ClockMonitor.for_pci_bus_id(job["pci_bus_id"])
         timer = DeviceTimer(l2=job["l2"], warmup=job["warmup"], kernels=catalog.kernel_folder,
                             locked_sm_mhz=job["locked_sm_mhz"])
-        measurer = Measurer(job["iters"], timer, monitor if monitor.available else None, StoppingRule(**job["rule"]))
+        measurer = Measurer(job["iters"], timer, monitor if monitor.available else None, StoppingRule(**job["rule"]),
+                            gpu=timer)
         for entry in job["cases"]:  # each case's record written as it ends
             stage, variants = entry["stage"], tuple(entry["variants"])
             inputs = read_inputs(entry)

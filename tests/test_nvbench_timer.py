@@ -1,7 +1,8 @@
 """--timer nvbench on the CPU, against a stand-in for cuda-bench's ``cuda.bench`` (and ``cuda.bench.results``) put
-in sys.modules: the launchers queued while the stages run, each registered with the run's criterion and launched
-on nvbench's stream, one nvbench run, its JSON read back into measurements timed by nvbench; nvbench's output
-kept off qsa's; a failed run one line; and the refusals (no cuda-bench, the CPU backend, another L2 state)."""
+in sys.modules: a deferred timer, whose measurements the measurer gives back pending while the stages run, each
+launcher registered with the run's criterion and launched on nvbench's stream, one nvbench run as the run's cases
+end, its JSON read back into those measurements, timed by nvbench; nvbench's output kept off qsa's; a failed run
+one line; and the refusals (no cuda-bench, the CPU backend, another L2 state)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from qsa_cli.nvbench_timer import NvbenchTimer, check_timer, cuda_bench
 from qsa_cli.record.vocabulary import HOST_L2, NVBENCH_TIMER
 from qsa_cli.runs.selftest import timers_check, timers_disagree
 from qsa_cli.session import Settings, session
-from qsa_cli.stages.common import Measurer
+from qsa_cli.stages.common import Measurer, StageOutcome
 from qsa_cli.timing import MAX_TIMEOUT_S, StoppingRule
 
 
@@ -188,7 +189,7 @@ def timer_of(bench: FakeBench, streams: list[tuple[int, int]], warmup: int = 2) 
 CASE = {"ctx": 9000, "nq": 1, "capacity": 9000, "kind": "decode", "l2": HOST_L2}
 
 
-def test_launchers_are_queued_then_timed_in_one_nvbench_run_each_on_its_stream(bench: FakeBench, capfd) -> None:
+def test_measurements_are_pending_then_timed_in_one_nvbench_run_each_on_its_stream(bench: FakeBench, capfd) -> None:
     streams: list[tuple[int, int]] = []
     timer = timer_of(bench, streams)
     calls = {"multi": 0, "halve": 0}
@@ -196,12 +197,16 @@ def test_launchers_are_queued_then_timed_in_one_nvbench_run_each_on_its_stream(b
     def launcher(name: str) -> Callable[[], None]:
         return lambda: calls.__setitem__(name, calls[name] + 1)
 
-    measurer = Measurer(7, clocks=None, nvbench=timer)
-    assert measurer.measure("scores", "multi", CASE, launcher("multi"), bytes_read=4096) is None  # queued
+    measurer = Measurer(7, timer, clocks=None)
+    assert measurer.deferred and measurer.l2 == "dirty"
+    multi = measurer.measure("scores", "multi", CASE, launcher("multi"), bytes_read=4096)
     described = Described(launcher("halve"), (KernelCall("block_scores_halve_kernel<4>", (528,), (128,)),))
-    assert measurer.measure("scores", "halve", CASE, described) is None
-    assert calls == {"multi": 0, "halve": 0} and bench.argv is None  # nothing ran yet
-    rows = timer.run()
+    halve = measurer.measure("scores", "halve", CASE, described)
+    rows = [multi, halve]
+    assert all(m is not None and m.samples_us == [] and m.timer == NVBENCH_TIMER for m in rows)  # pending
+    assert timer.pending == rows and calls == {"multi": 0, "halve": 0} and bench.argv is None  # nothing ran yet
+    measurer.complete()
+    assert timer.pending == []
     assert bench.argv is not None and bench.argv[1:3] == ["--devices", "1"] and "--jsonbin" in bench.argv
     assert calls == {"multi": 2 + 7 + 8, "halve": 2 + 7 + 8}  # warm-up, the exact count, the batch
     assert streams and set(streams) == {(0xBEEF, 1)}  # every call on nvbench's stream of the run's device
@@ -224,19 +229,20 @@ def test_launchers_are_queued_then_timed_in_one_nvbench_run_each_on_its_stream(b
 def test_iters_auto_is_nvbenchs_stdrel_criterion_with_the_runs_rule(bench: FakeBench) -> None:
     timer = timer_of(bench, [])
     rule = StoppingRule(min_samples=12, max_noise_pct=2.5, min_time_s=0.25, timeout_s=30.0)
-    Measurer("auto", nvbench=timer, rule=rule).measure("topk", "split", CASE, lambda: None)
-    (m,) = timer.run()
+    m = Measurer("auto", timer, rule=rule).measure("topk", "split", CASE, lambda: None)
+    timer.complete(None)
     (b,) = bench.registered
     assert b.settings["criterion"] == "stdrel" and b.params == {"max-noise": 0.025, "min-time": 0.25}
-    assert b.settings["min_samples"] == 12 and b.settings["timeout"] == 30.0 and len(m.samples_us) == 12
+    assert b.settings["min_samples"] == 12 and b.settings["timeout"] == 30.0 and m is not None
+    assert len(m.samples_us) == 12
 
 
 def test_a_failed_nvbench_run_is_one_error_with_its_output(monkeypatch: pytest.MonkeyPatch, bench: FakeBench) -> None:
     bench.fail = True
     timer = timer_of(bench, [])
-    Measurer(3, nvbench=timer).measure("scores", "halve", CASE, lambda: None)
+    Measurer(3, timer).measure("scores", "halve", CASE, lambda: None)
     with pytest.raises(TimerError) as failed:
-        timer.run()
+        timer.complete(None)
     assert str(failed.value).startswith("nvbench failed: Caught unknown exception in nvbench_main")
     assert "the blocking kernel timed out" in str(failed.value)
 
@@ -244,16 +250,42 @@ def test_a_failed_nvbench_run_is_one_error_with_its_output(monkeypatch: pytest.M
 def test_nvbench_runs_once_a_process_and_a_second_run_says_so(bench: FakeBench) -> None:
     first, second = timer_of(bench, []), timer_of(bench, [])
     for timer in (first, second):
-        Measurer(3, nvbench=timer).measure("scores", "halve", CASE, lambda: None)
-    assert len(first.run()) == 1
+        Measurer(3, timer).measure("scores", "halve", CASE, lambda: None)
+    first.complete(None)
+    assert first.pending == []
     with pytest.raises(TimerError, match="nvbench runs once per process and already ran in this one"):
-        second.run()
+        second.complete(None)
 
 
-def test_nothing_queued_runs_no_nvbench(bench: FakeBench) -> None:
+def test_nothing_pending_runs_no_nvbench(bench: FakeBench) -> None:
     timer = timer_of(bench, [])
-    Measurer(0, nvbench=timer).measure("scores", "halve", CASE, lambda: None)  # ITERS 0: parity only
-    assert timer.run() == [] and bench.argv is None
+    measurer = Measurer(0, timer)
+    assert measurer.measure("scores", "halve", CASE, lambda: None) is None  # ITERS 0: parity only
+    measurer.complete()
+    assert bench.argv is None
+
+
+def test_an_interrupted_run_keeps_no_measurement_nvbench_never_timed(bench: FakeBench) -> None:
+    """The session's cases end early: what nvbench was given leaves the record untimed (it never runs)."""
+    with session(Settings(backend="cpu", iters=3), "select-bench", []) as s:
+        s.run_measurer = Measurer(3, timer_of(bench, []))
+        with pytest.raises(KeyboardInterrupt), s.measuring() as measurer:
+            s.take(StageOutcome([measurer.measure("scores", "halve", CASE, lambda: None)]))
+            assert len(s.record.measurements) == 1
+            raise KeyboardInterrupt
+    assert s.record.measurements == [] and bench.argv is None
+
+
+def test_a_runs_cases_end_with_nvbenchs_one_run(bench: FakeBench) -> None:
+    """The measurements taken into the record while the cases run are nvbench's once the cases end."""
+    with session(Settings(backend="cpu", iters=3), "select-bench", []) as s:
+        s.run_measurer = Measurer(3, timer_of(bench, []))
+        with s.measuring() as measurer:
+            for variant in ("multi", "halve"):
+                s.take(StageOutcome([measurer.measure("scores", variant, CASE, lambda: None)]))
+            assert all(m.samples_us == [] for m in s.record.measurements)
+    assert [(m.variant, len(m.samples_us), m.timer) for m in s.record.measurements] == [
+        ("multi", 3, NVBENCH_TIMER), ("halve", 3, NVBENCH_TIMER)]
 
 
 def test_the_timer_is_refused_where_it_cannot_time(bench: FakeBench) -> None:
@@ -291,10 +323,11 @@ def test_a_launcher_that_synchronises_takes_nvbenchs_sync_tag_and_no_batch(bench
     """cupy.argpartition waits for the stream on the host: behind nvbench's blocking kernel it would deadlock
     (nvbench: "missing nvbench::exec_tag::sync?"), so it is timed with the sync tag, which takes no batch."""
     timer = timer_of(bench, [])
-    measurer = Measurer(5, clocks=None, nvbench=timer)
-    measurer.measure("topk", "cupy.argpartition", CASE, lambda: None, synchronizes=True)
-    measurer.measure("topk", "split", CASE, lambda: None)
-    sorted_, split = timer.run()
+    measurer = Measurer(5, timer, clocks=None)
+    sorted_ = measurer.measure("topk", "cupy.argpartition", CASE, lambda: None, synchronizes=True)
+    split = measurer.measure("topk", "split", CASE, lambda: None)
+    measurer.complete()
+    assert sorted_ is not None and split is not None
     assert sorted_.batch is None and sorted_.nvbench is not None and sorted_.nvbench["batch_mean_us"] is None
     assert split.batch is not None
     assert bench.synced == {"0: topk cupy.argpartition": True, "1: topk split": False}
@@ -304,7 +337,7 @@ def test_a_timer_without_batches_times_the_cold_samples_only(bench: FakeBench) -
     """The selftest's timers row compares cold medians: its nvbench run skips the batch (half a second each)."""
     timer = NvbenchTimer(cuda_bench(), device_id=1, warmup=1, batched=False,
                          on_stream=lambda stream, device: recording_stream([], stream, device))
-    Measurer(6, clocks=None, nvbench=timer).measure("scores", "halve", CASE, lambda: None)
-    (halve,) = timer.run()
-    assert halve.batch is None and halve.nvbench is not None and halve.nvbench["batch_mean_us"] is None
-    assert len(halve.samples_us) == halve.nvbench["samples"] == 6
+    halve = Measurer(6, timer, clocks=None).measure("scores", "halve", CASE, lambda: None)
+    timer.complete(None)
+    assert halve is not None and halve.batch is None and halve.nvbench is not None
+    assert halve.nvbench["batch_mean_us"] is None and len(halve.samples_us) == halve.nvbench["samples"] == 6

@@ -27,7 +27,7 @@ from ..model.scores import score_blocks
 from ..model.topk import topk_ids
 from ..nvbench_timer import L2_STATE as NVBENCH_L2
 from ..nvbench_timer import NvbenchTimer, cuda_bench, nvbench_used
-from ..record.schema import RunRecord, SelftestCheck
+from ..record.schema import Measurement, RunRecord, SelftestCheck
 from ..record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from ..sanitize import Children, default_jobs, find_sanitizer
 from ..session import Session, Settings, session
@@ -331,26 +331,26 @@ def timers_check(s: Session, seed: int) -> SelftestCheck:
     except TimerError as unavailable:
         return SelftestCheck(name, 0, None, 0.0, f"skipped: {unavailable}")
     t0 = time.perf_counter()
-    timer = DeviceTimer(l2=NVBENCH_L2, warmup=s.settings.warmup, kernels=s.catalog.kernel_folder)
+    ours = DeviceTimer(l2=NVBENCH_L2, warmup=s.settings.warmup, kernels=s.catalog.kernel_folder)
     nvbench = NvbenchTimer(bench, s.settings.device_id, s.settings.warmup, batched=False)  # cold medians compared
     candidate = s.variants("scores", (s.roles["scores"]["candidate"],))
-    ours = []
+    measured: dict[str, list[Measurement]] = {"qsa": [], "nvbench": []}  # the same launchers, in the same order
     for call in TIMERS_CALLS:
         inputs = synthetic_scorer_inputs(call, seed, DEFAULT_KEYS)
-        for queued in (None, nvbench):
-            measurer = Measurer(AUTO, timer, s.clocks, s.settings.stopping, nvbench=queued)
-            ours += scores_stage.run_scores(inputs, measurer, candidate, s.roles["scores"], s.launcher,
-                                            check_model=False).measurements
+        for which, timer in (("qsa", ours), ("nvbench", nvbench)):
+            measurer = Measurer(AUTO, timer, s.clocks, s.settings.stopping, gpu=ours)
+            measured[which] += scores_stage.run_scores(inputs, measurer, candidate, s.roles["scores"], s.launcher,
+                                                      check_model=False).measurements
     try:
-        theirs = {(m.key, m.variant): m for m in nvbench.run(s.clocks)}
+        nvbench.complete(s.clocks)
     except TimerError as failed:
-        return SelftestCheck(name, len(ours), False, time.perf_counter() - t0, str(failed).splitlines()[0])
-    pairs = [(m, theirs[(m.key, m.variant)]) for m in ours]
+        return SelftestCheck(name, len(measured["qsa"]), False, time.perf_counter() - t0, str(failed).splitlines()[0])
+    pairs = list(zip(measured["qsa"], measured["nvbench"]))
     failures = [f"{m.variant} on {m.key}: qsa {m.median_us:.2f} µs, nvbench {nv.median_us:.2f} µs"
                 for m, nv in pairs if timers_disagree(m.median_us, nv.median_us)]
     medians = "; ".join(f"{m.variant} {m.case['ctx']} x {m.case['nq']}: qsa {m.median_us:.2f}, nvbench "
                         f"{nv.median_us:.2f} µs" for m, nv in pairs)  # what agreed, said
-    return SelftestCheck(name, len(ours), not failures, time.perf_counter() - t0, failures[0] if failures else medians)
+    return SelftestCheck(name, len(pairs), not failures, time.perf_counter() - t0, failures[0] if failures else medians)
 
 
 @contextlib.contextmanager

@@ -123,10 +123,11 @@ def run_cases(s: Session, cases: list[Case], progress: Progress = no_progress) -
     alone = len(cases) == 1
     total = len(cases[0].variants) if alone else len(cases)
     outcomes = []
-    for i, case in enumerate(cases):
-        if not alone:
-            progress(i, total, case.label)
-        outcomes.append(s.take(case.run_here(case.make(), case.variants, progress if alone else no_progress)))
+    with s.measuring():
+        for i, case in enumerate(cases):
+            if not alone:
+                progress(i, total, case.label)
+            outcomes.append(s.take(case.run_here(case.make(), case.variants, progress if alone else no_progress)))
     progress(total, total, "done")
     return outcomes
 
@@ -158,7 +159,7 @@ def _run_switched(s: Session, cases: list[Case], progress: Progress) -> list[Sta
     total = done + len(groups)
     told: Progress = (lambda d, _, message: progress(d, total, message)) if alone else no_progress  # noqa: E731
     merged = _InCaseOrder(s, [1 + len(settings) for settings in local])
-    with tempfile.TemporaryDirectory(prefix="qsa-cases-") as folder:
+    with tempfile.TemporaryDirectory(prefix="qsa-cases-") as folder, s.measuring():
         labels: dict[int, str] = {}  # the saved inputs' labels, of the cases a child runs
         for i, (case, here) in enumerate(zip(cases, here_of)):
             if not alone:

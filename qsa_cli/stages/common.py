@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -13,10 +13,9 @@ from ..core.geometry import STEP_NKV
 from ..core.integrity import GuardedBuffers, Pristine, digest, fingerprint
 from ..inputs import ScorerInputs
 from ..launch.shape import launch_records
-from ..nvbench_timer import NvbenchTimer
 from ..record.schema import Agreement, Measurement, ParityCheck
-from ..record.vocabulary import DEFAULT_KEYS, GUARD_ZONES, HOST_L2, INPUTS, INPUTS_HASH, OUTPUT_HASH, last_call
-from ..timing import AUTO, HOST, DeviceTimer, Iters, Launch, StoppingRule, sample
+from ..record.vocabulary import DEFAULT_KEYS, GUARD_ZONES, INPUTS, INPUTS_HASH, OUTPUT_HASH, last_call
+from ..timing import AUTO, ClockSource, DeviceTimer, HostTimer, Iters, Launch, StoppingRule, Timer, TimingJob
 
 
 def call_case(steps: np.ndarray, capacity: int, kind: str, l2: str, **extra: Any) -> dict[str, Any]:
@@ -29,10 +28,6 @@ def call_case(steps: np.ndarray, capacity: int, kind: str, l2: str, **extra: Any
 def keys_case(inputs: ScorerInputs) -> dict[str, str]:
     """A scorer case's keys kind, named only when not the synthetic keys (results.CASE_FIELDS)."""
     return {} if inputs.keys == DEFAULT_KEYS else {"keys": inputs.keys}
-
-
-class ClockSource(Protocol):
-    def read(self) -> Any: ...  # an object with .to_dict() and .throttled, or None
 
 
 @dataclass
@@ -66,26 +61,34 @@ class StageOutcome:
 
 @dataclass
 class Measurer:
-    """Times variants on the GPU (``timer``) or on the host (CPU backend), with clock reads around each:
-    ``iters`` samples, or with ITERS ``auto`` as many as ``rule`` takes. With ``nvbench`` (--timer nvbench)
-    a variant is queued for nvbench's one run instead, which the session makes when the stages are done.
+    """Times the variants of a run by its one ``timer`` (qsa's on the GPU, the host's for the CPU backend's models,
+    or nvbench's), with the clocks read around each measurement: ``iters`` samples, or with ITERS ``auto`` as
+    many as ``rule`` takes. ``gpu``: the GPU's own timer, whose read floor every timer times there (None: the CPU
+    backend). A deferred timer's (nvbench's) measurements are pending until ``complete``, the end of the run's
+    cases (Session.measuring).
 
     With ``iters == 0`` nothing is timed: the runners still run every variant once and check parity.
     """
 
     iters: Iters
-    timer: DeviceTimer | None = None
+    timer: Timer = field(default_factory=HostTimer)
     clocks: ClockSource | None = None
     rule: StoppingRule = field(default_factory=StoppingRule)
-    host_warmup: int = 1
-    nvbench: NvbenchTimer | None = None
+    gpu: DeviceTimer | None = None
 
     @property
     def l2(self) -> str:
-        return self.timer.l2 if self.timer else HOST_L2
+        return self.timer.l2
 
-    def _read_clocks(self) -> Any:
-        return self.clocks.read() if self.clocks is not None else None
+    @property
+    def on_gpu(self) -> bool:
+        return self.gpu is not None
+
+    @property
+    def deferred(self) -> bool:
+        """Whether a measurement is timed after the stage has run (in the timer's batch), so that no last timed
+        call is there to check as the stage runs."""
+        return self.timer.deferred
 
     def measure(
         self,
@@ -98,37 +101,17 @@ class Measurer:
         before_last: Launch | None = None,
         synchronizes: bool = False,
     ) -> Measurement | None:
+        """``variant``'s measurement on ``case``: timed now, or a deferred timer's, its samples to come in its
+        batch (``complete``); None: this run times nothing (ITERS 0)."""
         if self.iters == 0:
             return None
-        count = self.rule if self.iters == AUTO else self.iters
-        launches = launch_records(run)
-        if self.nvbench is not None:  # timed later, in the run's one nvbench run: no last timed call to check now
-            self.nvbench.queue(stage, variant, case, run, bytes_read, count, synchronizes, launches)
-            return None
-        before = self._read_clocks()
-        if self.timer is not None:
-            timed = self.timer.measure(run, count, before_last=before_last, synchronizes=synchronizes)
-            warmup = self.timer.warmup
-        else:  # no batches: the models run synchronously, so a batch would time what the samples do
-            timed = sample(HOST, run, count, warmup=self.host_warmup, before_last=before_last)
-            warmup = self.host_warmup
-        after = self._read_clocks()
-        readings = [r for r in (before, after) if r is not None]
-        return Measurement(
-            stage=stage,
-            variant=variant,
-            case=dict(case),
-            samples_us=timed.samples_us,
-            warmup=warmup,
-            bytes_read=bytes_read,
-            clocks_before=before.to_dict() if before is not None else None,
-            clocks_after=after.to_dict() if after is not None else None,
-            throttled=any(r.throttled for r in readings),
-            batch=timed.batch,
-            stop=timed.stop,
-            rounds=timed.rounds,
-            launches=launches,
-        )
+        job = TimingJob(stage, variant, dict(case), run, self.rule if self.iters == AUTO else self.iters,
+                        bytes_read, before_last, synchronizes, launch_records(run))
+        return self.timer.time(job, self.clocks)
+
+    def complete(self) -> None:
+        """Every measurement the timer has pending timed (a deferred timer's one batch)."""
+        self.timer.complete(self.clocks)
 
 
 def bitwise_check(

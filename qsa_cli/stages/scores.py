@@ -95,7 +95,7 @@ class ScorerStage(StageBase):
 
     def reference_points(self, measurer: Measurer, case: dict[str, Any], on_gpu: bool) -> Iterator[Measurement | None]:
         if on_gpu:
-            read = measurer.timer.read_launcher(self.placed.pooled, self.bytes_read)
+            read = measurer.gpu.read_launcher(self.placed.pooled, self.bytes_read)
             floor = Described(read, (KernelCall(read.name, read.grid, read.block),))
             yield measurer.measure(STAGE, READ_FLOOR, case, floor, bytes_read=self.bytes_read)
 
