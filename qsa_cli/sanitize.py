@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from typing import Any
 import yaml
 
 from .config import SweepCase, yaml_problem
+from .core.children import end_groups, start_in_group, waited
 from .core.cores import usable_cores
 from .core.errors import SanitizerError
 from .core.geometry import MAX_QUERIES
@@ -39,7 +39,6 @@ TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 MARKER = "qsa-sanitize-case"  # a child's line before each case it runs (qsa_cli/sanitize_child.py)
 ENV_CUDA_HOME = "CUDA_HOME"
 CHILD_TIMEOUT_S = 600
-END_GRACE_S = 5  # a child's group ended by SIGTERM gets this long before SIGKILL
 MAX_DEFAULT_JOBS = 16  # children at a time by default: each holds a core, and a CUDA context on the card
 # the totals ("ERROR SUMMARY: 51 errors"), not the line after them ("48 errors were not printed")
 _SUMMARY = re.compile(r"^=+ (?:ERROR SUMMARY: (\d+) errors?\s*$|RACECHECK SUMMARY: (\d+) hazards? displayed)", re.M)
@@ -244,8 +243,8 @@ class ChildrenStopped(Exception):
 
 class Children:
     """The sanitizer's children running now. Each is started in a process group of its own, so that ending the
-    run (a signal, an error in the parent) ends it with the child it runs under the tool (``stop``): SIGTERM,
-    then SIGKILL after END_GRACE_S. A CI runner's SIGTERM goes to qsa alone; without this, the children would
+    run (a signal, an error in the parent) ends it with the child it runs under the tool (``stop``: SIGTERM,
+    then SIGKILL, core/children.py). A CI runner's SIGTERM goes to qsa alone; without this, the children would
     run on, and the run would wait for them."""
 
     def __init__(self) -> None:
@@ -258,8 +257,7 @@ class Children:
             if self.stopped:
                 raise ChildrenStopped
             # one stream, so that the sanitizer's reports stay in order with the child's case markers
-            child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     start_new_session=True)
+            child = start_in_group(command, env)
             self._running.add(child)
             return child
 
@@ -275,28 +273,6 @@ class Children:
         end_groups(running)
 
 
-def _signal_group(child: subprocess.Popen[str], signum: int) -> None:
-    try:
-        os.killpg(child.pid, signum)
-    except ProcessLookupError:  # the whole group is gone already
-        pass
-
-
-def end_groups(children: list[subprocess.Popen[str]]) -> None:
-    """SIGTERM to each child's process group, then, after at most END_GRACE_S for them all to end, SIGKILL to
-    what is left of each group (a process that outlived its group's leader, too); each child waited for."""
-    for child in children:
-        _signal_group(child, signal.SIGTERM)
-    deadline = time.monotonic() + END_GRACE_S
-    for child in children:
-        try:
-            child.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        _signal_group(child, signal.SIGKILL)
-        child.wait()
-
-
 def run_tool(command: list[str], env: dict[str, str], timeout: float = CHILD_TIMEOUT_S,
              children: Children | None = None) -> tuple[str, int, float]:
     """Run a child under the sanitizer (one of ``children``, which a stopping run ends): its whole output,
@@ -305,14 +281,11 @@ def run_tool(command: list[str], env: dict[str, str], timeout: float = CHILD_TIM
     children = children if children is not None else Children()
     child = children.start(command, env)
     try:
-        try:
-            output, _ = child.communicate(timeout=timeout)
-            code = child.returncode
-        except subprocess.TimeoutExpired:
-            end_groups([child])
-            output, code = (child.communicate()[0] or "") + f"\ntimed out after {timeout:.0f} s", -1
+        output, code = waited(child, timeout)
     finally:
         children.finished(child)
+    if code is None:
+        output, code = output + f"\ntimed out after {timeout:.0f} s", -1
     return output, code, time.perf_counter() - t0
 
 
