@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> None:
             release_signals()  # one that came while the command line loaded (qsa_cli.__main__) arrives here
             plain_where_needed()
             check_stdout()
-            code = cli.main(args=argv, prog_name="qsa", standalone_mode=False)
+            args = sys.argv[1:] if argv is None else list(argv)
+            # the command line handed down as the context's obj: a run's record names it, and its children run it
+            code = cli.main(args=args, prog_name="qsa", standalone_mode=False, obj=tuple(args))
         except click.exceptions.Exit as exc:
             code = exc.exit_code
         except click.exceptions.NoArgsIsHelpError:

@@ -5,13 +5,18 @@ its variants, its roles, and the record everything lands in.
 variants from the kernels folder in use, an engine checkout's, a ``qsa compare`` side's, engine variants
 under switches), the roles (the tables' "before" and "after"), the variants ``--variants`` picks, the
 environment's switches (read here, once) and the card's limits. The record's settings are written through
-``Session.record_settings`` only. The runs (qsa_cli/runs/) take the session and fill its record.
+``Session.record_settings`` only. The runs (qsa_cli/runs/) take the session and fill its record. A child of a
+run (``SwitchedChild``: the variants of one switch setting, runs/switched.py) opens the same session from the
+same command line, its catalog made as the run's was and the run's clock lock kept.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import dataclasses
+import json
+import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +24,7 @@ from typing import Any, get_type_hints
 
 from .catalog import STAGES, Catalog, Launcher, Variant, qsa_catalog
 from .clocks import ClockMonitor, lock_clocks
-from .core.errors import EngineError, SideError, TimerError, VariantError
+from .core.errors import EngineError, SideError, SwitchedRunError, TimerError, VariantError
 from .core.geometry import NEW_KERNELS_CC
 from .core.memory import CaseSize, check_device, check_host, device_case_bytes, device_run_bytes, flush_bytes
 from .device import environment, require
@@ -29,6 +34,7 @@ from .engine.switches import switched_variant
 from .kernels import sources_hash
 from .launch.shape import Card
 from .nvbench_timer import NvbenchTimer, check_timer, cuda_bench
+from .record.assembly import add_rows
 from .record.limits import Limits, check_scopes, verdicts
 from .record.schema import RunRecord, RunSettings
 from .record.vocabulary import DEFAULT_L2, NVBENCH_TIMER, QSA_TIMER, pair_name
@@ -40,10 +46,57 @@ BACKENDS = ("gpu", "cpu")
 # A top-k variant is in at most three of a window's pairs: the catalog's, after the fastest scorer, the dispatched
 # one (runs/stages.window_bench), each building its own scratch.
 WINDOW_PAIRS_A_TOPK = 3
+# In a child qsa process of a run (runs/switched.py), what it runs for the run: a SwitchedChild as JSON.
+CHILD_ENV = "QSA_SWITCHED_CHILD"
 # The settings of the GPU's timer, and what each would not do on the CPU backend: a run there records neither
 # (the command line refuses them; a sweep config's are noted as not applied, runs/sweep.py).
 GPU_TIMER_SETTINGS = {"warmup": "the CPU backend times its models after one untimed run of each",
                       "l2": "the CPU backend has no L2 to flush or keep warm"}
+
+
+@dataclass(frozen=True)
+class SwitchedChild:
+    """What makes a qsa process one switch setting's child of a run (runs/switched.py starts it, on the run's own
+    command line, with the setting in its environment and this beside it, CHILD_ENV): the setting; the run's own
+    values of those switches (None: unset), under which the run's catalog of engine variants was made, so that
+    the child's is the same; the SM clock the run locked (None: none), which the child keeps to rather than lock
+    the clocks again; and its cases, each by its record key with the setting's variants it runs there."""
+
+    switches: tuple[tuple[str, str], ...]
+    run_values: tuple[tuple[str, str | None], ...]
+    locked_sm_mhz: int | None
+    cases: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def encoded(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def of_environment(cls, env: Mapping[str, str]) -> SwitchedChild | None:
+        """The child that ``env`` (a process's environment) says this process is, or None."""
+        text = env.get(CHILD_ENV, "")
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+            return cls(tuple((str(k), str(v)) for k, v in data["switches"]),
+                       tuple((str(k), None if v is None else str(v)) for k, v in data["run_values"]),
+                       None if data["locked_sm_mhz"] is None else int(data["locked_sm_mhz"]),
+                       tuple((str(key), tuple(map(str, names))) for key, names in data["cases"]))
+        except (ValueError, KeyError, TypeError) as bad:
+            raise SwitchedRunError(f"{CHILD_ENV} does not say what a child of a run runs ({bad!r}): it is set by "
+                                   "qsa for its own child processes") from None
+
+    def run_environment(self, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` (this child's environment) with the setting's switches as the run had them: what the run's
+        catalog of engine variants was made under."""
+        given = dict(self.switches)
+        return {**{k: v for k, v in env.items() if k not in given},
+                **{k: v for k, v in self.run_values if v is not None}}
+
+
+class ChildCasesRun(Exception):
+    """A run's child (SwitchedChild) has run every case it was given: its command ends there, its record written
+    (commands/measuring.py)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +123,7 @@ class Settings:
     # the cases the run will make, by size: what its memory is weighed by before it starts (core/memory.py; none:
     # not weighed, a run of fixed small cases)
     sizes: tuple[CaseSize, ...] = ()
+    child: SwitchedChild | None = None  # this process is a child of a run, for one switch setting (runs/switched.py)
 
     @property
     def limits_by_scope(self) -> dict[str, dict[str, float]]:
@@ -108,6 +162,7 @@ class Session:
     compared: Compared | None = None
     clocks: Any = None
     run_measurer: Measurer | None = None  # built as the session opens (session()) when it runs stages
+    ran_as_child: set[str] = field(default_factory=set)  # a child of a run: the keys of the cases it has run
 
     @property
     def on_gpu(self) -> bool:
@@ -172,10 +227,7 @@ class Session:
                 self.note(f"{m.variant} on {m.key}: {len(m.rounds['suspect'])} sample(s) or batch(es) kept after "
                           f"{len(m.rounds['discarded'])} re-measures though faulty "
                           f"({', '.join(sorted(set(m.rounds['suspect'])))}): its times are suspect")
-        self.record.measurements += outcome.measurements
-        self.record.parity += outcome.parity
-        self.record.agreements += outcome.agreements
-        self.record.notes += [n for n in dict.fromkeys(outcome.notes) if n not in self.record.notes]
+        add_rows(self.record, outcome)
         return outcome
 
     def note(self, text: str) -> None:
@@ -281,7 +333,9 @@ def session(
         record.device["nvml"] = monitor.device_info()
         s.clocks = monitor if monitor.available else None
         locked_sm_mhz = None
-        if lock is not None:
+        if settings.child is not None:  # the run holds the lock; a child's would reset it as the child ends
+            locked_sm_mhz = settings.child.locked_sm_mhz
+        elif lock is not None:
             state = stack.enter_context(lock_clocks(monitor, lock[0], lock[1], optional=lock_optional, warn=warn))
             s.record_settings(clock_lock=state.to_dict())
             locked_sm_mhz = state.sm_mhz if state.locked else None
@@ -330,13 +384,14 @@ def _add_parts(s: Session, stack: contextlib.ExitStack) -> dict[str, str]:
     Returns the catalog's spelling of each switched variant named (``NAME.KIND[K=V,...]``, its switches
     sorted) by the name given."""
     cc = s.card.compute_capability if s.card else 0
+    env = s.settings.child.run_environment(os.environ) if s.settings.child is not None else None  # None: this one's
     engines: list[dict[str, Any]] = []
     if s.settings.engines:
-        found = stack.enter_context(attached(s.settings.engines, cc, adapter=s.settings.adapter))
+        found = stack.enter_context(attached(s.settings.engines, cc, env, adapter=s.settings.adapter))
         s.catalog = s.catalog.adding(found.variants, found.libraries)
         engines += found.provenance
     if s.settings.sides:
-        sides = open_sides(stack, s.settings.sides, s.catalog, cc, s.settings.adapter)
+        sides = open_sides(stack, s.settings.sides, s.catalog, cc, s.settings.adapter, env)
         s.catalog = s.catalog.adding(sides.variants, sides.libraries)
         engines += sides.engines
         s.record_settings(sides=sides.described)

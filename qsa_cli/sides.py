@@ -4,6 +4,7 @@ git revision of it when given), and how its variants join a run's catalog."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,10 +64,11 @@ class Sides:
 
 
 def open_sides(stack: contextlib.ExitStack, sides: tuple[SideSpec, SideSpec], catalog: Catalog,
-               compute_capability: int, adapter: Path | None = None) -> Sides:
+               compute_capability: int, adapter: Path | None = None, env: Mapping[str, str] | None = None) -> Sides:
     """Each side's variants: an engine checkout's built and loaded for the card (with ``adapter``, else its
-    own, engine/adapter.py), a kernels folder's as qsa's own from it (``catalog.side``), each ``PATH@REV``
-    checked out into a temporary worktree until ``stack`` closes."""
+    own, engine/adapter.py; its variants those it runs under the engine's switches of ``env``, default this
+    process's), a kernels folder's as qsa's own from it (``catalog.side``), each ``PATH@REV`` checked out into a
+    temporary worktree until ``stack`` closes."""
     if sides[0].name == sides[1].name:
         raise SideError(f"both sides are named {sides[0].name!r}: name them BASE=PATH and CANDIDATE=PATH")
     described, engines, variants, libraries = [], [], [], {}
@@ -77,7 +79,7 @@ def open_sides(stack: contextlib.ExitStack, sides: tuple[SideSpec, SideSpec], ca
         kind, where = side_kind(path)
         described.append(side.describe(kind))
         if kind == "engine":
-            found = stack.enter_context(attached((f"{side.name}={where}",), compute_capability, adapter=adapter))
+            found = stack.enter_context(attached((f"{side.name}={where}",), compute_capability, env, adapter=adapter))
             engines += [{**p, "path": described[-1]["path"], "revision": side.revision} for p in found.provenance]
             variants += found.variants
             libraries.update(found.libraries)

@@ -21,7 +21,7 @@ from qsa_cli.engine.launch import ENGINE_SHAPES
 from qsa_cli.engine.switches import check_switched, engine_variant, parse_switched
 from qsa_cli.kernels import kernel_dir
 from qsa_cli.sides import SideSpec, side_kind
-from qsa_cli.variant_child import switches_of
+from qsa_cli.runs.switched import switches_of
 
 
 def test_an_engine_variant_is_named_by_its_checkout_kind_and_switches() -> None:

@@ -12,7 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "qsa_cli"
 # What measures: a renderer or the record importing one of these (even inside a function) is output above a runner.
 RUNNERS = ("stages", "launch", "engine", "model", "kernels", "catalog", "dispatch", "runs", "session", "sides",
-           "inputs", "timing", "clocks", "device", "sanitize", "sanitize_child", "variant_child", "config")
+           "inputs", "timing", "clocks", "device", "sanitize", "sanitize_child", "config")
 READERS = ("output", "record")  # the packages that read only the record
 
 

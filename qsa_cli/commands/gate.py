@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +22,7 @@ from ..record.schema import Confirmation, RunRecord
 from ..runs.sweep import remeasure, sweep, sweep_sizes
 from .exit_status import UsageProblem
 from .finish import finish, presentation
-from .measuring import kept_if_interrupted
+from .measuring import child_of_run, command_line, kept_if_interrupted
 from .options import (
     CI_OPTIONS,
     DEVICE_OPTION,
@@ -129,8 +128,8 @@ def command(baseline_path: str | None, baseline_dir: str | None, results_path: s
         settings = session.Settings(l2=config.l2, warmup=config.warmup, seed=config.seed, device_id=device_id,
                                     engines=(*config.engines, *engines), adapter=opts["adapter"],
                                     kernels=opts["kernels"], limits=(*config.limits, *limits), iters=config.iterations,
-                                    sizes=sweep_sizes(config))
-        with (kept_if_interrupted(session.session(settings, "gate", sys.argv[1:]), json_path) as s,
+                                    sizes=sweep_sizes(config), child=child_of_run(json_path))
+        with (kept_if_interrupted(session.session(settings, "gate", command_line()), json_path) as s,
               progress_on(opts["quiet"]) as progress):
             baseline = baseline or card_baseline(s.record, Path(str(baseline_dir)), config_name)
             gate.check_comparable(s.record, baseline, force)  # refuse before measuring

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -24,7 +25,7 @@ from ..output.progress import progress_on
 from ..record.schema import RunRecord, SelftestCheck
 from ..record.vocabulary import QSA_TIMER
 from ..runs.sweep import sweep, sweep_sizes
-from ..session import Session
+from ..session import CHILD_ENV, ChildCasesRun, Session, SwitchedChild
 from ..sides import SideSpec
 from ..timing import Iters
 from .exit_status import UsageProblem
@@ -60,10 +61,25 @@ def keep_interrupted(record: RunRecord, json_path: str, stop: KeyboardInterrupt)
     raise click.exceptions.Exit(exit_status(signum)) from None
 
 
+def command_line() -> list[str]:
+    """The command line the running command was given (main() hands it down as click's context's obj)."""
+    return list(click.get_current_context().obj)
+
+
+def child_of_run(json_path: str | None) -> SwitchedChild | None:
+    """What this process runs as a child of a run (runs/switched.py), as its environment says (None: it is
+    none); such a child writes its record with --json."""
+    child = SwitchedChild.of_environment(os.environ)
+    if child is not None and not json_path:
+        raise UsageProblem(f"{CHILD_ENV} makes this a child of a run, which writes its record with --json")
+    return child
+
+
 @contextlib.contextmanager
 def kept_if_interrupted(opened: AbstractContextManager[Session], json_path: str | None) -> Iterator[Session]:
-    """A measuring session whose record, on Ctrl-C or SIGTERM with --json, is written with what was measured
-    so far, marked incomplete (keep_interrupted)."""
+    """A measuring session whose record is written (--json) where the command stops short: on Ctrl-C or
+    SIGTERM, with what was measured so far, marked incomplete (keep_interrupted); in a child of a run, as soon
+    as it has run the cases its run gave it, whole, the command ending there (exit status 0)."""
     s = None
     try:
         with opened as s:
@@ -72,6 +88,13 @@ def kept_if_interrupted(opened: AbstractContextManager[Session], json_path: str 
         if s is None or not json_path:
             raise
         keep_interrupted(s.record, json_path, stop)
+    except ChildCasesRun:
+        assert s is not None and json_path is not None
+        write_record(s.record.to_dict(), json_path)
+        raise click.exceptions.Exit(0) from None
+    if s is not None and s.settings.child is not None:  # the command ended before the cases its run gave it
+        raise RuntimeError(f"a child of a run ran {len(s.ran_as_child)} of the {len(s.settings.child.cases)} "
+                           "cases it was given before its command ended: it did not meet the others as its run did")
 
 
 def open_session(opts: dict[str, Any], command: str, iters: Iters, config: SweepConfig | None = None,
@@ -90,13 +113,13 @@ def open_session(opts: dict[str, Any], command: str, iters: Iters, config: Sweep
                                 engines=opts["engines"], adapter=opts["adapter"], variants=opts["variants"],
                                 baseline=opts["baseline"], candidate=opts["candidate"], kernels=opts["kernels"],
                                 sides=sides, limits=opts["limits"], timer=opts.get("timer", QSA_TIMER), iters=iters,
-                                sizes=tuple(sizes))
+                                sizes=tuple(sizes), child=child_of_run(opts["json_path"]))
     if config is not None:  # the command line's limits after the file's, so they take their place
         settings = dataclasses.replace(settings, l2=config.l2, warmup=config.warmup, seed=config.seed,
                                        engines=(*config.engines, *settings.engines),
                                        limits=(*config.limits, *settings.limits))
     warn = lambda msg: click.echo(f"qsa: warning: {msg}", err=True)  # noqa: E731
-    opened = session.session(settings, command, sys.argv[1:], lock, opts["lock_clocks_optional"], warn)
+    opened = session.session(settings, command, command_line(), lock, opts["lock_clocks_optional"], warn)
     # an engine checkout's kernels need the GPU: --backend cpu would only be refused
     advised = cpu_runs and not settings.engines
     return kept_if_interrupted(_cpu_advised(opened) if advised else opened, opts["json_path"])

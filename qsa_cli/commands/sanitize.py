@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
@@ -15,7 +14,7 @@ from ..runs.sanitizer import sanitize_run, sanitize_variants
 from ..sanitize import MAX_DEFAULT_JOBS, TOOLS, default_jobs, find_sanitizer, load_known
 from .exit_status import UsageProblem
 from .finish import finish, presentation
-from .measuring import kept_if_interrupted
+from .measuring import command_line, kept_if_interrupted
 from .options import CI_OPTIONS, DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD, SEED_OPTION, check_distinct
 from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
@@ -56,7 +55,7 @@ def command(tools: str, variants_opt: str | None, quick: bool, known_path: str |
     sanitizer = find_sanitizer()
     settings = session.Settings(seed=seed, device_id=device_id, engines=engines, adapter=opts["adapter"],
                                 kernels=opts["kernels"])
-    with kept_if_interrupted(session.session(settings, "sanitize", sys.argv[1:]), json_path) as s:
+    with kept_if_interrupted(session.session(settings, "sanitize", command_line()), json_path) as s:
         if chosen is not None:
             runnable = {v for names in sanitize_variants(s).values() for v in names}
             missing = [v for v in chosen if v not in runnable]

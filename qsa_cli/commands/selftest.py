@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
@@ -14,7 +13,7 @@ from ..runs.selftest import SelftestSoFar, selftest
 from ..session import Settings
 from .exit_status import UsageProblem
 from .finish import presentation
-from .measuring import finish_selftest, keep_interrupted, with_checks
+from .measuring import command_line, finish_selftest, keep_interrupted, with_checks
 from .options import CI_OPTIONS, DEVICE_OPTION, FORMAT_OPTIONS, QUIET_OPTION, RECORD, SEED_OPTION, check_distinct
 from .run_options import ENGINE_OPTION, KERNELS_OPTION
 
@@ -51,7 +50,7 @@ def command(require_gpu: bool, seed: int, device_id: int, json_path: str | None,
     so_far = SelftestSoFar()
     try:
         with progress_on(opts["quiet"]) as progress:
-            record, rows = selftest(settings, require_gpu, sys.argv[1:], progress, so_far)
+            record, rows = selftest(settings, require_gpu, command_line(), progress, so_far)
     except KeyboardInterrupt as stop:
         if so_far.record is None or not json_path:
             raise

@@ -88,8 +88,9 @@ class KernelError(QsaError, RuntimeError):
 
 
 class SwitchedRunError(KernelError):
-    """A child of switched variants that did not finish: the tail of its output, printed whole as a
-    compiler's log is (exit status 2)."""
+    """A child of a run, running its variants under switches, that did not finish (the tail of its output, printed
+    whole as a compiler's log is), whose record is not its run's, or that was not told what it runs (exit
+    status 2)."""
 
 
 class EngineError(QsaError, ValueError):

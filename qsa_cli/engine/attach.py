@@ -1,6 +1,5 @@
 """A run's engine checkouts: each built for the card and loaded, and the variants that the checkout and the
-card run, for the run's catalog to add (qsa_cli/catalog.py); a switched variants' child loads the same
-libraries again from their builds."""
+card run, for the run's catalog to add (qsa_cli/catalog.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from ..catalog import Variant
 from ..core.errors import EngineError
 from .adapter import MODELS, adapter_source, check_adapter_file
 from .adapter_launch import ADAPTER_SHAPES
-from .build import EngineBuild, build_engine, find_nvcc
+from .build import build_engine, find_nvcc
 from .checkout import EngineSpec, open_engine, parse_engine_spec
 from .domains import check_engine_environment, engine_variants
 from .kinds import ENGINE_SCORER, EngineEntry
@@ -114,16 +113,3 @@ def attached(specs: tuple[str | EngineSpec, ...], compute_capability: int,
             build = build_engine(checkout, compute_capability, adapter=adapter_source(checkout, adapter))
             libraries.append(load_engine(build))
         yield _loaded(libraries, env)
-
-
-def engine_builds(libraries: Iterable[EngineLibrary]) -> list[dict[str, Any]]:
-    """Loaded libraries as another process loads them again (``attach_builds``)."""
-    return [{"name": lib.name, "library": str(lib.build.library), "arch": lib.arch, "provenance": lib.provenance}
-            for lib in libraries]
-
-
-def attach_builds(builds: list[dict[str, Any]]) -> Attached:
-    """The libraries ``engine_builds`` listed in another process, loaded here (a switched variants' child)."""
-    libraries = [load_engine(EngineBuild(b["name"], Path(b["library"]), int(b["arch"]), b["provenance"], False))
-                 for b in builds]
-    return _loaded(libraries, None)

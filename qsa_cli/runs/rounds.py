@@ -5,14 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..record.assembly import Start, start_of
 from ..record.schema import Measurement, RunRecord
-from .stages import ROW_LISTS
-
-Start = dict[str, int]  # each row list's length before the rows made again
-
-
-def start_of(record: RunRecord) -> Start:
-    return {name: len(getattr(record, name)) for name in ROW_LISTS}
 
 
 def taken_back(record: RunRecord, start: Start) -> list[Measurement]:

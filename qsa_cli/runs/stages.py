@@ -1,13 +1,12 @@
 """The stages' runs: select-bench, topk-parity and window-bench, and the cases every other run is made of
-(a scorer case, a top-k case), run together: each switch setting of the engine's variants in one child
-process over all of a run's cases."""
+(a scorer case, a top-k case), run together: each switch setting of the engine's variants in one child qsa
+process over all of a run's cases (runs/switched.py)."""
 
 from __future__ import annotations
 
-import tempfile
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,13 +17,15 @@ from ..core.progress import Progress, no_progress
 from ..dispatch import fastest_decode_scorer
 from ..inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from ..model.topk import topk_ids
+from ..record.assembly import InCaseOrder, check_child
+from ..record.schema import case_key
 from ..record.vocabulary import DEFAULT_KEYS
-from ..session import Session
+from ..session import ChildCasesRun, Session, SwitchedChild
 from ..stages import scores as scores_stage
 from ..stages import topk as topk_stage
 from ..stages import window as window_stage
-from ..stages.common import StageOutcome
-from ..variant_child import SwitchedCase, run_switched, save_inputs, switches_of
+from ..stages.common import StageOutcome, decode_call_case
+from .switched import run_child, switches_of
 
 
 def scorer_inputs(call: Call, seed: int, keys: str = DEFAULT_KEYS) -> ScorerInputs:
@@ -64,60 +65,28 @@ Inputs = ScorerInputs | TopkInputs
 class Case:
     """One case of a run: ``variants`` of ``stage`` on the inputs ``make`` makes (as the case's turn comes, so
     that a run holds one case's at a time); ``run_here`` runs those that run in this process on them (with a
-    progress of its own); ``label``: what the progress names the case by; ``active_blocks``: the top-k
-    call's."""
+    progress of its own); ``case_of``: the case as the record names it, of its inputs and the L2 state (its key
+    is what a child of the run is given it by); ``label``: what the progress names the case by."""
 
     stage: str
     variants: tuple[str, ...]
     make: Callable[[], Inputs]
     run_here: Callable[[Any, tuple[str, ...], Progress], StageOutcome]  # given what ``make`` makes
+    case_of: Callable[[Any, str], dict[str, Any]]  # given what ``make`` makes
     label: str
-    active_blocks: int = 0
 
-
-ROW_LISTS = ("measurements", "parity", "agreements")
-
-
-class _InCaseOrder:
-    """What ``run_cases`` takes into the record (the only rows taken meanwhile), kept as if each case had run
-    alone: a case's rows in this process (slot 0), then its child rows of each switch setting in the order
-    its variants name them; the cases in order, though the children run after every case here. The notes
-    likewise, each at its first case's place."""
-
-    def __init__(self, s: Session, slots: list[int]) -> None:
-        self.s = s
-        self.start = {name: len(getattr(s.record, name)) for name in (*ROW_LISTS, "notes")}
-        self.parts: list[list[tuple[StageOutcome, list[str]] | None]] = [[None] * n for n in slots]
-
-    def take(self, case: int, slot: int, outcome: StageOutcome) -> None:
-        record, n = self.s.record, len(self.s.record.notes)
-        self.s.take(outcome)
-        suspect = [note for note in record.notes[n:] if note not in outcome.notes]  # what take itself noted
-        self.parts[case][slot] = (outcome, list(dict.fromkeys([*suspect, *outcome.notes])))
-        taken = [part for parts in self.parts for part in parts if part is not None]
-        for name in ROW_LISTS:
-            getattr(record, name)[self.start[name]:] = [row for o, _ in taken for row in getattr(o, name)]
-        before = record.notes[:self.start["notes"]]
-        ordered = dict.fromkeys(note for _, notes in taken for note in notes)
-        record.notes[self.start["notes"]:] = [note for note in ordered if note not in before]
-
-    def outcomes(self) -> list[StageOutcome]:
-        """Each case's outcome: its rows here (its outputs too), then its child rows."""
-        outs = []
-        for parts in self.parts:
-            out = StageOutcome()
-            for part in parts:
-                if part is not None:
-                    out.extend(part[0])
-            outs.append(out)
-        return outs
+    def key(self, inputs: Inputs, l2: str) -> str:
+        return case_key(self.stage, self.case_of(inputs, l2))  # type: ignore[arg-type]
 
 
 def run_cases(s: Session, cases: list[Case], progress: Progress = no_progress) -> list[StageOutcome]:
     """Every case's variants, case by case (each case's inputs made as its turn comes), each case's rows taken
-    into the record as it ends (an interrupted run keeps them); each case's outcome, in order. ``progress``:
-    each case (named by its label; a run of one case: each of its variants). Variants under an engine's
-    switches (``NAME.KIND[K=V]``) go through ``_run_switched``."""
+    into the record as it ends (an interrupted run keeps them); each case's outcome, in order; the measurements
+    complete as the cases end (Session.measuring). ``progress``: each case (named by its label; a run of one
+    case: each of its variants). Variants under an engine's switches (``NAME.KIND[K=V]``) take a branch,
+    ``_run_switched``; a child of a run runs its part of it, ``_run_as_child``."""
+    if s.settings.child is not None:
+        return _run_as_child(s, cases)
     if any(switches_of(s.catalog, case.stage, name) for case in cases for name in case.variants):
         return _run_switched(s, cases, progress)
     alone = len(cases) == 1
@@ -132,56 +101,87 @@ def run_cases(s: Session, cases: list[Case], progress: Progress = no_progress) -
     return outcomes
 
 
+Setting = tuple[tuple[str, str], ...]  # a switch setting: (K, V), ...
+
+
 def _run_switched(s: Session, cases: list[Case], progress: Progress) -> list[StageOutcome]:
-    """``run_cases`` for a run with switched variants: the variants that run in this process case by case,
-    then each switch setting's variants in ONE child of its own over every case they run on
-    (qsa_cli/variant_child.py: a child's start-up costs seconds), their rows placed in the record after
-    their case's, so that it reads as if each case had run alone; ``progress``: each case (a run of one case:
-    each of its variants run here), then each child, then the end."""
+    """``run_cases`` for a run with variants under an engine's switches: those that run in this process case by
+    case, as the plain path runs them, then each switch setting's variants in ONE child qsa process over every
+    case they run on (runs/switched.py), whose record's rows the record layer places after their cases' rows
+    (record/assembly.InCaseOrder), so that the record reads as if each case had run alone; ``progress``: each
+    case (a run of one case: each of its variants run here), then each child, then the end."""
     here_of: list[tuple[str, ...]] = []
-    local: list[list[tuple[tuple[str, str], ...]]] = []  # each case's switch settings, as its variants name them
-    groups: dict[tuple[tuple[str, str], ...], dict[int, tuple[str, ...]]] = {}  # setting -> case -> variants
+    settings_of: list[list[Setting]] = []  # each case's switch settings, in the order its variants name them
+    groups: dict[Setting, dict[int, tuple[str, ...]]] = {}  # setting -> case -> its variants under it
     for i, case in enumerate(cases):
         here: tuple[str, ...] = ()
-        settings: dict[tuple[tuple[str, str], ...], None] = {}
+        settings: dict[Setting, None] = {}
         for name in case.variants:
-            key = switches_of(s.catalog, case.stage, name)
-            if not key:
+            setting = switches_of(s.catalog, case.stage, name)
+            if not setting:
                 here += (name,)
                 continue
-            settings[key] = None
-            by_case = groups.setdefault(key, {})
+            settings[setting] = None
+            by_case = groups.setdefault(setting, {})
             by_case[i] = (*by_case.get(i, ()), name)
         here_of.append(here)
-        local.append(list(settings))
+        settings_of.append(list(settings))
     alone = len(cases) == 1
     done = len(here_of[0]) if alone else len(cases)  # the steps before the children's
     total = done + len(groups)
     told: Progress = (lambda d, _, message: progress(d, total, message)) if alone else no_progress  # noqa: E731
-    merged = _InCaseOrder(s, [1 + len(settings) for settings in local])
-    with tempfile.TemporaryDirectory(prefix="qsa-cases-") as folder, s.measuring():
-        labels: dict[int, str] = {}  # the saved inputs' labels, of the cases a child runs
+    placed = InCaseOrder(s.record)
+    keys: list[str] = []
+    outcomes: list[StageOutcome] = []
+    with s.measuring():
         for i, (case, here) in enumerate(zip(cases, here_of)):
             if not alone:
                 progress(i, total, case.label)
             inputs = case.make()
-            if here or not local[i]:
-                merged.take(i, 0, case.run_here(inputs, here, told))
-            if local[i]:
-                labels[i] = save_inputs(inputs, Path(folder) / f"inputs-{i}.npz")
-        for j, (switches, by_case) in enumerate(groups.items()):
-            names = ", ".join(dict.fromkeys(name for names in by_case.values() for name in names))
-            stages = "/".join(dict.fromkeys(cases[i].stage for i in by_case))
-            over = f", {len(by_case)} cases" if len(by_case) > 1 else ""
-            progress(done + j, total, f"{stages} {names} (a child process{over})")
-            switched = [SwitchedCase(cases[i].stage, names_i, Path(folder) / f"inputs-{i}.npz", labels[i],
-                                     cases[i].active_blocks) for i, names_i in by_case.items()]
-            job = {"roles": s.roles, "check_model": s.settings.check_model, "device_id": s.settings.device_id,
-                   "pci_bus_id": s.record.device["pci_bus_id"], "kernels": str(s.catalog.kernel_folder)}
-            for i, out in zip(by_case, run_switched(s.catalog, switches, switched, s.measurer, job)):
-                merged.take(i, 1 + local[i].index(switches), out)
+            keys.append(case.key(inputs, s.measurer.l2))
+            ran = here or not settings_of[i]
+            outcomes.append(s.take(case.run_here(inputs, here, told)) if ran else StageOutcome())
+    lock = s.record.settings.get("clock_lock")
+    for j, (setting, by_case) in enumerate(groups.items()):
+        names = ", ".join(dict.fromkeys(name for names in by_case.values() for name in names))
+        stages = "/".join(dict.fromkeys(cases[i].stage for i in by_case))
+        over = f", {len(by_case)} cases" if len(by_case) > 1 else ""
+        progress(done + j, total, f"{stages} {names} (a child process{over})")
+        child = SwitchedChild(setting, tuple((k, os.environ.get(k)) for k, _ in setting),
+                              lock["sm_mhz"] if lock and lock["locked"] else None,
+                              tuple((keys[i], names_i) for i, names_i in by_case.items()))
+        record = run_child(s.record.argv, child, names)
+        check_child(s.record, record, f"the child running {names}")
+        parts = {keys[i]: (1 + settings_of[i].index(setting), names_i) for i, names_i in by_case.items()}
+        taken = placed.take_child(record, keys, parts)
+        for i in by_case:
+            outcomes[i].extend(taken[keys[i]])
     progress(total, total, "done")
-    return merged.outcomes()
+    return outcomes
+
+
+def _run_as_child(s: Session, cases: list[Case]) -> list[StageOutcome]:
+    """``run_cases`` in a child of a run (runs/switched.py): of the cases it was given (by their keys) among
+    ``cases``, those it has not run yet, each with the variants it was given there and qsa's reference to check
+    them against (the window's pairs have none), their rows taken into its record. Once it has run every case
+    it was given, its command ends (ChildCasesRun), its record written (commands/measuring.py)."""
+    child = s.settings.child
+    assert child is not None
+    given = dict(child.cases)
+    outcomes = []
+    with s.measuring():
+        for case in cases:
+            inputs = case.make()
+            key = case.key(inputs, s.measurer.l2)
+            if key not in given or key in s.ran_as_child:
+                outcomes.append(StageOutcome())
+                continue
+            reference = () if case.stage == "window" else (s.roles[case.stage]["reference"],)
+            outcomes.append(s.take(case.run_here(inputs, (*reference, *given[key]), no_progress)))
+            s.ran_as_child.add(key)
+    if s.ran_as_child >= given.keys():
+        raise ChildCasesRun
+    return outcomes
 
 
 def scorer_case(s: Session, make: Callable[[], ScorerInputs], variants: tuple[str, ...],
@@ -191,7 +191,7 @@ def scorer_case(s: Session, make: Callable[[], ScorerInputs], variants: tuple[st
                                        s.launcher, s.settings.check_model,
                                        s.compared_bits("scores"), told)
 
-    return Case("scores", variants, make, here, label)
+    return Case("scores", variants, make, here, decode_call_case, label)
 
 
 def run_scorer_case(s: Session, inputs: ScorerInputs, variants: tuple[str, ...] | None = None,
@@ -213,13 +213,19 @@ def topk_case(s: Session, make: Callable[[], TopkInputs], variants: tuple[str, .
               check_model: bool | None = None, oracle: np.ndarray | None = None, label: str = "topk") -> Case:
     """A top-k case; ``oracle``: the CPU oracle's ids of its inputs, made beforehand (else made as the check
     needs them)."""
+    # cupy.argpartition timed beside the variants, by the run itself: a child of it (runs/switched.py) would time
+    # it again for nothing, for seconds a case under ITERS auto
+    argpartition = s.on_gpu and s.measurer.iters != 0 and s.settings.child is None
+
     def here(inputs: TopkInputs, names: tuple[str, ...], told: Progress) -> StageOutcome:
         return topk_stage.run_topk(inputs, s.measurer, s.variants("topk", names), s.roles["topk"], s.launcher,
                                    active_blocks, s.settings.check_model if check_model is None else check_model,
-                                   argpartition=s.on_gpu and s.measurer.iters != 0, same_bits=s.compared_bits("topk"),
-                                   oracle=oracle)
+                                   argpartition=argpartition, same_bits=s.compared_bits("topk"), oracle=oracle)
 
-    return Case("topk", variants, make, here, label, active_blocks)
+    def case_of(inputs: TopkInputs, l2: str) -> dict[str, Any]:
+        return topk_stage.topk_call_case(inputs, active_blocks, l2)
+
+    return Case("topk", variants, make, here, case_of, label)
 
 
 def run_topk_case(s: Session, inputs: TopkInputs, variants: tuple[str, ...], active_blocks: int,
@@ -273,4 +279,4 @@ def window_bench(s: Session, call: Call, keys: str = DEFAULT_KEYS, progress: Pro
         return window_stage.run_window(given, s.measurer, tuple(named[n] for n in names), s.launcher,
                                        s.compared_bits("window"), told)
 
-    return run_cases(s, [Case("window", tuple(named), lambda: inputs, here, "window")], progress)[0]
+    return run_cases(s, [Case("window", tuple(named), lambda: inputs, here, decode_call_case, "window")], progress)[0]

@@ -11,10 +11,11 @@ from ..core.errors import VariantError
 from ..core.memory import CaseSize
 from ..core.progress import Progress, no_progress
 from ..inputs import synthetic_scores
+from ..record.assembly import start_of
 from ..record.schema import Measurement, RunRecord, ThresholdCheck, case_key
 from ..record.vocabulary import CPU_TIMES, DEFAULT_KEYS, READ_FLOOR, times_judged
 from ..session import GPU_TIMER_SETTINGS, Session
-from .rounds import start_of, taken_back
+from .rounds import taken_back
 from .stages import Case, run_cases, scorer_case, scorer_inputs, scorer_variants, topk_case
 
 

@@ -13,7 +13,8 @@ from ..core.geometry import STEP_NKV
 from ..core.integrity import GuardedBuffers, Pristine, digest, fingerprint
 from ..inputs import ScorerInputs
 from ..launch.shape import launch_records
-from ..record.schema import Agreement, Measurement, ParityCheck
+from ..record.assembly import CaseRows
+from ..record.schema import Measurement, ParityCheck
 from ..record.vocabulary import DEFAULT_KEYS, GUARD_ZONES, INPUTS, INPUTS_HASH, OUTPUT_HASH, last_call
 from ..timing import AUTO, ClockSource, DeviceTimer, HostTimer, Iters, Launch, StoppingRule, Timer, TimingJob
 
@@ -30,15 +31,16 @@ def keys_case(inputs: ScorerInputs) -> dict[str, str]:
     return {} if inputs.keys == DEFAULT_KEYS else {"keys": inputs.keys}
 
 
-@dataclass
-class StageOutcome:
-    """A stage's results on one case: rows for the record, and every variant's output (for --dump)."""
+def decode_call_case(inputs: ScorerInputs, l2: str) -> dict[str, Any]:
+    """The case of a decode call on ``inputs``' keys and queries (a scorer's, a window's)."""
+    return call_case(inputs.steps, inputs.capacity, "decode", l2, **keys_case(inputs))
 
-    measurements: list[Measurement] = field(default_factory=list)
-    parity: list[ParityCheck] = field(default_factory=list)
+
+@dataclass
+class StageOutcome(CaseRows):
+    """A stage's results on one case: its rows for the record, and every variant's output (for --dump)."""
+
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)  # e.g. an engine variant that refused this call
-    agreements: list[Agreement] = field(default_factory=list)  # inexact variants' outputs measured
 
     def ran(self, variants: tuple[str, ...]) -> tuple[str, ...]:
         """Those of ``variants`` that gave an output (an engine variant may refuse a call)."""
@@ -51,12 +53,12 @@ class StageOutcome:
         if measurement is not None:
             self.measurements.append(measurement)
 
-    def extend(self, other: StageOutcome, prefix: str = "") -> None:
-        self.measurements += other.measurements
-        self.parity += other.parity
-        self.notes += other.notes
-        self.agreements += other.agreements
-        self.outputs.update({prefix + k: v for k, v in other.outputs.items()})
+    def extend(self, other: CaseRows, prefix: str = "") -> None:
+        """``other``'s rows after these, and its outputs (a stage's, not a child's record's rows) named with
+        ``prefix``."""
+        super().extend(other)
+        if isinstance(other, StageOutcome):
+            self.outputs.update({prefix + k: v for k, v in other.outputs.items()})
 
 
 @dataclass

@@ -25,7 +25,7 @@ from ..record.vocabulary import CPU_MODEL, READ_FLOOR
 from ..record.vocabulary import SCORES as STAGE
 from ..timing import Launch
 from .base import Placed, StageBase, poisoned, run_stage
-from .common import Measurer, StageOutcome, call_case, keys_case
+from .common import Measurer, StageOutcome, decode_call_case
 
 SCORER_INPUTS = ("pooled", "dead", "q", "steps")  # ScorerInputs' arrays, in its field order
 
@@ -60,7 +60,7 @@ class ScorerStage(StageBase):
         self._selected: dict[str, np.ndarray] = {}  # the oracle's ids on an output, by the output's hash
 
     def case(self, l2: str) -> dict[str, Any]:
-        return call_case(self.inputs.steps, self.inputs.capacity, "decode", l2, **keys_case(self.inputs))
+        return decode_call_case(self.inputs, l2)
 
     def place(self, buffers: GuardedBuffers) -> Placed:
         self.placed, watched = place_scorer_inputs(buffers, self.inputs)

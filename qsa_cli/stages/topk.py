@@ -35,6 +35,12 @@ def describe_difference(steps: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
     return f"query {q} position {j}: id {int(a[q, j])} vs {int(b[q, j])}"
 
 
+def topk_call_case(inputs: TopkInputs, active_blocks: int, l2: str) -> dict[str, Any]:
+    """The case of a top-k call on one score set (a decode call when ``active_blocks`` is 0, else a prompt call)."""
+    kind = "prompt" if active_blocks else "decode"
+    return call_case(inputs.steps, inputs.capacity, kind, l2, score_set=inputs.score_set)
+
+
 class TopkStage(StageBase):
     """A call's top-k on one score set (a decode call when ``active_blocks`` is 0, else a prompt call);
     ``argpartition``: cupy.argpartition over the same scores timed beside the variants (GPU only); ``oracle``:
@@ -51,8 +57,7 @@ class TopkStage(StageBase):
         self.argpartition = argpartition
 
     def case(self, l2: str) -> dict[str, Any]:
-        kind = "prompt" if self.active_blocks else "decode"
-        return call_case(self.inputs.steps, self.inputs.capacity, kind, l2, score_set=self.inputs.score_set)
+        return topk_call_case(self.inputs, self.active_blocks, l2)
 
     def place(self, buffers: GuardedBuffers) -> Placed:
         self.placed = TopkInputs(buffers.asarray("scores", self.inputs.scores),

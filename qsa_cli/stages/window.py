@@ -29,7 +29,7 @@ from ..record.vocabulary import CPU_ORACLE, pair_name
 from ..record.vocabulary import WINDOW as STAGE
 from ..timing import Launch
 from .base import Placed, StageBase, poisoned, run_stage
-from .common import Measurer, StageOutcome, call_case, keys_case
+from .common import Measurer, StageOutcome, decode_call_case
 from .scores import place_scorer_inputs
 from .topk import describe_difference
 
@@ -66,7 +66,7 @@ class WindowStage(StageBase):
         self.stream = cupy.cuda.Stream(non_blocking=True)
 
     def case(self, l2: str) -> dict[str, Any]:
-        return call_case(self.inputs.steps, self.inputs.capacity, "decode", l2, **keys_case(self.inputs))
+        return decode_call_case(self.inputs, l2)
 
     def scope(self) -> contextlib.AbstractContextManager[Any]:
         return self.stream
