@@ -31,7 +31,7 @@ from qsa_cli.record.load import load_record
 from qsa_cli.record.schema import Measurement, ParityCheck, RunRecord
 from qsa_cli.record.vocabulary import CPU_ORACLE, HOST_L2, INPUTS, INPUTS_HASH, last_call
 from qsa_cli.runs import stages
-from qsa_cli.runs.switched import _with_record_at
+from qsa_cli.runs.switched import _with_record_at, run_child
 from qsa_cli.runs.sweep import sweep
 from qsa_cli.session import CHILD_ENV, Session, Settings, SwitchedChild, session
 
@@ -209,6 +209,15 @@ def test_a_child_without_its_part_or_its_record_is_one_line_exit_2(monkeypatch: 
         main([*TOPK_PARITY, *(["--json", str(tmp_path / "r.json")] if json_given else [])])
     err = capsys.readouterr().err
     assert ended.value.code == 2 and len(err.strip().splitlines()) == 1 and said in err
+
+
+def test_a_child_whose_command_did_not_run_as_one_starts_no_child_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command that does not take what a child is given (qsa selftest) would run whole again, and start itself
+    again: it is one error instead."""
+    monkeypatch.setenv(CHILD_ENV, SwitchedChild(A, (), None, ()).encoded())
+    with pytest.raises(SwitchedRunError, match=r"^this process is a child of a run, whose command \(selftest\) does "
+                                               r"not run as one: it cannot run split under"):
+        run_child(["selftest", "--engine", "new=../strata"], SwitchedChild(A, (), None, ()), "split")
 
 
 def test_a_childs_catalog_is_made_under_the_runs_switches() -> None:

@@ -46,7 +46,11 @@ def run_child(command_line: list[str], child: SwitchedChild, what: str) -> RunRe
     """``child``'s part of the run whose command line is ``command_line``, run by a child qsa process in a
     process group of its own (ended with the run: an interruption, an error); its record. A SwitchedRunError
     naming ``what`` (the variants it runs) when it fails, with the tail of its output, or runs past
-    CHILD_TIMEOUT_S."""
+    CHILD_TIMEOUT_S, or when this process is a child of a run itself, whose command did not run as one (it
+    would start itself again, and again)."""
+    if os.environ.get(CHILD_ENV):
+        raise SwitchedRunError(f"this process is a child of a run, whose command ({command_line[0]}) does not run as "
+                               f"one: it cannot run {what} under their switches in a child of its own")
     package_parent = str(Path(__file__).resolve().parent.parent.parent)  # so that it runs this qsa
     with tempfile.TemporaryDirectory(prefix="qsa-switched-") as folder:
         record = Path(folder) / "record.json"
