@@ -13,8 +13,8 @@ same command line, its catalog made as the run's was and the run's clock lock ke
 from __future__ import annotations
 
 import contextlib
-import functools
 import dataclasses
+import functools
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, NoReturn
