@@ -93,7 +93,8 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 # the runs of other commands: what a plain measuring run never needs
 OTHER_RUNS = {"qsa_cli.runs.selftest", "qsa_cli.runs.sanitizer", "qsa_cli.sanitize", "qsa_cli.sanitize_child",
               "qsa_cli.runs.compare", "qsa_cli.runs.info", "qsa_cli.output.plot"}
-RUNNERS = {"qsa_cli.runs.stages", "qsa_cli.session", "qsa_cli.stages.base", "qsa_cli.timing", "qsa_cli.engine.build"}
+RUNNERS = {"qsa_cli.runs.stages", "qsa_cli.runs.switched", "qsa_cli.session", "qsa_cli.stages.base", "qsa_cli.timing",
+           "qsa_cli.engine.build"}
 
 
 @pytest.mark.parametrize(("argv", "foreign"), [

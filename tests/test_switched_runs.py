@@ -93,6 +93,9 @@ def test_topk_parity_starts_one_child_per_setting_for_every_score_set(children: 
         assert checked >= {(ss, against) for ss in SCORE_SETS for against in ("reference", CPU_ORACLE, INPUTS)}
         assert {p.subject for p in s.record.parity if p.against == v} == {last_call(v)}
     assert all(p.equal for p in s.record.parity)
+    # the children made each score set as the run did (the same seed): the adversarial one's NaNs and signed zeros too
+    hashes = {(p.case["score_set"], p.subject): p.hashes[INPUTS_HASH] for p in s.record.parity if p.against == INPUTS}
+    assert all(hashes[(ss, v)] == hashes[(ss, "wide")] for ss in SCORE_SETS for v in ("split", "cluster"))
     assert {k.split(".")[1] for k in out.outputs} == {"reference", "wide", CPU_ORACLE}  # a child's outputs stay there
     assert len(out.parity) == len(s.record.parity)  # the run's outcome holds the children's rows too
     # progress: each score set named as it starts, each child, then the end; never backwards
