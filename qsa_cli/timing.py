@@ -399,15 +399,12 @@ def clocked(m: Measurement, before: Any, after: Any) -> None:
 
 
 class Timer(Protocol):
-    """What times the variants of a run (the measurer's one timer): the L2 state its samples start from, the
-    untimed runs before them, and each job's measurement, complete when ``time`` returns or (``deferred``)
-    pending until ``complete`` times every job it was given, in one batch."""
+    """What times the variants of a run (the measurer's one timer): the L2 state its samples start from, and
+    each job's measurement, complete when ``time`` returns or (``deferred``) pending until ``complete`` times
+    every job it was given, in one batch."""
 
     @property
     def l2(self) -> str: ...
-
-    @property
-    def warmup(self) -> int: ...
 
     @property
     def deferred(self) -> bool: ...
