@@ -226,6 +226,16 @@ def test_measurements_are_pending_then_timed_in_one_nvbench_run_each_on_its_stre
     assert "nvbench's markdown table" not in capfd.readouterr().out  # nvbench's output is not qsa's
 
 
+def test_the_clocks_are_read_around_nvbenchs_one_run_for_every_measurement(bench: FakeBench) -> None:
+    readings = iter([types.SimpleNamespace(throttled=t, to_dict=lambda t=t: {"throttled": t}) for t in (False, True)])
+    clocks = types.SimpleNamespace(read=lambda: next(readings))
+    measurer = Measurer(3, timer_of(bench, []), clocks=clocks)
+    rows = [measurer.measure("scores", v, CASE, lambda: None) for v in ("multi", "halve")]
+    measurer.complete()  # both readings taken by now: one before the run, one after
+    assert all(m is not None and m.clocks_before == {"throttled": False} and m.clocks_after == {"throttled": True}
+               and m.throttled for m in rows)
+
+
 def test_iters_auto_is_nvbenchs_stdrel_criterion_with_the_runs_rule(bench: FakeBench) -> None:
     timer = timer_of(bench, [])
     rule = StoppingRule(min_samples=12, max_noise_pct=2.5, min_time_s=0.25, timeout_s=30.0)

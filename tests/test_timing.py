@@ -276,6 +276,44 @@ def test_a_measurement_records_what_its_launch_enqueues() -> None:
     assert _measured(3).launches is None
 
 
+class Reading:
+    """A clock reading as clocks.ClockMonitor.read gives it."""
+
+    def __init__(self, sm_mhz: int, throttled: bool) -> None:
+        self.sm_mhz, self.throttled = sm_mhz, throttled
+
+    def to_dict(self) -> dict[str, object]:
+        return {"sm_mhz": self.sm_mhz, "mem_mhz": None, "temperature_c": None, "power_w": None,
+                "event_reasons": ["sw_thermal_slowdown"] if self.throttled else [], "throttled": self.throttled}
+
+
+class Clocks:
+    """Readings one after another, the launches counted between them."""
+
+    def __init__(self, *readings: Reading) -> None:
+        self.readings, self.calls, self.read_at = list(readings), 0, []
+
+    def read(self) -> Reading:
+        self.read_at.append(self.calls)
+        return self.readings.pop(0)
+
+
+def test_the_clocks_are_read_around_a_measurement_and_a_throttled_one_says_so() -> None:
+    clocks = Clocks(Reading(1980, False), Reading(1400, True), Reading(1980, False), Reading(1980, False))
+
+    def launch() -> None:
+        clocks.calls += 1
+
+    measurer = Measurer(3, clocks=clocks)
+    first = measurer.measure("scores", "multi", {"ctx": 9000, "nq": 1, "capacity": 9000, "kind": "decode",
+                                                 "l2": HOST_L2}, launch)
+    assert first is not None and clocks.read_at == [0, 1 + 3]  # before the warm-up run and after the samples
+    assert first.clocks_before is not None and first.clocks_before["sm_mhz"] == 1980
+    assert first.clocks_after is not None and first.clocks_after["sm_mhz"] == 1400 and first.throttled
+    second = measurer.measure("scores", "halve", first.case, launch)
+    assert second is not None and not second.throttled and second.warmup == 1
+
+
 def test_a_measurer_of_iters_auto_records_the_rules_outcome() -> None:
     m = _measured(AUTO, StoppingRule(max_noise_pct=100.0, timeout_s=5.0))
     assert m.stop is not None and m.stop["met"] and len(m.samples_us) >= 20 and m.batch is None
