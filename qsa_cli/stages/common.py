@@ -64,8 +64,8 @@ class StageOutcome(CaseRows):
 @dataclass
 class Measurer:
     """Times the variants of a run by its one ``timer`` (qsa's on the GPU, the host's for the CPU backend's models,
-    or nvbench's), with the clocks read around each measurement: ``iters`` samples, or with ITERS ``auto`` as
-    many as ``rule`` takes. ``gpu``: the GPU's own timer, whose read floor every timer times there (None: the CPU
+    or nvbench's), with the clocks read around each measurement (nvbench's: around its one run): ``iters``
+    samples, or with ITERS ``auto`` as many as ``rule`` takes. ``gpu``: the GPU's own timer, whose read floor every timer times there (None: the CPU
     backend). A deferred timer's (nvbench's) measurements are pending until ``complete``, the end of the run's
     cases (Session.measuring).
 
