@@ -32,13 +32,11 @@ from record_factory import seed_record
 from qsa_cli.cli import COMMANDS, load_command, main
 from qsa_cli.commands import history as history_command
 from qsa_cli.core import files
-from qsa_cli.core.errors import OutputError
 from qsa_cli.core.geometry import Call
 from qsa_cli.device import probe
 from qsa_cli.inputs import synthetic_scorer_inputs, synthetic_scores
 from qsa_cli.kernels import kernel_dir
 from qsa_cli.record import baselines
-from qsa_cli.variant_child import save_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ("100", "2", "1", "100")  # CTX Q ITERS CAP of a tiny decode call
@@ -961,10 +959,3 @@ def test_a_reader_gone_before_a_line_outside_the_tables_ends_it_quietly(capsys, 
     err = capsys.readouterr().err
     assert ended.value.code == 0 and "Traceback" not in err and "error" not in err, err
     assert [p.name for p in (tmp_path / "kept").iterdir()] == ["nvidia-geforce-rtx-2080-ti-sm75-11gib"]
-
-
-def test_a_child_s_inputs_on_a_full_temporary_folder_are_one_line(tmp_path) -> None:
-    """The inputs a switched variant's child reads (runs/stages.py), where the folder cannot take them."""
-    inputs = synthetic_scores(Call(100, 2, 100), "continuous", 0)
-    with pytest.raises(OutputError, match=r"inputs-0.npz: cannot write \(No such file or directory\)"):
-        save_inputs(inputs, tmp_path / "gone" / "inputs-0.npz")
