@@ -13,6 +13,7 @@ import types
 import pytest
 
 from qsa_cli.catalog import qsa_catalog
+from qsa_cli.config import load_config
 from qsa_cli.core.geometry import Call
 from qsa_cli.core.progress import no_progress
 from qsa_cli.inputs import SCORE_SETS, synthetic_scorer_inputs, synthetic_scores
@@ -23,7 +24,7 @@ from qsa_cli.record.schema import SelftestCheck
 from qsa_cli.record.vocabulary import CPU_MODEL, CPU_ORACLE
 from qsa_cli.runs import pool
 from qsa_cli.runs import selftest as selftest_run
-from qsa_cli.runs.stages import topk_score_set
+from qsa_cli.runs.stages import topk_parity, topk_score_set, topk_score_sets
 from qsa_cli.session import Settings, session
 from qsa_cli.stages import scores as scores_stage
 from qsa_cli.stages import topk as topk_stage
@@ -122,6 +123,26 @@ def test_topk_parity_selftest_records_the_same_with_worker_processes(monkeypatch
         records.append(_without_times({**s.record.to_dict(), "checks": [vars(r) for r in rows]}))
     assert records[0] == records[1] and all(r["passed"] for r in records[0]["checks"])
     assert len(records[0]["parity"]) > 0
+
+
+@pytest.mark.parametrize("check_model", [True, False])
+def test_topk_parity_selftest_on_the_cpu_records_what_topk_parity_records_in_this_process(monkeypatch, tmp_path,
+                                                                                         check_model) -> None:
+    """On the CPU backend the workers run the models too: the record is topk-parity's, call by call, as this
+    process alone makes it (the oracle's rows only with the model's check)."""
+    (tmp_path / "selftest.yaml").write_text(SMALL_TOPK_MATRIX)
+    monkeypatch.setattr(selftest_run, "SELFTEST_CONFIG", str(tmp_path / "selftest.yaml"))
+    monkeypatch.setattr(pool, "worker_count", lambda: 2)
+    settings = Settings(backend="cpu", seed=3, iters=0, check_model=check_model)
+    with session(settings, "topk-parity --selftest", []) as workers:
+        rows = selftest_run.topk_selftest(workers, 3)
+    with session(settings, "topk-parity --selftest", []) as here:
+        for call in dict.fromkeys(c.call for c in load_config(tmp_path / "selftest.yaml").cases("topk")):
+            topk_parity(here, topk_score_sets(call, 3), call.active_blocks)
+    assert [dataclasses.asdict(p) for p in workers.record.parity] == [dataclasses.asdict(p) for p in here.record.parity]
+    assert workers.record.settings == here.record.settings
+    assert len(rows) == 4 and all(r.passed for r in rows)
+    assert any(p.against == CPU_ORACLE for p in here.record.parity) == check_model
 
 
 def test_selftest_records_the_same_with_worker_processes(monkeypatch) -> None:

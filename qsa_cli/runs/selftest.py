@@ -37,7 +37,7 @@ from ..stages.common import Measurer, StageOutcome
 from ..timing import AUTO, DeviceTimer
 from .pool import Task, in_order
 from .sanitizer import sanitize_run
-from .stages import run_topk_case, topk_parity, topk_score_set
+from .stages import record_topk_dispatch, run_topk_case, topk_parity, topk_score_set
 
 SELFTEST_CONFIG = "selftest"  # configs/selftest.yaml: spec section 6's matrix, plus up to 1,048,576 cells
 
@@ -45,18 +45,31 @@ SELFTEST_CONFIG = "selftest"  # configs/selftest.yaml: spec section 6's matrix, 
 def topk_selftest(s: Session, seed: int, progress: Progress = no_progress) -> list[SelftestCheck]:
     """Spec section 6's matrix (configs/selftest.yaml): decode calls of 8 queries without the count and
     prompt calls of 64 with it, every score set, every variant this device runs, and the CPU oracle;
-    ``progress``: each call, then the CUDA graph's replays. The score sets and their oracle's ids are made
-    by worker processes (runs/pool.py), the kernels run here as they come."""
+    ``progress``: each call, then the CUDA graph's replays. Worker processes (runs/pool.py) make the score
+    sets and their oracle's ids, for the kernels to run here as they come; on the CPU backend, where the
+    variants are the models, they run the models too, and their rows are taken here."""
     calls = list(dict.fromkeys(c.call for c in load_config(config_path(SELFTEST_CONFIG)).cases("topk")))
     total = len(calls) + s.on_gpu
+    check_model = s.settings.check_model
+    if s.on_gpu:
+        tasks: list[Task] = [(topk_score_set, (call, name, seed, check_model)) for call in calls for name in SCORE_SETS]
+    else:  # all of a set's work in a worker: this process would otherwise run the models one set at a time
+        tasks = [(topk_models_case, (call, name, seed, s.variants("topk", s.here("topk", call.max_blocks,
+                                                                                  call.active_blocks)),
+                                     s.roles["topk"], False, check_model)) for call in calls for name in SCORE_SETS]
     rows = []
-    with in_order([(topk_score_set, (call, name, seed, s.settings.check_model))
-                   for call in calls for name in SCORE_SETS]) as made:
+    with in_order(tasks) as made:
         for i, call in enumerate(calls):
             progress(i, total, f"top-k {call.kind} ctx={call.ctx} cap={call.capacity}")
             t0 = time.perf_counter()
-            sets, oracles = zip(*(next(made) for _ in SCORE_SETS))
-            out = topk_parity(s, list(sets), call.active_blocks, oracles=list(oracles))
+            if s.on_gpu:
+                sets, oracles = zip(*(next(made) for _ in SCORE_SETS))
+                out = topk_parity(s, list(sets), call.active_blocks, oracles=list(oracles))
+            else:
+                record_topk_dispatch(s, call.max_blocks, call.active_blocks)
+                out = StageOutcome()
+                for _ in SCORE_SETS:
+                    out.extend(s.take(next(made).outcome))
             failures = _parity_failures(out)
             rows.append(SelftestCheck(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity), not failures,
                                     time.perf_counter() - t0, failures[0] if failures else ""))
@@ -109,7 +122,7 @@ class ModelledCase:
     for_kernels: tuple[Any, np.ndarray] | None
 
 
-def _modelled(outcome: StageOutcome, inputs: Any, model: np.ndarray, for_kernels: bool) -> ModelledCase:
+def _modelled(outcome: StageOutcome, inputs: Any, model: np.ndarray | None, for_kernels: bool) -> ModelledCase:
     outcome.outputs.clear()
     return ModelledCase(outcome, (inputs, model) if for_kernels else None)
 
@@ -131,13 +144,13 @@ def scorer_case_model(call: Call, seed: int, keys: str) -> tuple[ScorerInputs, n
 
 
 def topk_models_case(call: Call, score_set: str, seed: int, variants: tuple[Variant, ...], roles: dict[str, str],
-                     for_kernels: bool) -> ModelledCase:
-    """A top-k score set on the CPU backend (every variant's CPU model against each other and the oracle),
-    and the set and its oracle's ids for the kernels to equal."""
+                     for_kernels: bool, check_model: bool = True) -> ModelledCase:
+    """A top-k score set on the CPU backend (every variant's CPU model against each other and, with
+    ``check_model``, the oracle), and the set and its oracle's ids for the kernels to equal."""
     inputs = synthetic_scores(call, score_set, seed)
-    oracle = topk_ids(inputs, "oracle")
+    oracle = topk_ids(inputs, "oracle") if check_model else None
     return _modelled(topk_stage.run_topk(inputs, Measurer(0), variants, roles, None, call.active_blocks,
-                                         check_model=True, oracle=oracle), inputs, oracle, for_kernels)
+                                         check_model=check_model, oracle=oracle), inputs, oracle, for_kernels)
 
 
 def _scorer_calls() -> list[tuple[Call, str]]:

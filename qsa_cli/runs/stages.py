@@ -233,14 +233,19 @@ def run_topk_case(s: Session, inputs: TopkInputs, variants: tuple[str, ...], act
     return run_cases(s, [topk_case(s, lambda: inputs, variants, active_blocks, check_model, oracle)])[0]
 
 
+def record_topk_dispatch(s: Session, max_blocks: int, active_blocks: int) -> None:
+    """The top-k the engine dispatches for a call of this size (a prompt call's when ``active_blocks``), into
+    the record's settings."""
+    s.record_settings(dispatch=s.dispatch_summary("prompt" if active_blocks else "decode", max_blocks))
+
+
 def topk_parity(s: Session, inputs: list[TopkInputs], active_blocks: int,
                 progress: Progress = no_progress, oracles: list[np.ndarray | None] | None = None) -> StageOutcome:
     """Every variant on every score set; times, identical-id counts, and the dispatched variant;
     ``progress``: each score set, then each child of switched variants; ``oracles``: each set's CPU oracle ids,
     made beforehand."""
     variants = s.here("topk", inputs[0].max_blocks, active_blocks)
-    kind = "prompt" if active_blocks else "decode"
-    s.record_settings(dispatch=s.dispatch_summary(kind, inputs[0].max_blocks))
+    record_topk_dispatch(s, inputs[0].max_blocks, active_blocks)
     cases = [topk_case(s, lambda given=inp: given, variants, active_blocks,
                        oracle=oracles[i] if oracles else None, label=f"topk {inp.score_set}")
              for i, inp in enumerate(inputs)]
