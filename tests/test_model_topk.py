@@ -27,7 +27,7 @@ from qsa_cli.core.geometry import (
     max_blocks,
     window_steps,
 )
-from qsa_cli.inputs import ID_POISON, SCORE_SETS, TopkInputs, rng_for, synthetic_scores
+from qsa_cli.inputs import ADVERSARIAL_NANS, ID_POISON, SCORE_SETS, TopkInputs, rng_for, synthetic_scores
 from qsa_cli.model.order import order_keys
 from qsa_cli.model.topk import (
     ALGORITHMS,
@@ -398,6 +398,35 @@ def test_order_keys_special_values() -> None:
     assert k[6] == 0x3F800000 | 0x80000000 and k[7] == ~np.uint32(0xBF800000)
     with pytest.raises(TypeError):
         order_keys(np.zeros(3, dtype=np.float64))
+
+
+def _order_key(bits: int) -> int:
+    """``qsa_order_key`` (kernels/qsa_common.cuh) of the float with these bits, in Python's integers: ``+ 0.0f``
+    keeps every number but -0, which becomes +0; NaN's key is 0."""
+    if bits & 0x7F800000 == 0x7F800000 and bits & 0x007FFFFF:
+        return 0
+    bits = 0 if bits == 0x80000000 else bits
+    return bits ^ 0xFFFFFFFF if bits & 0x80000000 else bits | 0x80000000
+
+
+def test_order_keys_are_the_kernels_key_of_every_kind_of_float() -> None:
+    """Random bits (every exponent, NaNs of any payload, quiet and signalling, subnormals) and the special
+    values, in arrays of any shape or stride, a 0-d one too."""
+    rng = rng_for(72)
+    bits = np.concatenate([rng.integers(0, 2**32, 50_000, dtype=np.uint64).astype(np.uint32),
+                           (rng.integers(0, 2**23, 2_000, dtype=np.uint32) | np.uint32(0x7F800000)
+                            | (rng.integers(0, 2, 2_000, dtype=np.uint32) << np.uint32(31))),  # NaNs and infinities
+                           rng.integers(0, 2**23, 2_000, dtype=np.uint32) | (rng.integers(0, 2, 2_000, dtype=np.uint32)
+                                                                               << np.uint32(31)),  # subnormals, zeros
+                           SPECIALS.view(np.uint32), ADVERSARIAL_NANS.view(np.uint32)])
+    want = np.array([_order_key(int(b)) for b in bits], dtype=np.uint32)
+    floats = bits.view(np.float32)
+    assert order_keys(floats).tobytes() == want.tobytes()
+    grid = floats[: 300 * 100].reshape(300, 100)
+    assert order_keys(grid).shape == (300, 100) and order_keys(grid).tobytes() == want[: 30_000].tobytes()
+    assert order_keys(grid[:, ::3]).tobytes() == want[: 30_000].reshape(300, 100)[:, ::3].tobytes()
+    scalar = order_keys(floats[-1:].reshape(()))
+    assert scalar.shape == () and scalar.dtype == np.uint32 and int(scalar) == int(want[-1])
 
 
 def _hist(**bins: int) -> np.ndarray:

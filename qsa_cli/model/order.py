@@ -15,8 +15,13 @@ def order_keys(scores: np.ndarray) -> np.ndarray:
     if scores.dtype != np.float32:
         raise TypeError(f"scores must be float32 (got {scores.dtype})")
     with np.errstate(invalid="ignore"):  # a signalling NaN raises "invalid"; its key is 0 all the same
-        v = scores + np.float32(0.0)
-    u = v.view(np.uint32)
-    keys = np.where(u & np.uint32(0x80000000), ~u, u | np.uint32(0x80000000))
+        v = scores.reshape(-1) + np.float32(0.0)  # flat: numpy's operators make a 0-d array's result a scalar
+    # (u & 0x80000000) ? ~u : u | 0x80000000 as one xor, in place: the sign, shifted arithmetically across
+    # every bit, flips them all for a negative score and the sign bit alone for a positive one (a select of
+    # two whole arrays, as np.where makes it, took 20 times as long)
+    flip = v.view(np.int32) >> 31
+    flip |= np.int32(-0x80000000)
+    keys = flip.view(np.uint32)
+    keys ^= v.view(np.uint32)
     keys[np.isnan(v)] = 0
-    return keys.astype(np.uint32, copy=False)
+    return keys.reshape(scores.shape)
