@@ -102,3 +102,8 @@ def test_validate_steps_capacity_rule():
 def test_block_weights():
     assert g.block_weights(10, 4).tolist() == [4, 4, 2, 0]
     assert g.block_weights(8, 4).tolist() == [4, 4, 0, 0]
+    for n_kv in range(0, 23):  # every tail, with blocks to spare, just enough, and too few for the cells
+        for n_blocks in range(0, 8):
+            want = [min(max(n_kv - b * g.BLOCK_CELLS, 0), g.BLOCK_CELLS) for b in range(n_blocks)]
+            got = g.block_weights(n_kv, n_blocks)
+            assert got.dtype == np.int32 and got.tolist() == want, (n_kv, n_blocks)

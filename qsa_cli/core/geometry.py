@@ -201,8 +201,12 @@ def validate_steps(steps: np.ndarray, max_blocks_: int) -> None:
 
 def block_weights(n_kv: int, n_blocks: int) -> np.ndarray:
     """Cells of blocks 0..n_blocks-1 for a query of n_kv cells: R, ..., R, tail (0-3), then 0."""
-    cells = np.clip(n_kv - np.arange(n_blocks, dtype=np.int64) * BLOCK_CELLS, 0, BLOCK_CELLS)
-    return cells.astype(np.int32)
+    cells = np.zeros(n_blocks, dtype=np.int32)  # filled, not clipped from a range: every model calls this per query
+    whole = min(n_blocks, max(0, n_kv // BLOCK_CELLS))
+    cells[:whole] = BLOCK_CELLS
+    if whole < n_blocks:
+        cells[whole] = max(0, n_kv - whole * BLOCK_CELLS)
+    return cells
 
 
 def header_mismatches(defines: dict[str, str]) -> list[str]:

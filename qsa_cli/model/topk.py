@@ -54,7 +54,7 @@ def digit_rule(hist: np.ndarray, above: int, width: int) -> tuple[int, int]:
     ``above + cells at digits >= d >= width`` (``d = 0`` when none); the cells at digits above ``d``
     join ``above``. Returns ``(d, new_above)``.
     """
-    counts = [int(c) for c in hist]
+    counts = np.asarray(hist).tolist()  # Python's integers, made at once (the walk below is Python's)
     if len(counts) != RADIX_BINS:
         raise ValueError(f"a histogram has {RADIX_BINS} bins (got {len(counts)})")
     running = above
@@ -207,9 +207,10 @@ def select_wide(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
     warp = np.broadcast_to(np.arange(WIDE_THREADS) // WARP, keys.shape)
 
     prefix, above = 0, 0
-    for p in range(RADIX_PASSES):
-        w = np.where(_matches(keys, prefix, p), weights, 0)
-        per_warp = _weighted_bincount((warp * RADIX_BINS + _digits(keys, p)).ravel(), w.ravel(), WARP * RADIX_BINS)
+    for p in range(RADIX_PASSES):  # the blocks off the prefix add nothing: only those on it are counted
+        match = _matches(keys, prefix, p)
+        per_warp = _weighted_bincount(warp[match] * RADIX_BINS + _digits(keys[match], p), weights[match],
+                                      WARP * RADIX_BINS)
         hist = per_warp.reshape(WARP, RADIX_BINS).sum(axis=0)
         d, above = _digit_by_scan(hist, above, width)
         prefix = (prefix << RADIX_BITS) | d
@@ -268,7 +269,8 @@ def select_split(
         per_chunk = _weighted_bincount(chunk[match] * RADIX_BINS + _digits(keys[match], p), weights[match],
                                        grid * RADIX_BINS).reshape(grid, RADIX_BINS)
         hist[p] += per_chunk.sum(axis=0)  # each chunk's atomic adds
-    above_prefix = _weighted_bincount(chunk, np.where(keys >> RADIX_BITS > np.uint32(prefix), weights, 0), grid)
+    over = keys >> RADIX_BITS > np.uint32(prefix)
+    above_prefix = _weighted_bincount(chunk[over], weights[over], grid)
     # the last pass's suffix rows: entry d = cells above the prefix + cells on it at digits >= d
     suffix = above_prefix[:, None] + np.concatenate([np.cumsum(per_chunk[:, ::-1], axis=1)[:, ::-1],
                                                      np.zeros((grid, 1), np.int64)], axis=1)
