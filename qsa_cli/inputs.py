@@ -206,8 +206,10 @@ def synthetic_scores(call: Call, score_set: str, seed: int) -> TopkInputs:
     rng = rng_for(seed, call.ctx, call.nq, call.capacity, SCORE_SETS.index(score_set))
     steps = call.steps
     s = rng.standard_normal((call.nq, call.max_blocks), dtype=np.float32)
-    if score_set == "levels64":
-        s = np.floor(s * np.float32(8)) / np.float32(8)
+    if score_set == "levels64":  # in place: the same float32 operations, no copies of a call's scores
+        s *= np.float32(8)
+        np.floor(s, out=s)
+        s /= np.float32(8)
     elif score_set == "equal":
         s = np.full_like(s, np.float32(rng.standard_normal()))
     rows = np.arange(call.nq)
@@ -218,9 +220,9 @@ def synthetic_scores(call: Call, score_set: str, seed: int) -> TopkInputs:
     if score_set == "adversarial":
         for i in rows:
             _adversarial_row(rng, s[i, : n_bid[i] + 1], int(n_kv[i]), int(steps[i, STEP_WIDTH]))
-    past = np.arange(call.max_blocks)[None, :] > n_bid[:, None]
-    s[past] = np.inf
-    return TopkInputs(s.astype(np.float32), steps, score_set)
+    for i in rows:  # a row's slice, not a mask of the whole call
+        s[i, n_bid[i] + 1:] = np.inf
+    return TopkInputs(s, steps, score_set)
 
 
 # ---- the adversarial score set --------------------------------------------------------------------
