@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import threading
 import time
-import types
 
 import pytest
 
@@ -68,8 +68,10 @@ def test_worker_processes_hand_back_what_this_process_makes_in_the_tasks_order()
 def test_an_error_in_a_worker_is_raised_at_its_tasks_turn() -> None:
     with pool.in_order([(_fails_at, (i,)) for i in range(6)], workers=2) as made:
         assert [next(made) for _ in range(3)] == [0, 1, 4]
-        with pytest.raises(ValueError, match="task 3 failed"):
+        with pytest.raises(ValueError, match="task 3 failed") as failed:
             next(made)
+    assert isinstance(failed.value.__cause__, pool.WorkerTraceback)  # where it failed, in the worker
+    assert "in _fails_at" in str(failed.value.__cause__)
 
 
 def test_leaving_early_waits_for_no_work_left() -> None:
@@ -79,29 +81,71 @@ def test_leaving_early_waits_for_no_work_left() -> None:
     assert time.monotonic() - t0 < 20
 
 
-def test_a_signal_while_the_workers_start_ends_the_pool(monkeypatch) -> None:
-    """A SIGTERM while the pool starts is held until it has started, then raised: the pool is ended all the
+def test_a_signal_while_the_workers_start_ends_them(monkeypatch) -> None:
+    """A SIGTERM while the workers start is held until they have started, then raised: they are ended all the
     same (it once escaped before the pool's try, leaving the workers to the exit, where a run could hang)."""
-    ended: list[str] = []
+    started: list = []
+    start = pool._start
 
-    class StartingPool:
-        def __init__(self, workers: int, initializer: object) -> None:
-            os.kill(os.getpid(), signal.SIGTERM)  # held until the pool is made
+    def starting(context):
+        started.append(start(context))
+        if len(started) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # held until every worker has started
+        return started[-1]
 
-        def terminate(self) -> None:
-            ended.append("terminate")
-
-        def join(self) -> None:
-            ended.append("join")
-
-    monkeypatch.setattr(pool.multiprocessing, "get_context", lambda method: types.SimpleNamespace(Pool=StartingPool))
+    monkeypatch.setattr(pool, "_start", starting)
     with interruptions() as release:
         release()
         with pytest.raises(Interrupted) as stop:
             with pool.in_order([(abs, (-1,)), (abs, (-2,))], workers=2):
                 pytest.fail("the block ran")
         assert signal_of(stop.value) == signal.SIGTERM
-    assert ended == ["terminate", "join"]
+    assert [w.process.exitcode for w in started] == [-signal.SIGKILL] * 2
+
+
+def _big(size: int) -> bytes:
+    return bytes(size)
+
+
+def test_leaving_early_ends_workers_that_write_results_nobody_reads() -> None:
+    """Results larger than a pipe holds, made ahead and never taken: the workers are blocked writing them when
+    the block is left, and are killed there (multiprocessing.Pool's terminate() could wait for ever on the
+    lock such a writer held)."""
+    ended = threading.Event()
+
+    def leave_early() -> None:
+        with pool.in_order([(_big, (1 << 24,))] * 8, workers=2) as made:
+            assert len(next(made)) == 1 << 24
+            time.sleep(0.5)  # the workers meanwhile make the next results and block writing them
+        ended.set()
+
+    leaving = threading.Thread(target=leave_early, daemon=True)
+    leaving.start()
+    leaving.join(20)  # far beyond a kill and a join: past it, the block hung
+    assert ended.is_set()
+
+
+def _dies(status: int) -> None:
+    os._exit(status)
+
+
+def test_a_worker_that_dies_is_an_error_at_its_tasks_turn() -> None:
+    with pool.in_order([(abs, (-1,)), (_dies, (3,)), (abs, (-2,))], workers=2) as made:
+        assert next(made) == 1
+        with pytest.raises(pool.WorkerError, match=r"exit status 3\) before the result of task 1"):
+            next(made)
+
+
+def _signalled() -> str:
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return "still here"
+
+
+def test_workers_ignore_ctrl_c_and_sigterm() -> None:
+    """What a terminal or a CI runner sends the whole process group: the parent alone handles it."""
+    with pool.in_order([(_signalled, ())] * 3, workers=2) as made:
+        assert list(made) == ["still here"] * 3
 
 
 def _without_times(record: dict) -> dict:

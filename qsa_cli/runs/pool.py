@@ -3,9 +3,16 @@ processes, results handed back in the order the work was given, so that a run's 
 whichever worker finished first.
 
 The workers are started fresh (``spawn``): the parent may hold a CUDA context, which a forked child must
-never touch, and the workers need no GPU. They ignore Ctrl-C (a terminal sends it to the whole process
-group; the parent alone handles it, qsa_cli/interrupts.py) and are ended, with whatever they were doing,
-when the parent leaves ``in_order`` early (an interruption, an error).
+never touch, and the workers need no GPU. They ignore Ctrl-C and SIGTERM (a terminal or a CI runner may
+send them to the whole process group; the parent alone handles them, qsa_cli/interrupts.py) and are
+killed, with whatever they were doing, when the parent leaves ``in_order`` early (an interruption, an
+error).
+
+Each worker has a pipe of its own, which only this process's main thread reads; nothing is shared between
+the workers and the parent but those pipes. multiprocessing.Pool is not used: its terminate() could wait
+forever for a lock that a worker held while it wrote a result larger than a pipe holds after the thread
+that read them had stopped (a Ctrl-C of a selftest once hung so), and a worker that died left its task
+unanswered for ever. Here a worker that ends before its results are in is an error at its task's turn.
 """
 
 from __future__ import annotations
@@ -13,14 +20,22 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import signal
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from ..core.cores import usable_cores
-from ..interrupts import signals_held
+from ..interrupts import SIGNALS, signals_held
 
-AHEAD_PER_WORKER = 2  # results made ahead of the parent, a worker: bounds the memory results wait in
+AHEAD_PER_WORKER = 2  # tasks given ahead of the parent, a worker: bounds the memory results wait in
+QUEUED_PER_WORKER = 2  # tasks a worker holds at once: the one it runs and the next, so it never waits for the parent
+
+Task = tuple[Callable[..., Any], tuple[Any, ...]]  # a module-level function (a worker imports it by name), its arguments
 
 
 def worker_count() -> int:
@@ -28,28 +43,101 @@ def worker_count() -> int:
     return usable_cores()
 
 
-def _start_worker() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # qsa_cli.__main__ blocks both signals from its first line, and a spawned worker runs it again: the
-    # SIGTERM that ends the pool must reach the worker
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+class WorkerError(RuntimeError):
+    """A worker process ended before it handed back the results of the tasks it held."""
 
 
-Task = tuple[Callable[..., Any], tuple[Any, ...]]  # a module-level function (a worker imports it by name), its arguments
+class WorkerTraceback(Exception):
+    """Where a task failed in its worker: that process's traceback, the cause of the task's exception here."""
+
+
+@dataclass
+class _Failed:
+    """A task's exception, with its traceback in the worker (a traceback itself does not pickle)."""
+
+    error: BaseException
+    trace: str
 
 
 def _run(function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     return function(*args)
 
 
-def _ordered(pool: Any, tasks: Sequence[Task], ahead: int) -> Iterator[Any]:
-    pending: deque[Any] = deque()
+def _serve(conn: Connection) -> None:
+    """A worker: each task the parent sends, its result (or its exception) sent back, until None or the end of
+    the pipe."""
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:  # the parent has gone
+            return
+        if task is None:
+            return
+        try:
+            answer = ForkingPickler.dumps((True, _run(*task)))
+        except Exception as error:  # the task's, or its result's pickling
+            answer = ForkingPickler.dumps((False, _Failed(error, traceback.format_exc())))
+        try:
+            conn.send_bytes(answer)  # what conn.send writes, pickled first so that a pickling error sends nothing
+        except OSError:  # the parent has gone
+            return
+
+
+@dataclass
+class _Worker:
+    process: BaseProcess
+    conn: Connection  # the parent's end of the worker's pipe
+    held: deque[int] = field(default_factory=deque)  # the tasks sent and not answered yet, in the order sent
+
+    def receive(self) -> tuple[int, tuple[bool, Any]]:
+        """The answer to the first task held: (its index, (whether it returned, its result or _Failed))."""
+        try:
+            answer = self.conn.recv()
+        except EOFError:
+            self.process.join()
+            raise WorkerError(f"a worker process ended (exit status {self.process.exitcode}) before the result "
+                              f"of task {self.held[0]} came back") from None
+        return self.held.popleft(), answer
+
+
+def _start(context: Any) -> _Worker:
+    ours, theirs = context.Pipe()
+    process = context.Process(target=_serve, args=(theirs,), name="qsa-pool-worker", daemon=True)
+    try:
+        process.start()
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()  # the worker's end is its own: a worker that dies is then the end of this pipe
+    return _Worker(process, ours)
+
+
+def _ordered(workers: list[_Worker], tasks: Sequence[Task], ahead: int) -> Iterator[Any]:
+    """Each task's result in the tasks' order. A task goes to the worker that holds fewest (one that ran short
+    tasks takes more), while fewer than ``ahead`` tasks are given and not yet yielded."""
+    made: dict[int, tuple[bool, Any]] = {}
     given = 0
-    for _ in range(len(tasks)):
-        while given < len(tasks) and len(pending) < ahead:
-            pending.append(pool.apply_async(_run, tasks[given]))
-            given += 1
-        yield pending.popleft().get()
+    for turn in range(len(tasks)):
+        while turn not in made:
+            while given < len(tasks) and given - turn < ahead:
+                worker = min(workers, key=lambda w: len(w.held))
+                if len(worker.held) >= QUEUED_PER_WORKER:
+                    break
+                worker.conn.send(tasks[given])
+                worker.held.append(given)
+                given += 1
+            ready = wait([w.conn for w in workers if w.held])
+            for worker in workers:
+                if worker.conn in ready:
+                    index, answer = worker.receive()
+                    made[index] = answer
+        returned, result = made.pop(turn)
+        if not returned:
+            raise result.error from WorkerTraceback(result.trace)
+        yield result
 
 
 @contextlib.contextmanager
@@ -61,23 +149,25 @@ def in_order(tasks: Sequence[Task], workers: int | None = None) -> Iterator[Iter
     if workers <= 1:
         yield (_run(*task) for task in tasks)
         return
-    pool = None
+    started: list[_Worker] = []
     ended = False
     try:
         # signals held while the workers start: an interruption raised between a worker's start and the
         # parent's write of its start-up data would leave it reading an empty pipe (EOFError's traceback on
-        # stderr); one that comes meanwhile is raised as the block ends, inside this try, so the pool is ended
+        # stderr); one that comes meanwhile is raised as the block ends, inside this try, so they are ended
         with signals_held():
-            pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start_worker)
-        yield _ordered(pool, tasks, AHEAD_PER_WORKER * workers)
+            context = multiprocessing.get_context("spawn")
+            for _ in range(workers):
+                started.append(_start(context))
+        yield _ordered(started, tasks, AHEAD_PER_WORKER * workers)
         ended = True
     finally:
-        if pool is not None:
-            # a block that ended lets the workers finish what they hold and leave at their sentinels; terminate()
-            # there would first wait for the lock an idle worker holds while it waits for work (seconds, as its
-            # pipe is polled). Left early (an interruption, an error), tasks not taken yet are not waited for.
-            if ended:
-                pool.close()
-            else:
-                pool.terminate()
-            pool.join()
+        for worker in started:
+            if ended and not worker.held:
+                with contextlib.suppress(OSError):  # one that has gone needs no word to leave
+                    worker.conn.send(None)
+            else:  # killed, not asked: it may be busy for seconds, or blocked writing a result nobody reads
+                worker.process.kill()
+        for worker in started:
+            worker.process.join()
+            worker.conn.close()
