@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from qsa_cli.catalog import qsa_catalog
@@ -63,6 +64,27 @@ def test_worker_processes_hand_back_what_this_process_makes_in_the_tasks_order()
         assert inputs.scores.tobytes() == expected.scores.tobytes()
         assert inputs.steps.tobytes() == expected.steps.tobytes()
         assert oracle.tobytes() == topk_ids(expected, "oracle").tobytes()
+
+
+def _arrays(seed: int) -> dict[str, object]:
+    base = np.random.default_rng(seed).standard_normal((512, 1024), dtype=np.float32)
+    return {"c": base, "fortran": np.asfortranarray(base[:, :100]), "strided": base[::3, 1::2],
+            "empty": np.empty((0, 5), np.int32), "big": np.arange(1 << 22, dtype=np.int64), "text": "and the rest"}
+
+
+def test_arrays_come_back_whole_in_any_layout() -> None:
+    """An answer's contiguous arrays travel beside its pickle (protocol 5): each comes back the same bits, shape,
+    order and dtype as the worker made it, writable, whatever its layout."""
+    with pool.in_order([(_arrays, (seed,)) for seed in range(3)], workers=2) as made:
+        got = list(made)
+    for seed, answer in enumerate(got):
+        for name, want in _arrays(seed).items():
+            if not isinstance(want, np.ndarray):
+                assert answer[name] == want
+                continue
+            array = answer[name]
+            assert array.dtype == want.dtype and array.shape == want.shape and array.tobytes() == want.tobytes()
+            assert array.flags.f_contiguous == want.flags.f_contiguous and array.flags.writeable
 
 
 def test_an_error_in_a_worker_is_raised_at_its_tasks_turn() -> None:

@@ -13,12 +13,17 @@ the workers and the parent but those pipes. multiprocessing.Pool is not used: it
 forever for a lock that a worker held while it wrote a result larger than a pipe holds after the thread
 that read them had stopped (a Ctrl-C of a selftest once hung so), and a worker that died left its task
 unanswered for ever. Here a worker that ends before its results are in is an error at its task's turn.
+An answer's arrays are written to the pipe as they are, beside its pickle (protocol 5's out-of-band data),
+and read straight into the arrays the parent keeps: the score sets of a selftest are over a GB, which a
+pickle in the pipe copied twice more in the parent alone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
+import pickle
 import signal
 import traceback
 from collections import deque
@@ -26,8 +31,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
+
+import numpy as np
 
 from ..core.cores import usable_cores
 from ..interrupts import SIGNALS, signals_held
@@ -63,9 +69,34 @@ def _run(function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     return function(*args)
 
 
+def _pickled(answer: tuple[bool, Any]) -> tuple[bytes, list[memoryview]]:
+    """An answer as pickle's protocol 5 writes it: the pickle, less the data of its contiguous arrays (a call's
+    score sets: hundreds of MB a selftest), which stay where they are, to be written to the pipe as they are."""
+    buffers: list[pickle.PickleBuffer] = []
+    head = pickle.dumps(answer, protocol=5, buffer_callback=buffers.append)
+    return head, [b.raw() for b in buffers]
+
+
+def _write(fd: int, data: memoryview) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _read(fd: int, size: int) -> np.ndarray:
+    """``size`` bytes of the pipe, read straight into the array they are kept in."""
+    data = np.empty(size, dtype=np.uint8)
+    view, got = memoryview(data), 0
+    while got < size:
+        n = os.readv(fd, [view[got:]])
+        if n == 0:
+            raise EOFError
+        got += n
+    return data
+
+
 def _serve(conn: Connection) -> None:
     """A worker: each task the parent sends, its result (or its exception) sent back, until None or the end of
-    the pipe."""
+    the pipe. An answer is its pickle and the sizes of its arrays' data, then that data, unframed."""
     for signum in SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     while True:
@@ -76,11 +107,13 @@ def _serve(conn: Connection) -> None:
         if task is None:
             return
         try:
-            answer = ForkingPickler.dumps((True, _run(*task)))
-        except Exception as error:  # the task's, or its result's pickling
-            answer = ForkingPickler.dumps((False, _Failed(error, traceback.format_exc())))
+            head, data = _pickled((True, _run(*task)))
+        except Exception as error:  # the task's, or its result's pickling (pickled first: nothing was sent)
+            head, data = _pickled((False, _Failed(error, traceback.format_exc())))
         try:
-            conn.send_bytes(answer)  # what conn.send writes, pickled first so that a pickling error sends nothing
+            conn.send((head, [d.nbytes for d in data]))
+            for d in data:
+                _write(conn.fileno(), d)
         except OSError:  # the parent has gone
             return
 
@@ -94,12 +127,13 @@ class _Worker:
     def receive(self) -> tuple[int, tuple[bool, Any]]:
         """The answer to the first task held: (its index, (whether it returned, its result or _Failed))."""
         try:
-            answer = self.conn.recv()
-        except EOFError:
+            head, sizes = self.conn.recv()
+            data = [_read(self.conn.fileno(), size) for size in sizes]
+        except (EOFError, ConnectionResetError):  # its end of the pipe closed, as it died
             self.process.join()
             raise WorkerError(f"a worker process ended (exit status {self.process.exitcode}) before the result "
                               f"of task {self.held[0]} came back") from None
-        return self.held.popleft(), answer
+        return self.held.popleft(), pickle.loads(head, buffers=data)
 
 
 def _start(context: Any) -> _Worker:
