@@ -11,7 +11,7 @@ import pytest
 
 from qsa_cli.catalog import qsa_catalog
 from qsa_cli.cli import main
-from qsa_cli.core.integrity import GUARD_BYTES, GuardedBuffers, fingerprint
+from qsa_cli.core.integrity import GUARD_BYTES, GuardedBuffers, Pristine, fingerprint
 from qsa_cli.stages import scores as scores_stage
 from qsa_cli.stages import topk as topk_stage
 
@@ -53,6 +53,27 @@ def test_fingerprint_changes_with_one_bit(rng: np.random.Generator) -> None:
     before = fingerprint({"a": a})
     a.view(np.uint32)[17] ^= 1
     assert fingerprint({"a": a}) != before
+
+
+def test_pristine_sees_any_one_byte_changed_in_arrays_of_any_size() -> None:
+    """Compared in words as wide as each array's size allows: every byte of every size counts, the last ones
+    of a size no word divides too."""
+    for size in range(1, 26):
+        for dtype in (np.uint8, np.int32, np.float32):
+            if size % np.dtype(dtype).itemsize:
+                continue
+            placed = np.arange(size, dtype=np.uint8).view(dtype)
+            pristine = Pristine(np, {"a": placed})
+            assert pristine.changed({"a": placed}) == []
+            for at in range(size):
+                placed.view(np.uint8)[at] ^= 0x80
+                assert pristine.changed({"a": placed}) == ["a"], (size, dtype, at)
+                placed.view(np.uint8)[at] ^= 0x80
+    nan = np.array([np.nan, 0.0], np.float32)  # bits, not values: a NaN kept is unchanged, -0 for +0 is a change
+    pristine = Pristine(np, {"a": nan})
+    assert pristine.changed({"a": nan}) == []
+    nan[1] = -0.0
+    assert pristine.changed({"a": nan}) == ["a"]
 
 
 def _wrap_model(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, variant: str,
