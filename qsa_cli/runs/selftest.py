@@ -40,6 +40,7 @@ from .sanitizer import sanitize_run
 from .stages import record_topk_dispatch, run_topk_case, topk_parity, topk_score_set
 
 SELFTEST_CONFIG = "selftest"  # configs/selftest.yaml: spec section 6's matrix, plus up to 1,048,576 cells
+GRAPH_CALL, GRAPH_SCORE_SET = Call(524288, MAX_QUERIES, 524288), "levels64"  # topk-parity --selftest's CUDA graph
 
 
 def topk_selftest(s: Session, seed: int, progress: Progress = no_progress) -> list[SelftestCheck]:
@@ -51,8 +52,9 @@ def topk_selftest(s: Session, seed: int, progress: Progress = no_progress) -> li
     calls = list(dict.fromkeys(c.call for c in load_config(config_path(SELFTEST_CONFIG)).cases("topk")))
     total = len(calls) + s.on_gpu
     check_model = s.settings.check_model
-    if s.on_gpu:
-        tasks: list[Task] = [(topk_score_set, (call, name, seed, check_model)) for call in calls for name in SCORE_SETS]
+    if s.on_gpu:  # the CUDA graph's set and its oracle last
+        tasks: list[Task] = [*((topk_score_set, (call, name, seed, check_model)) for call in calls
+                               for name in SCORE_SETS), (topk_score_set, (GRAPH_CALL, GRAPH_SCORE_SET, seed, True))]
     else:  # all of a set's work in a worker: this process would otherwise run the models one set at a time
         tasks = [(topk_models_case, (call, name, seed, s.variants("topk", s.here("topk", call.max_blocks,
                                                                                   call.active_blocks)),
@@ -73,14 +75,12 @@ def topk_selftest(s: Session, seed: int, progress: Progress = no_progress) -> li
             failures = _parity_failures(out)
             rows.append(SelftestCheck(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity), not failures,
                                     time.perf_counter() - t0, failures[0] if failures else ""))
-    if s.on_gpu:
-        candidate = s.roles["topk"]["candidate"]  # the kernel with scratch a call must leave clean
-        progress(len(calls), total, f"top-k {candidate} in a CUDA graph")
-        t0 = time.perf_counter()
-        call = Call(524288, MAX_QUERIES, 524288)
-        ok, detail = topk_stage.graph_replay_check(synthetic_scores(call, "levels64", seed), 50,
-                                                   s.catalog.get("topk", candidate), s.launcher)
-        rows.append(SelftestCheck(f"top-k {candidate}, CUDA graph x50", 1, ok, time.perf_counter() - t0, detail))
+        if s.on_gpu:
+            candidate = s.roles["topk"]["candidate"]  # the kernel with scratch a call must leave clean
+            progress(len(calls), total, f"top-k {candidate} in a CUDA graph")
+            t0 = time.perf_counter()
+            ok, detail = topk_stage.graph_replay_check(*next(made), 50, s.catalog.get("topk", candidate), s.launcher)
+            rows.append(SelftestCheck(f"top-k {candidate}, CUDA graph x50", 1, ok, time.perf_counter() - t0, detail))
     progress(total, total, "done")
     return rows
 

@@ -109,15 +109,16 @@ def _argpartition_launcher(scores: Any, inputs: TopkInputs) -> Any:
     return lambda: cupy.argpartition(view, kth, axis=1)
 
 
-def graph_replay_check(inputs: TopkInputs, replays: int, variant: Variant, launcher: Launcher) -> tuple[bool, str]:
-    """Capture ``variant`` as a CUDA graph and replay it: every replay must give the oracle's ids.
+def graph_replay_check(inputs: TopkInputs, expected: np.ndarray, replays: int, variant: Variant,
+                       launcher: Launcher) -> tuple[bool, str]:
+    """Capture ``variant`` as a CUDA graph and replay it: every replay must give ``expected``, the oracle's ids
+    of ``inputs`` (made beforehand, by a worker process).
 
     The engine replays its decode graph every step, so a kernel's scratch must be left clean by
     each run; the output is re-poisoned before every replay, so stale ids cannot pass.
     """
     import cupy
 
-    expected = topk_ids(inputs, "oracle")
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         buffers = GuardedBuffers(cupy)
