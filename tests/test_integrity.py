@@ -38,6 +38,19 @@ def test_guard_zones_see_a_write_on_either_side_and_rearm(rng: np.random.Generat
     assert buffers.breaches() == []  # re-armed: the next variant is judged on its own
 
 
+def test_guard_zones_name_only_the_buffers_written_around() -> None:
+    """Every zone is looked at in one read; only the buffers with a zone written are named, each zone once."""
+    assert GuardedBuffers(np).breaches() == []
+    buffers = GuardedBuffers(np)
+    arrays = [buffers.empty(name, (size,), np.uint8) for name, size in (("a", 5), ("b", 13), ("c", 8), ("d", 1))]
+    assert buffers.breaches() == []
+    arrays[1].base[GUARD_BYTES + 13 + 6] ^= 1  # 7 bytes past b
+    arrays[3].base[0] ^= 1  # d's first guard byte, the farthest before it
+    assert buffers.breaches() == ["b: 1 guard byte(s) after it written, the nearest 7 byte(s) after it",
+                                  f"d: 1 guard byte(s) before it written, the nearest {GUARD_BYTES} byte(s) before it"]
+    assert buffers.breaches() == []
+
+
 def test_guarded_arrays_keep_alignment_and_contents(rng: np.random.Generator) -> None:
     buffers = GuardedBuffers(np)
     host = rng.standard_normal((7, 129)).astype(np.float32)

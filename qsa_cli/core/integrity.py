@@ -50,6 +50,7 @@ class GuardedBuffers:
     def __init__(self, xp: Any) -> None:
         self.xp = xp
         self._buffers: list[tuple[str, Any, int]] = []  # name, the whole allocation, the array's bytes
+        self._patterns: dict[tuple[int, int], Any] = {}  # (bytes, phase): the pattern a zone holds, where it lives
 
     def empty(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
         dtype = np.dtype(dtype)
@@ -74,10 +75,14 @@ class GuardedBuffers:
         return raw[:GUARD_BYTES], raw[GUARD_BYTES + nbytes:]
 
     def _pattern(self, n: int, start: int) -> Any:
-        """The pattern's bytes ``start..start+n`` of the whole allocation (the pattern runs through it)."""
-        reps = -(-(start % GUARD_PATTERN.size + n) // GUARD_PATTERN.size)
-        tiled = np.tile(GUARD_PATTERN, reps)[start % GUARD_PATTERN.size:][:n]
-        return self.xp.asarray(tiled)
+        """The pattern's bytes ``start..start+n`` of the whole allocation (the pattern runs through it); made
+        once for each size and phase, as every check compares every zone with it (on the device: a copy each)."""
+        phase = start % GUARD_PATTERN.size
+        made = self._patterns.get((n, phase))
+        if made is None:
+            reps = -(-(phase + n) // GUARD_PATTERN.size)
+            made = self._patterns[(n, phase)] = self.xp.asarray(np.tile(GUARD_PATTERN, reps)[phase:][:n])
+        return made
 
     def _arm(self, raw: Any, nbytes: int) -> None:
         before, after = self._zones(raw, nbytes)
@@ -87,8 +92,16 @@ class GuardedBuffers:
     def breaches(self) -> list[str]:
         """Every guard zone written since the last check (the first byte written, named), re-armed so the
         next variant is judged on its own."""
+        if not self._buffers:
+            return []
+        # whether each buffer's zones were written, read back at once (a device waits once a check, not once a
+        # zone); only a buffer whose were is looked at byte by byte
+        written_to = self.xp.stack([(zone != self._pattern(zone.size, start)).any() for _, raw, nbytes in self._buffers
+                                    for zone, start in zip(self._zones(raw, nbytes), (0, GUARD_BYTES + nbytes))])
         found = []
-        for name, raw, nbytes in self._buffers:
+        for (name, raw, nbytes), zones_hit in zip(self._buffers, written_to.reshape(-1, 2).tolist()):
+            if not any(zones_hit):
+                continue
             before, after = self._zones(raw, nbytes)
             hits = []
             for where, zone, start in (("before", before, 0), ("after", after, GUARD_BYTES + nbytes)):
