@@ -69,7 +69,7 @@ def test_worker_processes_hand_back_what_this_process_makes_in_the_tasks_order()
 def _arrays(seed: int) -> dict[str, object]:
     base = np.random.default_rng(seed).standard_normal((512, 1024), dtype=np.float32)
     return {"c": base, "fortran": np.asfortranarray(base[:, :100]), "strided": base[::3, 1::2],
-            "empty": np.empty((0, 5), np.int32), "big": np.arange(1 << 22, dtype=np.int64), "text": "and the rest"}
+            "empty": np.empty((0, 5), np.int32), "big": np.arange(1 << 20, dtype=np.int64), "text": "and the rest"}
 
 
 def test_arrays_come_back_whole_in_any_layout() -> None:
