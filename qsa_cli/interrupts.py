@@ -2,8 +2,9 @@
 Interrupted raised in the main thread, which the command turns into the record so far (marked incomplete),
 one line, and exit status 128 + the signal's number (130, 143).
 
-A signal that comes while the command line is still loading is held (``hold_signals``, before anything
-else is imported) and arrives as the command begins, so that it too is one line, never a traceback.
+A signal that comes while the command line is still loading is held (from ``qsa_cli.__main__``'s first
+line, before anything else is imported) and arrives as the command begins, so that it too is one line, never
+a traceback.
 
 An exception raised by a signal handler can be lost: numpy clears a pending error in some of its C paths
 (a KeyboardInterrupt raised while ``Generator.choice`` converts its arguments is dropped, and the run went
@@ -11,7 +12,7 @@ on, for minutes, as if no signal had come). So, until the command has taken the 
 (``signal_of``), it is raised again every RESEND_S, unless the main thread is already unwinding from it
 (in an ``except``, ``finally`` or ``__exit__`` that handles it), which a second one would only cut short.
 
-Standard library only: ``qsa_cli.__main__`` imports this module first.
+Standard library only: the command line imports this module among its first.
 """
 
 from __future__ import annotations
@@ -77,11 +78,6 @@ class SignalCatcher:
             self._resender.join()
 
 
-def hold_signals() -> None:
-    """Block SIGINT and SIGTERM until ``interruptions`` releases them (a signal that comes meanwhile waits)."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-
-
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM held back within the block: one that comes meanwhile (from a delivery to any
@@ -108,9 +104,9 @@ def signals_held() -> Iterator[None]:
 @contextlib.contextmanager
 def interruptions() -> Iterator[Callable[[], None]]:
     """Within the block SIGINT and SIGTERM raise Interrupted in the main thread; the block is given the
-    function that releases signals held since ``hold_signals`` (one that came meanwhile arrives as it returns:
-    call it inside the ``try`` that handles Interrupted). The handlers and the signal mask are put back after.
-    Outside the main thread, where handlers cannot be set, nothing changes."""
+    function that releases the signals ``qsa_cli.__main__`` holds (one that came meanwhile arrives as it
+    returns: call it inside the ``try`` that handles Interrupted). The handlers and the signal mask are put
+    back after. Outside the main thread, where handlers cannot be set, nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield lambda: None
         return

@@ -171,8 +171,7 @@ print("========= COMPUTE-SANITIZER\\n{marker} 0\\ndone\\n========= ERROR SUMMARY
 # runs them; what it runs under the sanitizer is the fake above
 CPU_SANITIZE = """
 import dataclasses, sys
-from qsa_cli.interrupts import hold_signals
-hold_signals()
+import qsa_cli.__main__  # the signals held from here, as the qsa command holds them
 import qsa_cli.runs.sanitizer as runs
 import qsa_cli.session as session
 opened = session.session
