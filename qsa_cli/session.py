@@ -26,7 +26,7 @@ from .catalog import STAGES, Catalog, Launcher, Variant, qsa_catalog
 from .clocks import ClockMonitor, lock_clocks
 from .core.errors import EngineError, SideError, SwitchedRunError, TimerError, VariantError
 from .core.geometry import NEW_KERNELS_CC
-from .core.memory import CaseSize, check_device, check_host, device_case_bytes, device_run_bytes, flush_bytes
+from .core.memory import CaseSize, check_device, check_host, device_case_bytes, device_run_bytes, flush_bytes, tell
 from .device import environment, require
 from .dispatch import Dispatch, dispatch, read_switches
 from .engine.attach import attached, check_engines
@@ -310,13 +310,13 @@ def session(
         if settings.engines:
             raise EngineError("--engine runs an engine checkout's kernels: it needs --backend gpu")
         _cast(s, {})
-        check_host(command, settings.sizes, on_gpu=False)
+        tell(check_host(command, settings.sizes, on_gpu=False))
         if settings.iters is not None:
             s.run_measurer = Measurer(settings.iters, rule=settings.stopping)
         yield s
         return
     found = require(settings.device_id)  # a one-line NoDeviceError before anything imports CuPy
-    check_host(command, settings.sizes, on_gpu=True)  # before the engine checkouts are built
+    host_need = check_host(command, settings.sizes, on_gpu=True)  # before the engine checkouts are built
     import cupy
 
     record.device = found.info
@@ -327,7 +327,7 @@ def session(
             raise TimerError(f"--timer nvbench times the launchers of this process; {next(iter(switched.values()))} "
                              "runs under its switches in a child process of its own")
         _cast(s, switched)
-        check_device_memory(s, command)
+        tell(host_need, check_device_memory(s, command))
         monitor = ClockMonitor.for_pci_bus_id(found.info["pci_bus_id"])
         stack.callback(monitor.close)
         record.device["nvml"] = monitor.device_info()
@@ -344,13 +344,13 @@ def session(
         yield s
 
 
-def check_device_memory(s: Session, command: str) -> None:
+def check_device_memory(s: Session, command: str) -> str | None:
     """The run's cases (Settings.sizes) weighed against the device's free memory, before the timer places its
     flush buffer or any case its arrays (core/memory.py): a MemoryNeedError, one line, when the largest cannot
-    fit. Each top-k variant the run may run takes its scratch in a top-k case (in a window case once for each
+    fit; else the line to tell of a large run (memory.tell). Each top-k variant the run may run takes its scratch in a top-k case (in a window case once for each
     pair it may be in: WINDOW_PAIRS_A_TOPK)."""
     if not s.settings.sizes or s.settings.iters is None:
-        return
+        return None
     device = s.record.device
     sms, l2 = int(device["sms"]), int(device["l2_bytes"])
     topk = s.variants("topk", s.chosen(s.catalog.names("topk")))
@@ -365,7 +365,7 @@ def check_device_memory(s: Session, command: str) -> None:
         return device_run_bytes(device_case_bytes(case, scratch * pairs, timed_sort), flush, children)
 
     needs = [(case, need(case)) for case in s.settings.sizes]
-    check_device(command, needs, f"device {device['id']} ({device['name']})")
+    return check_device(command, needs, f"device {device['id']} ({device['name']})")
 
 
 def _gpu_measurer(settings: Settings, kernels: Path, clocks: Any, locked_sm_mhz: int | None) -> Measurer:

@@ -144,14 +144,14 @@ def test_memory_past_the_estimate_is_one_line(capsys, monkeypatch) -> None:
 def test_a_large_run_that_fits_is_said_and_a_small_one_is_not(capsys, monkeypatch) -> None:
     large = [CaseSize.of("scores", Call(MAX_CAPACITY, 1, MAX_CAPACITY))]
     monkeypatch.setattr(memory, "available_host_bytes", lambda: 64 * GB)
-    memory.check_host("select-bench", [CaseSize.of("scores", Call(4096, 2, 8192))], on_gpu=False)
-    assert capsys.readouterr().err == ""
-    memory.check_host("select-bench", large, on_gpu=False)
-    assert capsys.readouterr().err == "qsa: this run needs about 8.8 GB of host memory of the 64.0 GB available\n"
+    assert memory.check_host("select-bench", [CaseSize.of("scores", Call(4096, 2, 8192))], on_gpu=False) is None
+    told = memory.check_host("select-bench", large, on_gpu=False)
+    assert told == "qsa: this run needs about 8.8 GB of host memory of the 64.0 GB available"
+    memory.tell(told, None)
+    assert capsys.readouterr().err == told + "\n"
     monkeypatch.setattr(memory, "available_host_bytes", lambda: None)  # a system that does not say: never refused
-    memory.check_host("select-bench", large, on_gpu=False)
-    assert capsys.readouterr().err == "qsa: this run needs about 8.8 GB of host memory\n"
-    memory.check_host("info", [], on_gpu=False)  # a run of no sizes is not weighed
+    assert memory.check_host("select-bench", large, on_gpu=False) == "qsa: this run needs about 8.8 GB of host memory"
+    assert memory.check_host("info", [], on_gpu=False) is None  # a run of no sizes is not weighed
     monkeypatch.setattr(memory, "available_host_bytes", lambda: GB)
     with pytest.raises(MemoryNeedError, match="on the GPU backend"):
         memory.check_host("compare", large, on_gpu=True)
@@ -188,9 +188,8 @@ def test_a_run_past_the_devices_free_memory_is_one_line_naming_both(capsys, monk
                                   "capacity=4194304 prompt); device 0 (NVIDIA H100 80GB HBM3) has 20.0 GB free of "
                                   "85.0 GB")
     monkeypatch.setattr(memory, "free_device_bytes", lambda: (70 * GB, 85 * GB))
-    check_device_memory(_gpu_session(prompt), "topk-parity")
-    assert capsys.readouterr().err == ("qsa: this run needs about 65.5 GB of device memory of the 70.0 GB free on "
-                                       "device 0 (NVIDIA H100 80GB HBM3)\n")
+    assert check_device_memory(_gpu_session(prompt), "topk-parity") == (
+        "qsa: this run needs about 65.5 GB of device memory of the 70.0 GB free on device 0 (NVIDIA H100 80GB HBM3)")
 
 
 def test_what_the_device_check_weighs(monkeypatch) -> None:

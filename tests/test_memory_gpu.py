@@ -27,7 +27,8 @@ pytestmark = pytest.mark.gpu
 
 def test_a_call_no_card_holds_is_refused_before_anything_is_made(cupy: Any, capsys, tmp_path, monkeypatch) -> None:
     """16M cells and 1024 prompt queries: 17 GB of scores a copy, 206 GB of cupy.argpartition's sort, on the
-    real card's free memory (the host's check passed, so that the device's is what answers)."""
+    real card's free memory (the host's check passed, so that the device's is what answers, in one line: the
+    host's need is said only once every check has passed)."""
     monkeypatch.setattr(memory, "available_host_bytes", lambda: 10**15)
 
     def made(*args: object) -> None:
@@ -56,9 +57,9 @@ def test_the_estimate_bounds_what_a_run_takes_of_the_pool(cupy: Any, capsys, mon
 
     weighed: list[int] = []
 
-    def weigh(command: str, needs: Sequence[tuple[CaseSize, int]], device: str) -> None:
+    def weigh(command: str, needs: Sequence[tuple[CaseSize, int]], device: str) -> str | None:
         weighed.append(memory.largest(needs)[1])
-        memory.check_device(command, needs, device)
+        return memory.check_device(command, needs, device)
 
     monkeypatch.setattr(session, "check_device", weigh)
     pool = cupy.get_default_memory_pool()

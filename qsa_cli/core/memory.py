@@ -233,18 +233,26 @@ def largest(needs: Sequence[tuple[CaseSize, int]]) -> tuple[CaseSize, int]:
     return max(needs, key=lambda need: need[1])
 
 
-def _tell(need: int, base: int, of: str, where: str) -> None:
+def _told(need: int, base: int, of: str, where: str) -> str | None:
     """The line a run that fits says before it starts, when its cases take TELL_FROM_BYTES or more (beyond the
-    ``base`` every run takes)."""
+    ``base`` every run takes); None otherwise."""
     if need - base >= TELL_FROM_BYTES:
-        print(f"qsa: this run needs about {need / GB:.1f} GB of {where}{of}", file=sys.stderr, flush=True)
+        return f"qsa: this run needs about {need / GB:.1f} GB of {where}{of}"
+    return None
 
 
-def check_host(command: str, sizes: Sequence[CaseSize], on_gpu: bool) -> None:
-    """A MemoryNeedError when the run's largest case needs more host memory than this machine has available; a
-    line on stderr when its case takes TELL_FROM_BYTES or more and fits (or the system does not say)."""
+def tell(*lines: str | None) -> None:
+    """The lines ``check_host`` and ``check_device`` gave, on stderr: said once every check has passed, so that a
+    run refused by the last is one line, its error."""
+    for line in filter(None, lines):
+        print(line, file=sys.stderr, flush=True)
+
+
+def check_host(command: str, sizes: Sequence[CaseSize], on_gpu: bool) -> str | None:
+    """A MemoryNeedError when the run's largest case needs more host memory than this machine has available; the
+    line to ``tell`` when its case takes TELL_FROM_BYTES or more and fits (or the system does not say)."""
     if not sizes:
-        return
+        return None
     case, need = largest([(c, host_bytes(c, on_gpu)) for c in sizes])
     have = available_host_bytes()
     backend = "GPU" if on_gpu else "CPU"
@@ -252,18 +260,18 @@ def check_host(command: str, sizes: Sequence[CaseSize], on_gpu: bool) -> None:
         raise MemoryNeedError(f"{command} needs about {need / GB:.1f} GB of host memory on the {backend} backend "
                               f"(its largest case: {case.label()}); this machine has {have / GB:.1f} GB available")
     of = f" of the {have / GB:.1f} GB available" if have is not None else ""
-    _tell(need, host_base_bytes(on_gpu), of, "host memory")
+    return _told(need, host_base_bytes(on_gpu), of, "host memory")
 
 
-def check_device(command: str, needs: Sequence[tuple[CaseSize, int]], device: str) -> None:
+def check_device(command: str, needs: Sequence[tuple[CaseSize, int]], device: str) -> str | None:
     """A MemoryNeedError when the largest of ``needs`` (each case with all the device bytes the run takes while
-    it runs) is more than the current device has free; a line on stderr when it takes TELL_FROM_BYTES or more
-    and fits. ``device``: how the line names the card."""
+    it runs) is more than the current device has free; the line to ``tell`` when it takes TELL_FROM_BYTES or
+    more and fits. ``device``: how the line names the card."""
     if not needs:
-        return
+        return None
     case, need = largest(needs)
     free, total = free_device_bytes()
     if need > free:
         raise MemoryNeedError(f"{command} needs about {need / GB:.1f} GB of device memory (its largest case: "
                               f"{case.label()}); {device} has {free / GB:.1f} GB free of {total / GB:.1f} GB")
-    _tell(need, DEVICE_SLACK_BYTES, f" of the {free / GB:.1f} GB free on {device}", "device memory")
+    return _told(need, DEVICE_SLACK_BYTES, f" of the {free / GB:.1f} GB free on {device}", "device memory")
