@@ -1,18 +1,19 @@
-"""qsa's timer against three references on the same launchers, inputs and card (run on a machine with the card,
-from the repository root, with cuda-bench and cupti-python installed and ncu on PATH):
+"""qsa's timer against NVIDIA's two references on the same launchers, inputs and card, with the GPU's own
+timestamps beside them (run on a machine with the card, from the repository root, with cuda-bench and
+cupti-python installed and ncu on PATH):
 
 - ``--l2 dirty`` (qsa's median) against nvbench's cold samples' median (``--timer nvbench``: the same launchers
   timed by cuda.bench in the same kind of process), within TOLERANCE; both means are kept beside;
-- ``--l2 clean`` (qsa's median) against the GPU's own timestamps of the same calls: CUPTI's kernel activity
-  records of the run (scripts/call_trace.py), each call's span from its first kernel's start to its last one's
-  end, plus what qsa's events time beyond the span of a call of as many empty kernels of its shape (traced
-  the same way, in this run), within TOLERANCE. This observes a call of several launches as it runs,
-  overlapped under programmatic dependent launch or one after another;
-- ``--l2 clean`` against Nsight Compute's kernel duration plus the launch overhead beyond ncu's duration of an
-  empty kernel, for a call of one launch, within TOLERANCE. For a call of several launches ncu's durations are
-  kept beside, not judged: ncu replays each kernel alone (its first on flushed caches, ``--cache-control
-  all``, its later ones on the L2 as left, ``none``), and a kernel replayed alone is not the same kernel in a
-  stream of launches (docs/timing.md says what the traces showed).
+- ``--l2 clean`` (qsa's median) against Nsight Compute's durations of the call's kernels plus the launch overhead
+  (what qsa's events time around as many empty kernels of the call's shape beyond ncu's durations of them),
+  within TOLERANCE, for every call whose launches do not overlap: the first kernel timed on flushed caches
+  (``--cache-control all``), as qsa's clean call starts, the later ones on the L2 as the kernel before left it
+  (``none``). How many kernels a call launches, and whether one is a programmatic dependent launch (which ncu,
+  replaying each kernel alone, cannot observe), is read from qsa's own record of the call (``launches``);
+- beside them, not judged: CUPTI's kernel activity records of the clean run (scripts/call_trace.py), each timed
+  call's span from its first kernel's start to its last one's end as the GPU ran them in the stream, plus what
+  qsa's events time beyond the span of an empty call of as many launches. It observes every call, overlapped
+  launches included, and shows which kernels a call ran.
 
 Usage: python3 scripts/agreement.py OUT_DIR [LABEL ...]   (only the rows whose label holds a LABEL; writes
 each command's record, the traces, the ncu logs, agreement.jsonl (the summary, then a row a line) and
@@ -230,6 +231,12 @@ def launch_count(m: dict) -> int:
     return len(m["launches"])
 
 
+def overlapped(m: dict) -> bool:
+    """Whether a call's launches overlap (one launched programmatically, PDL), as the record lists them:
+    Nsight Compute replays them one after another, so it does not observe such a call."""
+    return any(launch["programmatic"] for launch in m["launches"])
+
+
 def nvbench_row(row: Row, out: Path) -> dict:
     """qsa (--l2 dirty) against nvbench's cold samples of the same launcher: median against median (and the
     means beside); the call's launch count, from qsa's record."""
@@ -239,15 +246,17 @@ def nvbench_row(row: Row, out: Path) -> dict:
     return {"qsa_dirty_median_us": dirty_us, "qsa_dirty_mean_us": statistics.fmean(dirty["samples_us"]),
             "qsa_dirty_samples": len(dirty["samples_us"]), "nvbench_cold_median_us": nv_median,
             "nvbench_cold_mean_us": nvbench["nvbench"]["cold_mean_us"], "nvbench_samples": len(nvbench["samples_us"]),
-            "dirty_vs_nvbench": dirty_us / nv_median - 1, "launches": launch_count(dirty)}
+            "dirty_vs_nvbench": dirty_us / nv_median - 1, "launches": launch_count(dirty),
+            "overlapped": overlapped(dirty)}
 
 
-def clean_row(row: Row, out: Path, launches: int, overhead_of: Callable[[str, int], dict[str, float]]) -> dict:
-    """qsa (--l2 clean) against the GPU's own timestamps of the same calls (CUPTI: the span from the first
-    kernel's start to the last one's end, plus what qsa's events time beyond the span of an empty call of as
-    many launches of its shape) and, for a call of one launch, against Nsight Compute's duration plus the
-    overhead beyond ncu's empty kernel. A call of several launches is shown beside ncu's serialised kernels,
-    each on the caches the one before left, but not judged by them: ncu replays each kernel alone."""
+def clean_row(row: Row, out: Path, launches: int, overlaps: bool,
+              overhead_of: Callable[[str, int], dict[str, float]]) -> dict:
+    """qsa (--l2 clean) against Nsight Compute's durations of the call's kernels (the first on flushed caches,
+    the later ones on the L2 as the one before left it) plus the overhead beyond ncu's durations of as many empty
+    kernels of its shape, where ncu observes the call (no launch overlapping another), judged; and beside it,
+    not judged, the GPU's own timestamps of the same calls (CUPTI: the span from the first kernel's start to
+    the last one's end, plus what qsa's events time beyond the span of an empty call of as many launches)."""
     record = out / f"clean-{row.tag}.json"
     trace, _ = traced(out, row.tag, launches, row.kernel,
                       [*row.args("auto"), "--l2", "clean", "--json", str(record), "--quiet"], row.env())
@@ -264,7 +273,7 @@ def clean_row(row: Row, out: Path, launches: int, overhead_of: Callable[[str, in
               "empty_shape": shape, "empty_beyond_span_us": overhead["beyond_span_us"],
               "cupti_plus_overhead_us": expected, "clean_vs_cupti": clean_us / expected - 1,
               "ncu_launches": launches}
-    if launches == 1 or not row.pdl:  # ncu serialises a call's launches: not the call when they overlap (PDL)
+    if not overlaps:  # ncu serialises a call's launches: not the call when they overlap (PDL)
         argv = [*QSA, *row.args("3"), "--l2", "clean", "--warmup", "0", "--quiet"]
         flushed = ncu_durations_us(argv, out / f"ncu-{row.tag}.log", row.kernel, FLUSHED, row.env())
         as_left = (ncu_durations_us(argv, out / f"ncu-{row.tag}-as-left.log", row.kernel, AS_LEFT, row.env())
@@ -272,8 +281,7 @@ def clean_row(row: Row, out: Path, launches: int, overhead_of: Callable[[str, in
         ncu_call, kernels, per_kernel = per_call_us(flushed, as_left, launches)
         result.update({"ncu_call_us": ncu_call, "ncu_kernels": kernels, "ncu_kernel_us": per_kernel,
                        "ncu_overhead_us": overhead["ncu_us"], "ncu_plus_overhead_us": ncu_call + overhead["ncu_us"]})
-        if launches == 1:
-            result["clean_vs_ncu"] = clean_us / result["ncu_plus_overhead_us"] - 1
+        result["clean_vs_ncu"] = clean_us / result["ncu_plus_overhead_us"] - 1
     return result
 
 
@@ -300,11 +308,11 @@ def main(out: Path, only: list[str]) -> int:
     results = []
     for row in rows:
         dirty = nvbench_row(row, out)
-        result = {"row": row.label, "pdl": row.pdl, **dirty, **clean_row(row, out, dirty["launches"], overhead_of)}
+        result = {"row": row.label, "pdl": row.pdl, **dirty,
+                  **clean_row(row, out, dirty["launches"], dirty["overlapped"], overhead_of)}
         results.append(result)
         print(json.dumps(result), flush=True)
-    agree = all(abs(r[k]) <= TOLERANCE for r in results for k in ("dirty_vs_nvbench", "clean_vs_cupti", "clean_vs_ncu")
-                if k in r)
+    agree = all(abs(r[k]) <= TOLERANCE for r in results for k in ("dirty_vs_nvbench", "clean_vs_ncu") if k in r)
     summary = {"tolerance": TOLERANCE, "ncu_empty_kernel_us": ncu_empty, "empty_calls": overheads, "agree": agree,
                "row_definitions": [asdict(r) for r in ROWS]}
     # JSON lines (the summary, then a row a line): not a qsa record, which a results folder's .json files are
@@ -320,18 +328,15 @@ def _diff(value: float | None) -> str:
 
 def table(results: list[dict], overheads: dict[str, dict[str, float]]) -> str:
     """agreement.md: a row per launcher, the references and their differences, then the overheads."""
-    lines = ["| launcher | qsa dirty median | nvbench cold median | diff | qsa clean median | CUPTI span + overhead "
-             "| diff | ncu + overhead | diff |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| launcher | launches | qsa dirty median | nvbench cold median | diff | qsa clean median | ncu + overhead "
+             "| diff | CUPTI span + overhead (not judged) | diff |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
-        if "clean_vs_ncu" in r:
-            ncu = f"{r['ncu_plus_overhead_us']:.2f} | {_diff(r['clean_vs_ncu'])}"
-        elif "ncu_call_us" in r:
-            ncu = f"({r['ncu_plus_overhead_us']:.2f}: {r['ncu_launches']} kernels replayed one by one, not judged) | –"
-        else:
-            ncu = "– (overlapped launches) | –"
-        lines.append(f"| {r['row']} | {r['qsa_dirty_median_us']:.2f} | {r['nvbench_cold_median_us']:.2f} | "
-                     f"{_diff(r['dirty_vs_nvbench'])} | {r['qsa_clean_median_us']:.2f} | "
-                     f"{r['cupti_plus_overhead_us']:.2f} | {_diff(r['clean_vs_cupti'])} | {ncu} |")
+        ncu = (f"{r['ncu_plus_overhead_us']:.2f} | {_diff(r['clean_vs_ncu'])}" if "clean_vs_ncu" in r
+               else "– (overlapped launches) | –")
+        lines.append(f"| {r['row']} | {r['ncu_launches']} | {r['qsa_dirty_median_us']:.2f} | "
+                     f"{r['nvbench_cold_median_us']:.2f} | {_diff(r['dirty_vs_nvbench'])} | "
+                     f"{r['qsa_clean_median_us']:.2f} | {ncu} | {r['cupti_plus_overhead_us']:.2f} | "
+                     f"{_diff(r['clean_vs_cupti'])} |")
     lines.append("\nqsa's events beyond the GPU's span of empty calls (CUPTI) and beyond ncu's durations: " + "; ".join(
         f"{call}: {o['qsa_us']:.2f} µs under qsa's timer, {o['beyond_span_us']:+.2f} beyond CUPTI's span, "
         f"{o['ncu_us']:+.2f} beyond ncu" for call, o in overheads.items()) + ".")

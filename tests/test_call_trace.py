@@ -51,25 +51,28 @@ def test_qsa_beyond_the_span_is_paired_per_call_or_else_by_medians() -> None:
     assert agreement.beyond_span_us([13.0, 15.0], [12.0, 12.5, 30.0]) == pytest.approx(14.0 - 12.5)
 
 
-def test_the_table_judges_ncu_only_where_it_replays_a_call_of_one_launch() -> None:
+def test_the_table_judges_ncu_where_it_observes_the_call_and_shows_cupti_beside() -> None:
     common = {"qsa_dirty_median_us": 30.0, "nvbench_cold_median_us": 30.3, "dirty_vs_nvbench": -0.01,
               "qsa_clean_median_us": 29.0, "cupti_plus_overhead_us": 29.2, "clean_vs_cupti": -0.007}
-    rows = [{"row": "one", **common, "ncu_plus_overhead_us": 29.5, "clean_vs_ncu": -0.017, "ncu_call_us": 28.0,
-             "ncu_launches": 1},
-            {"row": "six, PDL off", **common, "ncu_plus_overhead_us": 34.0, "ncu_call_us": 33.0, "ncu_launches": 6},
-            {"row": "six", **common}]
+    rows = [{"row": "one", **common, "ncu_plus_overhead_us": 29.5, "clean_vs_ncu": -0.017, "ncu_launches": 1},
+            {"row": "five, PDL off", **common, "ncu_plus_overhead_us": 29.9, "clean_vs_ncu": -0.03, "ncu_launches": 5},
+            {"row": "five", **common, "ncu_launches": 5}]
     text = agreement.table(rows, {"wave x1": {"qsa_us": 3.1, "beyond_span_us": 1.2, "ncu_us": 1.3}})
-    one, six_off, six = text.splitlines()[2:5]
-    assert one.endswith("| 29.50 | -1.7% |")
-    assert "(34.00: 6 kernels replayed one by one, not judged) | – |" in six_off
-    assert six.endswith("| – (overlapped launches) | – |")
+    one, five_off, five = text.splitlines()[2:5]
+    assert one.startswith("| one | 1 |") and "| 29.50 | -1.7% | 29.20 | -0.7% |" in one
+    assert five_off.startswith("| five, PDL off | 5 |") and "| 29.90 | -3.0% |" in five_off
+    assert "| – (overlapped launches) | – | 29.20 | -0.7% |" in five
     assert "wave x1: 3.10 µs under qsa's timer, +1.20 beyond CUPTI's span, +1.30 beyond ncu" in text
 
 
-def test_a_calls_launch_count_is_the_records_never_a_constant() -> None:
-    """The split's call was once 6 launches and is 5 now: the count comes from what qsa's launcher recorded."""
-    launched = {"variant": "split", "launches": [{"kernel": f"block_topk_split_pass_kernel<{p}, 8>"} for p in range(4)]
-                + [{"kernel": "block_topk_split_emit_kernel<8>"}]}
-    assert agreement.launch_count(launched) == 5
+def test_a_calls_launches_are_the_records_never_a_constant() -> None:
+    """The split's call was once 6 launches and is 5 now: the count, and whether the launches overlap, come from
+    what qsa's launcher recorded."""
+    launched = {"variant": "split", "launches": [{"kernel": f"block_topk_split_pass_kernel<{p}, 8>",
+                                                  "programmatic": p > 0} for p in range(4)]
+                + [{"kernel": "block_topk_split_emit_kernel<8>", "programmatic": True}]}
+    assert agreement.launch_count(launched) == 5 and agreement.overlapped(launched)
+    plain = {"variant": "split", "launches": [{**launch, "programmatic": False} for launch in launched["launches"]]}
+    assert not agreement.overlapped(plain)
     with pytest.raises(SystemExit, match="lists no launches"):
         agreement.launch_count({"variant": "split", "launches": None})
