@@ -59,6 +59,17 @@ def test_a_child_past_its_timeout_is_ended_with_its_group(tmp_path: Path) -> Non
 
 
 def test_an_interruption_of_the_wait_ends_the_child_and_its_group(tmp_path: Path) -> None:
+    # Ctrl-C raises KeyboardInterrupt here whatever this process was given: a suite started in the background by
+    # a shell (`... &`, as a CI script may) inherits SIGINT ignored, Python then installs no handler, and the
+    # signal ignored would leave the wait below to its timeout (seen: a suite that hung here)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupt_the_wait(tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupt_the_wait(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     child = start_in_group([sys.executable, "-c", SLEEPER, str(pids)], {})
     started: list[int] = []
