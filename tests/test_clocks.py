@@ -66,8 +66,8 @@ class FakeNvml:
 
         def call(*args: Any) -> Any:
             self.calls.append((name, args))
-            if self.echo:
-                print("call", name, *args, flush=True)
+            if self.echo:  # a raw write: a signal handler may call this while the main thread is inside print()
+                os.write(1, (" ".join(map(str, ("call", name, *args))) + "\n").encode())
             if name in self.fail:
                 raise self.fail[name]
             result = self.results.get(name)
