@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from fake_engine import write_fake_engine  # noqa: E402
+from fake_engine import git, write_fake_engine  # noqa: E402
 
 COMMITS = 8
 SLOWED_AT = 4  # the first slowed commit (1-based): 3 runs before the step, 5 from it on (not provisional)
@@ -35,11 +35,6 @@ SLOWED = "scores"
 SLOW_NS = 2_000  # +2 µs a decode call: about +25 % at 32K x 1, +3 % at 420K x 8
 SCORER_SOURCE = Path("src/kernels/cuda/qsa_select.cu")
 QSA = [sys.executable, "-m", "qsa_cli"]
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=qsa", "-c", "user.email=qsa@example.com", *args],
-                          check=True, capture_output=True, text=True).stdout.strip()
 
 
 def engine_repository(at: Path) -> list[str]:

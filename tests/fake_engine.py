@@ -27,6 +27,7 @@ Options make a checkout that must fail a check: a variant slowed down, a variant
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from qsa_cli.core.geometry import (
@@ -477,6 +478,13 @@ bool launch_cluster(const float* scores, const int32_t* steps, int32_t* ids, int
 namespace strata::kernels {{
 
 """
+
+
+def git(repo: Path, *args: str) -> str:
+    """``git -C repo ARGS`` with a committer of its own (a machine may have none set), checked; its output: for
+    the fake engine made into a git repository (tests, scripts/fake_engine_history.py)."""
+    cmd = ["git", "-C", str(repo), "-c", "user.name=qsa", "-c", "user.email=qsa@example.invalid", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
 
 
 def write_fake_engine(root: Path, *, generation: str = SEED, slow: str = "", flip: str = "",

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fake_engine import git
 from test_docs import OPTION, options
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,11 +124,6 @@ def test_every_qsa_line_of_the_recipe_names_a_command_and_its_options(pipeline: 
 
 
 # ---- the GPU test: the workflow's steps run against a three-commit fake engine repository -------------------
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                          check=True, capture_output=True, text=True).stdout.strip()
 
 
 def engine_repository(at: Path, trees: Any) -> dict[str, str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fake_adapter import write_adapter
-from fake_engine import FUNCTIONS, GENERATIONS, NEWER, PARAMETERS, SEED, SWITCHES, write_fake_engine
+from fake_engine import FUNCTIONS, GENERATIONS, NEWER, PARAMETERS, SEED, SWITCHES, git, write_fake_engine
 from fake_nvcc import compiles, write_fake_nvcc
 
 from qsa_cli.core.errors import EngineBuildError, EngineError, RevisionError
@@ -71,11 +71,6 @@ def exported(library: Path) -> set[str]:
     """The dynamic symbols the library defines (``nm -D``)."""
     out = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True)
     return {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
-
-
-def git(repo: Path, *args: str) -> str:
-    cmd = ["git", "-C", str(repo), "-c", "user.name=qsa", "-c", "user.email=qsa@example.invalid", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
 
 
 @needs_nvcc
