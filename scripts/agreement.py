@@ -5,11 +5,13 @@ cupti-python installed and ncu on PATH):
 - ``--l2 dirty`` (qsa's median) against nvbench's cold samples' median (``--timer nvbench``: the same launchers
   timed by cuda.bench in the same kind of process), within TOLERANCE; both means are kept beside;
 - ``--l2 clean`` (qsa's median) against Nsight Compute's durations of the call's kernels plus the launch overhead
-  (what qsa's events time around as many empty kernels of the call's shape beyond ncu's durations of them),
-  within TOLERANCE, for every call whose launches do not overlap: the first kernel timed on flushed caches
-  (``--cache-control all``), as qsa's clean call starts, the later ones on the L2 as the kernel before left it
-  (``none``). How many kernels a call launches, and whether one is a programmatic dependent launch (which ncu,
-  replaying each kernel alone, cannot observe), is read from qsa's own record of the call (``launches``);
+  (what qsa's events time around a call of as many empty kernels of the call's shape beyond ncu's durations of
+  the same), within TOLERANCE, for every call whose launches do not overlap. ncu profiles qsa's own timed calls
+  (the kernels between the timer's two clock stamps of a sample, its batches turned off) with its cache control
+  off, so each kernel meets the L2 as qsa's flush before the sample, or the kernel before it in the call, left
+  it: the state qsa times in. How many kernels a call launches, and whether one is a programmatic dependent
+  launch (which ncu, replaying each kernel alone, cannot observe), is read from qsa's own record of the call
+  (``launches``);
 - beside them, not judged: CUPTI's kernel activity records of the clean run (scripts/call_trace.py), each timed
   call's span from its first kernel's start to its last one's end as the GPU ran them in the stream, plus what
   qsa's events time beyond the span of an empty call of as many launches. It observes every call, overlapped
@@ -34,10 +36,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 TOLERANCE = 0.03
-NCU = ["ncu", "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv", "--print-units", "base"]
-FLUSHED, AS_LEFT = "all", "none"  # ncu's --cache-control: every kernel on flushed caches, or on the L2 as left
-NCU_LAUNCHES = 12  # profiled launches of the measured kernels: the first calls (parity run, warm-up), continuous scores
+# --cache-control none: ncu neither flushes nor invalidates a cache before a kernel, so a kernel of a timed call
+# meets the caches as qsa's call does (ncu's own flush, `all`, also empties caches qsa's flush leaves alone, and
+# costs a small kernel more than it costs an empty one: docs/timing.md)
+NCU = ["ncu", "--clock-control", "none", "--cache-control", "none", "--metrics", "gpu__time_duration.sum", "--csv",
+       "--print-units", "base"]
 QSA = [sys.executable, "-m", "qsa_cli"]
+# qsa's command with its timer's batches off, for ncu: every timed call is then a sample's, after qsa's flush
+# (ncu serialises each profiled launch, so every hold times out and the timer measures the sample again, up to
+# MAX_REMEASURES times: those calls are as good, each after its own flush)
+UNBATCHED = [sys.executable, "-c", "import sys, qsa_cli.timing as timing; timing.BATCHES = 0; "
+             "from qsa_cli.__main__ import main; main(sys.argv[1:])"]
+NCU_SAMPLES = 3  # samples of a call under ncu (and as many again as its holds are re-measured)
 
 
 @dataclass(frozen=True)
@@ -114,35 +124,28 @@ def qsa_run(row: Row, out: Path, tag: str, *extra: str) -> dict:
     return measurement(record, row.variant)
 
 
-def ncu_durations_us(argv: list[str], log: Path, kernel_regex: str, cache: str,
+def ncu_durations_us(argv: list[str], log: Path, kernel_regex: str,
                      env: dict[str, str] | None = None) -> list[tuple[str, float]]:
-    """(kernel, gpu__time_duration in µs) of the first NCU_LAUNCHES launches matching ``kernel_regex``, each
-    on the caches ``cache`` (FLUSHED or AS_LEFT) leaves it."""
-    proc = subprocess.run([*NCU, "--cache-control", cache, "-k", f"regex:{kernel_regex}", "--launch-count",
-                           str(NCU_LAUNCHES), *argv], capture_output=True, text=True, env=env)
+    """(kernel, gpu__time_duration in µs) of every launch of qsa's clock stamps and of ``kernel_regex``'s
+    kernels in ``argv``'s run, in the order they ran."""
+    proc = subprocess.run([*NCU, "-k", f"regex:{STAMP}|{kernel_regex}", *argv], capture_output=True, text=True, env=env)
     log.write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
+    if proc.returncode not in (0, 1):  # 1: qsa's verdict; its record was written
         raise SystemExit(f"ncu failed ({proc.returncode}), see {log}")
     lines = [line for line in proc.stdout.splitlines() if line.startswith('"')]
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
-    return [(r["Kernel Name"], float(r["Metric Value"].replace(",", "")) / 1e3) for r in rows if r["Metric Name"] == "gpu__time_duration.sum"]
+    rows = [r for r in csv.DictReader(io.StringIO("\n".join(lines))) if r["Metric Name"] == "gpu__time_duration.sum"]
+    return [(r["Kernel Name"], float(r["Metric Value"].replace(",", "")) / 1e3) for r in sorted(rows, key=lambda r: int(r["ID"]))]
 
 
-def per_call_us(flushed: list[tuple[str, float]], as_left: list[tuple[str, float]],
-                launches: int) -> tuple[float, list[str], list[float]]:
-    """The median duration of one call, the kernels of the first call and each kernel's median: each call's
-    first kernel from the ``flushed`` run, its later ones from the ``as_left`` run (the same launches in the
-    same order)."""
-    calls = min(len(flushed), len(as_left)) // launches
-    if calls == 0:
-        raise SystemExit(f"ncu profiled {min(len(flushed), len(as_left))} launches, fewer than a call's {launches}")
-    names = [name for name, _ in flushed[:calls * launches]]
-    if names != [name for name, _ in as_left[:calls * launches]]:
-        raise SystemExit("ncu's two runs profiled different kernels")
-    per_call = [[flushed[c * launches][1]] + [us for _, us in as_left[c * launches + 1:(c + 1) * launches]]
-                for c in range(calls)]
-    return (statistics.median(sum(c) for c in per_call), names[:launches],
-            [statistics.median(k) for k in zip(*per_call)])
+def ncu_calls(durations: list[tuple[str, float]], launches: int, kernel_regex: str,
+              calls: int | None = None) -> tuple[float, list[str], list[float]]:
+    """Of the first ``calls`` timed calls (all when None) among ncu's ``durations``: the median of a call's summed
+    durations, the kernels of the first call and each kernel's median."""
+    found = stamped_calls(durations, launches, kernel_regex)[:calls]
+    if not found:
+        raise SystemExit(f"ncu profiled no call of {launches} {kernel_regex} kernels between qsa's stamps")
+    return (statistics.median(sum(us for _, us in call) for call in found), [name for name, _ in found[0]],
+            [statistics.median(us for _, us in kernel) for kernel in zip(*found)])
 
 
 EMPTY = r'''extern "C" __global__ void empty_kernel() {}'''
@@ -154,6 +157,8 @@ EMPTY_SAMPLES = 2000  # an exact count: the stopping rule's 0.5 % is below the e
 
 
 TRACE = [sys.executable, str(Path(__file__).with_name("call_trace.py"))]
+sys.path.insert(0, str(Path(__file__).parent))
+from call_trace import STAMP, stamped_calls  # noqa: E402  (a script beside this one)
 
 
 def traced(out: Path, tag: str, launches: int, kernel_regex: str, args: list[str],
@@ -181,17 +186,19 @@ def beyond_span_us(samples_us: list[float], spans_us: list[float]) -> float:
     return statistics.median(samples_us) - statistics.median(spans_us)
 
 
-def empty_call_code(launch: str, launches: int) -> str:
+def empty_call_code(launch: str, launches: int, samples: int = EMPTY_SAMPLES, batches: bool = True) -> str:
     """Python that times a call of ``launches`` empty kernels (``launch``: grid and block) with qsa's timer
-    (--l2 clean) and prints its samples."""
+    (--l2 clean), its batches on or off, and prints its samples."""
     return f"""
 import cupy, json
+import qsa_cli.timing as timing
 from qsa_cli.timing import DeviceTimer
+timing.BATCHES = timing.BATCHES if {batches} else 0
 kernel = cupy.RawKernel({EMPTY!r}, "empty_kernel")
 def call():
     for _ in range({launches}):
         kernel({launch}, ())
-timed = DeviceTimer(l2="clean").measure(call, {EMPTY_SAMPLES})
+timed = DeviceTimer(l2="clean").measure(call, {samples})
 print(json.dumps(timed.samples_us))
 """
 
@@ -206,21 +213,19 @@ def empty_kernel_qsa_us(out: Path, shape: str, launch: str, launches: int = 1) -
     return statistics.median(samples), beyond_span_us(samples, trace["span_us"])
 
 
-def empty_kernel_ncu_us(out: Path, shape: str, launch: str) -> float:
-    code = f"""
-import cupy
-kernel = cupy.RawKernel({EMPTY!r}, "empty_kernel")
-for _ in range({NCU_LAUNCHES}):
-    kernel({launch}, ())
-cupy.cuda.Device().synchronize()
-"""
-    durations = ncu_durations_us([sys.executable, "-c", code], out / f"empty-{shape}-ncu.log", "empty_kernel", FLUSHED)
-    return statistics.median(us for _, us in durations)
+def empty_call_ncu_us(out: Path, shape: str, launch: str, launches: int) -> float:
+    """ncu's durations of a call of ``launches`` empty kernels of ``shape`` as qsa's timer (--l2 clean) times it,
+    summed: the median over its calls."""
+    code = empty_call_code(launch, launches, NCU_SAMPLES, batches=False)
+    durations = ncu_durations_us([sys.executable, "-c", code], out / f"empty-{shape}-x{launches}-ncu.log", "empty_kernel")
+    return ncu_calls(durations, launches, "empty_kernel")[0]
 
 
-def launch_overhead_us(qsa_chain_us: float, ncu_empty_us: float, launches: int) -> float:
-    """What qsa's events time around a call of ``launches`` empty kernels beyond ncu's durations of them."""
-    return qsa_chain_us - launches * ncu_empty_us
+def timed_calls(record: Path, variant: str) -> int:
+    """How many calls qsa timed for ``variant``'s measurement (the first of the record's, continuous scores): its
+    samples and the samples it threw away and measured again (its batches off)."""
+    m = measurement(record, variant)
+    return len(m["samples_us"]) + sum(not d["batch"] for d in m["rounds"]["discarded"])
 
 
 def launch_count(m: dict) -> int:
@@ -274,11 +279,11 @@ def clean_row(row: Row, out: Path, launches: int, overlaps: bool,
               "cupti_plus_overhead_us": expected, "clean_vs_cupti": clean_us / expected - 1,
               "ncu_launches": launches}
     if not overlaps:  # ncu serialises a call's launches: not the call when they overlap (PDL)
-        argv = [*QSA, *row.args("3"), "--l2", "clean", "--warmup", "0", "--quiet"]
-        flushed = ncu_durations_us(argv, out / f"ncu-{row.tag}.log", row.kernel, FLUSHED, row.env())
-        as_left = (ncu_durations_us(argv, out / f"ncu-{row.tag}-as-left.log", row.kernel, AS_LEFT, row.env())
-                   if launches > 1 else flushed)
-        ncu_call, kernels, per_kernel = per_call_us(flushed, as_left, launches)
+        profiled = out / f"ncu-{row.tag}.json"
+        argv = [*UNBATCHED, *row.args(str(NCU_SAMPLES)), "--l2", "clean", "--warmup", "0", "--quiet",
+                "--json", str(profiled)]
+        durations = ncu_durations_us(argv, out / f"ncu-{row.tag}.log", row.kernel, row.env())
+        ncu_call, kernels, per_kernel = ncu_calls(durations, launches, row.kernel, timed_calls(profiled, row.variant))
         result.update({"ncu_call_us": ncu_call, "ncu_kernels": kernels, "ncu_kernel_us": per_kernel,
                        "ncu_overhead_us": overhead["ncu_us"], "ncu_plus_overhead_us": ncu_call + overhead["ncu_us"]})
         result["clean_vs_ncu"] = clean_us / result["ncu_plus_overhead_us"] - 1
@@ -293,14 +298,14 @@ def main(out: Path, only: list[str]) -> int:
     # a call of n launches: what qsa's events time beyond n empty kernels of its shape one after another,
     # measured in this run against ncu's durations of them and against CUPTI's span of the same calls
     shapes = {**EMPTY_LAUNCHES, **dict(r.empty_launch() for r in rows)}
-    ncu_empty = {shape: empty_kernel_ncu_us(out, shape, launch) for shape, launch in shapes.items()}
     overheads: dict[str, dict[str, float]] = {}
 
     def overhead_of(shape: str, n: int) -> dict[str, float]:
         if f"{shape} x{n}" not in overheads:
             qsa_us, beyond = empty_kernel_qsa_us(out, shape, shapes[shape], n)
-            overheads[f"{shape} x{n}"] = {"qsa_us": qsa_us, "beyond_span_us": beyond,
-                                          "ncu_us": launch_overhead_us(qsa_us, ncu_empty[shape], n)}
+            ncu_us = empty_call_ncu_us(out, shape, shapes[shape], n)
+            overheads[f"{shape} x{n}"] = {"qsa_us": qsa_us, "beyond_span_us": beyond, "ncu_call_us": ncu_us,
+                                          "ncu_us": qsa_us - ncu_us}
         return overheads[f"{shape} x{n}"]
 
     for shape in EMPTY_LAUNCHES:
@@ -313,7 +318,7 @@ def main(out: Path, only: list[str]) -> int:
         results.append(result)
         print(json.dumps(result), flush=True)
     agree = all(abs(r[k]) <= TOLERANCE for r in results for k in ("dirty_vs_nvbench", "clean_vs_ncu") if k in r)
-    summary = {"tolerance": TOLERANCE, "ncu_empty_kernel_us": ncu_empty, "empty_calls": overheads, "agree": agree,
+    summary = {"tolerance": TOLERANCE, "empty_calls": overheads, "agree": agree,
                "row_definitions": [asdict(r) for r in ROWS]}
     # JSON lines (the summary, then a row a line): not a qsa record, which a results folder's .json files are
     (out / "agreement.jsonl").write_text("".join(json.dumps(x) + "\n" for x in (summary, *results)))

@@ -19,24 +19,39 @@ import json
 import re
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 STAMP = "clock_stamp_kernel"  # qsa's timer's stamps around each timed call (kernels/bench.cu)
+K = TypeVar("K", bound=tuple)
 
 
-def calls_between_stamps(kernels: list[tuple[str, int, int]], launches: int, pattern: str) -> list[list[tuple[str, int, int]]]:
-    """The timed calls: the kernels between consecutive stamps (start, end ordered), where there are exactly
-    ``launches`` and each matches ``pattern`` (a batch, the flush and the hold fall outside)."""
+def stamped_calls(kernels: Sequence[K], launches: int, pattern: str) -> list[list[K]]:
+    """The timed calls among ``kernels`` (each a tuple whose first item is its name, in the order they ran): the
+    kernels between a hold's two stamps, its start's and its end's, where there are exactly ``launches`` and each
+    matches ``pattern``. The stamps come in pairs, so what runs between one end and the next start (the next
+    case's parity run) is no call, and a batch (BATCH_LAUNCHES calls in one pair) is none either."""
     matcher = re.compile(pattern)
-    calls, current = [], None
-    for kernel in sorted(kernels, key=lambda k: k[1]):
-        if kernel[0] == STAMP:
-            if current is not None and len(current) == launches and all(matcher.search(k[0]) for k in current):
+    calls: list[list[K]] = []
+    current: list[K] | None = None
+    for kernel in kernels:
+        if re.search(rf"\b{STAMP}\b", kernel[0]):
+            if current is None:
+                current = []
+                continue
+            if len(current) == launches and all(matcher.search(k[0]) for k in current):
                 calls.append(current)
-            current = []
+            current = None
         elif current is not None:
             current.append(kernel)
     return calls
+
+
+def calls_between_stamps(kernels: list[tuple[str, int, int]], launches: int,
+                         pattern: str) -> list[list[tuple[str, int, int]]]:
+    """The timed calls of a CUPTI trace (name, start, end): stamped_calls in the order the kernels started."""
+    return stamped_calls(sorted(kernels, key=lambda k: k[1]), launches, pattern)
 
 
 def summary(calls: list[list[tuple[str, int, int]]]) -> dict:

@@ -4,6 +4,7 @@ sum and gaps, and what qsa's events time beyond the span."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -76,3 +77,38 @@ def test_a_calls_launches_are_the_records_never_a_constant() -> None:
     assert not agreement.overlapped(plain)
     with pytest.raises(SystemExit, match="lists no launches"):
         agreement.launch_count({"variant": "split", "launches": None})
+
+
+def test_what_runs_between_one_calls_end_and_the_next_ones_start_is_no_call() -> None:
+    """The next case's parity run (as many kernels as a call, after the last sample's end stamp and before the
+    next sample's start stamp) is no timed call."""
+    serial = [(0, 4000), (4500, 9000)]
+    kernels = timeline(serial, serial)
+    parity = [("block_topk_split_kernel", 50_000 + i, 50_000 + i + 10) for i in (0, 100)]
+    calls = call_trace.calls_between_stamps(kernels + parity, 2, "split")
+    assert len(calls) == 2 and all(c[0][1] % 100_000 == 1000 for c in calls)
+
+
+def test_ncu_sums_the_first_timed_calls_of_its_profile() -> None:
+    """ncu's durations in the order the kernels ran, stamps among them: a call's kernels summed, the median over
+    the first ``calls`` calls (the measured case's, before the next case's)."""
+    stamp = ("void clock_stamp_kernel(long long volatile *)", 1.0)
+
+    def call(*us: float) -> list[tuple[str, float]]:
+        return [stamp, *[(f"void block_topk_split_pass_kernel<{i}, 2>(...)", u) for i, u in enumerate(us)], stamp]
+
+    durations = [("void block_topk_split_pass_kernel<0, 2>(...)", 0.5)] + call(4.0, 2.0) + call(5.0, 3.0) \
+        + call(4.5, 2.5) + call(9.0, 9.0)
+    median, names, per_kernel = agreement.ncu_calls(durations, 2, "block_topk_split", calls=3)
+    assert median == 7.0 and per_kernel == [4.5, 2.5] and names[0].startswith("void block_topk_split_pass_kernel<0")
+    with pytest.raises(SystemExit, match="no call of 3"):
+        agreement.ncu_calls(durations, 3, "block_topk_split")
+
+
+def test_the_calls_qsa_timed_are_its_samples_and_the_samples_it_measured_again(tmp_path: Path) -> None:
+    record = tmp_path / "r.json"
+    record.write_text(json.dumps({"measurements": [
+        {"variant": "split", "case": {"score_set": "continuous"}, "samples_us": [1.0, 2.0, 3.0],
+         "rounds": {"discarded": [{"batch": False}, {"batch": False}, {"batch": True}]}},
+        {"variant": "split", "case": {"score_set": "equal"}, "samples_us": [1.0], "rounds": {"discarded": []}}]}))
+    assert agreement.timed_calls(record, "split") == 5
