@@ -177,8 +177,11 @@ def _compile(checkout: EngineCheckout, nvcc: Path, flags: tuple[str, ...], libra
                           "set QSA_CACHE_DIR to a writable folder") from None
     try:
         out = build_dir / library.name
-        cmd = [str(nvcc), *flags, "-I", str(checkout.path / INCLUDE_DIR), str(checkout.path / SOURCE), str(SHIM),
-               *(("-I", str(ADAPTER_INCLUDE), str(adapter.path)) if adapter else ()), "-o", str(out)]
+        # the adapter, a user's own file, first: nvcc compiles its inputs in turn and stops at the first error,
+        # so a mistake there is reported in a fraction of a second, not after the engine's kernels
+        cmd = [str(nvcc), *flags, "-I", str(checkout.path / INCLUDE_DIR),
+               *(("-I", str(ADAPTER_INCLUDE), str(adapter.path)) if adapter else ()), str(checkout.path / SOURCE),
+               str(SHIM), "-o", str(out)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
