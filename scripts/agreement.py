@@ -45,8 +45,8 @@ QSA = [sys.executable, "-m", "qsa_cli"]
 # qsa's command with its timer's batches off, for ncu: every timed call is then a sample's, after qsa's flush
 # (ncu serialises each profiled launch, so every hold times out and the timer measures the sample again, up to
 # MAX_REMEASURES times: those calls are as good, each after its own flush)
-UNBATCHED = [sys.executable, "-c", "import sys, qsa_cli.timing as timing; timing.BATCHES = 0; "
-             "from qsa_cli.__main__ import main; main(sys.argv[1:])"]
+BATCHES_OFF = "import qsa_cli.timing as timing; timing.BATCHES = 0"
+UNBATCHED = [sys.executable, "-c", f"import sys; {BATCHES_OFF}; from qsa_cli.__main__ import main; main(sys.argv[1:])"]
 NCU_SAMPLES = 3  # samples of a call under ncu (and as many again as its holds are re-measured)
 
 
@@ -191,9 +191,8 @@ def empty_call_code(launch: str, launches: int, samples: int = EMPTY_SAMPLES, ba
     (--l2 clean), its batches on or off, and prints its samples."""
     return f"""
 import cupy, json
-import qsa_cli.timing as timing
+{"" if batches else BATCHES_OFF}
 from qsa_cli.timing import DeviceTimer
-timing.BATCHES = timing.BATCHES if {batches} else 0
 kernel = cupy.RawKernel({EMPTY!r}, "empty_kernel")
 def call():
     for _ in range({launches}):
