@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_sanitize import _ended
 
 from qsa_cli.core.children import start_in_group, waited
 
@@ -26,27 +27,11 @@ time.sleep(600)
 """
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, which a container's init may never reap, does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
 def _pids_once_written(path: Path) -> list[int]:
     deadline = time.monotonic() + 60
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     return [int(pid) for pid in path.read_text().split()]
-
-
-def _ended(pids: list[int]) -> bool:
-    """Whether every process of ``pids`` has ended (a killed one takes a moment to go on a loaded machine)."""
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not any(_alive(pid) for pid in pids)
 
 
 def test_a_child_past_its_timeout_is_ended_with_its_group(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_results import SHIPPED
 from record_factory import stop_outcome
 from rich.cells import cell_len
 
@@ -30,8 +31,6 @@ from qsa_cli.runs.info import ARCHITECTURES, architectures, catalog_entries
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
-OLDER = ROOT / "tests" / "data" / "records"  # a real record of every older schema version (tests/test_results.py)
-SHIPPED = sorted([*RESULTS.glob("**/*.json"), *RESULTS.glob("**/*.json.xz")]) + sorted(OLDER.glob("*.json"))
 WIDTHS = (60, 80, 120, 250, None)  # None: piped, no COLUMNS (rich's 80)
 TINY_SWEEP = ("iterations: 2\nwarmup: 0\nstages: [scores, topk]\ncontexts: [4099]\nqueries: [1, 2]\ncapacity: 8192\n"
               "score_sets: [continuous, adversarial]\nkeys: [synthetic, adversarial]\n")

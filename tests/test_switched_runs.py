@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from record_factory import topk_case
 
 from qsa_cli.cli import main
 from qsa_cli.config import load_config
@@ -244,7 +245,7 @@ def test_a_childs_record_is_written_where_the_run_says_whatever_its_command_line
 # ---- the record layer: a child's rows placed among the run's ----------------------------------------------
 
 def _case(ctx: int) -> dict[str, Any]:
-    return {"ctx": ctx, "nq": 1, "capacity": 8192, "kind": "decode", "score_set": "continuous", "l2": HOST_L2}
+    return topk_case(ctx, 1, 8192, l2=HOST_L2)
 
 
 def _rows(ctx: int, *variants: str) -> CaseRows:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from qsa_cli.cli import main
+from qsa_cli.clocks import ClockReading
 from qsa_cli.launch.shape import Described, KernelCall
 from qsa_cli.output.layout import text_of
 from qsa_cli.output.report import blocks, result_csv
@@ -276,30 +277,24 @@ def test_a_measurement_records_what_its_launch_enqueues() -> None:
     assert _measured(3).launches is None
 
 
-class Reading:
+def reading(sm_mhz: int, throttled: bool) -> ClockReading:
     """A clock reading as clocks.ClockMonitor.read gives it."""
-
-    def __init__(self, sm_mhz: int, throttled: bool) -> None:
-        self.sm_mhz, self.throttled = sm_mhz, throttled
-
-    def to_dict(self) -> dict[str, object]:
-        return {"sm_mhz": self.sm_mhz, "mem_mhz": None, "temperature_c": None, "power_w": None,
-                "event_reasons": ["sw_thermal_slowdown"] if self.throttled else [], "throttled": self.throttled}
+    return ClockReading(sm_mhz, None, None, None, ["sw_thermal_slowdown"] if throttled else [], throttled)
 
 
 class Clocks:
     """Readings one after another, the launches counted between them."""
 
-    def __init__(self, *readings: Reading) -> None:
+    def __init__(self, *readings: ClockReading) -> None:
         self.readings, self.calls, self.read_at = list(readings), 0, []
 
-    def read(self) -> Reading:
+    def read(self) -> ClockReading:
         self.read_at.append(self.calls)
         return self.readings.pop(0)
 
 
 def test_the_clocks_are_read_around_a_measurement_and_a_throttled_one_says_so() -> None:
-    clocks = Clocks(Reading(1980, False), Reading(1400, True), Reading(1980, False), Reading(1980, False))
+    clocks = Clocks(reading(1980, False), reading(1400, True), reading(1980, False), reading(1980, False))
 
     def launch() -> None:
         clocks.calls += 1
