@@ -275,8 +275,7 @@ def clean_row(row: Row, out: Path, launches: int, overlaps: bool,
               "cupti_gap_us": trace["median_gap_us"], "qsa_beyond_span_us": beyond_span_us(clean["samples_us"],
                                                                                             trace["span_us"]),
               "empty_shape": shape, "empty_beyond_span_us": overhead["beyond_span_us"],
-              "cupti_plus_overhead_us": expected, "clean_vs_cupti": clean_us / expected - 1,
-              "ncu_launches": launches}
+              "cupti_plus_overhead_us": expected, "clean_vs_cupti": clean_us / expected - 1}
     if not overlaps:  # ncu serialises a call's launches: not the call when they overlap (PDL)
         profiled = out / f"ncu-{row.tag}.json"
         argv = [*UNBATCHED, *row.args(str(NCU_SAMPLES)), "--l2", "clean", "--warmup", "0", "--quiet",
@@ -337,7 +336,7 @@ def table(results: list[dict], overheads: dict[str, dict[str, float]]) -> str:
     for r in results:
         ncu = (f"{r['ncu_plus_overhead_us']:.2f} | {_diff(r['clean_vs_ncu'])}" if "clean_vs_ncu" in r
                else "– (overlapped launches) | –")
-        lines.append(f"| {r['row']} | {r['ncu_launches']} | {r['qsa_dirty_median_us']:.2f} | "
+        lines.append(f"| {r['row']} | {r['launches']} | {r['qsa_dirty_median_us']:.2f} | "
                      f"{r['nvbench_cold_median_us']:.2f} | {_diff(r['dirty_vs_nvbench'])} | "
                      f"{r['qsa_clean_median_us']:.2f} | {ncu} | {r['cupti_plus_overhead_us']:.2f} | "
                      f"{_diff(r['clean_vs_cupti'])} |")

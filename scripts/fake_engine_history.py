@@ -18,23 +18,19 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(Path(__file__).parent)]
 
 from fake_engine import git, write_fake_engine  # noqa: E402
+from gate_rates import run  # noqa: E402  (a script beside this one: qsa run, its log kept, its seconds)
 
 COMMITS = 8
 SLOWED_AT = 4  # the first slowed commit (1-based): 3 runs before the step, 5 from it on (not provisional)
 SLOWED = "scores"
 SLOW_NS = 2_000  # +2 µs a decode call: about +25 % at 32K x 1, +3 % at 420K x 8
-SCORER_SOURCE = Path("src/kernels/cuda/qsa_select.cu")
-QSA = [sys.executable, "-m", "qsa_cli"]
 
 
 def engine_repository(at: Path) -> list[str]:
@@ -42,27 +38,20 @@ def engine_repository(at: Path) -> list[str]:
     write_fake_engine(at)
     git(at, "init", "-q", "-b", "main")
     commits = []
-    with tempfile.TemporaryDirectory() as slowed:
-        slowed_source = write_fake_engine(Path(slowed), slow=SLOWED, slow_ns=SLOW_NS) / SCORER_SOURCE
-        for n in range(1, COMMITS + 1):
-            if n == SLOWED_AT:
-                shutil.copy(slowed_source, at / SCORER_SOURCE)
-            (at / "NOTES.md").write_text(f"commit {n}\n")
-            git(at, "add", "-A")
-            git(at, "commit", "-qm", f"commit {n}{' (its decode scorer slowed)' if n == SLOWED_AT else ''}")
-            commits.append(git(at, "rev-parse", "HEAD"))
+    for n in range(1, COMMITS + 1):
+        if n == SLOWED_AT:  # the same files but the scorer's source, slowed
+            write_fake_engine(at, slow=SLOWED, slow_ns=SLOW_NS)
+        (at / "NOTES.md").write_text(f"commit {n}\n")
+        git(at, "add", "-A")
+        git(at, "commit", "-qm", f"commit {n}{' (its decode scorer slowed)' if n == SLOWED_AT else ''}")
+        commits.append(git(at, "rev-parse", "HEAD"))
     return commits
 
 
 def qsa(out: Path, name: str, *argv: str) -> float:
     """``qsa argv`` (exit 0 or 1: 1 is a verdict); its seconds, its output in OUT/NAME.log."""
-    started = time.perf_counter()
-    done = subprocess.run([*QSA, *argv], capture_output=True, text=True, cwd=ROOT)
-    seconds = time.perf_counter() - started
-    (out / f"{name}.log").write_text(done.stdout + done.stderr)
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"qsa {' '.join(argv)}: exit {done.returncode}: {(done.stdout + done.stderr)[-600:]}")
-    print(f"{name}: {seconds:.1f} s, exit {done.returncode}", flush=True)
+    seconds = run(list(argv), out / f"{name}.log")
+    print(f"{name}: {seconds:.1f} s", flush=True)
     return seconds
 
 
@@ -79,10 +68,8 @@ def main(out: Path) -> int:
         times[f"sweep {n}"] = qsa(out, f"sweep-{n}", "sweep", "ci", "--engine", f"strata={repo}@{commit}",
                                   "--quiet", "--json", str(run))
         qsa(out, f"promote-{n}", "baseline", "promote", str(run), "--dir", str(store))
-    for fmt in ("markdown", "json"):
-        done = subprocess.run([*QSA, "history", str(store), "--engine", "strata", "--format", fmt],
-                              capture_output=True, text=True, cwd=ROOT)
-        (out / f"history.{'md' if fmt == 'markdown' else fmt}").write_text(done.stdout + done.stderr)
+    for fmt, suffix in (("markdown", "md"), ("json", "json")):
+        run(["history", str(store), "--engine", "strata", "--format", fmt], out / f"history.{suffix}")
     qsa(out, "history", "history", str(store), "--engine", "strata", "--plot", str(out / "history.png"),
         "--html", str(out / "history.html"))
     # a pull request's check as the recipe runs it, every build a cache hit by now

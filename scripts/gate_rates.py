@@ -118,9 +118,8 @@ def tally(records: list[Path], baseline: RunRecord, slowed: str | None,
             side["unconfirmed"] += final == UNCONFIRMED
             if variant == slowed and (key, variant) in aa_medians:
                 ratios.append(medians[key, variant] / aa_medians[key, variant] - 1)
-    true = ratios
     return {**counts, "gates": len(records),
-            "true_slowdown": [min(true), max(true)] if true else None}
+            "true_slowdown": [min(ratios), max(ratios)] if ratios else None}
 
 
 def main() -> int:

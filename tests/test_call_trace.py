@@ -55,9 +55,9 @@ def test_qsa_beyond_the_span_is_paired_per_call_or_else_by_medians() -> None:
 def test_the_table_judges_ncu_where_it_observes_the_call_and_shows_cupti_beside() -> None:
     common = {"qsa_dirty_median_us": 30.0, "nvbench_cold_median_us": 30.3, "dirty_vs_nvbench": -0.01,
               "qsa_clean_median_us": 29.0, "cupti_plus_overhead_us": 29.2, "clean_vs_cupti": -0.007}
-    rows = [{"row": "one", **common, "ncu_plus_overhead_us": 29.5, "clean_vs_ncu": -0.017, "ncu_launches": 1},
-            {"row": "five, PDL off", **common, "ncu_plus_overhead_us": 29.9, "clean_vs_ncu": -0.03, "ncu_launches": 5},
-            {"row": "five", **common, "ncu_launches": 5}]
+    rows = [{"row": "one", **common, "ncu_plus_overhead_us": 29.5, "clean_vs_ncu": -0.017, "launches": 1},
+            {"row": "five, PDL off", **common, "ncu_plus_overhead_us": 29.9, "clean_vs_ncu": -0.03, "launches": 5},
+            {"row": "five", **common, "launches": 5}]
     text = agreement.table(rows, {"wave x1": {"qsa_us": 3.1, "beyond_span_us": 1.2, "ncu_us": 1.3}})
     one, five_off, five = text.splitlines()[2:5]
     assert one.startswith("| one | 1 |") and "| 29.50 | -1.7% | 29.20 | -0.7% |" in one
