@@ -93,13 +93,12 @@ def promote(record: RunRecord, path: str, folder: Path) -> Path:
     Returns the stored file."""
     key = check_promotable(record, path)
     stored = folder / key / run_name(record)
-    if stored.exists() and load_record(stored).to_dict() != record.to_dict():
+    made = not stored.exists()
+    if not made and load_record(stored).to_dict() != record.to_dict():
         raise BaselineError(f"{stored} holds another run of the same date and commit: it is never replaced")
-    made = False
     with made_folder(stored.parent):
-        if not stored.exists():
+        if made:
             write_json(stored, record.to_dict())
-            made = True
         try:
             with atomic_write(folder / key / CURRENT) as fh:
                 fh.write(stored.name + "\n")

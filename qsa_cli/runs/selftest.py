@@ -56,9 +56,9 @@ def topk_selftest(s: Session, seed: int, progress: Progress = no_progress) -> li
         tasks: list[Task] = [*((topk_score_set, (call, name, seed, check_model)) for call in calls
                                for name in SCORE_SETS), (topk_score_set, (GRAPH_CALL, GRAPH_SCORE_SET, seed, True))]
     else:  # all of a set's work in a worker: this process would otherwise run the models one set at a time
-        tasks = [(topk_models_case, (call, name, seed, s.variants("topk", s.here("topk", call.max_blocks,
-                                                                                  call.active_blocks)),
-                                     s.roles["topk"], False, check_model)) for call in calls for name in SCORE_SETS]
+        here = {call: s.variants("topk", s.here("topk", call.max_blocks, call.active_blocks)) for call in calls}
+        tasks = [(topk_models_case, (call, name, seed, here[call], s.roles["topk"], False, check_model))
+                 for call in calls for name in SCORE_SETS]
     rows = []
     with in_order(tasks) as made:
         for i, call in enumerate(calls):
