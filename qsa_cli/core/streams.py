@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from .errors import OutputError
-from .files import cannot_write
 
 # What qsa's own text holds beyond ASCII, spelled for a stream that cannot carry it; any other character (a
 # file name's, a description's) is written as Python writes it in a string, \xe9.
@@ -49,7 +48,7 @@ def check_stdout() -> None:
     try:
         os.write(fd, b"")
     except OSError as exc:
-        raise cannot_write("stdout", exc) from None
+        raise OutputError(f"stdout: cannot write ({exc.strerror or exc})") from None
 
 
 def plain_where_needed() -> None:
@@ -101,4 +100,4 @@ def printing(*streams: TextIO) -> Iterator[Cut]:
         raise
     except OSError as exc:
         silence(*(s for s in streams if s is not sys.stderr))  # the line saying so goes there
-        raise OutputError(f"{cannot_write('stdout', exc)}: what was printed is cut short") from None
+        raise OutputError(f"stdout: cannot write ({exc.strerror or exc}): what was printed is cut short") from None
