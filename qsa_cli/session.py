@@ -201,15 +201,16 @@ class Session:
     def measuring(self) -> Iterator[Measurer]:
         """The run's cases measured in the block, their measurements complete as it ends: a deferred timer's
         (nvbench's) timed then, in its one batch. A block left early (an interruption, an error) leaves the
-        measurements never timed out of the record, which holds only what was measured."""
+        measurements never timed out of the record, which holds only what was measured; so does a deferred timer's
+        batch that fails or is interrupted."""
         measurer = self.measurer
         try:
             yield measurer
+            measurer.complete()
         except BaseException:
             untimed = {id(m) for m in measurer.timer.pending}
             self.record.measurements = [m for m in self.record.measurements if id(m) not in untimed]
             raise
-        measurer.complete()
 
     @property
     def inexact(self) -> dict[str, str]:

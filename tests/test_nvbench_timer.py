@@ -286,6 +286,16 @@ def test_an_interrupted_run_keeps_no_measurement_nvbench_never_timed(bench: Fake
     assert s.record.measurements == [] and bench.argv is None
 
 
+def test_a_failed_nvbench_run_leaves_no_untimed_measurement(bench: FakeBench) -> None:
+    """nvbench's one batch fails as the cases end: the record keeps none of what it was to time."""
+    bench.fail = True
+    with session(Settings(backend="cpu", iters=3), "select-bench", []) as s:
+        s.run_measurer = Measurer(3, timer_of(bench, []))
+        with pytest.raises(TimerError, match="nvbench failed"), s.measuring() as measurer:
+            s.take(StageOutcome([measurer.measure("scores", "halve", CASE, lambda: None)]))
+    assert s.record.measurements == [] and bench.argv is not None
+
+
 def test_a_runs_cases_end_with_nvbenchs_one_run(bench: FakeBench) -> None:
     """The measurements taken into the record while the cases run are nvbench's once the cases end."""
     with session(Settings(backend="cpu", iters=3), "select-bench", []) as s:
