@@ -125,17 +125,13 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
     if path.is_file() and _write_protected(path):
         raise OutputError(f"{path}: read-only")
     permissions = path.stat().st_mode & 0o777 if path.is_file() else 0o666 & ~_umask()
-    try:
+    with written(path):
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise cannot_write(path, exc) from None
-    try:
-        with os.fdopen(fd, mode) as fh:
-            os.fchmod(fh.fileno(), permissions)  # mkstemp makes it 0o600
-            yield fh
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
-            raise cannot_write(path, exc) from None
-        raise
+        try:
+            with os.fdopen(fd, mode) as fh:
+                os.fchmod(fh.fileno(), permissions)  # mkstemp makes it 0o600
+                yield fh
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

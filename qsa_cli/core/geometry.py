@@ -199,9 +199,9 @@ def validate_steps(steps: np.ndarray, max_blocks_: int) -> None:
             raise GeometryError(f"steps[{q}] = {steps[q].tolist()} breaks {rule}")
 
 
-def block_weights(n_kv: int, n_blocks: int) -> np.ndarray:
+def block_weights(n_kv: int, n_blocks: int, dtype: type[np.signedinteger] = np.int32) -> np.ndarray:
     """Cells of blocks 0..n_blocks-1 for a query of n_kv cells: R, ..., R, tail (0-3), then 0."""
-    cells = np.zeros(n_blocks, dtype=np.int32)  # filled, not clipped from a range: every model calls this per query
+    cells = np.zeros(n_blocks, dtype=dtype)  # filled, not clipped from a range: every model calls this per query
     whole = min(n_blocks, max(0, n_kv // BLOCK_CELLS))
     cells[:whole] = BLOCK_CELLS
     if whole < n_blocks:

@@ -78,7 +78,7 @@ def _blocks(scores_row: np.ndarray, n_kv: int, n_bid: int) -> tuple[np.ndarray, 
     if scores_row.ndim != 1 or scores_row.shape[0] <= n_bid:
         raise GeometryError(f"a score row of shape {list(scores_row.shape)} has no block n_bid = {n_bid}")
     keys = order_keys(scores_row[: n_bid + 1])
-    return keys, block_weights(n_kv, n_bid + 1).astype(np.int64)
+    return keys, block_weights(n_kv, n_bid + 1, np.int64)
 
 
 def _shift(p: int) -> int:

@@ -37,17 +37,18 @@ class CaseRows:
     notes: list[str] = field(default_factory=list)  # e.g. an engine variant that refused this call
 
     def extend(self, other: CaseRows) -> None:
-        self.measurements += other.measurements
-        self.parity += other.parity
+        _append_rows(self, other)
         self.notes += other.notes
-        self.agreements += other.agreements
+
+
+def _append_rows(into: CaseRows | RunRecord, rows: CaseRows) -> None:
+    for name in ROW_LISTS:
+        getattr(into, name).extend(getattr(rows, name))
 
 
 def add_rows(record: RunRecord, rows: CaseRows) -> None:
     """``rows`` into ``record`` after those it holds, each note once."""
-    record.measurements += rows.measurements
-    record.parity += rows.parity
-    record.agreements += rows.agreements
+    _append_rows(record, rows)
     record.notes += [n for n in dict.fromkeys(rows.notes) if n not in record.notes]
 
 
