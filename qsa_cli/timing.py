@@ -40,6 +40,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from .core.memory import FLUSH_L2_MULTIPLE
 from .kernels import load
 from .launch.kernel import KernelLaunch
 from .record.schema import (
@@ -509,8 +510,7 @@ class DeviceTimer(AtOnce):
         self._words = np.ctypeslib.as_array((ctypes.c_int64 * HOLD_WORDS).from_address(self._words_host))
         self._words[:] = 0
         self._generation = 0
-        # twice the L2, so that none of what the previous call left survives the flush
-        flush_floats = 2 * self.l2_bytes // 4 if self.l2 != "warm" else 0
+        flush_floats = FLUSH_L2_MULTIPLE * self.l2_bytes // 4 if self.l2 != "warm" else 0
         self._flush_buf = cupy.random.default_rng(0).random(flush_floats, dtype=cupy.float32)
         self._flush_read = self.read_launcher(self._flush_buf) if self.l2 == "clean" else None
 

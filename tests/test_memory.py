@@ -162,8 +162,9 @@ def test_a_case_on_the_device_is_its_guarded_arrays_their_copies_and_its_scratch
     case = CaseSize.of("scores", Call(4096, 2, 8192))
     # keys 2050 x 512 = 1049600 B, dead 512, queries 2 x 512, steps 2 x 16, scores 2 x 2050 x 4 = 16400, each
     # between two guard zones of 4096 B and rounded up to 256 B: 1057792 + 8704 + 9216 + 8448 + 24832 B;
-    # a pristine copy of each input (1051168 B), the scores' poison (16400 B), the comparison of the keys (1049600 B)
-    assert memory.device_case_bytes(case, [], argpartition=False) == 1108992 + 1051168 + 16400 + 1049600
+    # a pristine copy of each input (1051168 B), the scores' poison (16400 B), the comparison of the keys (a boolean
+    # an 8-byte word: 131200 B)
+    assert memory.device_case_bytes(case, [], argpartition=False) == 1108992 + 1051168 + 16400 + 131200
     topk = CaseSize.of("topk", Call(4096, 2, 8192, prompt=True))  # 1025 active blocks
     bare = memory.device_case_bytes(topk, [], argpartition=False)
     assert memory.device_case_bytes(topk, [1000], argpartition=False) - bare == 2 * 4096 + 1024
@@ -184,12 +185,12 @@ def test_a_run_past_the_devices_free_memory_is_one_line_naming_both(capsys, monk
     prompt = CaseSize.of("topk", Call(1 << 22, 1024, 1 << 22, prompt=True), held=4)
     with pytest.raises(MemoryNeedError) as refused:
         check_device_memory(_gpu_session(CaseSize.of("scores", Call(4096, 2, 8192)), prompt), "topk-parity")
-    assert str(refused.value) == ("topk-parity needs about 65.5 GB of device memory (its largest case: topk nq=1024 "
+    assert str(refused.value) == ("topk-parity needs about 61.7 GB of device memory (its largest case: topk nq=1024 "
                                   "capacity=4194304 prompt); device 0 (NVIDIA H100 80GB HBM3) has 20.0 GB free of "
                                   "85.0 GB")
     monkeypatch.setattr(memory, "free_device_bytes", lambda: (70 * GB, 85 * GB))
     assert check_device_memory(_gpu_session(prompt), "topk-parity") == (
-        "qsa: this run needs about 65.5 GB of device memory of the 70.0 GB free on device 0 (NVIDIA H100 80GB HBM3)")
+        "qsa: this run needs about 61.7 GB of device memory of the 70.0 GB free on device 0 (NVIDIA H100 80GB HBM3)")
 
 
 def test_what_the_device_check_weighs(monkeypatch) -> None:

@@ -142,9 +142,13 @@ class Pristine:
                 if not bool(self.xp.array_equal(_words(arrays[name]), _words(copy)))]
 
 
+def word_bytes(nbytes: int) -> int:
+    """The widest unsigned word that tiles ``nbytes``: what Pristine compares an array of that size in."""
+    return next(w for w in (8, 4, 2, 1) if nbytes % w == 0)
+
+
 def _words(array: Any) -> Any:
     """An array's bytes as the widest unsigned words that tile them: the same bytes compared in an eighth of the
     elements (a call's scores are tens of MB, compared after every variant)."""
     flat = array.reshape(-1).view(np.uint8)
-    width = next(w for w in (8, 4, 2, 1) if flat.size % w == 0)
-    return flat.view(f"u{width}")
+    return flat.view(f"u{word_bytes(flat.size)}")

@@ -11,7 +11,7 @@ largest case decides: ``CaseSize`` says what a case is by size, and the run pass
   GPU run's host too, with CUDA's and CuPy's own (HOST_GPU_BASE_BYTES) on top.
 - Device: what the stages allocate (stages/base.run_stage, core/integrity.py): every input, output and scratch
   array between its two guard zones; a copy of each input (integrity.Pristine) and of each output's poison
-  (stages/base.poisoned); the byte-wise comparison's boolean array the size of the largest input; each top-k
+  (stages/base.poisoned); the comparison's boolean array, one a word (integrity.word_bytes) of an input; each top-k
   variant's scratch as its launch shape sizes it (launch/shape.TopkShape.scratch_bytes); cupy.argpartition's
   sort where a top-k case times it; then the timer's L2 flush buffer with what making it takes, and
   DEVICE_SLACK_BYTES for the compiled modules, CUDA graphs and CuPy's rounding. A run with variants under an
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from .errors import MemoryNeedError
 from .geometry import IDX_DIM, SELECT_CAP, STEP_INTS, Call, capacity_of
-from .integrity import guarded_bytes
+from .integrity import guarded_bytes, word_bytes
 
 KEY_BYTES = IDX_DIM * 4  # a block's pooled key, a query: 128 float32
 WORD = 4  # a score, an id, a step record's int
@@ -47,7 +47,10 @@ HOST_IDS_FACTOR = 24  # ... and over its ids' bytes: each variant's kept, the mo
 # Device: cupy.argpartition sorts what it partitions (CuPy's argsort through Thrust): a copy of the scores (4
 # B), int64 indices (8 B) and int64 row keys (8 B), and the merge sort's buffers of all three (20 B); rounded up.
 ARGPARTITION_BYTES_PER_SCORE = 48
-FLUSH_MAKING_FACTOR = 2  # the L2 flush buffer (2x the L2, float32) and the random numbers it is made of
+# The timer's L2 flush buffer (timing.DeviceTimer): twice the L2, so that none of what the previous call left
+# survives the flush; making it takes as much again (the random numbers it is made of)
+FLUSH_L2_MULTIPLE = 2
+FLUSH_MAKING_FACTOR = 2
 DEVICE_SLACK_BYTES = 256 << 20  # compiled modules, CUDA graphs, CuPy's rounding of each allocation
 CHILD_CONTEXT_BYTES = 512 << 20  # a child process's own CUDA context (runs/stages.py's switched variants)
 TELL_FROM_BYTES = 1 << 30  # a run this large is said before it starts
@@ -122,14 +125,15 @@ def device_case_bytes(case: CaseSize, scratch: Sequence[int], argpartition: bool
     the case times cupy.argpartition) that sort's."""
     inputs, outputs = case.arrays()
     placed = sum(guarded_bytes(n) for n in (*inputs, *outputs, *scratch))
-    copies = sum(inputs) + sum(outputs) + max(inputs)
+    compared = max(n // word_bytes(n) for n in inputs)  # integrity.Pristine's comparison: a boolean a word
+    copies = sum(inputs) + sum(outputs) + compared
     sort = ARGPARTITION_BYTES_PER_SCORE * case.nq * case.blocks if argpartition else 0
     return placed + copies + sort
 
 
 def flush_bytes(l2_bytes: int, warm: bool) -> int:
-    """The timer's L2 flush buffer (twice the L2: timing.DeviceTimer) with what making it takes; none warm."""
-    return 0 if warm else FLUSH_MAKING_FACTOR * 2 * l2_bytes
+    """The timer's L2 flush buffer with what making it takes; none warm."""
+    return 0 if warm else FLUSH_MAKING_FACTOR * FLUSH_L2_MULTIPLE * l2_bytes
 
 
 def device_run_bytes(case_bytes: int, flush: int, children: bool) -> int:
