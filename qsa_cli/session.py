@@ -317,7 +317,9 @@ def session(
         yield s
         return
     found = require(settings.device_id)  # a one-line NoDeviceError before anything imports CuPy
-    host_need = check_host(command, settings.sizes, on_gpu=True)  # before the engine checkouts are built
+    # a switched run's child weighs nothing: its run weighed itself, the child's share included (memory.py)
+    weighs = settings.child is None
+    host_need = check_host(command, settings.sizes, on_gpu=True) if weighs else None  # before the builds
     import cupy
 
     record.device = found.info
@@ -328,7 +330,7 @@ def session(
             raise TimerError(f"--timer nvbench times the launchers of this process; {next(iter(switched.values()))} "
                              "runs under its switches in a child process of its own")
         _cast(s, switched)
-        tell(host_need, check_device_memory(s, command))
+        tell(host_need, check_device_memory(s, command) if weighs else None)
         monitor = ClockMonitor.for_pci_bus_id(found.info["pci_bus_id"])
         stack.callback(monitor.close)
         record.device["nvml"] = monitor.device_info()
@@ -376,7 +378,7 @@ def _gpu_measurer(settings: Settings, kernels: Path, clocks: Any, locked_sm_mhz:
     gpu = DeviceTimer(l2=settings.l2, warmup=settings.warmup, kernels=kernels, locked_sm_mhz=locked_sm_mhz)
     timer: Timer = (NvbenchTimer(cuda_bench(), settings.device_id, settings.warmup)
                     if settings.timer == NVBENCH_TIMER and settings.iters != 0 else gpu)
-    return Measurer(settings.iters, timer, clocks, settings.stopping, gpu=gpu)
+    return Measurer(settings.iters, timer, clocks, settings.stopping, gpu=gpu, reference_points=settings.child is None)
 
 
 def _add_parts(s: Session, stack: contextlib.ExitStack) -> dict[str, str]:

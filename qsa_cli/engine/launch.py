@@ -108,7 +108,8 @@ def engine_scorer_launcher(lib: EngineLibrary, variant: str, dev: ScorerInputs, 
     return EngineCall(lib, SCORER_PATHS[variant], (*pointers[:4], nq, mb, pointers[4]), (active,), arrays)
 
 
-UNSCRATCHED = ("topk", "topk-ref", "topk-cluster")  # the top-k kinds that take no scratch of qsa's
+# The top-k kinds that take no scratch of qsa's, and the function each calls (the dispatching one with the count)
+UNSCRATCHED = {"topk": "qsa_block_topk", "topk-ref": "qsa_block_topk_ref", "topk-cluster": "qsa_block_topk_cluster"}
 
 
 def engine_scratch_bytes(lib: EngineLibrary, variant: str, nq: int) -> int:
@@ -143,11 +144,9 @@ def engine_topk_launcher(lib: EngineLibrary, variant: str, scores: Any, steps: A
     _require_runs(lib, variant, nq)
     arrays: tuple[Any, ...] = (scores, steps, ids)
     head = (scores.data.ptr, steps.data.ptr, nq, mb, SELECT_CAP, ids.data.ptr)
-    if variant == "topk":
-        return TopkLaunch((EngineCall(lib, "qsa_block_topk", head, (active_blocks or NO_ACTIVE_COUNT,), arrays),))
     if variant in UNSCRATCHED:
-        function = "qsa_block_topk_ref" if variant == "topk-ref" else "qsa_block_topk_cluster"
-        return TopkLaunch((EngineCall(lib, function, head, (), arrays),))
+        count = (active_blocks or NO_ACTIVE_COUNT,) if variant == "topk" else ()
+        return TopkLaunch((EngineCall(lib, UNSCRATCHED[variant], head, count, arrays),))
     if scratch is None:
         import cupy
 

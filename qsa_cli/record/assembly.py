@@ -75,7 +75,7 @@ def check_child(run: RunRecord, child: RunRecord, what: str) -> None:
 def _rows_of(child: RunRecord, wanted: Mapping[str, tuple[str, ...]]) -> dict[str, CaseRows]:
     """``child``'s rows of the variants ``wanted`` names for each case (its key -> those variants), by case: their
     measurements and the checks of their outputs (their last timed calls' too), not those of what the child ran
-    beside them to check them against (qsa's reference, its read floor). A SwitchedRunError where the child
+    beside them to check them against (qsa's reference). A SwitchedRunError where the child
     holds a case it was not given."""
     strange = next((row.key for name in ROW_LISTS for row in getattr(child, name) if row.key not in wanted), None)
     if strange is not None:

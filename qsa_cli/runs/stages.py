@@ -141,14 +141,14 @@ def _run_switched(s: Session, cases: list[Case], progress: Progress) -> list[Sta
             keys.append(case.key(inputs, s.measurer.l2))
             ran = here or not settings_of[i]
             outcomes.append(s.take(case.run_here(inputs, here, told)) if ran else StageOutcome())
-    lock = s.record.settings.get("clock_lock")
+    locked_sm_mhz = s.measurer.gpu.locked_sm_mhz if s.measurer.gpu is not None else None
     for j, (setting, by_case) in enumerate(groups.items()):
         names = ", ".join(dict.fromkeys(name for names in by_case.values() for name in names))
         stages = "/".join(dict.fromkeys(cases[i].stage for i in by_case))
         over = f", {len(by_case)} cases" if len(by_case) > 1 else ""
         progress(done + j, total, f"{stages} {names} (a child process{over})")
         child = SwitchedChild(setting, tuple((k, os.environ.get(k)) for k, _ in setting),
-                              lock["sm_mhz"] if lock and lock["locked"] else None,
+                              locked_sm_mhz,
                               tuple((keys[i], names_i) for i, names_i in by_case.items()))
         record = run_child(s.record.argv, child, names)
         check_child(s.record, record, f"the child running {names}")
@@ -213,14 +213,10 @@ def topk_case(s: Session, make: Callable[[], TopkInputs], variants: tuple[str, .
               check_model: bool | None = None, oracle: np.ndarray | None = None, label: str = "topk") -> Case:
     """A top-k case; ``oracle``: the CPU oracle's ids of its inputs, made beforehand (else made as the check
     needs them)."""
-    # cupy.argpartition timed beside the variants, by the run itself: a child of it (runs/switched.py) would time
-    # it again for nothing, for seconds a case under ITERS auto
-    argpartition = s.on_gpu and s.measurer.iters != 0 and s.settings.child is None
-
     def here(inputs: TopkInputs, names: tuple[str, ...], told: Progress) -> StageOutcome:
         return topk_stage.run_topk(inputs, s.measurer, s.variants("topk", names), s.roles["topk"], s.launcher,
                                    active_blocks, s.settings.check_model if check_model is None else check_model,
-                                   argpartition=argpartition, same_bits=s.compared_bits("topk"), oracle=oracle)
+                                   same_bits=s.compared_bits("topk"), oracle=oracle)
 
     def case_of(inputs: TopkInputs, l2: str) -> dict[str, Any]:
         return topk_stage.topk_call_case(inputs, active_blocks, l2)

@@ -148,8 +148,9 @@ def run_stage(stage: Stage, variants: Sequence[Runnable], measurer: Measurer, ro
             # what the last timed call left (a deferred timer's calls are still to come: none to check)
             last = stage.host(placed.output) if timed is not None and not measurer.deferred else None
             out.parity += integrity.checks(stage.name, case, v.name, out.outputs[v.name], last, stage.describe)
-        for point in stage.reference_points(measurer, case, on_gpu):
-            out.add(point)
+        if measurer.reference_points:
+            for point in stage.reference_points(measurer, case, on_gpu):
+                out.add(point)
     inexact = frozenset(v.name for v in variants if not v.exact)
     _checks(stage, case, out, tuple(v.name for v in variants), inexact, roles, check_model, same_bits)
     return out

@@ -77,6 +77,9 @@ class Measurer:
     clocks: ClockSource | None = None
     rule: StoppingRule = field(default_factory=StoppingRule)
     gpu: DeviceTimer | None = None
+    # the reference points timed beside the variants (the read floor, cupy.argpartition): not by a switched run's
+    # child, whose run times them itself
+    reference_points: bool = True
 
     @property
     def l2(self) -> str:

@@ -42,19 +42,18 @@ def topk_call_case(inputs: TopkInputs, active_blocks: int, l2: str) -> dict[str,
 
 
 class TopkStage(StageBase):
-    """A call's top-k on one score set (a decode call when ``active_blocks`` is 0, else a prompt call);
-    ``argpartition``: cupy.argpartition over the same scores timed beside the variants (GPU only); ``oracle``:
+    """A call's top-k on one score set (a decode call when ``active_blocks`` is 0, else a prompt call), with
+    cupy.argpartition over the same scores timed beside the variants on the GPU; ``oracle``:
     the CPU oracle's ids of these inputs, made beforehand (by a worker process, runs/pool.py), else made here."""
 
     name, model_name = STAGE, CPU_ORACLE
 
-    def __init__(self, inputs: TopkInputs, active_blocks: int, argpartition: bool, launcher: Launcher | None,
+    def __init__(self, inputs: TopkInputs, active_blocks: int, launcher: Launcher | None,
                  oracle: np.ndarray | None = None) -> None:
         self.inputs = inputs
         self.oracle = oracle
         self.launcher = launcher  # the GPU's (catalog.Launcher)
         self.active_blocks = active_blocks
-        self.argpartition = argpartition
 
     def case(self, l2: str) -> dict[str, Any]:
         return topk_call_case(self.inputs, self.active_blocks, l2)
@@ -82,19 +81,19 @@ class TopkStage(StageBase):
         return None, selection_agreement(subject, against, self.inputs.steps)
 
     def reference_points(self, measurer: Measurer, case: dict[str, Any], on_gpu: bool) -> Iterator[Measurement | None]:
-        if self.argpartition and on_gpu:
+        if on_gpu:
             # its sort waits for the stream on the host: timed unheld, the host's time in its samples
             yield measurer.measure(STAGE, ARGPARTITION, case, _argpartition_launcher(self.placed.scores, self.inputs),
                                    synchronizes=True)
 
 
 def run_topk(inputs: TopkInputs, measurer: Measurer, variants: tuple[Variant, ...], roles: Mapping[str, str],
-             launcher: Launcher | None, active_blocks: int = 0, check_model: bool = True, argpartition: bool = False,
+             launcher: Launcher | None, active_blocks: int = 0, check_model: bool = True,
              same_bits: tuple[tuple[str, str], ...] = (), oracle: np.ndarray | None = None) -> StageOutcome:
     """``variants`` on ``inputs`` (through ``launcher`` on the GPU, as their CPU models on the CPU), each
     timed, its ids checked bit for bit against the reference, the CPU oracle (``oracle``: its ids, made
     beforehand), and the roles' baseline against their candidate (stages/base.py)."""
-    return run_stage(TopkStage(inputs, active_blocks, argpartition, launcher, oracle), variants, measurer, roles,
+    return run_stage(TopkStage(inputs, active_blocks, launcher, oracle), variants, measurer, roles,
                      check_model, same_bits)
 
 
