@@ -653,29 +653,26 @@ def _command(args: tuple[str, ...]) -> tuple[str, ...]:
     return args[next(i for i, arg in enumerate(args) if "=" not in arg or not arg[:1].isupper()):]
 
 
+def _made(arg: str, folder: Path) -> str:
+    """An ``@name`` argument (a FILES entry, possibly with a path under it) with its entry made in ``folder``,
+    once: the path it names."""
+    name = arg[1:].split("/")[0]
+    if not (folder / name).exists():
+        FILES[name](folder / name)
+    return arg[1:]
+
+
 def _environment(args: tuple[str, ...], folder: Path | None = None) -> dict[str, str]:
     """The ``NAME=VALUE`` settings leading a row; a VALUE ``@name`` is a FILES entry made in ``folder``."""
     settings = dict(arg.split("=", 1) for arg in args[:len(args) - len(_command(args))])
-    for name, value in settings.items():
-        if value.startswith("@") and folder is not None:
-            FILES[value[1:]](folder / value[1:])
-            settings[name] = value[1:]
-    return settings
+    return {name: _made(value, folder) if value.startswith("@") and folder is not None else value
+            for name, value in settings.items()}
 
 
 def _argv(args: tuple[str, ...], folder: Path) -> list[str]:
-    """The command line with its files made: ``@name`` (a FILES entry, possibly with a path under it)."""
-    out = []
-    for arg in _command(args):
-        if arg.startswith("@"):
-            name = arg[1:].split("/")[0]
-            if not (folder / name).exists():
-                FILES[name](folder / name)
-            arg = arg[1:]
-        elif arg.startswith("%"):
-            arg = arg[1:]
-        out.append(arg)
-    return out
+    """The command line with its files made: ``@name`` (a FILES entry), ``%text`` the text as it is."""
+    return [_made(arg, folder) if arg.startswith("@") else arg[1:] if arg.startswith("%") else arg
+            for arg in _command(args)]
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, bytes | None]]:
