@@ -6,15 +6,15 @@ table names exactly the options each command has."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
-import subprocess
 import sys
 from functools import cache
 from pathlib import Path
 
+import click
 import pytest
 
+from qsa_cli.cli import cli, load_command
 from qsa_cli.device import probe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,29 +65,21 @@ def test_the_link_check_sees_links_and_anchors() -> None:
     assert slug("3. `qsa gate --baseline BASE.json`: the CI gate") == "3-qsa-gate---baseline-basejson-the-ci-gate"
 
 
-def _help(*argv: str) -> str:
-    env = {**os.environ, "COLUMNS": "200"}
-    res = subprocess.run([sys.executable, "-m", "qsa_cli", *argv, "--help"], capture_output=True, text=True,
-                         env=env, cwd=ROOT, check=True)
-    return res.stdout
-
-
 @cache
 def commands() -> tuple[str, ...]:
-    listing = _help().split("Commands:", 1)[1]
-    return tuple(re.findall(r"^  ([a-z][a-z-]*)", listing, re.M))
+    """Every command ``qsa --help`` lists."""
+    with click.Context(cli, info_name="qsa") as ctx:
+        return tuple(cli.list_commands(ctx))
 
 
 @cache
 def options(command: str) -> frozenset[str]:
-    """Every option ``qsa COMMAND --help`` lists (``-o, --output`` gives both)."""
-    listing = _help(command).split("Options:", 1)[1]
-    found = set()
-    for line in listing.splitlines():
-        names = re.match(r"^  ((?:-{1,2}[a-z][a-z0-9-]*(?:, )?)+)", line)
-        if names:
-            found.update(names.group(1).replace(",", " ").split())
-    return frozenset(found)
+    """Every option ``qsa COMMAND --help`` lists (``-o, --output`` gives both): the command's click options, in
+    this process (its help would list the same, at a subprocess a command)."""
+    loaded = load_command(command)
+    with click.Context(loaded, info_name=command) as ctx:
+        return frozenset(name for p in loaded.get_params(ctx) if isinstance(p, click.Option) and not p.hidden
+                         for name in (*p.opts, *p.secondary_opts))
 
 
 def command_lines(text: str) -> list[str]:
