@@ -201,7 +201,7 @@ def test_the_header_is_package_data() -> None:
 @needs_nvcc
 def test_the_example_builds_with_the_fake_engine(cache: Path, tmp_path: Path) -> None:
     """Built as a run builds it, loaded and its table read; tests/test_engine.py compiles it for every card
-    (test_both_generations_compile_with_the_shim_without_spills)."""
+    (test_the_fake_compiles_for_every_card_without_spills)."""
     checkout = EngineCheckout(write_fake_engine(tmp_path / "strata"), "fake")
     adapter = write_adapter(tmp_path / "mine" / "my_adapter.cu")
     build = build_engine(checkout, 80, adapter=adapter_source(checkout, adapter))

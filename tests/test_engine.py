@@ -6,6 +6,7 @@ switches a checkout's sources read, and the variants a card runs under which swi
 from __future__ import annotations
 
 import ctypes
+import difflib
 import json
 import re
 import subprocess
@@ -109,35 +110,89 @@ _PROPERTIES = re.compile(r"Function properties for (\S+)\s*\n\s*\d+ bytes stack 
 COMPILE_ARCHS = (75, 80, 86, 90)
 
 
-def _compiled_fake(root: Path, generation: str) -> tuple[int, str, set[str]]:
-    """A generation's fake with the shim, as build.py compiles it (its flags and defines), for every card of
-    COMPILE_ARCHS in one library, with ptxas's report: (nvcc's status, its log, the symbols). The seed's with
-    the example adapter (tests/fake_adapter.py) too, as ``--adapter`` builds it, so it compiles for every card."""
-    write_fake_engine(root, generation=generation)
+def _compiled_fake(root: Path) -> tuple[int, str, set[str]]:
+    """The seed's fake with the shim and the example adapter (tests/fake_adapter.py), as build.py and
+    ``--adapter`` build them (its flags and defines), for every card of COMPILE_ARCHS in one library, with
+    ptxas's report: (nvcc's status, its log, the symbols)."""
+    write_fake_engine(root, generation=SEED)
     declared = EngineCheckout(root).declared_functions()
     library = root / "fake.so"
-    adapter = ("-I", str(ADAPTER_INCLUDE), str(write_adapter(root.parent / "my_adapter.cu"))) if generation == SEED else ()
+    adapter = write_adapter(root.parent / "my_adapter.cu")
     cmd = [str(find_nvcc()), *BUILD_FLAGS, *(f"-gencode=arch=compute_{a},code=sm_{a}" for a in COMPILE_ARCHS),
            "-Xptxas", "-v", *(f"-D{shim_macro(f)}={int(f in declared)}" for f in HOST_PATHS),
-           "-I", str(root / INCLUDE_DIR), str(root / SOURCE), str(SHIM), *adapter, "-o", str(library)]
+           "-I", str(root / INCLUDE_DIR), "-I", str(ADAPTER_INCLUDE), str(adapter), str(root / SOURCE), str(SHIM),
+           "-o", str(library)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     return proc.returncode, proc.stdout + proc.stderr, exported(library) if proc.returncode == 0 else set()
 
 
 @needs_nvcc
-@pytest.mark.parametrize("generation", GENERATIONS)
-def test_both_generations_compile_with_the_shim_without_spills(tmp_path: Path, generation: str) -> None:
-    """For sm_75, sm_80, sm_86 and sm_90: every kernel of the fake (qsa's, and its own) without a spill."""
-    status, log, symbols = _compiled_fake(tmp_path / "strata", generation)
+def test_the_fake_compiles_for_every_card_without_spills(tmp_path: Path) -> None:
+    """For sm_75, sm_80, sm_86 and sm_90: every kernel of the fake (qsa's, and its own) and of the example adapter
+    without a spill. The seed's fake alone: the newer generation's kernels are the same ones
+    (test_the_generations_differ_in_host_code_alone), so its compile would check nothing more; its host code
+    builds in test_fake_builds_and_exports_the_shim."""
+    status, log, symbols = _compiled_fake(tmp_path / "strata")
     assert status == 0, log
-    assert {shim_symbol(f) for f in (*FUNCTIONS[generation], *PARAMETERS[generation])} <= symbols
-    if generation == SEED:
-        assert TABLE_SYMBOL in symbols, "the example adapter's table"
+    assert {shim_symbol(f) for f in (*FUNCTIONS[SEED], *PARAMETERS[SEED])} <= symbols
+    assert TABLE_SYMBOL in symbols, "the example adapter's table"
     assert all(f"for 'sm_{arch}'" in log for arch in COMPILE_ARCHS), "ptxas compiled every card"
     functions = _PROPERTIES.findall(log)
     assert len(functions) >= len(COMPILE_ARCHS), "ptxas reported every card's functions"
     spilling = [f"{fn}: {st} B spill stores, {ld} B spill loads" for fn, st, ld in functions if st != "0" or ld != "0"]
-    assert not spilling, f"the {generation} fake spills registers:\n" + "\n".join(spilling)
+    assert not spilling, "the fake spills registers:\n" + "\n".join(spilling)
+
+
+# Where device code starts in CUDA source: a kernel, a device function or variable.
+_DEVICE = re.compile(r"__global__|__device__|__constant__")
+# What, in a line of host code, chooses or makes device code: a preprocessor line (an include, an arch's branch),
+# a template, or explicit template arguments (not a cast's), which may instantiate a kernel.
+_MAKES_DEVICE = re.compile(r"^\s*#|\btemplate\b|\w(?<!_cast)<(?!<)")
+_LAUNCHED = re.compile(r"(\S+?)\s*<<<")  # a launch's kernel (a template's, with its arguments, ends in '>')
+_PLAIN_KERNEL = re.compile(r"__global__ void (\w+)\(")
+
+
+def _device_code(source: str) -> list[str]:
+    """Each kernel, device function or variable of ``source``, from its line to the end of its declaration or of
+    its body (its braces matched)."""
+    blocks = []
+    for found in re.finditer(rf"^.*(?:{_DEVICE.pattern})", source, re.M):
+        end, body = source.find(";", found.start()), source.find("{", found.start())
+        if body != -1 and not 0 <= end < body:
+            depth = 0
+            for end in range(body, len(source)):
+                depth += {"{": 1, "}": -1}.get(source[end], 0)
+                if depth == 0:
+                    break
+        blocks.append(source[found.start():end + 1])
+    return blocks
+
+
+def _device_differences(seed: str, newer: str) -> list[str]:
+    """Device code that one text has and the other has not (_device_code's), and the lines where they differ that
+    choose or make device code: those _MAKES_DEVICE matches, and launches of a kernel other than a plain one both
+    define (a template kernel launched is compiled for the arguments it deduces)."""
+    plain = set(_PLAIN_KERNEL.findall(seed)) & set(_PLAIN_KERNEL.findall(newer))
+    changed = [line[2:] for line in difflib.ndiff(seed.splitlines(), newer.splitlines()) if line[:2] in ("- ", "+ ")]
+    return [*(set(_device_code(seed)) ^ set(_device_code(newer))),
+            *(line for line in changed
+              if _MAKES_DEVICE.search(line) or any(kernel not in plain for kernel in _LAUNCHED.findall(line)))]
+
+
+def test_the_generations_differ_in_host_code_alone(tmp_path: Path) -> None:
+    """Why one generation's every-card compile is enough: the generations' files differ only in host code (which
+    host functions there are, their parameters and bodies, the switches read), and the shim, built with each
+    one's defines, has no device code, so ptxas compiles the same kernels for both."""
+    trees = [write_fake_engine(tmp_path / generation, generation=generation) for generation in GENERATIONS]
+    texts = {relative: [(tree / relative).read_text() for tree in trees] for relative in ENGINE_FILES}
+    seed, newer = texts[SOURCE]
+    assert seed != newer
+    assert {relative: _device_differences(*pair) for relative, pair in texts.items()} == dict.fromkeys(ENGINE_FILES, [])
+    shim = SHIM.read_text()
+    assert not re.search(rf"{_DEVICE.pattern}|__CUDA_ARCH|<<<", shim)
+    # and the check sees device code change: a kernel's body, a template kernel launched for other arguments
+    assert _device_differences(seed, newer.replace("b % kTcInexactStride == 0", "b % kTcInexactStride == 1"))
+    assert _device_differences(seed, newer.replace("launch_halve_of<4>", "launch_halve_of<5>"))
 
 
 @pytest.fixture
