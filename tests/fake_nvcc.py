@@ -35,7 +35,12 @@ def write_fake_nvcc(folder: Path) -> Path:
     return nvcc
 
 
-def compiles(nvcc: Path) -> int:
-    """How many builds (calls other than ``--version``) the fake nvcc has made."""
+def builds(nvcc: Path) -> list[str]:
+    """The command lines of the builds (calls other than ``--version``) the fake nvcc has made, in turn."""
     log = nvcc.parent / "calls.log"
-    return sum(line.strip() != "--version" for line in log.read_text().splitlines()) if log.exists() else 0
+    return [line for line in log.read_text().splitlines() if line.strip() != "--version"] if log.exists() else []
+
+
+def compiles(nvcc: Path) -> int:
+    """How many builds the fake nvcc has made."""
+    return len(builds(nvcc))

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from fake_adapter import ADAPTER, ENTRIES, write_adapter
 from fake_engine import write_fake_engine
-from fake_nvcc import write_fake_nvcc
+from fake_nvcc import builds, write_fake_nvcc
 from record_factory import seed_record
 from test_engine import exported, needs_nvcc
 
@@ -25,6 +25,7 @@ from qsa_cli.core.errors import EngineBuildError, EngineError, GeometryError
 from qsa_cli.core.geometry import SELECT_CAP, Call
 from qsa_cli.engine.adapter import (
     ADAPTER_HEADER,
+    ADAPTER_INCLUDE,
     CHECKOUT_ADAPTER,
     MAX_ENTRIES,
     SCORER,
@@ -198,19 +199,17 @@ def test_the_header_is_package_data() -> None:
     assert ADAPTER_HEADER.parent == ROOT / "qsa_cli"
 
 
-@needs_nvcc
-def test_the_example_builds_with_the_fake_engine(cache: Path, tmp_path: Path) -> None:
-    """Built as a run builds it, loaded and its table read; tests/test_engine.py compiles it for every card
-    (test_the_fake_compiles_for_every_card_without_spills)."""
+def test_the_example_beside_the_checkout_is_built_with_it_and_recorded(cache: Path, tmp_path: Path) -> None:
+    """``--adapter``'s file compiled with the checkout (qsa_adapter.h's folder on the include path), its files in
+    the record. nvcc's stand-in builds (tests/fake_nvcc.py): a real library's table is read in
+    test_the_checkouts_own_adapter_is_built_and_its_includes_are_in_the_key, and tests/test_engine.py compiles
+    the example for every card (test_the_fake_compiles_for_every_card_without_spills)."""
     checkout = EngineCheckout(write_fake_engine(tmp_path / "strata"), "fake")
     adapter = write_adapter(tmp_path / "mine" / "my_adapter.cu")
-    build = build_engine(checkout, 80, adapter=adapter_source(checkout, adapter))
-    assert TABLE_SYMBOL in exported(build.library)
-    lib = load_engine(build)  # no driver needed: reading the table calls nothing of CUDA
-    assert tuple(lib.adapter) == ENTRIES
-    assert [(e.stage, e.exact, e.scratch_bytes is not None, e.window_scorer) for e in lib.adapter.values()] == [
-        ("scores", True, False, None), ("topk", True, True, "scores-all"), ("scores", False, False, None)]
-    assert SCRATCH_BYTES(lib.adapter["topk-staged"].scratch_bytes)(3) == 3 * SELECT_CAP * 4
+    nvcc = write_fake_nvcc(tmp_path / "fake-nvcc")
+    build = build_engine(checkout, 80, nvcc, adapter=adapter_source(checkout, adapter))
+    (command,) = builds(nvcc)
+    assert build.compiled and f" -I {ADAPTER_INCLUDE} {adapter} " in command
     built = build.provenance["adapter"]
     assert built["path"] == str(adapter) and built["origin"] == "--adapter"
     assert set(built["sources"]) >= {"my_adapter.cu", str(ADAPTER_HEADER)}
@@ -219,6 +218,7 @@ def test_the_example_builds_with_the_fake_engine(cache: Path, tmp_path: Path) ->
 
 @needs_nvcc
 def test_the_checkouts_own_adapter_is_built_and_its_includes_are_in_the_key(cache: Path, tmp_path: Path) -> None:
+    """Built and loaded as a run does it: a real library, its table read from it; then its keys."""
     root = write_fake_engine(tmp_path / "strata")
     helper = root / "helper.cuh"
     helper.write_text("#pragma once\n#define STAGED_ROW 2051\n")
@@ -227,6 +227,12 @@ def test_the_checkouts_own_adapter_is_built_and_its_includes_are_in_the_key(cach
     with attached((f"own={root}",), 80, {}) as found:
         (provenance,) = found.provenance
         names = [v.name for v in found.variants]
+        lib = found.libraries["own"]
+    assert TABLE_SYMBOL in exported(lib.build.library)
+    assert tuple(lib.adapter) == ENTRIES
+    assert [(e.stage, e.exact, e.scratch_bytes is not None, e.window_scorer) for e in lib.adapter.values()] == [
+        ("scores", True, False, None), ("topk", True, True, "scores-all"), ("scores", False, False, None)]
+    assert SCRATCH_BYTES(lib.adapter["topk-staged"].scratch_bytes)(3) == 3 * SELECT_CAP * 4
     assert names[-3:] == [f"own.{e}" for e in ENTRIES]
     assert provenance["variants"][-3:] == names[-3:]
     adapter = provenance["adapter"]
