@@ -74,22 +74,36 @@ def exported(library: Path) -> set[str]:
     return {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
 
 
+# The seed's checkout without its split launch (an older engine's: qsa_topk_split_bytes kept, one path of a pair
+# left out) and the newer generation's (neither split function; its optional parameters): each library has the
+# shim's wrappers of the paths its checkout declares and none of the others. The whole seed's wrappers are
+# compiled in test_the_fake_compiles_for_every_card_without_spills.
 @needs_nvcc
-@pytest.mark.parametrize(("generation", "arch"), [(SEED, 90), (NEWER, 80)])
-def test_fake_builds_and_exports_the_shim(cache: Path, tmp_path: Path, generation: str, arch: int) -> None:
-    fake = EngineCheckout(write_fake_engine(tmp_path / "strata", generation=generation), "fake")
+@pytest.mark.parametrize(("generation", "arch", "without"), [(SEED, 80, ("qsa_block_topk_split",)), (NEWER, 90, ())],
+                         ids=["seed-without-split-80", "newer-90"])
+def test_fake_builds_and_exports_the_shim(cache: Path, tmp_path: Path, generation: str, arch: int,
+                                          without: tuple[str, ...]) -> None:
+    fake = EngineCheckout(write_fake_engine(tmp_path / "strata", generation=generation, without=without), "fake")
+    paths = tuple(f for f in (*FUNCTIONS[generation], *PARAMETERS[generation]) if f not in without)
+    assert fake.declared_functions() == paths
     build = build_engine(fake, arch)
     assert build.compiled and build.library.parent == cache and build.library.is_file()
-    paths = (*FUNCTIONS[generation], *PARAMETERS[generation])
     symbols = exported(build.library)
     wanted = {*SHIM_OWN, *(shim_symbol(f) for f in paths)}
     assert wanted <= symbols, f"missing: {sorted(wanted - symbols)}"
-    assert not {shim_symbol(f) for f in HOST_PATHS if f not in paths} & symbols, "a path it lacks has no wrapper"
+    lacking = {shim_symbol(f) for f in HOST_PATHS if f not in paths}
+    assert not lacking & symbols, "a path it lacks has no wrapper"
+    dll = ctypes.CDLL(str(build.library))
+    assert not [symbol for symbol in lacking if hasattr(dll, symbol)], "nor does the loader find one"
     lib = load_engine(build)  # no driver needed: nothing here calls into CUDA
     assert lib.functions == paths
     assert lib.index_shapes() == INDEX_SHAPES
     if generation == SEED:
         assert lib.split_bytes(8) > 0
+        # no split variant without the split launch, and its refusal says why in one line
+        assert engine_variants(lib, 80, {}) == ("scores", "scores-ref", "topk", "topk-ref")
+        reason = variant_refusal(lib, "topk-split", 80, {})
+        assert reason is not None and "declares no qsa_block_topk_split" in reason and "\n" not in reason
     else:  # the multi-CTA path's scratch: the split's layout in int32s (tests/fake_engine.py)
         assert lib.multi_scratch_ints(8) == 8 * lib.multi_scratch_ints(1) > 0
     assert lib.switches == SWITCHES[generation]
@@ -253,22 +267,6 @@ def test_a_missing_file_is_one_line_naming_it(tmp_path: Path, missing: str) -> N
 def test_a_checkout_that_is_not_a_folder(tmp_path: Path) -> None:
     with pytest.raises(EngineError, match="no such directory"):
         EngineCheckout(tmp_path / "nowhere")
-
-
-@needs_nvcc
-def test_a_checkout_without_the_split_has_no_split_variant(cache: Path, tmp_path: Path) -> None:
-    checkout = EngineCheckout(write_fake_engine(tmp_path / "old", without=("qsa_block_topk_split",)))
-    assert "qsa_block_topk_split" not in checkout.declared_functions()
-    build = build_engine(checkout, 80)
-    assert "-DQSA_SHIM_HAS_QSA_BLOCK_TOPK_SPLIT=0" in build.provenance["flags"]
-    symbols = exported(build.library)
-    assert shim_symbol("qsa_block_topk_split") not in symbols and shim_symbol("qsa_topk_split_bytes") in symbols
-    lib = load_engine(build)
-    assert "qsa_block_topk_split" not in lib.functions
-    assert not hasattr(ctypes.CDLL(str(build.library)), shim_symbol("qsa_block_topk_split"))
-    assert engine_variants(lib, 80, {}) == ("scores", "scores-ref", "topk", "topk-ref")
-    reason = variant_refusal(lib, "topk-split", 80, {})
-    assert reason is not None and "declares no qsa_block_topk_split" in reason and "\n" not in reason
 
 
 @needs_nvcc
