@@ -313,7 +313,7 @@ struct Switches {{
 
 int read_switch(const char* name) {{
     const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') return -1;
+    if (v == nullptr || *v == '\\0') return -1;
     return std::strcmp(v, "0") == 0 ? 0 : 1;
 }}
 
