@@ -6,6 +6,7 @@ check that exactly the entries that must be written were written.
 
 from __future__ import annotations
 
+import functools
 import os
 import zipfile
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import numpy as np
 
 from .core.errors import GeometryError, InputError
 from .core.files import atomic_write
+from .core.integrity import sealed
 from .core.geometry import (
     BLOCK_CELLS,
     BUTTERFLY_OFFSETS,
@@ -56,13 +58,32 @@ def id_poison(shape: tuple[int, ...]) -> np.ndarray:
     return np.full(shape, ID_POISON, dtype=np.int32)
 
 
+SCORER_INPUTS = ("pooled", "dead", "q", "steps")  # ScorerInputs' arrays, in its field order
+
+
+class _Sealed:
+    """Inputs that keep their arrays' digests (the integrity rows' inputs hash, core/integrity.py): made once,
+    the arrays read-only from then on (``integrity.sealed``), and pickled with the inputs, so that inputs a
+    worker process made and hashed (runs/made.py) are not hashed again where the kernels run."""
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    @functools.cached_property
+    def digests(self) -> dict[str, str]:
+        return sealed(self.arrays())
+
+
 @dataclass(frozen=True)
-class ScorerInputs:
+class ScorerInputs(_Sealed):
     pooled: np.ndarray  # float32 [max_blocks, IDX_DIM]
     dead: np.ndarray  # float32 [IDX_DIM]
     q: np.ndarray  # float32 [nq, IDX_HEADS, IDX_DIM]
     steps: np.ndarray  # int32 [nq, 4]
     keys: str = "given"  # one of SCORER_KEYS when generated
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in SCORER_INPUTS}
 
     @property
     def nq(self) -> int:
@@ -82,10 +103,13 @@ class ScorerInputs:
 
 
 @dataclass(frozen=True)
-class TopkInputs:
+class TopkInputs(_Sealed):
     scores: np.ndarray  # float32 [nq, max_blocks]; only blocks 0..n_bid of each row are read
     steps: np.ndarray  # int32 [nq, 4]
     score_set: str = "given"
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"scores": self.scores, "steps": self.steps}
 
     @property
     def nq(self) -> int:

@@ -5,8 +5,8 @@ its buffers, must not change its inputs, and must give the same output on every 
   guard zones filled with a pattern (``GuardedBuffers``); after each variant the zones must still
   hold it. (compute-sanitizer's memcheck sees writes past an allocation; a guard zone sees a write
   that lands in a neighbouring tensor of the same pool, which memcheck cannot.)
-- Every input is hashed before the stage (``fingerprint``: the record keeps it) and compared with a copy of
-  itself after each variant (``Pristine``).
+- Every input is hashed before the stage (``sealed``: once, where the inputs are made; the record keeps it)
+  and compared with a copy of itself after each variant (``Pristine``).
 - The output of a variant's last timed call is compared with its first (the parity) output.
 A violation is a parity failure of the variant, naming the buffer.
 """
@@ -125,6 +125,14 @@ def digest(array: Any) -> str:
 def fingerprint(arrays: dict[str, Any]) -> dict[str, str]:
     """The digest of each array."""
     return {name: digest(a) for name, a in arrays.items()}
+
+
+def sealed(arrays: dict[str, np.ndarray]) -> dict[str, str]:
+    """The digest of each host array, each made read-only first: a digest made once (where the arrays are
+    made, a worker process) stays the digest of their bytes wherever they go, and a write into them raises."""
+    for array in arrays.values():
+        array.flags.writeable = False
+    return fingerprint(arrays)
 
 
 class Pristine:

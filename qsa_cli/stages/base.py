@@ -44,9 +44,11 @@ class Runnable(Protocol):
 @dataclass
 class Placed:
     """A stage's arrays between guard zones: each input with the host array it was copied from (what the
-    integrity rows watch), the output the variants write, and how to poison it again before a call."""
+    integrity rows watch) and the host arrays' digests (inputs.TopkInputs.digests), the output the variants
+    write, and how to poison it again before a call."""
 
     inputs: dict[str, tuple[Any, np.ndarray]]
+    digests: dict[str, str]
     output: Any
     repoison: Callable[[], None]
 
@@ -131,7 +133,7 @@ def run_stage(stage: Stage, variants: Sequence[Runnable], measurer: Measurer, ro
     with stage.scope():
         buffers = GuardedBuffers(array_module(on_gpu))
         placed = stage.place(buffers)
-        integrity = Integrity(buffers, placed.inputs)
+        integrity = Integrity(buffers, placed.inputs, placed.digests)
         for i, v in enumerate(variants):
             progress(i, len(variants), f"{stage.name} {v.name}")
             try:

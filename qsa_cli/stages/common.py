@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..core.geometry import STEP_NKV
-from ..core.integrity import GuardedBuffers, Pristine, digest, fingerprint
+from ..core.integrity import GuardedBuffers, Pristine, digest
 from ..inputs import ScorerInputs
 from ..launch.shape import launch_records
 from ..record.assembly import CaseRows
@@ -161,15 +161,16 @@ def to_host(a: Any) -> np.ndarray:
 
 class Integrity:
     """The integrity checks of one stage's run (qsa_cli/core/integrity.py): the stage's buffers, its inputs
-    (each placed array with the host array it was copied from), and the rows each variant's run gets.
-    Whatever a variant breaks is restored after its check, so the next one is judged on its own."""
+    (each placed array with the host array it was copied from) and the host arrays' digests, and the rows each
+    variant's run gets. Whatever a variant breaks is restored after its check, so the next one is judged on
+    its own."""
 
-    def __init__(self, buffers: GuardedBuffers, inputs: dict[str, tuple[Any, np.ndarray]]) -> None:
+    def __init__(self, buffers: GuardedBuffers, inputs: dict[str, tuple[Any, np.ndarray]],
+                 digests: dict[str, str]) -> None:
         self.buffers = buffers
         self.inputs = inputs
-        self.given = fingerprint({name: host for name, (_, host) in inputs.items()})
         self.pristine = Pristine(buffers.xp, {name: placed for name, (placed, _) in inputs.items()})
-        self.inputs_hash = hashlib.sha256("".join(f"{k}={v};" for k, v in sorted(self.given.items())).encode()).hexdigest()
+        self.inputs_hash = hashlib.sha256("".join(f"{k}={v};" for k, v in sorted(digests.items())).encode()).hexdigest()
 
     def checks(self, stage: str, case: dict[str, Any], variant: str, first: np.ndarray, last: np.ndarray | None,
                describe_difference: Callable[[np.ndarray, np.ndarray], str]) -> list[ParityCheck]:

@@ -27,14 +27,13 @@ from ..timing import Launch
 from .base import Placed, StageBase, poisoned, run_stage
 from .common import Measurer, StageOutcome, decode_call_case
 
-SCORER_INPUTS = ("pooled", "dead", "q", "steps")  # ScorerInputs' arrays, in its field order
 
 
 def place_scorer_inputs(buffers: GuardedBuffers, inputs: ScorerInputs) -> tuple[ScorerInputs, dict[str, Any]]:
     """The scorer's inputs copied between guard zones, each with the host array it came from (what the
     integrity rows watch)."""
-    placed = ScorerInputs(*(buffers.asarray(name, getattr(inputs, name)) for name in SCORER_INPUTS))
-    return placed, {name: (getattr(placed, name), getattr(inputs, name)) for name in SCORER_INPUTS}
+    placed = ScorerInputs(*(buffers.asarray(name, host) for name, host in inputs.arrays().items()))
+    return placed, {name: (copy, getattr(inputs, name)) for name, copy in placed.arrays().items()}
 
 
 def describe_difference(steps: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
@@ -65,7 +64,8 @@ class ScorerStage(StageBase):
     def place(self, buffers: GuardedBuffers) -> Placed:
         self.placed, watched = place_scorer_inputs(buffers, self.inputs)
         self.scores = buffers.empty("scores", (self.inputs.nq, self.inputs.max_blocks), np.float32)
-        return Placed(watched, self.scores, poisoned(buffers.xp, self.scores, score_poison(self.scores.shape)))
+        return Placed(watched, self.inputs.digests, self.scores,
+                      poisoned(buffers.xp, self.scores, score_poison(self.scores.shape)))
 
     def launch(self, variant: Variant, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
         if on_gpu:

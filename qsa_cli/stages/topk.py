@@ -63,7 +63,7 @@ class TopkStage(StageBase):
                                  buffers.asarray("steps", self.inputs.steps), self.inputs.score_set)
         self.ids = buffers.empty("ids", (self.inputs.nq, SELECT_CAP), np.int32)
         watched = {"scores": (self.placed.scores, self.inputs.scores), "steps": (self.placed.steps, self.inputs.steps)}
-        return Placed(watched, self.ids, poisoned(buffers.xp, self.ids, id_poison(self.ids.shape)))
+        return Placed(watched, self.inputs.digests, self.ids, poisoned(buffers.xp, self.ids, id_poison(self.ids.shape)))
 
     def launch(self, variant: Variant, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
         if on_gpu:  # any scratch between guard zones too

@@ -82,7 +82,7 @@ class WindowStage(StageBase):
             scores()
             ids()
 
-        return Placed(watched, self.ids, repoison)
+        return Placed(watched, self.inputs.digests, self.ids, repoison)
 
     def launch(self, variant: WindowPair, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
         import cupy
