@@ -25,7 +25,8 @@ from qsa_cli.record.schema import SelftestCheck
 from qsa_cli.record.vocabulary import CPU_MODEL, CPU_ORACLE
 from qsa_cli.runs import pool
 from qsa_cli.runs import selftest as selftest_run
-from qsa_cli.runs.stages import topk_parity, topk_score_set, topk_score_sets
+from qsa_cli.runs.made import topk_score_set
+from qsa_cli.runs.stages import topk_parity, topk_score_sets
 from qsa_cli.session import Settings, session
 from qsa_cli.stages import scores as scores_stage
 from qsa_cli.stages import topk as topk_stage

@@ -37,7 +37,8 @@ from ..stages.common import Measurer, StageOutcome
 from ..timing import AUTO, DeviceTimer
 from .pool import Task, in_order
 from .sanitizer import sanitize_run
-from .stages import record_topk_dispatch, run_topk_case, topk_parity, topk_score_set
+from .made import scorer_case_model, topk_score_set
+from .stages import record_topk_dispatch, run_topk_case, topk_parity
 
 SELFTEST_CONFIG = "selftest"  # configs/selftest.yaml: spec section 6's matrix, plus up to 1,048,576 cells
 GRAPH_CALL, GRAPH_SCORE_SET = Call(524288, MAX_QUERIES, 524288), "levels64"  # topk-parity --selftest's CUDA graph
@@ -135,12 +136,6 @@ def scorer_models_case(call: Call, seed: int, keys: str, variants: tuple[Variant
     model = score_blocks(inputs, "butterfly")
     return _modelled(scores_stage.run_scores(inputs, Measurer(0), variants, roles, None, model=model), inputs, model,
                      for_kernels)
-
-
-def scorer_case_model(call: Call, seed: int, keys: str) -> tuple[ScorerInputs, np.ndarray]:
-    """A scorer case's inputs and the butterfly's CPU model of them, for the kernels to equal."""
-    inputs = synthetic_scorer_inputs(call, seed, keys)
-    return inputs, score_blocks(inputs, "butterfly")
 
 
 def topk_models_case(call: Call, score_set: str, seed: int, variants: tuple[Variant, ...], roles: dict[str, str],

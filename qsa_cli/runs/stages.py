@@ -16,7 +16,6 @@ from ..core.geometry import Call, check_queries
 from ..core.progress import Progress, no_progress
 from ..dispatch import fastest_decode_scorer
 from ..inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
-from ..model.topk import topk_ids
 from ..record.assembly import InCaseOrder, check_child
 from ..record.schema import case_key
 from ..record.vocabulary import DEFAULT_KEYS
@@ -36,13 +35,6 @@ def scorer_inputs(call: Call, seed: int, keys: str = DEFAULT_KEYS) -> ScorerInpu
 
 def topk_score_sets(call: Call, seed: int) -> list[TopkInputs]:
     return [synthetic_scores(call, name, seed) for name in SCORE_SETS]
-
-
-def topk_score_set(call: Call, score_set: str, seed: int, oracle: bool) -> tuple[TopkInputs, np.ndarray | None]:
-    """One score set of ``call`` and (``oracle``) its CPU oracle's ids: a worker process's part of a top-k
-    case (runs/pool.py)."""
-    inputs = synthetic_scores(call, score_set, seed)
-    return inputs, topk_ids(inputs, "oracle") if oracle else None
 
 
 def scorer_variants(s: Session, queries: int) -> tuple[str, ...]:
