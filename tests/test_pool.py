@@ -97,6 +97,22 @@ def test_an_error_in_a_worker_is_raised_at_its_tasks_turn() -> None:
     assert "in _fails_at" in str(failed.value.__cause__)
 
 
+def _slept(index: int, seconds: float) -> tuple[int, int]:
+    time.sleep(seconds)
+    return index, os.getpid()
+
+
+def test_the_longest_tasks_start_at_once_in_workers_of_their_own() -> None:
+    """A task given ``first`` goes to a worker before the tasks ahead of it in the order, and that worker takes
+    no other until it has answered (in the order, the first worker would have taken task 0 and the second task
+    1); its result still comes at its turn."""
+    tasks = [*((_slept, (i, 0.0)) for i in range(6)), (_slept, (6, 1.0)), (_slept, (7, 0.0))]
+    with pool.in_order(tasks, workers=2, first=[6]) as made:
+        got = list(made)
+    assert [index for index, _ in got] == list(range(8))
+    assert all(pid != got[6][1] for _, pid in got[:6])
+
+
 def test_leaving_early_waits_for_no_work_left() -> None:
     t0 = time.monotonic()
     with pool.in_order([(time.sleep, (60,)), (time.sleep, (60,))], workers=2):

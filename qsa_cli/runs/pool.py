@@ -149,19 +149,25 @@ def _start(context: Any) -> _Worker:
     return _Worker(process, ours)
 
 
-def _ordered(workers: list[_Worker], tasks: Sequence[Task], ahead: int) -> Iterator[Any]:
-    """Each task's result in the tasks' order. A task goes to the worker that holds fewest (one that ran short
-    tasks takes more), while fewer than ``ahead`` tasks are given and not yet yielded."""
+def _ordered(workers: list[_Worker], tasks: Sequence[Task], ahead: int, first: Sequence[int]) -> Iterator[Any]:
+    """Each task's result in the tasks' order. The tasks of ``first`` are given before the others, each to a
+    worker of its own that takes no other task until it has answered (nothing waits behind it); the rest in
+    order, each to the worker that holds fewest (one that ran short tasks takes more), while fewer than
+    ``ahead`` tasks are given and not yet yielded, or while the task whose turn it is has not been given."""
+    alone = frozenset(first)
+    order = [*first, *(i for i in range(len(tasks)) if i not in alone)]
+    place = {task: i for i, task in enumerate(order)}
     made: dict[int, tuple[bool, Any]] = {}
     given = 0
     for turn in range(len(tasks)):
         while turn not in made:
-            while given < len(tasks) and given - turn < ahead:
-                worker = min(workers, key=lambda w: len(w.held))
-                if len(worker.held) >= QUEUED_PER_WORKER:
+            while given < len(order) and (given - turn < ahead or given <= place[turn]):
+                open_to = [w for w in workers if not alone.intersection(w.held)]
+                worker = min(open_to, key=lambda w: len(w.held))
+                if len(worker.held) >= (1 if order[given] in alone else QUEUED_PER_WORKER):
                     break
-                worker.conn.send(tasks[given])
-                worker.held.append(given)
+                worker.conn.send(tasks[order[given]])
+                worker.held.append(order[given])
                 given += 1
             ready = wait([w.conn for w in workers if w.held])
             for worker in workers:
@@ -175,10 +181,12 @@ def _ordered(workers: list[_Worker], tasks: Sequence[Task], ahead: int) -> Itera
 
 
 @contextlib.contextmanager
-def in_order(tasks: Sequence[Task], workers: int | None = None) -> Iterator[Iterator[Any]]:
+def in_order(tasks: Sequence[Task], workers: int | None = None, first: Sequence[int] = ()) -> Iterator[Iterator[Any]]:
     """Each task's ``function(*args)``, made by ``workers`` processes (default: every core; with one, or one
     task, in this process as it is taken), yielded in the tasks' order; an exception a task raises is
-    raised here, at its turn."""
+    raised here, at its turn. ``first``: the indices of the tasks that take longest, longest first: as many of
+    them as half the workers start at once, each in a worker of its own, the other half making the rest in
+    order, so that a long task late in the order does not start late and end the run long after the others."""
     workers = min(worker_count() if workers is None else workers, len(tasks))
     if workers <= 1:
         yield (_run(*task) for task in tasks)
@@ -193,7 +201,7 @@ def in_order(tasks: Sequence[Task], workers: int | None = None) -> Iterator[Iter
             context = multiprocessing.get_context("spawn")
             for _ in range(workers):
                 started.append(_start(context))
-        yield _ordered(started, tasks, AHEAD_PER_WORKER * workers)
+        yield _ordered(started, tasks, AHEAD_PER_WORKER * workers, first[:workers // 2])
         ended = True
     finally:
         for worker in started:

@@ -53,15 +53,18 @@ def topk_selftest(s: Session, seed: int, progress: Progress = no_progress) -> li
     calls = list(dict.fromkeys(c.call for c in load_config(config_path(SELFTEST_CONFIG)).cases("topk")))
     total = len(calls) + s.on_gpu
     check_model = s.settings.check_model
+    sets = [(call, name) for call in calls for name in SCORE_SETS]
     if s.on_gpu:  # the CUDA graph's set and its oracle last
-        tasks: list[Task] = [*((topk_score_set, (call, name, seed, check_model)) for call in calls
-                               for name in SCORE_SETS), (topk_score_set, (GRAPH_CALL, GRAPH_SCORE_SET, seed, True))]
+        tasks: list[Task] = [*((topk_score_set, (call, name, seed, check_model)) for call, name in sets),
+                             (topk_score_set, (GRAPH_CALL, GRAPH_SCORE_SET, seed, True))]
     else:  # all of a set's work in a worker: this process would otherwise run the models one set at a time
         here = {call: s.variants("topk", s.here("topk", call.max_blocks, call.active_blocks)) for call in calls}
         tasks = [(topk_models_case, (call, name, seed, here[call], s.roles["topk"], False, check_model))
-                 for call in calls for name in SCORE_SETS]
+                 for call, name in sets]
+    # the largest calls' sets first: the matrix ends with them, and one of them takes most of the run's time
+    largest = sorted(range(len(sets)), key=lambda i: -sets[i][0].nq * sets[i][0].max_blocks)
     rows = []
-    with in_order(tasks) as made:
+    with in_order(tasks, first=largest) as made:
         for i, call in enumerate(calls):
             progress(i, total, f"top-k {call.kind} ctx={call.ctx} cap={call.capacity}")
             t0 = time.perf_counter()
