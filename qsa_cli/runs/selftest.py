@@ -35,9 +35,9 @@ from ..stages import scores as scores_stage
 from ..stages import topk as topk_stage
 from ..stages.common import Measurer, StageOutcome
 from ..timing import AUTO, DeviceTimer
+from .made import scorer_case_model, topk_score_set
 from .pool import Task, in_order
 from .sanitizer import sanitize_run
-from .made import scorer_case_model, topk_score_set
 from .stages import record_topk_dispatch, run_topk_case, topk_parity
 
 SELFTEST_CONFIG = "selftest"  # configs/selftest.yaml: spec section 6's matrix, plus up to 1,048,576 cells
