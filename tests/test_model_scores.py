@@ -26,6 +26,7 @@ from qsa_cli.model.scores import (
     paired_calls,
     score_blocks,
     scores_hash,
+    scores_in_orders,
 )
 
 F32 = np.float32
@@ -422,16 +423,20 @@ def test_scores_match_slow_reference(kind: str, seed: int) -> None:
 @pytest.mark.parametrize("blocks_per_chunk", [1, 3])
 @pytest.mark.parametrize("seed", [105])
 def test_chunks_split_the_window(blocks_per_chunk: int, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tiny chunks put the window's queries' n_bid (dead key, tail bonus) in different chunks."""
+    """Tiny chunks put the window's queries' n_bid (dead key, tail bonus) in different chunks; every order made
+    from one pass over the partials (scores_in_orders) is the same bits as made alone: no order's additions
+    change the partials the next one reads."""
     rng = rng_for(seed, blocks_per_chunk)
     for nq, tail in [(3, 2), (6, 1), (8, 3)]:
         ctx = int(rng.integers(4, 9)) * 4 + tail + nq
         inp = synthetic_scorer_inputs(Call(ctx, nq, ctx + 12), seed, "adversarial")
         monkeypatch.setattr(scores_model, "_CHUNK_PARTIALS", blocks_per_chunk * nq * IDX_HEADS * 32)
         want = scores_ref(inp)
+        together = scores_in_orders(inp, (*ORDERS, ORDERS[0]))
+        assert list(together) == list(ORDERS)
         for order in ORDERS:
-            got = score_blocks(inp, order)
-            assert got.tobytes() == want.tobytes(), (seed, ctx, nq, order, first_difference(got, want, inp.steps))
+            for got in (score_blocks(inp, order), together[order]):
+                assert got.tobytes() == want.tobytes(), (seed, ctx, nq, order, first_difference(got, want, inp.steps))
 
 
 @pytest.mark.parametrize("seed", [151, 152])

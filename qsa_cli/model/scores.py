@@ -17,6 +17,7 @@ intermediate values (``fma_f32``, ``lane_partials``, ``butterfly_sum``, ``halvin
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 import numpy as np
 import numpy.typing as npt
@@ -262,20 +263,26 @@ def score_blocks(inputs: ScorerInputs, order: str = "butterfly") -> np.ndarray:
     or ``"quarters"`` (a quarter of the butterfly's lanes in a lane's registers, ``_reduce_quarters``).
     All give the same bits; computing each is the test.
     """
-    if order not in ORDERS:
-        raise ValueError(f"unknown order {order!r} (expected one of {', '.join(ORDERS)})")
+    return scores_in_orders(inputs, (order,))[order]
+
+
+def scores_in_orders(inputs: ScorerInputs, orders: Iterable[str]) -> dict[str, np.ndarray]:
+    """``score_blocks`` of each of ``orders``, from one pass over the lane partials: every order's lanes hold
+    the same fma chains (``qsa_lane_partial``), and the orders differ only in how they add them, so each
+    order's additions are computed on its own while the partials, most of the work, are computed once."""
+    orders = tuple(dict.fromkeys(orders))
+    if unknown := [o for o in orders if o not in ORDERS]:
+        raise ValueError(f"unknown order {unknown[0]!r} (expected one of {', '.join(ORDERS)})")
     steps = inputs.steps
     validate_steps(steps, inputs.max_blocks)
     nq = inputs.nq
-    calls = {"halve": halve_calls, "paired": paired_calls}[order](nq) if order in ("halve", "paired") else []
     n_kv = steps[:, STEP_NKV].astype(np.int64)
     n_bid = steps[:, STEP_NBID].astype(np.int64)
     n_active = int(n_bid.max()) + 1
     q = np.asarray(inputs.q, np.float32).reshape(nq * IDX_HEADS, IDX_DIM)
     dead_part = _partials(np.asarray(inputs.dead, np.float32)[None], q)[:, :, 0]
-    scores = np.empty((nq, n_active), np.float32)
+    scores = {order: np.empty((nq, n_active), np.float32) for order in orders}
     chunk = max(1, _CHUNK_PARTIALS // (nq * IDX_HEADS * WARP))
-    out = score_poison((nq, inputs.max_blocks))
     with np.errstate(**_IEEE_QUIET):
         for start in range(0, n_active, chunk):
             stop = min(start + chunk, n_active)
@@ -284,18 +291,35 @@ def score_blocks(inputs: ScorerInputs, order: str = "butterfly") -> np.ndarray:
                 # a query's tail block is scored with the dead key, whatever the window's other queries read there
                 heads = slice(IDX_HEADS * i, IDX_HEADS * (i + 1))
                 part[heads, :, n_bid[i] - start] = dead_part[heads]
-            d = (_reduce_halve(part, calls) if calls else _reduce_quarters(part) if order == "quarters"
-                 else _butterfly(np.moveaxis(part, 1, 0)))
-            r = np.where(d > 0, d, np.float32(0)).reshape(nq, IDX_HEADS, stop - start)  # NaN and -0 -> +0
-            s = np.float32(0) + r[:, 0]
-            for h in range(1, IDX_HEADS):
-                s += r[:, h]
-            scores[:, start:stop] = s
+            for order in orders:
+                scores[order][:, start:stop] = _head_sums(_reduce(part, order, nq), nq)
+    out = {}
+    for order, computed in scores.items():
+        out[order] = score_poison((nq, inputs.max_blocks))
         for i in range(nq):
-            out[i, : n_bid[i] + 1] = scores[i, : n_bid[i] + 1]
+            out[order][i, : n_bid[i] + 1] = computed[i, : n_bid[i] + 1]
             if n_kv[i] % BLOCK_CELLS:
-                out[i, n_bid[i]] += TAIL_BONUS
+                out[order][i, n_bid[i]] += TAIL_BONUS
     return out
+
+
+def _reduce(part: np.ndarray, order: str, nq: int) -> np.ndarray:
+    """d of every (query, head) in ``order``'s additions: part f32 [4*nq, 32, n] -> f32 [4*nq, n], ``part`` left
+    as it was (every order reads the same)."""
+    if order == "quarters":
+        return _reduce_quarters(part)
+    if order == "butterfly":
+        return _butterfly(np.moveaxis(part, 1, 0))
+    return _reduce_halve(part, {"halve": halve_calls, "paired": paired_calls}[order](nq))
+
+
+def _head_sums(d: np.ndarray, nq: int) -> np.ndarray:
+    """A block's score of each query: the sum of its heads' positive parts, heads in order, f32 [nq, n]."""
+    r = np.where(d > 0, d, np.float32(0)).reshape(nq, IDX_HEADS, d.shape[-1])  # NaN and -0 -> +0
+    s = np.float32(0) + r[:, 0]
+    for h in range(1, IDX_HEADS):
+        s += r[:, h]
+    return s
 
 
 def _check_f32(*arrays: np.ndarray) -> None:

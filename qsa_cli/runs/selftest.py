@@ -23,7 +23,7 @@ from ..device import probe
 from ..dispatch import Dispatch
 from ..inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from ..kernels import header_defines
-from ..model.scores import score_blocks
+from ..model.scores import scores_in_orders
 from ..model.topk import topk_ids
 from ..nvbench_timer import L2_STATE as NVBENCH_L2
 from ..nvbench_timer import NvbenchTimer, cuda_bench, nvbench_used
@@ -133,12 +133,13 @@ def _modelled(outcome: StageOutcome, inputs: Any, model: np.ndarray | None, for_
 
 def scorer_models_case(call: Call, seed: int, keys: str, variants: tuple[Variant, ...], roles: dict[str, str],
                        for_kernels: bool) -> ModelledCase:
-    """A scorer case on the CPU backend (every variant's CPU model against each other and the butterfly's),
-    and its inputs and butterfly model for the kernels to equal."""
+    """A scorer case on the CPU backend (every variant's CPU model against each other and the butterfly's, each
+    order made apart from the others, the lane partials they share once), and its inputs and butterfly model for
+    the kernels to equal."""
     inputs = synthetic_scorer_inputs(call, seed, keys)
-    model = score_blocks(inputs, "butterfly")
-    return _modelled(scores_stage.run_scores(inputs, Measurer(0), variants, roles, None, model=model), inputs, model,
-                     for_kernels)
+    made = scores_in_orders(inputs, ("butterfly", *(v.model for v in variants)))  # the model: the butterfly's
+    return _modelled(scores_stage.run_scores(inputs, Measurer(0), variants, roles, None, model=made["butterfly"],
+                                             made=made), inputs, made["butterfly"], for_kernels)
 
 
 def topk_models_case(call: Call, score_set: str, seed: int, variants: tuple[Variant, ...], roles: dict[str, str],

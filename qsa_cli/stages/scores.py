@@ -46,14 +46,18 @@ def describe_difference(steps: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
 
 
 class ScorerStage(StageBase):
-    """A decode call's scorers on its keys and queries; the read floor of its key bytes beside them; ``model``:
-    the CPU model's scores of these inputs, made beforehand (by a worker process, runs/pool.py), else made here."""
+    """A decode call's scorers on its keys and queries; the read floor of its key bytes beside them. Made
+    beforehand (by a worker process, runs/pool.py), else here: ``model``, the CPU model's scores of these inputs
+    (the butterfly's, which every variant must equal); ``made``, on the CPU backend, each variant's output by its
+    model's order (runs/selftest.py makes every order's in one pass)."""
 
     name, model_name = STAGE, CPU_MODEL
 
-    def __init__(self, inputs: ScorerInputs, launcher: Launcher | None, model: np.ndarray | None = None) -> None:
+    def __init__(self, inputs: ScorerInputs, launcher: Launcher | None, model: np.ndarray | None = None,
+                 made: Mapping[str, np.ndarray] | None = None) -> None:
         self.inputs = inputs
         self.expected = model
+        self.made = dict(made or {})
         self.launcher = launcher  # the GPU's (catalog.Launcher)
         self.bytes_read = inputs.key_bytes()
         self._selected: dict[str, np.ndarray] = {}  # the oracle's ids on an output, by the output's hash
@@ -70,6 +74,9 @@ class ScorerStage(StageBase):
     def launch(self, variant: Variant, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
         if on_gpu:
             return self.launcher.scorer(variant, self.placed, self.scores)
+        made = self.made.get(variant.model)
+        if made is not None:
+            return lambda: np.copyto(self.scores, made)
         return lambda: np.copyto(self.scores, score_blocks(self.placed, variant.model))
 
     def model(self) -> np.ndarray:
@@ -102,9 +109,11 @@ class ScorerStage(StageBase):
 
 def run_scores(inputs: ScorerInputs, measurer: Measurer, variants: tuple[Variant, ...], roles: Mapping[str, str],
                launcher: Launcher | None, check_model: bool = True, same_bits: tuple[tuple[str, str], ...] = (),
-               progress: Progress = no_progress, model: np.ndarray | None = None) -> StageOutcome:
+               progress: Progress = no_progress, model: np.ndarray | None = None,
+               made: Mapping[str, np.ndarray] | None = None) -> StageOutcome:
     """``variants`` on ``inputs`` (through ``launcher`` on the GPU, as their CPU models on the CPU), each timed,
     checked bit for bit against the reference, the butterfly order's CPU model (``model``: its scores, made
-    beforehand), and the roles' baseline against their candidate (stages/base.py)."""
-    return run_stage(ScorerStage(inputs, launcher, model), variants, measurer, roles, check_model, same_bits,
+    beforehand; ``made``: the CPU models' outputs by order), and the roles' baseline against their candidate
+    (stages/base.py)."""
+    return run_stage(ScorerStage(inputs, launcher, model, made), variants, measurer, roles, check_model, same_bits,
                      progress)
