@@ -28,19 +28,22 @@ Inject = Callable[[pytest.MonkeyPatch, Path], None]
 
 
 def _halve_differs(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
-    """The halving scorer's model, one bit off in query 0, block 0."""
-    from qsa_cli.stages import scores
+    """The halving scorer's model, one bit off in query 0, block 0: made alone (score_blocks) or beside the
+    other orders (the selftest's scores_in_orders)."""
+    from qsa_cli.model import scores
+    from qsa_cli.runs import selftest
 
-    real = scores.score_blocks
+    real = scores.scores_in_orders
 
-    def off(inputs, order):
-        out = real(inputs, order)
-        if order == "halve":
-            out = out.copy()
-            out.view(np.uint32)[0, 0] ^= 1
+    def off(inputs, orders):
+        out = real(inputs, orders)
+        if "halve" in out:
+            out["halve"] = out["halve"].copy()
+            out["halve"].view(np.uint32)[0, 0] ^= 1
         return out
 
-    monkeypatch.setattr(scores, "score_blocks", off)
+    monkeypatch.setattr(scores, "scores_in_orders", off)
+    monkeypatch.setattr(selftest, "scores_in_orders", off)
 
 
 def _split_differs(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
