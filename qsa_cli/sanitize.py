@@ -298,10 +298,10 @@ def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownH
     rows of every child ended so far, in (case, tool) order. ``kernels``: the run's folder of kernel sources;
     ``engines``: its engine checkouts, which each child attaches with ``adapter`` (their libraries come from
     the cache); ``switches``: the engine's switches a variant runs under (engine/switches.py), set in its
-    children. ``grouped``: the cases of a stage under the same switches share one child per tool (racecheck's,
-    one a variant), which starts python, CuPy and the tool once for them all (each row its share of the child's
-    seconds); a shared child that reports anything, or fails, is run again case by case, so that every report
-    is attributed, and a crash counted, as their own children would. When the run stops (Ctrl-C, SIGTERM, an error), the
+    children. ``grouped``: the cases of a stage under the same switches share one child per tool, which
+    starts python, CuPy and the tool once for them all (each row its share of the child's seconds); a shared
+    child that reports anything, or fails, is run again case by case, so that every report is attributed, and
+    a crash counted, as their own children would. When the run stops (Ctrl-C, SIGTERM, an error), the
     children running are ended and their rows never kept; ``children``: where they are started, for a caller
     in another thread to stop them (``Children.stop``)."""
     env = {**os.environ, ENV_LINEINFO: "1", "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", str(device_id)),
@@ -312,19 +312,12 @@ def sanitize(cases: list[SanitizeCase], tools: Iterable[str], known: list[KnownH
     def switched(case: SanitizeCase) -> tuple[tuple[str, str], ...]:
         return (switches or {}).get(case.variant, ())
 
-    def sharing(case: SanitizeCase, tool: str) -> tuple[Any, ...]:
-        # racecheck's time is each kernel's shared-memory traffic: a variant a child (the top-k's four kernels
-        # in one racecheck child took 8.9 s of an H100's selftest, a memcheck child of a stage 1.5 s)
-        return (case.stage, switched(case), case.variant if tool == "racecheck" else None)
-
-    work: list[tuple[str, list[int]]] = []  # (tool, indices into cases) a child
-    for tool in tool_order:
-        groups: dict[Any, list[int]] = {}
-        for i, case in enumerate(cases):
-            groups.setdefault(sharing(case, tool) if grouped else i, []).append(i)
-        work += [(tool, members) for members in groups.values()]
-    # the likely longest first (racechecks, then large calls), so that they spread over the jobs; the rows keep
-    # the cases' order
+    groups: dict[Any, list[int]] = {}  # indices into cases
+    for i, case in enumerate(cases):
+        groups.setdefault((case.stage, switched(case)) if grouped else i, []).append(i)
+    # a child per (group, tool), the likely longest first (racechecks, then large calls), so that they spread
+    # over the jobs; the rows keep the cases' order
+    work = [(tool, members) for members in groups.values() for tool in tool_order]
     order = sorted(range(len(work)), key=lambda w: (work[w][0] != "racecheck",
                                                     -sum(cases[i].ctx * cases[i].nq for i in work[w][1])))
     results: dict[tuple[int, str], SanitizerRun] = {}

@@ -23,8 +23,8 @@ def sanitize_run(s: Session, tools: tuple[str, ...], chosen: tuple[str, ...] | N
                  children: Children | None = None) -> None:
     """compute-sanitizer over every case of the chosen variants (all this device runs by default) into
     the session's record, each child's rows as it ends, ``jobs`` children at a time (``quick``: the quick
-    matrix, a stage's cases sharing a child per tool, racecheck's one a variant); ``progress``: each child that
-    ended; ``children``: where they are started (sanitize.sanitize)."""
+    matrix, a stage's cases sharing a child per tool); ``progress``: each child that ended; ``children``: where
+    they are started (sanitize.sanitize)."""
     variants = sanitize_variants(s)
     if chosen is not None:
         variants = {stage: tuple(v for v in names if v in chosen) for stage, names in variants.items()}
