@@ -53,6 +53,9 @@ FLIPPED_ENTRY = 5  # the flipped variant XORs 1 into query 0's score of block 5,
 # The split's scratch holds every chunk's counts of a query up to qsa's largest capacity.
 SPLIT_MAX_CHUNKS = -(-max_blocks(MAX_CAPACITY) // SPLIT_CHUNK_BLOCKS)
 TC_INEXACT_STRIDE = 7  # the tc scorer flips the last mantissa bit of blocks 0, 7, 14, ... of each query
+# qsa's kernel files its source includes (_PRELUDE): test_engine's every-card compile of the fake is their
+# compile for every card, which tests/test_nvcc.py leaves to it
+QSA_KERNEL_FILES = ("scores.cu", "topk.cu", "bench.cu", "topk_cluster.cu")
 
 SEED, NEWER = "seed", "newer"
 GENERATIONS = (SEED, NEWER)

@@ -16,8 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fake_adapter import write_adapter
-from fake_engine import FUNCTIONS, GENERATIONS, NEWER, PARAMETERS, SEED, SWITCHES, git, write_fake_engine
+from fake_engine import (FUNCTIONS, GENERATIONS, NEWER, PARAMETERS, QSA_KERNEL_FILES, SEED, SWITCHES, git,
+                         write_fake_engine)
 from fake_nvcc import compiles, write_fake_nvcc
+from test_nvcc import ARCHS, spills, unemitted_launcher_kernels
 
 from qsa_cli.core.errors import EngineBuildError, EngineError, RevisionError
 from qsa_cli.core.geometry import SELECT_CAP, Call
@@ -119,20 +121,15 @@ def test_fake_builds_and_exports_the_shim(cache: Path, tmp_path: Path, generatio
     json.dumps(p)  # plain data for the run record
 
 
-_PROPERTIES = re.compile(r"Function properties for (\S+)\s*\n\s*\d+ bytes stack frame, (\d+) bytes spill stores, "
-                         r"(\d+) bytes spill loads")
-COMPILE_ARCHS = (75, 80, 86, 90)
-
-
 def _compiled_fake(root: Path) -> tuple[int, str, set[str]]:
     """The seed's fake with the shim and the example adapter (tests/fake_adapter.py), as build.py and
-    ``--adapter`` build them (its flags and defines), for every card of COMPILE_ARCHS in one library, with
+    ``--adapter`` build them (its flags and defines), for every card of ARCHS in one library, with
     ptxas's report: (nvcc's status, its log, the symbols)."""
     write_fake_engine(root, generation=SEED)
     declared = EngineCheckout(root).declared_functions()
     library = root / "fake.so"
     adapter = write_adapter(root.parent / "my_adapter.cu")
-    cmd = [str(find_nvcc()), *BUILD_FLAGS, *(f"-gencode=arch=compute_{a},code=sm_{a}" for a in COMPILE_ARCHS),
+    cmd = [str(find_nvcc()), *BUILD_FLAGS, *(f"-gencode=arch=compute_{a},code=sm_{a}" for a in ARCHS),
            "-Xptxas", "-v", *(f"-D{shim_macro(f)}={int(f in declared)}" for f in HOST_PATHS),
            "-I", str(root / INCLUDE_DIR), "-I", str(ADAPTER_INCLUDE), str(adapter), str(root / SOURCE), str(SHIM),
            "-o", str(library)]
@@ -145,16 +142,20 @@ def test_the_fake_compiles_for_every_card_without_spills(tmp_path: Path) -> None
     """For sm_75, sm_80, sm_86 and sm_90: every kernel of the fake (qsa's, and its own) and of the example adapter
     without a spill. The seed's fake alone: the newer generation's kernels are the same ones
     (test_the_generations_differ_in_host_code_alone), so its compile would check nothing more; its host code
-    builds in test_fake_builds_and_exports_the_shim."""
-    status, log, symbols = _compiled_fake(tmp_path / "strata")
+    builds in test_fake_builds_and_exports_the_shim. This is the every-card compile of qsa's kernel files the
+    fake includes (QSA_KERNEL_FILES), which tests/test_nvcc.py leaves to it: each launcher's kernels are
+    emitted for the newest card, as that module checks of the files it compiles itself."""
+    root = tmp_path / "strata"
+    status, log, symbols = _compiled_fake(root)
     assert status == 0, log
+    included = re.findall(rf'#include "{re.escape(str(kernel_dir()))}/(\w+\.cu)"', (root / SOURCE).read_text())
+    assert sorted(included) == sorted(QSA_KERNEL_FILES), "the files test_nvcc.py leaves to this compile"
     assert {shim_symbol(f) for f in (*FUNCTIONS[SEED], *PARAMETERS[SEED])} <= symbols
     assert TABLE_SYMBOL in symbols, "the example adapter's table"
-    assert all(f"for 'sm_{arch}'" in log for arch in COMPILE_ARCHS), "ptxas compiled every card"
-    functions = _PROPERTIES.findall(log)
-    assert len(functions) >= len(COMPILE_ARCHS), "ptxas reported every card's functions"
-    spilling = [f"{fn}: {st} B spill stores, {ld} B spill loads" for fn, st, ld in functions if st != "0" or ld != "0"]
-    assert not spilling, "the fake spills registers:\n" + "\n".join(spilling)
+    assert all(re.search(rf"Compiling entry function '[^']+' for 'sm_{arch}'", log) for arch in ARCHS), "every card's"
+    assert not spills(log), "the fake spills registers:\n" + "\n".join(spills(log))
+    missing = unemitted_launcher_kernels(QSA_KERNEL_FILES, log, max(ARCHS))
+    assert not missing, "the fake's compile does not emit:\n" + "\n".join(missing)
 
 
 # Where device code starts in CUDA source: a kernel, a device function or variable.

@@ -1,5 +1,7 @@
 """Every kernels/*.cu compiles with nvcc for each target card, with no register spills; every kernel
-name a launcher uses is defined in the sources and emitted by nvcc.
+name a launcher uses is defined in the sources and emitted by nvcc. Each file is compiled once a run: the
+files the fake engine includes (fake_engine.QSA_KERNEL_FILES) in test_engine's every-card compile of it,
+which makes these checks with this module's helpers; the others here.
 
 A source may declare ``// qsa-min-arch: NN`` (e.g. a cluster kernel: 90) to be compiled only for
 archs >= NN. Skipped when no nvcc is on PATH.
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fake_engine import QSA_KERNEL_FILES
 
 from qsa_cli.catalog import STAGES, qsa_catalog
 from qsa_cli.core.geometry import CLUSTER_MIN_CC
@@ -29,6 +32,11 @@ _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 
 def _sources() -> list[Path]:
     return sorted(kernel_dir().glob("*.cu"))
+
+
+def compiled_here() -> list[str]:
+    """The kernel files this module compiles: those the fake engine does not include."""
+    return [s.name for s in _sources() if s.name not in QSA_KERNEL_FILES]
 
 
 def min_arch(source: Path) -> int:
@@ -60,7 +68,7 @@ def compiled(source: str, arch: int) -> Compiled:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("c++filt") is None, reason="no nvcc or c++filt")
-@pytest.mark.parametrize("source", [s.name for s in _sources()])
+@pytest.mark.parametrize("source", compiled_here())
 def test_compiles_for_every_card_without_spills_and_emits_its_launchers_kernels(source: str) -> None:
     """A test a file (its cards one after another), so that the suite's workers share out the files and no
     two compile the same one. Each launcher name of the file, template instantiations included, is an entry
@@ -70,18 +78,28 @@ def test_compiles_for_every_card_without_spills_and_emits_its_launchers_kernels(
         result = compiled(source, arch)
         logs.append(result.log)
         assert result.returncode == 0, f"nvcc failed on {source} for sm_{arch}:\n{result.log}"
-        entries = _ENTRY.findall(result.log)
-        functions = _FUNCTION.findall(result.log)
-        assert entries, f"ptxas reported no entry function for {source} on sm_{arch}:\n{result.log}"
-        spilling = [f"{fn}: {st} B spill stores, {ld} B spill loads" for fn, _, st, ld in functions
-                    if st != "0" or ld != "0"]
-        assert not spilling, f"{source} on sm_{arch} spills registers:\n" + "\n".join(spilling)
-        assert {fn for fn, *_ in functions} >= set(entries), f"ptxas -v output not understood:\n{result.log}"
-    mangled = sorted(set(_ENTRY.findall(logs[-1])))
-    demangled = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True, check=True)
-    emitted = {re.sub(r"^void ", "", line.partition("(")[0]) for line in demangled.stdout.splitlines()}
-    missing = [name for file, name in _launcher_kernel_names() if file == source and name not in emitted]
+        assert _ENTRY.findall(result.log), f"ptxas reported no entry function for {source} on sm_{arch}:\n{result.log}"
+        assert not spills(result.log), f"{source} on sm_{arch} spills registers:\n" + "\n".join(spills(result.log))
+    missing = unemitted_launcher_kernels((source,), logs[-1])
     assert not missing, f"kernels {source} does not emit:\n" + "\n".join(missing)
+
+
+def spills(log: str) -> list[str]:
+    """Each function of ptxas's report (``-Xptxas -v``) that spills registers, with its stores and loads; an
+    AssertionError where an entry function has no report (the report's form not understood)."""
+    functions = _FUNCTION.findall(log)
+    assert {fn for fn, *_ in functions} >= set(_ENTRY.findall(log)), f"ptxas -v output not understood:\n{log}"
+    return [f"{fn}: {st} B spill stores, {ld} B spill loads" for fn, _, st, ld in functions if st != "0" or ld != "0"]
+
+
+def unemitted_launcher_kernels(sources: tuple[str, ...], log: str, arch: int | None = None) -> list[str]:
+    """The launcher kernel names of ``sources`` that are no entry function of ptxas's ``log`` (for ``arch``'s
+    card alone when given: a log of several cards'), demangled."""
+    entries = _ENTRY.findall(log) if arch is None else re.findall(rf"{_ENTRY.pattern} for 'sm_{arch}'", log)
+    demangled = subprocess.run(["c++filt"], input="\n".join(sorted(set(entries))), capture_output=True, text=True,
+                               check=True)
+    emitted = {re.sub(r"^void ", "", line.partition("(")[0]) for line in demangled.stdout.splitlines()}
+    return [f"{file}: {name}" for file, name in _launcher_kernel_names() if file in sources and name not in emitted]
 
 
 def test_min_arch_rule(tmp_path: Path) -> None:
