@@ -17,7 +17,6 @@ import numpy as np
 
 from .core.errors import GeometryError, InputError
 from .core.files import atomic_write
-from .core.integrity import sealed
 from .core.geometry import (
     BLOCK_CELLS,
     BUTTERFLY_OFFSETS,
@@ -39,6 +38,7 @@ from .core.geometry import (
     cluster_slice_blocks,
     validate_steps,
 )
+from .core.integrity import sealed
 from .model.order import order_keys
 from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 

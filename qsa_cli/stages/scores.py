@@ -28,7 +28,6 @@ from .base import Placed, StageBase, poisoned, run_stage
 from .common import Measurer, StageOutcome, decode_call_case
 
 
-
 def place_scorer_inputs(buffers: GuardedBuffers, inputs: ScorerInputs) -> tuple[ScorerInputs, dict[str, Any]]:
     """The scorer's inputs copied between guard zones, each with the host array it came from (what the
     integrity rows watch)."""
