@@ -1,25 +1,28 @@
 """qsa's timer against NVIDIA's two references on the same launchers, inputs and card, with the GPU's own
 timestamps beside them (run on a machine with the card, from the repository root, with cuda-bench and
-cupti-python installed and ncu on PATH):
+cupti-python installed and ncu on PATH). Each reference times the same calls as qsa's timer, in the same process,
+on the buffers one command placed, in alternating rounds (scripts/paired_timers.py): a call can sit on levels
+that change from one process's buffers to the next (docs/timing.md), so two processes' medians are two draws.
 
-- ``--l2 dirty`` (qsa's median) against nvbench's cold samples' median (``--timer nvbench``: the same launchers
-  timed by cuda.bench in the same kind of process), within TOLERANCE; both means are kept beside;
+- ``--l2 dirty`` (qsa's median) against nvbench's cold samples' median, ROUNDS rounds of SAMPLES samples each
+  in turn, within TOLERANCE; both means are kept beside;
 - ``--l2 clean`` (qsa's median) against Nsight Compute's durations of the call's kernels plus the launch overhead
   (what qsa's events time around a call of as many empty kernels of the call's shape beyond ncu's durations of
-  the same), within TOLERANCE, for every call whose launches do not overlap. ncu profiles qsa's own timed calls
-  (the kernels between the timer's two clock stamps of a sample, its batches turned off) with its cache control
-  off, so each kernel meets the L2 as qsa's flush before the sample, or the kernel before it in the call, left
-  it: the state qsa times in. How many kernels a call launches, and whether one is a programmatic dependent
-  launch (which ncu, replaying each kernel alone, cannot observe), is read from qsa's own record of the call
-  (``launches``);
-- beside them, not judged: CUPTI's kernel activity records of the clean run (scripts/call_trace.py), each timed
+  the same, measured the same way), within TOLERANCE, for every call whose launches do not overlap. qsa's rounds
+  run outside the profiler's range, and after each, PROFILED of qsa's timed calls inside it (the kernels between
+  the timer's two clock stamps of a sample, its batches off) with ncu's cache control off, so each kernel meets
+  the L2 as qsa's flush before the sample, or the kernel before it in the call, left it: the state qsa times in.
+  How many kernels a call launches, and whether one is a programmatic dependent launch (which ncu, replaying
+  each kernel alone, cannot observe), is read from qsa's own record of the call (``launches``);
+- beside them, not judged: CUPTI's kernel activity records of a clean run (scripts/call_trace.py), each timed
   call's span from its first kernel's start to its last one's end as the GPU ran them in the stream, plus what
   qsa's events time beyond the span of an empty call of as many launches. It observes every call, overlapped
   launches included, and shows which kernels a call ran.
 
 Usage: python3 scripts/agreement.py OUT_DIR [LABEL ...]   (only the rows whose label holds a LABEL; writes
-each command's record, the traces, the ncu logs, agreement.jsonl (the summary, then a row a line) and
-agreement.md there; exits 1 when a row disagrees). Never changes the card's clocks (``ncu --clock-control none``).
+each command's record, the paired samples, the traces, the ncu logs, agreement.jsonl (the summary, then a row a
+line) and agreement.md there; exits 1 when a row disagrees). Never changes the card's clocks
+(``ncu --clock-control none``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import csv
 import io
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -39,15 +43,16 @@ TOLERANCE = 0.03
 # --cache-control none: ncu neither flushes nor invalidates a cache before a kernel, so a kernel of a timed call
 # meets the caches as qsa's call does (ncu's own flush, `all`, also empties caches qsa's flush leaves alone, and
 # costs a small kernel more than it costs an empty one: docs/timing.md)
-NCU = ["ncu", "--clock-control", "none", "--cache-control", "none", "--metrics", "gpu__time_duration.sum", "--csv",
-       "--print-units", "base"]
-QSA = [sys.executable, "-m", "qsa_cli"]
-# qsa's command with its timer's batches off, for ncu: every timed call is then a sample's, after qsa's flush
-# (ncu serialises each profiled launch, so every hold times out and the timer measures the sample again, up to
-# MAX_REMEASURES times: those calls are as good, each after its own flush)
-BATCHES_OFF = "import qsa_cli.timing as timing; timing.BATCHES = 0"
-UNBATCHED = [sys.executable, "-c", f"import sys; {BATCHES_OFF}; from qsa_cli.__main__ import main; main(sys.argv[1:])"]
-NCU_SAMPLES = 3  # samples of a call under ncu (and as many again as its holds are re-measured)
+# --profile-from-start off: ncu profiles only inside the paired rounds' profiler ranges
+NCU = ["ncu", "--clock-control", "none", "--cache-control", "none", "--profile-from-start", "off", "--metrics",
+       "gpu__time_duration.sum", "--csv", "--print-units", "base"]
+PAIRED = [sys.executable, str(Path(__file__).with_name("paired_timers.py"))]
+ROUNDS = 5  # rounds of each timer in turn
+SAMPLES = 100  # qsa's samples a round, and nvbench's
+# qsa's timed calls ncu profiles after each round (ncu serialises each profiled launch, so every hold times out
+# and the timer measures the sample again, up to MAX_REMEASURES times: those calls are as good, each after its
+# own flush, and profiled too)
+PROFILED = 2
 
 
 @dataclass(frozen=True)
@@ -115,37 +120,44 @@ def measurement(record: Path, variant: str) -> dict:
     return found[0]
 
 
-def qsa_run(row: Row, out: Path, tag: str, *extra: str) -> dict:
-    record = out / f"{tag}-{row.tag}.json"
-    done = subprocess.run([*QSA, *row.args("auto"), *extra, "--json", str(record), "--quiet"], capture_output=True,
-                          text=True, env=row.env())
-    if done.returncode not in (0, 1):  # 1: a threshold or check failed, and the record was written
-        raise SystemExit(f"{row.label} ({tag}): qsa exited {done.returncode}: {done.stderr.strip()[-400:]}")
-    return measurement(record, row.variant)
+def paired_run(row: Row, out: Path, mode: str, *extra: str, under: list[str] = ()) -> tuple[dict, Path, str]:
+    """qsa's command for ``row`` in one process of scripts/paired_timers.py (``mode``: nvbench or ncu), run under
+    ``under`` (ncu's command line): the record's measurement of the row's variant, the paired samples' file and
+    what the process printed."""
+    record, paired = out / f"{mode}-{row.tag}.json", out / f"{mode}-{row.tag}-paired.json"
+    argv = [*under, *PAIRED, mode, str(ROUNDS), str(SAMPLES), str(PROFILED), str(paired), "--",
+            *row.args(str(SAMPLES)), *extra, "--json", str(record), "--quiet"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=row.env())
+    (out / f"{mode}-{row.tag}.log").write_text(done.stdout + done.stderr)
+    if done.returncode not in (0, 1) or not record.is_file():  # 1: a threshold or check failed, record written
+        raise SystemExit(f"{row.label} ({mode}): exited {done.returncode}, see {out / f'{mode}-{row.tag}.log'}")
+    return measurement(record, row.variant), paired, done.stdout
 
 
-def ncu_durations_us(argv: list[str], log: Path, kernel_regex: str,
-                     env: dict[str, str] | None = None) -> list[tuple[str, float]]:
-    """(kernel, gpu__time_duration in µs) of every launch of qsa's clock stamps and of ``kernel_regex``'s
-    kernels in ``argv``'s run, in the order they ran."""
-    proc = subprocess.run([*NCU, "-k", f"regex:{STAMP}|{kernel_regex}", *argv], capture_output=True, text=True, env=env)
-    log.write_text(proc.stdout + proc.stderr)
-    if proc.returncode not in (0, 1):  # 1: qsa's verdict; its record was written
-        raise SystemExit(f"ncu failed ({proc.returncode}), see {log}")
-    lines = [line for line in proc.stdout.splitlines() if line.startswith('"')]
-    rows = [r for r in csv.DictReader(io.StringIO("\n".join(lines))) if r["Metric Name"] == "gpu__time_duration.sum"]
-    return [(r["Kernel Name"], float(r["Metric Value"].replace(",", "")) / 1e3) for r in sorted(rows, key=lambda r: int(r["ID"]))]
+def ncu_command(kernel_regex: str) -> list[str]:
+    """ncu profiling qsa's clock stamps and ``kernel_regex``'s kernels."""
+    return [*NCU, "-k", f"regex:{STAMP}|{kernel_regex}"]
 
 
-def ncu_calls(durations: list[tuple[str, float]], launches: int, kernel_regex: str,
-              calls: int | None = None) -> tuple[float, list[str], list[float]]:
-    """Of the first ``calls`` timed calls (all when None) among ncu's ``durations``: the median of a call's summed
-    durations, the kernels of the first call and each kernel's median."""
-    found = stamped_calls(durations, launches, kernel_regex)[:calls]
+def ncu_durations_us(stdout: str, kernel_regex: str) -> list[tuple[str, float]]:
+    """(kernel, gpu__time_duration in µs) of every profiled launch of qsa's clock stamps and of ``kernel_regex``'s
+    kernels in ncu's CSV output ``stdout``, in the order they ran."""
+    lines = [line for line in stdout.splitlines() if line.startswith('"')]
+    rows = [r for r in csv.DictReader(io.StringIO("\n".join(lines))) if r["Metric Name"] == "gpu__time_duration.sum"
+            and re.search(rf"{STAMP}|{kernel_regex}", r["Kernel Name"])]
+    return [(r["Kernel Name"], float(r["Metric Value"].replace(",", "")) / 1e3)
+            for r in sorted(rows, key=lambda r: int(r["ID"]))]
+
+
+def ncu_calls(durations: list[tuple[str, float]], launches: int,
+              kernel_regex: str) -> tuple[float, list[str], list[float], int]:
+    """Of the timed calls among ncu's ``durations``: the median of a call's summed durations, the kernels of the
+    first call, each kernel's median and how many calls there were."""
+    found = stamped_calls(durations, launches, kernel_regex)
     if not found:
         raise SystemExit(f"ncu profiled no call of {launches} {kernel_regex} kernels between qsa's stamps")
     return (statistics.median(sum(us for _, us in call) for call in found), [name for name, _ in found[0]],
-            [statistics.median(us for _, us in kernel) for kernel in zip(*found)])
+            [statistics.median(us for _, us in kernel) for kernel in zip(*found)], len(found))
 
 
 EMPTY = r'''extern "C" __global__ void empty_kernel() {}'''
@@ -186,12 +198,11 @@ def beyond_span_us(samples_us: list[float], spans_us: list[float]) -> float:
     return statistics.median(samples_us) - statistics.median(spans_us)
 
 
-def empty_call_code(launch: str, launches: int, samples: int = EMPTY_SAMPLES, batches: bool = True) -> str:
+def empty_call_code(launch: str, launches: int, samples: int) -> str:
     """Python that times a call of ``launches`` empty kernels (``launch``: grid and block) with qsa's timer
-    (--l2 clean), its batches on or off, and prints its samples."""
+    (--l2 clean) and prints its samples."""
     return f"""
 import cupy, json
-{"" if batches else BATCHES_OFF}
 from qsa_cli.timing import DeviceTimer
 kernel = cupy.RawKernel({EMPTY!r}, "empty_kernel")
 def call():
@@ -202,29 +213,32 @@ print(json.dumps(timed.samples_us))
 """
 
 
-def empty_kernel_qsa_us(out: Path, shape: str, launch: str, launches: int = 1) -> tuple[float, float]:
-    """qsa's timer (--l2 clean) on a call of ``launches`` empty kernels of ``shape``, in a process of its own
-    traced by CUPTI: qsa's median, and what its events time beyond the GPU's span of the same calls."""
-    trace, printed = traced(out, f"empty-{shape}-x{launches}", launches, "empty_kernel",
-                            ["-c", empty_call_code(launch, launches)])
-    samples = json.loads(printed.strip().splitlines()[-1])
-    (out / f"empty-{shape}-x{launches}-qsa.json").write_text(json.dumps(samples))
-    return statistics.median(samples), beyond_span_us(samples, trace["span_us"])
+def last_line_samples(printed: str) -> list[float]:
+    return json.loads(printed.strip().splitlines()[-1])
 
 
-def empty_call_ncu_us(out: Path, shape: str, launch: str, launches: int) -> float:
-    """ncu's durations of a call of ``launches`` empty kernels of ``shape`` as qsa's timer (--l2 clean) times it,
-    summed: the median over its calls."""
-    code = empty_call_code(launch, launches, NCU_SAMPLES, batches=False)
-    durations = ncu_durations_us([sys.executable, "-c", code], out / f"empty-{shape}-x{launches}-ncu.log", "empty_kernel")
-    return ncu_calls(durations, launches, "empty_kernel")[0]
-
-
-def timed_calls(record: Path, variant: str) -> int:
-    """How many calls qsa timed for ``variant``'s measurement (the first of the record's, continuous scores): its
-    samples and the samples it threw away and measured again (its batches off)."""
-    m = measurement(record, variant)
-    return len(m["samples_us"]) + sum(not d["batch"] for d in m["rounds"]["discarded"])
+def empty_call_overhead(out: Path, shape: str, launch: str, launches: int) -> dict[str, float]:
+    """A call of ``launches`` empty kernels of ``shape`` timed by qsa's timer (--l2 clean): against CUPTI's
+    spans of the same calls in one process (what qsa's events time beyond the span), and against ncu's summed
+    durations of its calls in rounds with qsa's in another (what they time beyond ncu's)."""
+    tag = f"empty-{shape}-x{launches}"
+    code = empty_call_code(launch, launches, EMPTY_SAMPLES)
+    trace, printed = traced(out, tag, launches, "empty_kernel", ["-c", code])
+    traced_samples = last_line_samples(printed)
+    per_round = EMPTY_SAMPLES // ROUNDS
+    paired = subprocess.run([*ncu_command("empty_kernel"), *PAIRED, "ncu", str(ROUNDS), str(per_round), str(PROFILED),
+                             str(out / f"{tag}-ncu-paired.json"), "--", "-c",
+                             empty_call_code(launch, launches, per_round)], capture_output=True, text=True)
+    (out / f"{tag}-ncu.log").write_text(paired.stdout + paired.stderr)
+    if paired.returncode != 0:
+        raise SystemExit(f"ncu on {tag} failed ({paired.returncode}), see {out / f'{tag}-ncu.log'}")
+    qsa_samples = last_line_samples("\n".join(l for l in paired.stdout.splitlines() if l.startswith("[")))
+    (out / f"{tag}-qsa.json").write_text(json.dumps({"traced": traced_samples, "under_ncu": qsa_samples}))
+    ncu_call = ncu_calls(ncu_durations_us(paired.stdout, "empty_kernel"), launches, "empty_kernel")[0]
+    qsa_us = statistics.median(qsa_samples)
+    return {"qsa_us": qsa_us, "qsa_traced_us": statistics.median(traced_samples),
+            "beyond_span_us": beyond_span_us(traced_samples, trace["span_us"]), "ncu_call_us": ncu_call,
+            "ncu_us": qsa_us - ncu_call}
 
 
 def launch_count(m: dict) -> int:
@@ -241,49 +255,62 @@ def overlapped(m: dict) -> bool:
     return any(launch["programmatic"] for launch in m["launches"])
 
 
+def paired_calls(paired: Path, m: dict) -> dict:
+    """The paired samples' entry of ``m``'s launcher (its variant and case)."""
+    calls = json.loads(paired.read_text())["calls"]
+    found = [c for c in calls if c["variant"] == m["variant"] and c["case"] == m["case"]]
+    if not found:
+        raise SystemExit(f"{paired}: no paired samples of {m['variant']}")
+    return found[0]
+
+
 def nvbench_row(row: Row, out: Path) -> dict:
-    """qsa (--l2 dirty) against nvbench's cold samples of the same launcher: median against median (and the
-    means beside); the call's launch count, from qsa's record."""
-    dirty = qsa_run(row, out, "dirty", "--l2", "dirty")
-    nvbench = qsa_run(row, out, "nvbench", "--timer", "nvbench")
-    dirty_us, nv_median = statistics.median(dirty["samples_us"]), statistics.median(nvbench["samples_us"])
-    return {"qsa_dirty_median_us": dirty_us, "qsa_dirty_mean_us": statistics.fmean(dirty["samples_us"]),
-            "qsa_dirty_samples": len(dirty["samples_us"]), "nvbench_cold_median_us": nv_median,
-            "nvbench_cold_mean_us": nvbench["nvbench"]["cold_mean_us"], "nvbench_samples": len(nvbench["samples_us"]),
-            "dirty_vs_nvbench": dirty_us / nv_median - 1, "launches": launch_count(dirty),
-            "overlapped": overlapped(dirty)}
+    """qsa (--l2 dirty) against nvbench's cold samples of the same launcher in rounds of each in turn, in one
+    process: median against median (the means, and each round's medians, beside); the call's launch count,
+    from qsa's record."""
+    m, paired, _ = paired_run(row, out, "nvbench", "--timer", "nvbench")
+    call = paired_calls(paired, m)
+    ours, theirs = [s for r in call["qsa_us"] for s in r], [s for r in call["nvbench_us"] for s in r]
+    dirty_us, nv_median = statistics.median(ours), statistics.median(theirs)
+    return {"qsa_dirty_median_us": dirty_us, "qsa_dirty_mean_us": statistics.fmean(ours),
+            "qsa_dirty_samples": len(ours), "nvbench_cold_median_us": nv_median,
+            "nvbench_cold_mean_us": statistics.fmean(theirs), "nvbench_samples": len(theirs),
+            "qsa_dirty_round_medians_us": [statistics.median(r) for r in call["qsa_us"]],
+            "nvbench_round_medians_us": [statistics.median(r) for r in call["nvbench_us"]],
+            "dirty_vs_nvbench": dirty_us / nv_median - 1, "launches": launch_count(m), "overlapped": overlapped(m)}
 
 
 def clean_row(row: Row, out: Path, launches: int, overlaps: bool,
               overhead_of: Callable[[str, int], dict[str, float]]) -> dict:
     """qsa (--l2 clean) against Nsight Compute's durations of the call's kernels (the first on flushed caches,
     the later ones on the L2 as the one before left it) plus the overhead beyond ncu's durations of as many empty
-    kernels of its shape, where ncu observes the call (no launch overlapping another), judged; and beside it,
-    not judged, the GPU's own timestamps of the same calls (CUPTI: the span from the first kernel's start to
-    the last one's end, plus what qsa's events time beyond the span of an empty call of as many launches)."""
+    kernels of its shape, in rounds of each in turn in one process, where ncu observes the call (no launch
+    overlapping another), judged; and beside it, not judged, the GPU's own timestamps of the calls of another
+    clean run (CUPTI: the span from the first kernel's start to the last one's end, plus what qsa's events time
+    beyond the span of an empty call of as many launches)."""
     record = out / f"clean-{row.tag}.json"
     trace, _ = traced(out, row.tag, launches, row.kernel,
                       [*row.args("auto"), "--l2", "clean", "--json", str(record), "--quiet"], row.env())
     clean = measurement(record, row.variant)
-    clean_us = statistics.median(clean["samples_us"])
+    traced_us = statistics.median(clean["samples_us"])
     shape = row.empty_launch()[0]
     overhead = overhead_of(shape, launches)
     expected = trace["median_span_us"] + overhead["beyond_span_us"]
-    result = {"qsa_clean_median_us": clean_us, "qsa_clean_samples": len(clean["samples_us"]),
+    result = {"qsa_clean_traced_median_us": traced_us, "qsa_clean_traced_samples": len(clean["samples_us"]),
               "cupti_calls": trace["calls"], "cupti_span_us": trace["median_span_us"],
               "cupti_kernels_sum_us": trace["median_kernels_sum_us"], "cupti_kernel_us": trace["median_kernel_us"],
               "cupti_gap_us": trace["median_gap_us"], "qsa_beyond_span_us": beyond_span_us(clean["samples_us"],
                                                                                             trace["span_us"]),
               "empty_shape": shape, "empty_beyond_span_us": overhead["beyond_span_us"],
-              "cupti_plus_overhead_us": expected, "clean_vs_cupti": clean_us / expected - 1}
+              "cupti_plus_overhead_us": expected, "clean_vs_cupti": traced_us / expected - 1}
     if not overlaps:  # ncu serialises a call's launches: not the call when they overlap (PDL)
-        profiled = out / f"ncu-{row.tag}.json"
-        argv = [*UNBATCHED, *row.args(str(NCU_SAMPLES)), "--l2", "clean", "--warmup", "0", "--quiet",
-                "--json", str(profiled)]
-        durations = ncu_durations_us(argv, out / f"ncu-{row.tag}.log", row.kernel, row.env())
-        ncu_call, kernels, per_kernel = ncu_calls(durations, launches, row.kernel, timed_calls(profiled, row.variant))
-        result.update({"ncu_call_us": ncu_call, "ncu_kernels": kernels, "ncu_kernel_us": per_kernel,
-                       "ncu_overhead_us": overhead["ncu_us"], "ncu_plus_overhead_us": ncu_call + overhead["ncu_us"]})
+        m, _, printed = paired_run(row, out, "ncu", "--l2", "clean", under=ncu_command(row.kernel))
+        clean_us = statistics.median(m["samples_us"])
+        ncu_call, kernels, per_kernel, calls = ncu_calls(ncu_durations_us(printed, row.kernel), launches, row.kernel)
+        result.update({"qsa_clean_median_us": clean_us, "qsa_clean_samples": len(m["samples_us"]),
+                       "ncu_call_us": ncu_call, "ncu_calls": calls, "ncu_kernels": kernels,
+                       "ncu_kernel_us": per_kernel, "ncu_overhead_us": overhead["ncu_us"],
+                       "ncu_plus_overhead_us": ncu_call + overhead["ncu_us"]})
         result["clean_vs_ncu"] = clean_us / result["ncu_plus_overhead_us"] - 1
     return result
 
@@ -300,10 +327,7 @@ def main(out: Path, only: list[str]) -> int:
 
     def overhead_of(shape: str, n: int) -> dict[str, float]:
         if f"{shape} x{n}" not in overheads:
-            qsa_us, beyond = empty_kernel_qsa_us(out, shape, shapes[shape], n)
-            ncu_us = empty_call_ncu_us(out, shape, shapes[shape], n)
-            overheads[f"{shape} x{n}"] = {"qsa_us": qsa_us, "beyond_span_us": beyond, "ncu_call_us": ncu_us,
-                                          "ncu_us": qsa_us - ncu_us}
+            overheads[f"{shape} x{n}"] = empty_call_overhead(out, shape, shapes[shape], n)
         return overheads[f"{shape} x{n}"]
 
     for shape in EMPTY_LAUNCHES:
@@ -316,8 +340,8 @@ def main(out: Path, only: list[str]) -> int:
         results.append(result)
         print(json.dumps(result), flush=True)
     agree = all(abs(r[k]) <= TOLERANCE for r in results for k in ("dirty_vs_nvbench", "clean_vs_ncu") if k in r)
-    summary = {"tolerance": TOLERANCE, "empty_calls": overheads, "agree": agree,
-               "row_definitions": [asdict(r) for r in ROWS]}
+    summary = {"tolerance": TOLERANCE, "rounds": ROUNDS, "samples": SAMPLES, "profiled": PROFILED,
+               "empty_calls": overheads, "agree": agree, "row_definitions": [asdict(r) for r in ROWS]}
     # JSON lines (the summary, then a row a line): not a qsa record, which a results folder's .json files are
     (out / "agreement.jsonl").write_text("".join(json.dumps(x) + "\n" for x in (summary, *results)))
     (out / "agreement.md").write_text(table(results, overheads) + "\n")
@@ -331,16 +355,18 @@ def _diff(value: float | None) -> str:
 
 def table(results: list[dict], overheads: dict[str, dict[str, float]]) -> str:
     """agreement.md: a row per launcher, the references and their differences, then the overheads."""
-    lines = ["| launcher | launches | qsa dirty median | nvbench cold median | diff | qsa clean median | ncu + overhead "
-             "| diff | CUPTI span + overhead (not judged) | diff |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| launcher | launches | qsa dirty | nvbench cold | diff | qsa clean | ncu + overhead | diff "
+             "| qsa clean, traced | CUPTI span + overhead (not judged) | diff |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
-        ncu = (f"{r['ncu_plus_overhead_us']:.2f} | {_diff(r['clean_vs_ncu'])}" if "clean_vs_ncu" in r
-               else "– (overlapped launches) | –")
+        ncu = (f"{r['qsa_clean_median_us']:.2f} | {r['ncu_plus_overhead_us']:.2f} | {_diff(r['clean_vs_ncu'])}"
+               if "clean_vs_ncu" in r else "– | not observable (PDL) | –")
         lines.append(f"| {r['row']} | {r['launches']} | {r['qsa_dirty_median_us']:.2f} | "
-                     f"{r['nvbench_cold_median_us']:.2f} | {_diff(r['dirty_vs_nvbench'])} | "
-                     f"{r['qsa_clean_median_us']:.2f} | {ncu} | {r['cupti_plus_overhead_us']:.2f} | "
+                     f"{r['nvbench_cold_median_us']:.2f} | {_diff(r['dirty_vs_nvbench'])} | {ncu} | "
+                     f"{r['qsa_clean_traced_median_us']:.2f} | {r['cupti_plus_overhead_us']:.2f} | "
                      f"{_diff(r['clean_vs_cupti'])} |")
-    lines.append("\nqsa's events beyond the GPU's span of empty calls (CUPTI) and beyond ncu's durations: " + "; ".join(
+    lines.append("\nMedians in µs; qsa's against each reference's in rounds of each in turn, in one process. "
+                 "qsa's events beyond the GPU's span of empty calls (CUPTI) and beyond ncu's durations: " + "; ".join(
         f"{call}: {o['qsa_us']:.2f} µs under qsa's timer, {o['beyond_span_us']:+.2f} beyond CUPTI's span, "
         f"{o['ncu_us']:+.2f} beyond ncu" for call, o in overheads.items()) + ".")
     return "\n".join(lines)

@@ -54,15 +54,17 @@ def test_qsa_beyond_the_span_is_paired_per_call_or_else_by_medians() -> None:
 
 def test_the_table_judges_ncu_where_it_observes_the_call_and_shows_cupti_beside() -> None:
     common = {"qsa_dirty_median_us": 30.0, "nvbench_cold_median_us": 30.3, "dirty_vs_nvbench": -0.01,
-              "qsa_clean_median_us": 29.0, "cupti_plus_overhead_us": 29.2, "clean_vs_cupti": -0.007}
-    rows = [{"row": "one", **common, "ncu_plus_overhead_us": 29.5, "clean_vs_ncu": -0.017, "launches": 1},
-            {"row": "five, PDL off", **common, "ncu_plus_overhead_us": 29.9, "clean_vs_ncu": -0.03, "launches": 5},
+              "qsa_clean_traced_median_us": 29.1, "cupti_plus_overhead_us": 29.2, "clean_vs_cupti": -0.003}
+    ncu = {"qsa_clean_median_us": 29.0}
+    rows = [{"row": "one", **common, **ncu, "ncu_plus_overhead_us": 29.5, "clean_vs_ncu": -0.017, "launches": 1},
+            {"row": "five, PDL off", **common, **ncu, "ncu_plus_overhead_us": 29.9, "clean_vs_ncu": -0.03,
+             "launches": 5},
             {"row": "five", **common, "launches": 5}]
     text = agreement.table(rows, {"wave x1": {"qsa_us": 3.1, "beyond_span_us": 1.2, "ncu_us": 1.3}})
     one, five_off, five = text.splitlines()[2:5]
-    assert one.startswith("| one | 1 |") and "| 29.50 | -1.7% | 29.20 | -0.7% |" in one
-    assert five_off.startswith("| five, PDL off | 5 |") and "| 29.90 | -3.0% |" in five_off
-    assert "| – (overlapped launches) | – | 29.20 | -0.7% |" in five
+    assert one == "| one | 1 | 30.00 | 30.30 | -1.0% | 29.00 | 29.50 | -1.7% | 29.10 | 29.20 | -0.3% |"
+    assert five_off.startswith("| five, PDL off | 5 |") and "| 29.00 | 29.90 | -3.0% |" in five_off
+    assert "| -1.0% | – | not observable (PDL) | – | 29.10 | 29.20 | -0.3% |" in five
     assert "wave x1: 3.10 µs under qsa's timer, +1.20 beyond CUPTI's span, +1.30 beyond ncu" in text
 
 
@@ -89,26 +91,35 @@ def test_what_runs_between_one_calls_end_and_the_next_ones_start_is_no_call() ->
     assert len(calls) == 2 and all(c[0][1] % 100_000 == 1000 for c in calls)
 
 
-def test_ncu_sums_the_first_timed_calls_of_its_profile() -> None:
-    """ncu's durations in the order the kernels ran, stamps among them: a call's kernels summed, the median over
-    the first ``calls`` calls (the measured case's, before the next case's)."""
-    stamp = ("void clock_stamp_kernel(long long volatile *)", 1.0)
+def test_ncu_sums_each_profiled_call_of_its_csv() -> None:
+    """ncu's CSV rows in the order the kernels ran (its IDs), stamps among them and kernels of other names left
+    out: a call's kernels summed, the median over every profiled call."""
+    stamp = "void clock_stamp_kernel(long long volatile *)"
 
     def call(*us: float) -> list[tuple[str, float]]:
-        return [stamp, *[(f"void block_topk_split_pass_kernel<{i}, 2>(...)", u) for i, u in enumerate(us)], stamp]
+        return [(stamp, 1.0), *[(f"void block_topk_split_pass_kernel<{i}, 2>(...)", u) for i, u in enumerate(us)],
+                (stamp, 1.0)]
 
-    durations = [("void block_topk_split_pass_kernel<0, 2>(...)", 0.5)] + call(4.0, 2.0) + call(5.0, 3.0) \
-        + call(4.5, 2.5) + call(9.0, 9.0)
-    median, names, per_kernel = agreement.ncu_calls(durations, 2, "block_topk_split", calls=3)
-    assert median == 7.0 and per_kernel == [4.5, 2.5] and names[0].startswith("void block_topk_split_pass_kernel<0")
+    profiled = [("void block_topk_split_pass_kernel<0, 2>(...)", 0.5), ("hold_stream_kernel", 9.0)] \
+        + call(4.0, 2.0) + call(5.0, 3.0) + call(4.5, 2.5)
+    lines = ['"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"', "==PROF== Disconnected"]
+    lines += [f'"{i}","{name}","gpu__time_duration.sum","ns","{1000 * us:,.0f}"' for i, (name, us) in
+              reversed(list(enumerate(profiled)))]
+    durations = agreement.ncu_durations_us("\n".join(lines), "block_topk_split")
+    assert [name for name, _ in durations][:2] == ["void block_topk_split_pass_kernel<0, 2>(...)", stamp]
+    median, names, per_kernel, calls = agreement.ncu_calls(durations, 2, "block_topk_split")
+    assert (median, per_kernel, calls) == (7.0, [4.5, 2.5], 3) and names[0].endswith("pass_kernel<0, 2>(...)")
     with pytest.raises(SystemExit, match="no call of 3"):
         agreement.ncu_calls(durations, 3, "block_topk_split")
 
 
-def test_the_calls_qsa_timed_are_its_samples_and_the_samples_it_measured_again(tmp_path: Path) -> None:
-    record = tmp_path / "r.json"
-    record.write_text(json.dumps({"measurements": [
-        {"variant": "split", "case": {"score_set": "continuous"}, "samples_us": [1.0, 2.0, 3.0],
-         "rounds": {"discarded": [{"batch": False}, {"batch": False}, {"batch": True}]}},
-        {"variant": "split", "case": {"score_set": "equal"}, "samples_us": [1.0], "rounds": {"discarded": []}}]}))
-    assert agreement.timed_calls(record, "split") == 5
+def test_a_rows_paired_samples_are_its_variants_on_its_case(tmp_path: Path) -> None:
+    paired = tmp_path / "p.json"
+    case = {"ctx": 32768, "nq": 1, "score_set": "continuous"}
+    paired.write_text(json.dumps({"calls": [
+        {"variant": "floor", "case": case, "qsa_us": [[1.0]], "nvbench_us": [[1.0]]},
+        {"variant": "halve", "case": {**case, "score_set": "equal"}, "qsa_us": [[9.0]], "nvbench_us": [[9.0]]},
+        {"variant": "halve", "case": case, "qsa_us": [[6.0, 6.2], [6.1]], "nvbench_us": [[6.3], [6.2, 6.4]]}]}))
+    assert agreement.paired_calls(paired, {"variant": "halve", "case": case})["qsa_us"] == [[6.0, 6.2], [6.1]]
+    with pytest.raises(SystemExit, match="no paired samples of split"):
+        agreement.paired_calls(paired, {"variant": "split", "case": case})
