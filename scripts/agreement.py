@@ -74,20 +74,6 @@ class Row:
         """Its part of the output files' names."""
         return f"{self.variant}-{self.ctx}-{self.nq}{'' if self.pdl else '-nopdl'}"
 
-    def empty_launch(self) -> tuple[str, str]:
-        """(name, grid and block) of the empty kernels its overhead is measured with: the split's call, as many
-        launches of its kernels' grid and block (sized by the capacity, often far from a wave: a launch's fixed
-        cost and the gap to the next depend on it); the other calls (grids that fill the card), waves."""
-        if self.variant != "split":
-            return "wave", EMPTY_LAUNCHES["wave"]
-        import cupy
-
-        from qsa_cli.core.geometry import TOPK_SPLIT_THREADS, max_blocks
-        from qsa_cli.launch.topk import split_grid
-
-        chunks = split_grid(max_blocks(self.cap), self.nq, cupy.cuda.Device().attributes["MultiProcessorCount"]).chunks
-        return f"grid{chunks}x{self.nq}", f"({chunks}, {self.nq}), ({TOPK_SPLIT_THREADS},)"
-
     def args(self, iters: str) -> list[str]:
         name, *rest = self.command
         return [name, str(self.ctx), str(self.nq), iters, str(self.cap), *rest, "--variants", self.variant]
@@ -160,11 +146,10 @@ def ncu_calls(durations: list[tuple[str, float]], launches: int,
             [statistics.median(us for _, us in kernel) for kernel in zip(*found)], len(found))
 
 
-EMPTY = r'''extern "C" __global__ void empty_kernel() {}'''
-# The empty kernel's launches, always measured: a wave of 256-thread blocks over every SM (the single-launch
-# kernels' grids are waves of such blocks; a launch's fixed cost grows a little with its grid), and one warp,
-# recorded beside it. A run adds the split's grids (Row.empty_launch).
-EMPTY_LAUNCHES = {"wave": "(cupy.cuda.Device().attributes['MultiProcessorCount'] * 8,), (256,)", "warp": "(1,), (32,)"}
+# The empty kernel a call's overhead is measured with, launched as the call's kernels are (each one's grid, block,
+# cluster and dynamic shared memory, as qsa's record lists them): a launch's fixed cost, and where the events
+# sit around it, depend on its grid, and a cluster launch's differ from a plain one's
+EMPTY = 'extern "C" __global__ void {cluster}empty_kernel() {{}}'
 EMPTY_SAMPLES = 2000  # an exact count: the stopping rule's 0.5 % is below the events' step for a 3 µs median
 
 
@@ -198,16 +183,37 @@ def beyond_span_us(samples_us: list[float], spans_us: list[float]) -> float:
     return statistics.median(samples_us) - statistics.median(spans_us)
 
 
-def empty_call_code(launch: str, launches: int, samples: int) -> str:
-    """Python that times a call of ``launches`` empty kernels (``launch``: grid and block) with qsa's timer
-    (--l2 clean) and prints its samples."""
+def empty_launches(launches: list[dict]) -> list[tuple[tuple[int, ...], tuple[int, ...], int, int]]:
+    """(grid, block, cluster CTAs, dynamic shared bytes) of each of a call's launches, as its record lists them."""
+    return [(tuple(k["grid"]), tuple(k["block"]), k["cluster"], k["shared_bytes"]) for k in launches]
+
+
+def empty_call_name(launches: list[dict]) -> str:
+    """A call of empty kernels' name: each launch's shape (cluster and shared memory where it has them), a count
+    of each; a part of file names."""
+    shapes = []
+    for grid, block, cluster, shared in empty_launches(launches):
+        shape = "grid" + "x".join(map(str, grid)) + "-block" + "x".join(map(str, block))
+        shapes.append(shape + (f"-cluster{cluster}" if cluster else "") + (f"-shared{shared}" if shared else ""))
+    return "+".join(f"{shape}-x{shapes.count(shape)}" for shape in dict.fromkeys(shapes))
+
+
+def empty_call_code(launches: list[dict], samples: int) -> str:
+    """Python that times a call of empty kernels launched as ``launches`` with qsa's timer (--l2 clean) and
+    prints its samples."""
     return f"""
 import cupy, json
 from qsa_cli.timing import DeviceTimer
-kernel = cupy.RawKernel({EMPTY!r}, "empty_kernel")
+LAUNCHES = {empty_launches(launches)!r}
+def empty(cluster, shared):
+    kernel = cupy.RawKernel({EMPTY!r}.format(cluster=f"__cluster_dims__({{cluster}}, 1, 1) " if cluster else ""),
+                            "empty_kernel")
+    kernel.max_dynamic_shared_size_bytes = shared
+    return kernel
+kernels = [empty(cluster, shared) for _, _, cluster, shared in LAUNCHES]
 def call():
-    for _ in range({launches}):
-        kernel({launch}, ())
+    for kernel, (grid, block, _, shared) in zip(kernels, LAUNCHES):
+        kernel(grid, block, (), shared_mem=shared)
 timed = DeviceTimer(l2="clean").measure(call, {samples})
 print(json.dumps(timed.samples_us))
 """
@@ -217,24 +223,23 @@ def last_line_samples(printed: str) -> list[float]:
     return json.loads(printed.strip().splitlines()[-1])
 
 
-def empty_call_overhead(out: Path, shape: str, launch: str, launches: int) -> dict[str, float]:
-    """A call of ``launches`` empty kernels of ``shape`` timed by qsa's timer (--l2 clean): against CUPTI's
+def empty_call_overhead(out: Path, launches: list[dict]) -> dict[str, float]:
+    """A call of empty kernels launched as ``launches`` timed by qsa's timer (--l2 clean): against CUPTI's
     spans of the same calls in one process (what qsa's events time beyond the span), and against ncu's summed
     durations of its calls in rounds with qsa's in another (what they time beyond ncu's)."""
-    tag = f"empty-{shape}-x{launches}"
-    code = empty_call_code(launch, launches, EMPTY_SAMPLES)
-    trace, printed = traced(out, tag, launches, "empty_kernel", ["-c", code])
+    tag, count = f"empty-{empty_call_name(launches)}", len(launches)
+    trace, printed = traced(out, tag, count, "empty_kernel", ["-c", empty_call_code(launches, EMPTY_SAMPLES)])
     traced_samples = last_line_samples(printed)
     per_round = EMPTY_SAMPLES // ROUNDS
     paired = subprocess.run([*ncu_command("empty_kernel"), *PAIRED, "ncu", str(ROUNDS), str(per_round), str(PROFILED),
                              str(out / f"{tag}-ncu-paired.json"), "--", "-c",
-                             empty_call_code(launch, launches, per_round)], capture_output=True, text=True)
+                             empty_call_code(launches, per_round)], capture_output=True, text=True)
     (out / f"{tag}-ncu.log").write_text(paired.stdout + paired.stderr)
     if paired.returncode != 0:
         raise SystemExit(f"ncu on {tag} failed ({paired.returncode}), see {out / f'{tag}-ncu.log'}")
     qsa_samples = last_line_samples("\n".join(l for l in paired.stdout.splitlines() if l.startswith("[")))
     (out / f"{tag}-qsa.json").write_text(json.dumps({"traced": traced_samples, "under_ncu": qsa_samples}))
-    ncu_call = ncu_calls(ncu_durations_us(paired.stdout, "empty_kernel"), launches, "empty_kernel")[0]
+    ncu_call = ncu_calls(ncu_durations_us(paired.stdout, "empty_kernel"), count, "empty_kernel")[0]
     qsa_us = statistics.median(qsa_samples)
     return {"qsa_us": qsa_us, "qsa_traced_us": statistics.median(traced_samples),
             "beyond_span_us": beyond_span_us(traced_samples, trace["span_us"]), "ncu_call_us": ncu_call,
@@ -249,10 +254,10 @@ def launch_count(m: dict) -> int:
     return len(m["launches"])
 
 
-def overlapped(m: dict) -> bool:
-    """Whether a call's launches overlap (one launched programmatically, PDL), as the record lists them:
+def overlapped(launches: list[dict]) -> bool:
+    """Whether a call's launches overlap (one launched programmatically, PDL), as its record lists them:
     Nsight Compute replays them one after another, so it does not observe such a call."""
-    return any(launch["programmatic"] for launch in m["launches"])
+    return any(launch["programmatic"] for launch in launches)
 
 
 def paired_calls(paired: Path, m: dict) -> dict:
@@ -264,10 +269,10 @@ def paired_calls(paired: Path, m: dict) -> dict:
     return found[0]
 
 
-def nvbench_row(row: Row, out: Path) -> dict:
+def nvbench_row(row: Row, out: Path) -> tuple[dict, list[dict]]:
     """qsa (--l2 dirty) against nvbench's cold samples of the same launcher in rounds of each in turn, in one
-    process: median against median (the means, and each round's medians, beside); the call's launch count,
-    from qsa's record."""
+    process: median against median (the means, and each round's medians, beside); and the call's launches, as
+    qsa's record lists them."""
     m, paired, _ = paired_run(row, out, "nvbench", "--timer", "nvbench")
     call = paired_calls(paired, m)
     ours, theirs = [s for r in call["qsa_us"] for s in r], [s for r in call["nvbench_us"] for s in r]
@@ -277,11 +282,29 @@ def nvbench_row(row: Row, out: Path) -> dict:
             "nvbench_cold_mean_us": statistics.fmean(theirs), "nvbench_samples": len(theirs),
             "qsa_dirty_round_medians_us": [statistics.median(r) for r in call["qsa_us"]],
             "nvbench_round_medians_us": [statistics.median(r) for r in call["nvbench_us"]],
-            "dirty_vs_nvbench": dirty_us / nv_median - 1, "launches": launch_count(m), "overlapped": overlapped(m)}
+            "dirty_vs_nvbench": dirty_us / nv_median - 1, "launches": launch_count(m),
+            "overlapped": overlapped(m["launches"])}, m["launches"]
 
 
-def clean_row(row: Row, out: Path, launches: int, overlaps: bool,
-              overhead_of: Callable[[str, int], dict[str, float]]) -> dict:
+def traced_nvbench_row(row: Row, out: Path, launches: int) -> dict:
+    """The paired dirty run again, under CUPTI's kernel activity, not judged: the GPU's spans of qsa's timed
+    calls (between its stamps) and of nvbench's (the other lone calls), beside each timer's median. It tells
+    whether the two timers differ in the calls as the GPU ran them or in how each brackets a call."""
+    record, paired = out / f"nvbench-traced-{row.tag}.json", out / f"nvbench-traced-{row.tag}-paired.json"
+    argv = ["nvbench", str(ROUNDS), str(SAMPLES), "0", str(paired), "--", *row.args(str(SAMPLES)),
+            "--timer", "nvbench", "--json", str(record), "--quiet"]
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import paired_timers; "
+            f"raise SystemExit(paired_timers.main({argv!r}))")
+    trace, _ = traced(out, f"nvbench-{row.tag}", launches, row.kernel, ["-c", code], row.env())
+    call = paired_calls(paired, measurement(record, row.variant))
+    return {"traced_qsa_dirty_median_us": statistics.median(s for r in call["qsa_us"] for s in r),
+            "cupti_qsa_dirty_span_us": trace["median_span_us"], "cupti_qsa_dirty_calls": trace["calls"],
+            "traced_nvbench_median_us": statistics.median(s for r in call["nvbench_us"] for s in r),
+            "cupti_nvbench_span_us": trace["unstamped"]["median_span_us"],
+            "cupti_nvbench_calls": trace["unstamped"]["calls"]}
+
+
+def clean_row(row: Row, out: Path, launches: list[dict], overhead_of: Callable[[list[dict]], dict[str, float]]) -> dict:
     """qsa (--l2 clean) against Nsight Compute's durations of the call's kernels (the first on flushed caches,
     the later ones on the L2 as the one before left it) plus the overhead beyond ncu's durations of as many empty
     kernels of its shape, in rounds of each in turn in one process, where ncu observes the call (no launch
@@ -289,24 +312,24 @@ def clean_row(row: Row, out: Path, launches: int, overlaps: bool,
     clean run (CUPTI: the span from the first kernel's start to the last one's end, plus what qsa's events time
     beyond the span of an empty call of as many launches)."""
     record = out / f"clean-{row.tag}.json"
-    trace, _ = traced(out, row.tag, launches, row.kernel,
+    trace, _ = traced(out, row.tag, len(launches), row.kernel,
                       [*row.args("auto"), "--l2", "clean", "--json", str(record), "--quiet"], row.env())
     clean = measurement(record, row.variant)
     traced_us = statistics.median(clean["samples_us"])
-    shape = row.empty_launch()[0]
-    overhead = overhead_of(shape, launches)
+    overhead = overhead_of(launches)
     expected = trace["median_span_us"] + overhead["beyond_span_us"]
     result = {"qsa_clean_traced_median_us": traced_us, "qsa_clean_traced_samples": len(clean["samples_us"]),
               "cupti_calls": trace["calls"], "cupti_span_us": trace["median_span_us"],
               "cupti_kernels_sum_us": trace["median_kernels_sum_us"], "cupti_kernel_us": trace["median_kernel_us"],
               "cupti_gap_us": trace["median_gap_us"], "qsa_beyond_span_us": beyond_span_us(clean["samples_us"],
                                                                                             trace["span_us"]),
-              "empty_shape": shape, "empty_beyond_span_us": overhead["beyond_span_us"],
+              "empty_call": empty_call_name(launches), "empty_beyond_span_us": overhead["beyond_span_us"],
               "cupti_plus_overhead_us": expected, "clean_vs_cupti": traced_us / expected - 1}
-    if not overlaps:  # ncu serialises a call's launches: not the call when they overlap (PDL)
+    if not overlapped(launches):  # ncu serialises a call's launches: not the call when they overlap
         m, _, printed = paired_run(row, out, "ncu", "--l2", "clean", under=ncu_command(row.kernel))
         clean_us = statistics.median(m["samples_us"])
-        ncu_call, kernels, per_kernel, calls = ncu_calls(ncu_durations_us(printed, row.kernel), launches, row.kernel)
+        ncu_call, kernels, per_kernel, calls = ncu_calls(ncu_durations_us(printed, row.kernel), len(launches),
+                                                         row.kernel)
         result.update({"qsa_clean_median_us": clean_us, "qsa_clean_samples": len(m["samples_us"]),
                        "ncu_call_us": ncu_call, "ncu_calls": calls, "ncu_kernels": kernels,
                        "ncu_kernel_us": per_kernel, "ncu_overhead_us": overhead["ncu_us"],
@@ -320,23 +343,21 @@ def main(out: Path, only: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYTHONPATH", ".")
     rows = [r for r in ROWS if not only or any(o in r.label for o in only)]
-    # a call of n launches: what qsa's events time beyond n empty kernels of its shape one after another,
-    # measured in this run against ncu's durations of them and against CUPTI's span of the same calls
-    shapes = {**EMPTY_LAUNCHES, **dict(r.empty_launch() for r in rows)}
+    # a call's overhead: what qsa's events time beyond a call of empty kernels launched as its are, measured in
+    # this run against ncu's durations of them and against CUPTI's span of the same calls
     overheads: dict[str, dict[str, float]] = {}
 
-    def overhead_of(shape: str, n: int) -> dict[str, float]:
-        if f"{shape} x{n}" not in overheads:
-            overheads[f"{shape} x{n}"] = empty_call_overhead(out, shape, shapes[shape], n)
-        return overheads[f"{shape} x{n}"]
+    def overhead_of(launches: list[dict]) -> dict[str, float]:
+        name = empty_call_name(launches)
+        if name not in overheads:
+            overheads[name] = empty_call_overhead(out, launches)
+        return overheads[name]
 
-    for shape in EMPTY_LAUNCHES:
-        overhead_of(shape, 1)
     results = []
     for row in rows:
-        dirty = nvbench_row(row, out)
-        result = {"row": row.label, "pdl": row.pdl, **dirty,
-                  **clean_row(row, out, dirty["launches"], dirty["overlapped"], overhead_of)}
+        dirty, launches = nvbench_row(row, out)
+        result = {"row": row.label, "pdl": row.pdl, **dirty, **traced_nvbench_row(row, out, len(launches)),
+                  **clean_row(row, out, launches, overhead_of)}
         results.append(result)
         print(json.dumps(result), flush=True)
     agree = all(abs(r[k]) <= TOLERANCE for r in results for k in ("dirty_vs_nvbench", "clean_vs_ncu") if k in r)
@@ -365,6 +386,16 @@ def table(results: list[dict], overheads: dict[str, dict[str, float]]) -> str:
                      f"{r['nvbench_cold_median_us']:.2f} | {_diff(r['dirty_vs_nvbench'])} | {ncu} | "
                      f"{r['qsa_clean_traced_median_us']:.2f} | {r['cupti_plus_overhead_us']:.2f} | "
                      f"{_diff(r['clean_vs_cupti'])} |")
+    lines += ["", "The dirty runs again under CUPTI (not judged): each timer's median, the GPU's span of the calls it "
+              "timed, and what it times beyond the span.", "",
+              "| launcher | qsa dirty | its calls' span | beyond | nvbench cold | its calls' span | beyond |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        qsa, nvbench = r["traced_qsa_dirty_median_us"], r["traced_nvbench_median_us"]
+        qsa_span, nvbench_span = r["cupti_qsa_dirty_span_us"], r["cupti_nvbench_span_us"]
+        lines.append(f"| {r['row']} | {qsa:.2f} | {qsa_span:.2f} | {qsa - qsa_span:+.2f} | {nvbench:.2f} | "
+                     + (f"{nvbench_span:.2f} | {nvbench - nvbench_span:+.2f} |" if nvbench_span is not None
+                        else "no lone call traced | – |"))
     lines.append("\nMedians in µs; qsa's against each reference's in rounds of each in turn, in one process. "
                  "qsa's events beyond the GPU's span of empty calls (CUPTI) and beyond ncu's durations: " + "; ".join(
         f"{call}: {o['qsa_us']:.2f} µs under qsa's timer, {o['beyond_span_us']:+.2f} beyond CUPTI's span, "

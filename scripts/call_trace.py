@@ -6,7 +6,8 @@ qsa's timer queues each sample behind a hold: [hold] [clock stamp] event, the ca
 so the kernels between two clock stamps are one timed call (a batch's: BATCH_LAUNCHES calls). For each call of
 ``--launches`` kernels this writes its span (the first kernel's start to the last one's end), the sum of its
 kernels' durations and the gaps between them; scripts/agreement.py sets them beside qsa's samples of the same
-calls and beside Nsight Compute's durations of the same kernels replayed one at a time.
+calls and beside Nsight Compute's durations of the same kernels replayed one at a time. The calls another timer
+timed in the same process (nvbench's, scripts/paired_timers.py) are summed up the same way (``unstamped``).
 
 Usage: python3 scripts/call_trace.py TRACE.json LAUNCHES KERNEL_REGEX -- QSA_ARGS...
 (QSA_ARGS: a measuring command with --json, e.g. topk-parity 524288 8 50 524288 0 --variants split --json r.json;
@@ -54,6 +55,27 @@ def calls_between_stamps(kernels: list[tuple[str, int, int]], launches: int,
     return stamped_calls(sorted(kernels, key=lambda k: k[1]), launches, pattern)
 
 
+def unstamped_calls(kernels: list[tuple[str, int, int]], launches: int,
+                    pattern: str) -> list[list[tuple[str, int, int]]]:
+    """The calls of a trace that another timer timed (nvbench's cold samples, each behind its blocking kernel):
+    runs of exactly ``launches`` kernels matching ``pattern``, each between kernels that do not, outside qsa's
+    stamps (in the order the kernels started). Back-to-back calls (a warm-up, a batch) make a longer run: none."""
+    matcher = re.compile(pattern)
+    calls: list[list[tuple[str, int, int]]] = []
+    run: list[tuple[str, int, int]] = []
+    stamped = False
+    for kernel in sorted(kernels, key=lambda k: k[1]):
+        if re.search(rf"\b{STAMP}\b", kernel[0]):
+            stamped = not stamped  # a start stamp, then its end stamp
+        elif not stamped and matcher.search(kernel[0]):
+            run.append(kernel)
+            continue
+        if len(run) == launches:
+            calls.append(run)
+        run = []
+    return calls
+
+
 def summary(calls: list[list[tuple[str, int, int]]]) -> dict:
     """Per call: its span, its kernels' summed durations and the gaps between them (µs); their medians."""
     spans = [(c[-1][2] - c[0][1]) / 1e3 for c in calls]
@@ -94,7 +116,8 @@ def main(argv: list[str]) -> int:
         code = ended.code or 0
     cupti.activity_flush_all(1)
     result = {"argv": qsa_args, "exit": code, "kernels_traced": len(kernels),
-              **summary(calls_between_stamps(kernels, int(launches), pattern))}
+              **summary(calls_between_stamps(kernels, int(launches), pattern)),
+              "unstamped": summary(unstamped_calls(kernels, int(launches), pattern))}
     Path(trace).write_text(json.dumps(result) + "\n")
     return int(code)
 

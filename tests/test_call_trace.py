@@ -40,6 +40,20 @@ def test_a_call_is_the_kernels_between_two_stamps_of_its_launch_count() -> None:
     assert call_trace.calls_between_stamps(kernels, 3, "cluster") == []  # kernels of another name: no call
 
 
+def test_another_timers_calls_are_the_lone_runs_of_a_calls_kernels_outside_the_stamps() -> None:
+    serial = [(0, 4000), (4500, 9000)]
+    kernels = timeline(serial)  # qsa's: between its stamps
+    name = "block_topk_split_kernel"
+    for at in (200_000, 300_000):  # nvbench's: its blocking kernel, then the call
+        kernels += [("nvbench_block_stream", at, at + 100), (name, at + 200, at + 4200), (name, at + 4500, at + 9500)]
+    kernels.append(("read_floor_kernel", 390_000, 390_100))
+    kernels += [(name, 400_000 + 5000 * i, 400_000 + 5000 * i + 4000) for i in range(6)]  # a warm-up: no lone call
+    kernels.append(("hold_stream_kernel", 500_000, 500_100))
+    calls = call_trace.unstamped_calls(list(reversed(kernels)), 2, "split")
+    assert [c[0][1] for c in calls] == [200_200, 300_200]
+    assert call_trace.summary(calls)["span_us"] == [9.3, 9.3]
+
+
 def test_overlapped_launches_have_a_span_shorter_than_their_sum() -> None:
     overlapped = [(0, 5000), (3000, 9000)]  # a programmatic dependent launch starts before the first ends
     s = call_trace.summary(call_trace.calls_between_stamps(timeline(overlapped), 2, "split"))
@@ -54,7 +68,9 @@ def test_qsa_beyond_the_span_is_paired_per_call_or_else_by_medians() -> None:
 
 def test_the_table_judges_ncu_where_it_observes_the_call_and_shows_cupti_beside() -> None:
     common = {"qsa_dirty_median_us": 30.0, "nvbench_cold_median_us": 30.3, "dirty_vs_nvbench": -0.01,
-              "qsa_clean_traced_median_us": 29.1, "cupti_plus_overhead_us": 29.2, "clean_vs_cupti": -0.003}
+              "qsa_clean_traced_median_us": 29.1, "cupti_plus_overhead_us": 29.2, "clean_vs_cupti": -0.003,
+              "traced_qsa_dirty_median_us": 30.1, "cupti_qsa_dirty_span_us": 27.6,
+              "traced_nvbench_median_us": 30.5, "cupti_nvbench_span_us": 27.9}
     ncu = {"qsa_clean_median_us": 29.0}
     rows = [{"row": "one", **common, **ncu, "ncu_plus_overhead_us": 29.5, "clean_vs_ncu": -0.017, "launches": 1},
             {"row": "five, PDL off", **common, **ncu, "ncu_plus_overhead_us": 29.9, "clean_vs_ncu": -0.03,
@@ -65,6 +81,7 @@ def test_the_table_judges_ncu_where_it_observes_the_call_and_shows_cupti_beside(
     assert one == "| one | 1 | 30.00 | 30.30 | -1.0% | 29.00 | 29.50 | -1.7% | 29.10 | 29.20 | -0.3% |"
     assert five_off.startswith("| five, PDL off | 5 |") and "| 29.00 | 29.90 | -3.0% |" in five_off
     assert "| -1.0% | – | not observable (PDL) | – | 29.10 | 29.20 | -0.3% |" in five
+    assert "| one | 30.10 | 27.60 | +2.50 | 30.50 | 27.90 | +2.60 |" in text.splitlines()
     assert "wave x1: 3.10 µs under qsa's timer, +1.20 beyond CUPTI's span, +1.30 beyond ncu" in text
 
 
@@ -74,9 +91,8 @@ def test_a_calls_launches_are_the_records_never_a_constant() -> None:
     launched = {"variant": "split", "launches": [{"kernel": f"block_topk_split_pass_kernel<{p}, 8>",
                                                   "programmatic": p > 0} for p in range(4)]
                 + [{"kernel": "block_topk_split_emit_kernel<8>", "programmatic": True}]}
-    assert agreement.launch_count(launched) == 5 and agreement.overlapped(launched)
-    plain = {"variant": "split", "launches": [{**launch, "programmatic": False} for launch in launched["launches"]]}
-    assert not agreement.overlapped(plain)
+    assert agreement.launch_count(launched) == 5 and agreement.overlapped(launched["launches"])
+    assert not agreement.overlapped([{**launch, "programmatic": False} for launch in launched["launches"]])
     with pytest.raises(SystemExit, match="lists no launches"):
         agreement.launch_count({"variant": "split", "launches": None})
 
