@@ -10,6 +10,8 @@ kernel disagrees with the oracle, the model that follows that kernel shows where
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ..core.errors import GeometryError
@@ -28,8 +30,6 @@ from ..core.geometry import (
     STEP_NBID,
     STEP_NKV,
     STEP_WIDTH,
-    TOPK_WIDE_THREADS,
-    WARP,
     block_weights,
     blocks_read,
     cluster_slice_blocks,
@@ -40,7 +40,6 @@ from .order import order_keys
 
 ALGORITHMS = ("oracle", "reference", "wide", "split", "cluster")
 
-WIDE_THREADS = TOPK_WIDE_THREADS  # block_topk_wide_kernel: one CTA of 1,024 threads per query
 _DIGIT_MASK = RADIX_BINS - 1
 _KEY_BITS = RADIX_BITS * RADIX_PASSES  # 32
 # The cluster kernel's pass that also finds each digit's least and greatest key (kTrackedPass).
@@ -90,16 +89,33 @@ def _digits(keys: np.ndarray, p: int) -> np.ndarray:
     return ((keys >> np.uint32(_shift(p))) & np.uint32(_DIGIT_MASK)).astype(np.int64)
 
 
-def _matches(keys: np.ndarray, prefix: int, p: int) -> np.ndarray:
-    """Blocks whose digits of passes 0..p-1 equal the prefix (all blocks in pass 0)."""
-    if p == 0:
-        return np.ones(keys.shape, dtype=bool)
-    return (keys >> np.uint32(_shift(p - 1))) == np.uint32(prefix)
+def _groups(n: int, size: int) -> np.ndarray:
+    """Block i's group of ``size`` consecutive blocks (``i // size``) for blocks 0..n-1: a CTA's slice, a chunk.
+    Repeated, not divided: a division of every index took four times as long."""
+    return np.repeat(np.arange(-(-n // size)), size)[:n]
 
 
-def _weighted_bincount(index: np.ndarray, weights: np.ndarray, bins: int) -> np.ndarray:
-    # float64 weights are exact for any count of cells below 2**53
-    return np.bincount(index, weights=weights, minlength=bins).astype(np.int64)
+def _on_digit(digits: np.ndarray, d: int, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The entries of ``arrays`` (one per block) whose digit is ``d``: the blocks on the next pass's prefix.
+
+    A pass counts only the blocks on the prefix of the digits found, so each pass keeps those of the pass
+    before that are on its digit (the same blocks as a test of every key's prefix, fewer to read each pass)."""
+    on = digits == d
+    if on.all():  # every block (all one key, say): the arrays as they are, not copied
+        return arrays
+    return tuple(a[on] for a in arrays)
+
+
+def _cells_by_bin(index: np.ndarray, weights: np.ndarray, bins: int) -> np.ndarray:
+    """The cells of the blocks in each bin: block i is in bin ``index[i]`` and holds ``weights[i]`` cells.
+
+    R a block counted, less what the blocks with fewer cells (the tail's) lack: np.bincount counts blocks
+    1.5-4 times as fast as it sums float weights, slowest where one bin takes most blocks (each float add
+    then waits for the one before)."""
+    hist = np.bincount(index, minlength=bins) * BLOCK_CELLS
+    short = np.flatnonzero(weights != BLOCK_CELLS)
+    np.subtract.at(hist, index[short], BLOCK_CELLS - weights[short])
+    return hist
 
 
 def _exclusive_cumsum(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -107,10 +123,12 @@ def _exclusive_cumsum(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return inclusive - x
 
 
-def _exclusive_cumsum_in_groups(x: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """The exclusive scan of ``x`` restarted at each group: ``first[i]`` is the first index of i's group."""
+def _exclusive_cumsum_in_groups(x: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """The exclusive scan of ``x`` restarted at each group: ``groups[i]`` is i's group (0..n_groups-1),
+    ascending, so that each group's entries are together and in order."""
     before = _exclusive_cumsum(x)
-    return before - before[first]
+    first = np.searchsorted(groups, np.arange(n_groups))  # each group's first entry
+    return before - before[first[groups]]
 
 
 def _write_ids(width: int, offsets: np.ndarray, blocks: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -140,26 +158,39 @@ def select_oracle(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
         return _identity(n_kv)
     keys, weights = _blocks(scores_row, n_kv, n_bid)
     top = min(keys.shape[0], width // BLOCK_CELLS + 2)
-    greatest = np.argpartition(~keys, top - 1)[:top]  # ~key ascending == key descending
+    # the top greatest blocks: those above the top-th greatest key, then the first of those at it (which of
+    # them changes no rank's key); a partition of the keys alone takes half the time of an argpartition
+    least = ~np.partition(~keys, top - 1)[top - 1]  # ~key ascending == key descending
+    above_least = np.flatnonzero(keys > least)
+    greatest = np.concatenate([above_least, np.flatnonzero(keys == least)[: top - above_least.size]])
     ranked = greatest[np.argsort(~keys[greatest], kind="stable")]
     thr = keys[ranked[np.searchsorted(np.cumsum(weights[ranked]), width)]]  # the first rank reaching width cells
-    counts = np.where(keys > thr, weights, 0)
-    ties = np.flatnonzero(keys == thr)
+    near = np.flatnonzero(keys >= thr)  # the blocks at or above thr: no other block's cell is taken
+    near_keys, near_weights = keys[near], weights[near]
+    counts = np.where(near_keys > thr, near_weights, 0)
+    ties = np.flatnonzero(near_keys == thr)
     budget = width - int(counts.sum())
-    counts[ties] = np.clip(budget - _exclusive_cumsum(weights[ties]), 0, weights[ties])
+    counts[ties] = np.clip(budget - _exclusive_cumsum(near_weights[ties]), 0, near_weights[ties])
     writers = np.flatnonzero(counts)
-    return _write_ids(width, _exclusive_cumsum(counts[writers]), writers, counts[writers])
+    return _write_ids(width, _exclusive_cumsum(counts[writers]), near[writers], counts[writers])
 
 
 # ---- block_topk_kernel: the rule, pass by pass -----------------------------------------------
 
 
-def _radix_threshold(keys: np.ndarray, weights: np.ndarray, width: int) -> tuple[int, int]:
+DigitRule = Callable[[np.ndarray, int, int], tuple[int, int]]
+
+
+def _radix_threshold(keys: np.ndarray, weights: np.ndarray, width: int,
+                     rule: DigitRule = digit_rule) -> tuple[int, int]:
+    """The 4 passes: each one's histogram of the blocks on the prefix, and its digit by ``rule``.
+    Returns (thr, the cells above thr)."""
     prefix, above = 0, 0
     for p in range(RADIX_PASSES):
-        match = _matches(keys, prefix, p)
-        hist = _weighted_bincount(_digits(keys[match], p), weights[match], RADIX_BINS)
-        d, above = digit_rule(hist, above, width)
+        if p > 0:
+            keys, weights = _on_digit(digits, d, keys, weights)
+        digits = _digits(keys, p)
+        d, above = rule(_cells_by_bin(digits, weights, RADIX_BINS), above, width)
         prefix = (prefix << RADIX_BITS) | d
     return prefix, above
 
@@ -171,10 +202,16 @@ def select_reference(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
         return _identity(n_kv)
     keys, weights = _blocks(scores_row, n_kv, n_bid)
     thr, above = _radix_threshold(keys, weights, width)
-    cell_keys = np.repeat(keys, weights)  # the weights are R, ..., R, tail: cell 4b + c is at index 4b + c
+    # the blocks whose cells may be taken: those above thr, and the first ceil((width - above) / R) at thr,
+    # which hold the first width - above cells at thr (every block but the last holds R cells)
+    at_thr = np.flatnonzero(keys == np.uint32(thr))[: -(-(width - above) // BLOCK_CELLS)]
+    near = np.union1d(np.flatnonzero(keys > np.uint32(thr)), at_thr)
+    cells = (near[:, None] * BLOCK_CELLS + np.arange(BLOCK_CELLS)).ravel()  # their cells, in order
+    held = cells < n_kv  # the last block holds the tail's cells alone
+    cells, cell_keys = cells[held], np.repeat(keys[near], BLOCK_CELLS)[held]
     ties = cell_keys == np.uint32(thr)
     taken_ties = ties & (np.cumsum(ties) <= width - above)
-    return np.flatnonzero((cell_keys > np.uint32(thr)) | taken_ties).astype(np.int32)
+    return cells[(cell_keys > np.uint32(thr)) | taken_ties].astype(np.int32)
 
 
 # ---- block_topk_wide_kernel: 1,024 threads, per-warp histograms, block-wide scans ------------
@@ -192,40 +229,31 @@ def select_wide(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
     """The 1,024-thread kernel: thread t owns blocks t, t + 1024, ... (coalesced tiles of 1,024 blocks).
 
     Each pass sums the 32 warps' histograms (a warp's lanes of one digit add as one, which changes
-    no count); the emit walks the tiles, placing each thread's cells by block-wide exclusive scans of
-    the per-thread counts plus the totals carried from the tiles before.
+    no count), which is the histogram of the blocks on the prefix: integer counts add to the same sum in
+    any grouping, so the model counts them at once. The emit walks the tiles, placing each thread's
+    cells by block-wide exclusive scans of the per-thread counts plus the totals carried from the tiles
+    before.
     """
     n_kv, n_bid, width = _query(step)
     if n_kv <= width:
         return _identity(n_kv)
     keys, weights = _blocks(scores_row, n_kv, n_bid)
-    tiles = -(-(n_bid + 1) // WIDE_THREADS)
-    pad = tiles * WIDE_THREADS - (n_bid + 1)
-    # [tile, thread]: threads past n_bid hold weight 0 and contribute nothing
-    keys = np.pad(keys, (0, pad)).reshape(tiles, WIDE_THREADS)
-    weights = np.pad(weights, (0, pad)).reshape(tiles, WIDE_THREADS)
-    warp = np.broadcast_to(np.arange(WIDE_THREADS) // WARP, keys.shape)
+    thr, above = _radix_threshold(keys, weights, width, _digit_by_scan)
+    budget = width - above
 
-    prefix, above = 0, 0
-    for p in range(RADIX_PASSES):  # the blocks off the prefix add nothing: only those on it are counted
-        match = _matches(keys, prefix, p)
-        per_warp = _weighted_bincount(warp[match] * RADIX_BINS + _digits(keys[match], p), weights[match],
-                                      WARP * RADIX_BINS)
-        hist = per_warp.reshape(WARP, RADIX_BINS).sum(axis=0)
-        d, above = _digit_by_scan(hist, above, width)
-        prefix = (prefix << RADIX_BITS) | d
-    thr, budget = np.uint32(prefix), width - above
-
-    above_cells = np.where(keys > thr, weights, 0)
-    tie_cells = np.where(keys == thr, weights, 0)
-    # carried totals of the tiles before, then the block-wide exclusive scan inside the tile
-    above_before = _exclusive_cumsum(above_cells.sum(axis=1))[:, None] + _exclusive_cumsum(above_cells, axis=1)
-    ties_before = _exclusive_cumsum(tie_cells.sum(axis=1))[:, None] + _exclusive_cumsum(tie_cells, axis=1)
+    # the threads' counts: the blocks below thr count no cell, so only those at or above it are scanned
+    near = np.flatnonzero(keys >= np.uint32(thr))
+    above_cells = np.where(keys[near] > np.uint32(thr), weights[near], 0)
+    tie_cells = np.where(keys[near] == np.uint32(thr), weights[near], 0)
+    # the totals carried from the tiles before plus the block-wide exclusive scan inside the tile: together,
+    # the exclusive scan of every thread's counts, tile by tile (block order)
+    above_before = _exclusive_cumsum(above_cells)
+    ties_before = _exclusive_cumsum(tie_cells)
     taken = np.clip(budget - ties_before, 0, tie_cells)
     offsets = above_before + np.minimum(ties_before, budget)
-    counts = (above_cells + taken).ravel()
-    owned = np.flatnonzero(counts)  # blocks (tile * 1024 + thread) that write
-    return _write_ids(width, offsets.ravel()[owned], owned, counts[owned])
+    counts = above_cells + taken
+    owned = np.flatnonzero(counts)  # the threads (blocks tile * 1024 + thread) that write
+    return _write_ids(width, offsets[owned], near[owned], counts[owned])
 
 
 # ---- qsa_block_topk_split: chunks of 512-2,048 blocks, five launches -----------------------
@@ -257,28 +285,33 @@ def select_split(
         return _identity(n_kv)
     grid = -(-blocks // chunk_blocks)
     keys, weights = _blocks(scores_row, n_kv, n_bid)
-    chunk = np.arange(n_bid + 1) // chunk_blocks
+    chunk = _groups(n_bid + 1, chunk_blocks)
 
     hist = np.zeros((RADIX_PASSES, RADIX_BINS), dtype=np.int64)  # the query's global histograms
     prefix, above = 0, 0  # select's latest slot: the digits so far and the cells above them
+    on_keys, on_weights, on_chunk = keys, weights, chunk  # the blocks on the prefix: only they are counted
     for p in range(RADIX_PASSES):  # launches 1-4
         if p > 0:  # digit p - 1, from histogram p - 1 and the slot of launch p - 1
             d, above = digit_rule(hist[p - 1], above, width)
             prefix = (prefix << RADIX_BITS) | d
-        match = _matches(keys, prefix, p)
-        per_chunk = _weighted_bincount(chunk[match] * RADIX_BINS + _digits(keys[match], p), weights[match],
-                                       grid * RADIX_BINS).reshape(grid, RADIX_BINS)
+            on_keys, on_weights, on_chunk = _on_digit(digits, d, on_keys, on_weights, on_chunk)
+        digits = _digits(on_keys, p)
+        per_chunk = _cells_by_bin(on_chunk * RADIX_BINS + digits, on_weights,
+                                  grid * RADIX_BINS).reshape(grid, RADIX_BINS)
         hist[p] += per_chunk.sum(axis=0)  # each chunk's atomic adds
-    over = keys >> RADIX_BITS > np.uint32(prefix)
-    above_prefix = _weighted_bincount(chunk[over], weights[over], grid)
+    # the blocks above the prefix or on it: no other block adds to a suffix row, or writes
+    near = np.flatnonzero(keys >> RADIX_BITS >= np.uint32(prefix))
+    near_keys, near_weights, near_chunk = keys[near], weights[near], chunk[near]
+    over = near_keys >> RADIX_BITS > np.uint32(prefix)
+    above_prefix = _cells_by_bin(near_chunk[over], near_weights[over], grid)
     # the last pass's suffix rows: entry d = cells above the prefix + cells on it at digits >= d
     suffix = above_prefix[:, None] + np.concatenate([np.cumsum(per_chunk[:, ::-1], axis=1)[:, ::-1],
                                                      np.zeros((grid, 1), np.int64)], axis=1)
 
     d, above = digit_rule(hist[-1], above, width)  # launch 5, the emit: digit 3, then the suffix rows
     thr = (prefix << RADIX_BITS) | d
-    above_cells = np.where(keys > np.uint32(thr), weights, 0)
-    tie_cells = np.where(keys == np.uint32(thr), weights, 0)
+    above_cells = np.where(near_keys > np.uint32(thr), near_weights, 0)
+    tie_cells = np.where(near_keys == np.uint32(thr), near_weights, 0)
     chunk_above = suffix[:, d + 1]
     chunk_ties = suffix[:, d] - suffix[:, d + 1]
 
@@ -286,34 +319,34 @@ def select_split(
     ties_before_chunk = _exclusive_cumsum(chunk_ties)
     start = _exclusive_cumsum(chunk_above) + np.minimum(ties_before_chunk, budget)
     chunk_budget = np.maximum(budget - ties_before_chunk, 0)
-    # inside a chunk: exclusive scans of its blocks' counts, from the chunk's first block
-    first = chunk * chunk_blocks
-    above_in = _exclusive_cumsum_in_groups(above_cells, first)
-    ties_in = _exclusive_cumsum_in_groups(tie_cells, first)
-    taken = np.clip(chunk_budget[chunk] - ties_in, 0, tie_cells)
-    offsets = start[chunk] + above_in + np.minimum(ties_in, chunk_budget[chunk])
+    # inside a chunk: exclusive scans of its blocks' counts, from the chunk's first block (the blocks below
+    # the prefix count nothing)
+    above_in = _exclusive_cumsum_in_groups(above_cells, near_chunk, grid)
+    ties_in = _exclusive_cumsum_in_groups(tie_cells, near_chunk, grid)
+    taken = np.clip(chunk_budget[near_chunk] - ties_in, 0, tie_cells)
+    offsets = start[near_chunk] + above_in + np.minimum(ties_in, chunk_budget[near_chunk])
     counts = above_cells + taken
     writers = np.flatnonzero(counts)
-    return _write_ids(width, offsets[writers], writers, counts[writers])
+    return _write_ids(width, offsets[writers], near[writers], counts[writers])
 
 
 # ---- block_topk_cluster_kernel: 8 or 16 CTAs a query, the select ends once the digits decide it ----
 
 
-def _tracked_key(keys: np.ndarray, weights: np.ndarray, cta: np.ndarray, at: np.ndarray,
+def _tracked_key(keys: np.ndarray, weights: np.ndarray, cta: np.ndarray,
                  budget: int, ctas: int) -> tuple[int, int, np.ndarray, np.ndarray] | None:
     """Pass 2's round in the cluster kernel: thr's full key from each CTA's cells at the digits found
-    (``at``) and their least and greatest key there, or None (pass 3 follows). A CTA's keys there are
-    known when they are one key, or two blocks (2R cells); when every CTA's are, thr is the key whose
-    cells, after those of the greater keys, reach the budget. Otherwise, with whole blocks only and
-    the budget within one, thr is the greatest key (its first block takes the whole budget). Returns
-    (thr, the cells there above thr, and per CTA the cells at thr and above thr there in the CTAs
-    before it)."""
+    (``keys``, ``weights``, ``cta``: the blocks there) and their least and greatest key there, or None
+    (pass 3 follows). A CTA's keys there are known when they are one key, or two blocks (2R cells);
+    when every CTA's are, thr is the key whose cells, after those of the greater keys, reach the
+    budget. Otherwise, with whole blocks only and the budget within one, thr is the greatest key (its
+    first block takes the whole budget). Returns (thr, the cells there above thr, and per CTA the
+    cells at thr and above thr there in the CTAs before it)."""
     entries: list[tuple[int, int, int]] = []  # (CTA, key, cells)
     known, total = True, 0
     greatest, holder = -1, 0  # the greatest key there, and the first CTA holding it
     for r in range(ctas):
-        mine = at & (cta == r) & (weights > 0)
+        mine = (cta == r) & (weights > 0)
         cells = int(weights[mine].sum())
         if cells == 0:
             continue
@@ -377,17 +410,21 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER
         return _identity(n_kv), 0
     keys, weights = _blocks(scores_row, n_kv, n_bid)
     per = cluster_slice_blocks(n_bid + 1, ctas)
-    cta = np.arange(n_bid + 1) // per
+    cta = _groups(n_bid + 1, per)
 
     thr, mask, above = 0, 0, 0
     above_before = np.zeros(ctas, dtype=np.int64)  # per CTA: the cells above thr before it
     at_before = np.zeros(ctas, dtype=np.int64)
     passes, gathered = 0, False
+    counted_keys, counted_weights, counted_cta = keys, weights, cta  # the blocks on the digits found
     for p in range(RADIX_PASSES):
         passes = passes if gathered else p + 1
-        counted = (keys & np.uint32(mask)) == np.uint32(thr)
-        per_cta = _weighted_bincount(cta[counted] * RADIX_BINS + _digits(keys[counted], p), weights[counted],
-                                     ctas * RADIX_BINS).reshape(ctas, RADIX_BINS)
+        if p > 0:
+            counted_keys, counted_weights, counted_cta = _on_digit(digits, d, counted_keys, counted_weights,
+                                                                   counted_cta)
+        digits = _digits(counted_keys, p)
+        per_cta = _cells_by_bin(counted_cta * RADIX_BINS + digits, counted_weights,
+                                ctas * RADIX_BINS).reshape(ctas, RADIX_BINS)
         hist = per_cta.sum(axis=0)
         before = _exclusive_cumsum(per_cta, axis=0)  # [r, bin]: the bin's cells in the CTAs before r
         d, new_above = digit_rule(hist, above, width)
@@ -398,7 +435,7 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER
         thr, mask = thr | d << _shift(p), mask | _DIGIT_MASK << _shift(p)
         if gathered:
             continue
-        with_cells = keys[counted & (weights > 0)]
+        with_cells = counted_keys[counted_weights > 0]
         if p > 0 and with_cells.size and with_cells.min() == with_cells.max():
             thr, mask = int(with_cells[0]), (1 << _KEY_BITS) - 1
             break
@@ -408,7 +445,8 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER
             gathered = True
             continue
         if p == TRACKED_PASS:
-            tracked = _tracked_key(keys, weights, cta, counted & (_digits(keys, p) == d), width - above, ctas)
+            tracked = _tracked_key(*_on_digit(digits, d, counted_keys, counted_weights, counted_cta),
+                                   width - above, ctas)
             if tracked is not None:
                 thr, gain, at_before, above_before_gain = tracked
                 mask = (1 << _KEY_BITS) - 1
@@ -417,18 +455,19 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER
                 break
 
     masked = keys & np.uint32(mask)
-    above_cells = np.where(masked > np.uint32(thr), weights, 0)
-    tie_cells = np.where(masked == np.uint32(thr), weights, 0)
+    near = np.flatnonzero(masked >= np.uint32(thr))  # the blocks at or above thr: no other block writes
+    near_masked, near_weights, near_cta = masked[near], weights[near], cta[near]
+    above_cells = np.where(near_masked > np.uint32(thr), near_weights, 0)
+    tie_cells = np.where(near_masked == np.uint32(thr), near_weights, 0)
     budget = width - above
-    first = cta * per  # each block's CTA's first block
-    above_in = _exclusive_cumsum_in_groups(above_cells, first)
-    ties_in = _exclusive_cumsum_in_groups(tie_cells, first)
-    ties_before = at_before[cta] + ties_in
+    above_in = _exclusive_cumsum_in_groups(above_cells, near_cta, ctas)  # inside the CTA, from its first block
+    ties_in = _exclusive_cumsum_in_groups(tie_cells, near_cta, ctas)
+    ties_before = at_before[near_cta] + ties_in
     taken = np.clip(budget - ties_before, 0, tie_cells)
-    offsets = above_before[cta] + above_in + np.minimum(ties_before, budget)
+    offsets = above_before[near_cta] + above_in + np.minimum(ties_before, budget)
     counts = above_cells + taken
     writers = np.flatnonzero(counts)
-    return _write_ids(width, offsets[writers], writers, counts[writers]), passes
+    return _write_ids(width, offsets[writers], near[writers], counts[writers]), passes
 
 
 def select_cluster(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
