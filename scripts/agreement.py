@@ -148,8 +148,11 @@ def ncu_calls(durations: list[tuple[str, float]], launches: int,
 
 # The empty kernel a call's overhead is measured with, launched as the call's kernels are (each one's grid, block,
 # cluster and dynamic shared memory, as qsa's record lists them): a launch's fixed cost, and where the events
-# sit around it, depend on its grid, and a cluster launch's differ from a plain one's
-EMPTY = 'extern "C" __global__ void {cluster}empty_kernel() {{}}'
+# sit around it, depend on its grid. A cluster launch's kernel ends as the cluster top-k does, its CTAs waiting
+# for each other before they exit (every kernel whose CTAs read each other's shared memory must)
+EMPTY = 'extern "C" __global__ void empty_kernel() {}'
+EMPTY_CLUSTER = ('extern "C" __global__ void __cluster_dims__(%d, 1, 1) empty_kernel() '
+                 '{ asm volatile("barrier.cluster.arrive.aligned;\\n\\tbarrier.cluster.wait.aligned;" ::: "memory"); }')
 EMPTY_SAMPLES = 2000  # an exact count: the stopping rule's 0.5 % is below the events' step for a 3 µs median
 
 
@@ -201,16 +204,15 @@ def empty_call_name(launches: list[dict]) -> str:
 def empty_call_code(launches: list[dict], samples: int) -> str:
     """Python that times a call of empty kernels launched as ``launches`` with qsa's timer (--l2 clean) and
     prints its samples."""
+    shapes = empty_launches(launches)
+    sources = [EMPTY_CLUSTER % cluster if cluster else EMPTY for _, _, cluster, _ in shapes]
     return f"""
 import cupy, json
 from qsa_cli.timing import DeviceTimer
-LAUNCHES = {empty_launches(launches)!r}
-def empty(cluster, shared):
-    kernel = cupy.RawKernel({EMPTY!r}.format(cluster=f"__cluster_dims__({{cluster}}, 1, 1) " if cluster else ""),
-                            "empty_kernel")
+LAUNCHES = {shapes!r}
+kernels = [cupy.RawKernel(source, "empty_kernel") for source in {sources!r}]
+for kernel, (_, _, _, shared) in zip(kernels, LAUNCHES):
     kernel.max_dynamic_shared_size_bytes = shared
-    return kernel
-kernels = [empty(cluster, shared) for _, _, cluster, shared in LAUNCHES]
 def call():
     for kernel, (grid, block, _, shared) in zip(kernels, LAUNCHES):
         kernel(grid, block, (), shared_mem=shared)
