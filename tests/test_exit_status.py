@@ -31,7 +31,6 @@ def _halve_differs(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
     """The halving scorer's model, one bit off in query 0, block 0: made alone (score_blocks) or beside the
     other orders (the selftest's scores_in_orders)."""
     from qsa_cli.model import scores
-    from qsa_cli.runs import selftest
 
     real = scores.scores_in_orders
 
@@ -43,7 +42,6 @@ def _halve_differs(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
         return out
 
     monkeypatch.setattr(scores, "scores_in_orders", off)
-    monkeypatch.setattr(selftest, "scores_in_orders", off)
 
 
 def _split_differs(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:

@@ -187,11 +187,10 @@ def _radix_threshold(keys: np.ndarray, weights: np.ndarray, width: int,
     Returns (thr, the cells above thr)."""
     prefix, above = 0, 0
     for p in range(RADIX_PASSES):
-        if p > 0:
-            keys, weights = _on_digit(digits, d, keys, weights)
         digits = _digits(keys, p)
         d, above = rule(_cells_by_bin(digits, weights, RADIX_BINS), above, width)
         prefix = (prefix << RADIX_BITS) | d
+        keys, weights = _on_digit(digits, d, keys, weights)  # the blocks on the next pass's prefix
     return prefix, above
 
 
@@ -291,14 +290,14 @@ def select_split(
     prefix, above = 0, 0  # select's latest slot: the digits so far and the cells above them
     on_keys, on_weights, on_chunk = keys, weights, chunk  # the blocks on the prefix: only they are counted
     for p in range(RADIX_PASSES):  # launches 1-4
-        if p > 0:  # digit p - 1, from histogram p - 1 and the slot of launch p - 1
-            d, above = digit_rule(hist[p - 1], above, width)
-            prefix = (prefix << RADIX_BITS) | d
-            on_keys, on_weights, on_chunk = _on_digit(digits, d, on_keys, on_weights, on_chunk)
         digits = _digits(on_keys, p)
         per_chunk = _cells_by_bin(on_chunk * RADIX_BINS + digits, on_weights,
                                   grid * RADIX_BINS).reshape(grid, RADIX_BINS)
         hist[p] += per_chunk.sum(axis=0)  # each chunk's atomic adds
+        if p + 1 < RADIX_PASSES:  # launch p + 2 begins with digit p, from histogram p and launch p + 1's slot
+            d, above = digit_rule(hist[p], above, width)
+            prefix = (prefix << RADIX_BITS) | d
+            on_keys, on_weights, on_chunk = _on_digit(digits, d, on_keys, on_weights, on_chunk)
     # the blocks above the prefix or on it: no other block adds to a suffix row, or writes
     near = np.flatnonzero(keys >> RADIX_BITS >= np.uint32(prefix))
     near_keys, near_weights, near_chunk = keys[near], weights[near], chunk[near]
@@ -416,12 +415,10 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER
     above_before = np.zeros(ctas, dtype=np.int64)  # per CTA: the cells above thr before it
     at_before = np.zeros(ctas, dtype=np.int64)
     passes, gathered = 0, False
-    counted_keys, counted_weights, counted_cta = keys, weights, cta  # the blocks on the digits found
+    counted = (keys, weights, cta)  # the blocks on the digits found so far: only they are counted
     for p in range(RADIX_PASSES):
         passes = passes if gathered else p + 1
-        if p > 0:
-            counted_keys, counted_weights, counted_cta = _on_digit(digits, d, counted_keys, counted_weights,
-                                                                   counted_cta)
+        counted_keys, counted_weights, counted_cta = counted
         digits = _digits(counted_keys, p)
         per_cta = _cells_by_bin(counted_cta * RADIX_BINS + digits, counted_weights,
                                 ctas * RADIX_BINS).reshape(ctas, RADIX_BINS)
@@ -433,6 +430,7 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER
         at_before = before[:, d]
         above = new_above
         thr, mask = thr | d << _shift(p), mask | _DIGIT_MASK << _shift(p)
+        counted = _on_digit(digits, d, *counted)  # the next pass's
         if gathered:
             continue
         with_cells = counted_keys[counted_weights > 0]
@@ -445,8 +443,7 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER
             gathered = True
             continue
         if p == TRACKED_PASS:
-            tracked = _tracked_key(*_on_digit(digits, d, counted_keys, counted_weights, counted_cta),
-                                   width - above, ctas)
+            tracked = _tracked_key(*counted, width - above, ctas)
             if tracked is not None:
                 thr, gain, at_before, above_before_gain = tracked
                 mask = (1 << _KEY_BITS) - 1

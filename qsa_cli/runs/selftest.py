@@ -23,7 +23,7 @@ from ..device import probe
 from ..dispatch import Dispatch
 from ..inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from ..kernels import header_defines
-from ..model.scores import scores_in_orders
+from ..model import scores as scores_model
 from ..model.topk import topk_ids
 from ..nvbench_timer import L2_STATE as NVBENCH_L2
 from ..nvbench_timer import NvbenchTimer, cuda_bench, nvbench_used
@@ -137,7 +137,7 @@ def scorer_models_case(call: Call, seed: int, keys: str, variants: tuple[Variant
     order made apart from the others, the lane partials they share once), and its inputs and butterfly model for
     the kernels to equal."""
     inputs = synthetic_scorer_inputs(call, seed, keys)
-    made = scores_in_orders(inputs, ("butterfly", *(v.model for v in variants)))  # the model: the butterfly's
+    made = scores_model.scores_in_orders(inputs, ("butterfly", *(v.model for v in variants)))  # the model: the butterfly's
     return _modelled(scores_stage.run_scores(inputs, Measurer(0), variants, roles, None, model=made["butterfly"],
                                              made=made), inputs, made["butterfly"], for_kernels)
 
