@@ -90,6 +90,24 @@ def summary(calls: list[list[tuple[str, int, int]]]) -> dict:
             "kernels": [name for name, _, _ in calls[0]] if calls else []}
 
 
+def run_qsa(args: list[str]) -> int:
+    """``args`` (qsa's, or -c CODE) run in this process: its exit status (a message it exits with is printed,
+    status 1, as Python does)."""
+    try:
+        if args[:1] == ["-c"]:
+            exec(compile(args[1], "<code>", "exec"), {"__name__": "__main__"})
+        else:
+            from qsa_cli.__main__ import main as qsa_main  # holds Ctrl-C until the command runs, as `qsa` does
+
+            qsa_main(args)
+    except SystemExit as ended:
+        if isinstance(ended.code, str):
+            print(ended.code, file=sys.stderr)
+            return 1
+        return ended.code or 0
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if "--" not in argv or len(argv[:argv.index("--")]) != 3:
         raise SystemExit(__doc__)
@@ -104,22 +122,13 @@ def main(argv: list[str]) -> int:
 
     cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
     cupti.activity_register_callbacks(lambda: (8 * 1024 * 1024, 0), completed)
-    code = 0
-    try:
-        if qsa_args[:1] == ["-c"]:
-            exec(compile(qsa_args[1], "<code>", "exec"), {"__name__": "__main__"})
-        else:
-            from qsa_cli.__main__ import main as qsa_main  # holds Ctrl-C until the command runs, as `qsa` does
-
-            qsa_main(qsa_args)
-    except SystemExit as ended:
-        code = ended.code or 0
+    code = run_qsa(qsa_args)
     cupti.activity_flush_all(1)
     result = {"argv": qsa_args, "exit": code, "kernels_traced": len(kernels),
               **summary(calls_between_stamps(kernels, int(launches), pattern)),
               "unstamped": summary(unstamped_calls(kernels, int(launches), pattern))}
     Path(trace).write_text(json.dumps(result) + "\n")
-    return int(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -28,19 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-
-def run_qsa(args: list[str]) -> int:
-    """``args`` (qsa's, or -c CODE) run in this process: its exit status."""
-    try:
-        if args[:1] == ["-c"]:
-            exec(compile(args[1], "<code>", "exec"), {"__name__": "__main__"})
-        else:
-            from qsa_cli.__main__ import main as qsa_main  # holds Ctrl-C until the command runs, as `qsa` does
-
-            qsa_main(args)
-    except SystemExit as ended:
-        return int(ended.code or 0)
-    return 0
+from call_trace import run_qsa  # a script beside this one
 
 
 class _TimedFirst:
