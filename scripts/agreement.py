@@ -21,17 +21,20 @@ that change from one process's buffers to the next (docs/timing.md), so two proc
 
 Usage: python3 scripts/agreement.py OUT_DIR [LABEL ...]   (only the rows whose label holds a LABEL; writes
 each command's record, the paired samples, the traces, the ncu logs, agreement.jsonl (the summary, then a row a
-line) and agreement.md there; exits 1 when a row disagrees). Never changes the card's clocks
+line) and agreement.md there; exits 1 when a row disagrees, 2 before anything runs when a tool, a package or the
+folder is wrong). Never changes the card's clocks
 (``ncu --clock-control none``).
 """
 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -340,8 +343,40 @@ def clean_row(row: Row, out: Path, launches: list[dict], overhead_of: Callable[[
     return result
 
 
+# What the script needs besides qsa: (how it is found, what provides it)
+NEEDED = {"ncu": "Nsight Compute's command line (on PATH)", "cuda.bench": "pip install cuda-bench",
+          "cupti": "pip install cupti-python", "cupy": "CuPy for the card's CUDA (qsa's cuda extra)"}
+
+
+def _found(name: str) -> bool:
+    """Whether the command (ncu) or the module ``name`` is here."""
+    if name == "ncu":
+        return shutil.which(name) is not None
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a dotted name whose package is missing
+        return False
+
+
+def unmet(out: Path, only: list[str]) -> str | None:
+    """Why the run cannot start (None when it can): a missing tool or package, an output folder that is a file,
+    labels that name no row. Checked before anything is measured."""
+    for name, how in NEEDED.items():
+        if not _found(name):
+            return f"{name} is missing: {how}"
+    if out.exists() and not out.is_dir():
+        return f"{out} is a file: the output is a folder"
+    if only and not any(o in r.label for r in ROWS for o in only):
+        return f"no row's label holds {', '.join(map(repr, only))} (rows: {', '.join(r.label for r in ROWS)})"
+    return None
+
+
 def main(out: Path, only: list[str]) -> int:
     """The rows whose label holds one of ``only`` (every row when empty)."""
+    problem = unmet(out, only)
+    if problem is not None:
+        print(f"agreement.py: {problem}", file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYTHONPATH", ".")
     rows = [r for r in ROWS if not only or any(o in r.label for o in only)]

@@ -139,3 +139,20 @@ def test_a_rows_paired_samples_are_its_variants_on_its_case(tmp_path: Path) -> N
     assert agreement.paired_calls(paired, {"variant": "halve", "case": case})["qsa_us"] == [[6.0, 6.2], [6.1]]
     with pytest.raises(SystemExit, match="no paired samples of split"):
         agreement.paired_calls(paired, {"variant": "split", "case": case})
+
+
+def test_what_the_run_needs_is_checked_before_it_measures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A missing tool or package, an output that is a file, labels of no row: one line, status 2, nothing made."""
+    assert not agreement._found("qsa_no_such_package.sub") and agreement._found("json")
+    here = {"ncu", "cuda.bench", "cupti", "cupy"}
+    monkeypatch.setattr(agreement, "_found", lambda name: name in here)
+    out = tmp_path / "out"
+    assert agreement.unmet(out, []) is None and agreement.unmet(out, ["cluster"]) is None
+    here.discard("cupti")
+    assert agreement.main(out, []) == 2 and not out.exists()
+    assert capsys.readouterr().err == "agreement.py: cupti is missing: pip install cupti-python\n"
+    here.add("cupti")
+    (tmp_path / "file").write_text("")
+    assert agreement.unmet(tmp_path / "file", []) == f"{tmp_path / 'file'} is a file: the output is a folder"
+    assert agreement.unmet(out, ["tensor"]).startswith("no row's label holds 'tensor' (rows: multi scorer")
