@@ -39,7 +39,7 @@ import statistics
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 TOLERANCE = 0.03
@@ -52,9 +52,8 @@ NCU = ["ncu", "--clock-control", "none", "--cache-control", "none", "--profile-f
 PAIRED = [sys.executable, str(Path(__file__).with_name("paired_timers.py"))]
 ROUNDS = 5  # rounds of each timer in turn
 SAMPLES = 100  # qsa's samples a round, and nvbench's
-# qsa's timed calls ncu profiles after each round (ncu serialises each profiled launch, so every hold times out
-# and the timer measures the sample again, up to MAX_REMEASURES times: those calls are as good, each after its
-# own flush, and profiled too)
+# qsa's timed calls ncu profiles after each round, each after qsa's flush (paired_timers.py: not judged by its
+# hold, which ncu's serialisation always times out, nor measured again)
 PROFILED = 2
 
 
@@ -109,13 +108,25 @@ def measurement(record: Path, variant: str) -> dict:
     return found[0]
 
 
-def paired_run(row: Row, out: Path, mode: str, *extra: str, under: list[str] = ()) -> tuple[dict, Path, str]:
+def paired_args(row: Row, mode: str, record: Path, paired: Path, *extra: str) -> list[str]:
+    """scripts/paired_timers.py's arguments for qsa's command of ``row`` (``mode``: nvbench or ncu), its record
+    written to ``record`` and the paired samples to ``paired``."""
+    return [mode, str(ROUNDS), str(SAMPLES), str(PROFILED), str(paired), "--", *row.args(str(SAMPLES)), *extra,
+            "--json", str(record), "--quiet"]
+
+
+def pooled(rounds: list[list[float]]) -> list[float]:
+    """Every round's samples, one list."""
+    return [s for samples in rounds for s in samples]
+
+
+def paired_run(row: Row, out: Path, mode: str, *extra: str,
+               under: Sequence[str] = ()) -> tuple[dict, Path, str]:
     """qsa's command for ``row`` in one process of scripts/paired_timers.py (``mode``: nvbench or ncu), run under
     ``under`` (ncu's command line): the record's measurement of the row's variant, the paired samples' file and
     what the process printed."""
     record, paired = out / f"{mode}-{row.tag}.json", out / f"{mode}-{row.tag}-paired.json"
-    argv = [*under, *PAIRED, mode, str(ROUNDS), str(SAMPLES), str(PROFILED), str(paired), "--",
-            *row.args(str(SAMPLES)), *extra, "--json", str(record), "--quiet"]
+    argv = [*under, *PAIRED, *paired_args(row, mode, record, paired, *extra)]
     done = subprocess.run(argv, capture_output=True, text=True, env=row.env())
     (out / f"{mode}-{row.tag}.log").write_text(done.stdout + done.stderr)
     if done.returncode not in (0, 1) or not record.is_file():  # 1: a threshold or check failed, record written
@@ -280,7 +291,7 @@ def nvbench_row(row: Row, out: Path) -> tuple[dict, list[dict]]:
     qsa's record lists them."""
     m, paired, _ = paired_run(row, out, "nvbench", "--timer", "nvbench")
     call = paired_calls(paired, m)
-    ours, theirs = [s for r in call["qsa_us"] for s in r], [s for r in call["nvbench_us"] for s in r]
+    ours, theirs = pooled(call["qsa_us"]), pooled(call["nvbench_us"])
     dirty_us, nv_median = statistics.median(ours), statistics.median(theirs)
     return {"qsa_dirty_median_us": dirty_us, "qsa_dirty_mean_us": statistics.fmean(ours),
             "qsa_dirty_samples": len(ours), "nvbench_cold_median_us": nv_median,
@@ -296,26 +307,25 @@ def traced_nvbench_row(row: Row, out: Path, launches: int) -> dict:
     calls (between its stamps) and of nvbench's (the other lone calls), beside each timer's median. It tells
     whether the two timers differ in the calls as the GPU ran them or in how each brackets a call."""
     record, paired = out / f"nvbench-traced-{row.tag}.json", out / f"nvbench-traced-{row.tag}-paired.json"
-    argv = ["nvbench", str(ROUNDS), str(SAMPLES), "0", str(paired), "--", *row.args(str(SAMPLES)),
-            "--timer", "nvbench", "--json", str(record), "--quiet"]
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import paired_timers; "
-            f"raise SystemExit(paired_timers.main({argv!r}))")
+    argv = paired_args(row, "nvbench", record, paired, "--timer", "nvbench")
+    # call_trace.py runs from scripts/, so paired_timers.py imports as it is
+    code = f"import paired_timers; raise SystemExit(paired_timers.main({argv!r}))"
     trace, _ = traced(out, f"nvbench-{row.tag}", launches, row.kernel, ["-c", code], row.env())
     call = paired_calls(paired, measurement(record, row.variant))
-    return {"traced_qsa_dirty_median_us": statistics.median(s for r in call["qsa_us"] for s in r),
+    return {"traced_qsa_dirty_median_us": statistics.median(pooled(call["qsa_us"])),
             "cupti_qsa_dirty_span_us": trace["median_span_us"], "cupti_qsa_dirty_calls": trace["calls"],
-            "traced_nvbench_median_us": statistics.median(s for r in call["nvbench_us"] for s in r),
+            "traced_nvbench_median_us": statistics.median(pooled(call["nvbench_us"])),
             "cupti_nvbench_span_us": trace["unstamped"]["median_span_us"],
             "cupti_nvbench_calls": trace["unstamped"]["calls"]}
 
 
 def clean_row(row: Row, out: Path, launches: list[dict], overhead_of: Callable[[list[dict]], dict[str, float]]) -> dict:
     """qsa (--l2 clean) against Nsight Compute's durations of the call's kernels (the first on flushed caches,
-    the later ones on the L2 as the one before left it) plus the overhead beyond ncu's durations of as many empty
-    kernels of its shape, in rounds of each in turn in one process, where ncu observes the call (no launch
+    the later ones on the L2 as the one before left it) plus the overhead beyond ncu's durations of empty kernels
+    launched as the call's are, in rounds of each in turn in one process, where ncu observes the call (no launch
     overlapping another), judged; and beside it, not judged, the GPU's own timestamps of the calls of another
     clean run (CUPTI: the span from the first kernel's start to the last one's end, plus what qsa's events time
-    beyond the span of an empty call of as many launches)."""
+    beyond the span of that empty call)."""
     record = out / f"clean-{row.tag}.json"
     trace, _ = traced(out, row.tag, len(launches), row.kernel,
                       [*row.args("auto"), "--l2", "clean", "--json", str(record), "--quiet"], row.env())

@@ -62,20 +62,23 @@ def pair_with_nvbench(rounds: int, samples: int, out: Path) -> None:
         ours = DeviceTimer(l2=nvbench_timer.L2_STATE, warmup=self.warmup)
         launchers = self.queued
         qsa_samples: dict[str, list[list[float]]] = {item.name: [] for item in launchers}
-        queued, before = [], []
+        nvbench_rounds: dict[str, list[nvbench_timer._Queued]] = {item.name: [] for item in launchers}
+        before = []
         for r in range(rounds):
             for item in launchers:
                 job = dataclasses.replace(item.job, iters=samples)
                 last = r == rounds - 1  # the record's measurement: the last round's
-                queued.append(nvbench_timer._Queued(f"round {r}: {item.name}", job,
-                                                    item.measurement if last else job.measurement(self.warmup)))
+                nvbench_rounds[item.name].append(nvbench_timer._Queued(
+                    f"round {r}: {item.name}", job, item.measurement if last else job.measurement(self.warmup)))
                 before.append(lambda item=item, job=job: qsa_samples[item.name].append(
                     ours.measure(job.launch, samples, synchronizes=job.synchronizes).samples_us))
-        self.queued, self.batched, self.bench = queued, False, _TimedFirst(self.bench, before)
+        # registered round by round, each round's launchers in order: as ``before`` was made
+        self.queued = [nvbench_rounds[item.name][r] for r in range(rounds) for item in launchers]
+        self.batched, self.bench = False, _TimedFirst(self.bench, before)
         complete(self, clocks)
         calls = [{"name": item.name, "variant": item.job.variant, "case": item.job.case,
                   "qsa_us": qsa_samples[item.name],
-                  "nvbench_us": [q.measurement.samples_us for q in queued if q.name.endswith(f": {item.name}")]}
+                  "nvbench_us": [q.measurement.samples_us for q in nvbench_rounds[item.name]]}
                  for item in launchers]
         out.write_text(json.dumps({"rounds": rounds, "samples": samples, "calls": calls}) + "\n")
 

@@ -59,10 +59,10 @@ class TopkStage(StageBase):
         return topk_call_case(self.inputs, self.active_blocks, l2)
 
     def place(self, buffers: GuardedBuffers) -> Placed:
-        self.placed = TopkInputs(buffers.asarray("scores", self.inputs.scores),
-                                 buffers.asarray("steps", self.inputs.steps), self.inputs.score_set)
+        given = self.inputs.arrays()
+        self.placed = TopkInputs(*(buffers.asarray(name, host) for name, host in given.items()), self.inputs.score_set)
         self.ids = buffers.empty("ids", (self.inputs.nq, SELECT_CAP), np.int32)
-        watched = {"scores": (self.placed.scores, self.inputs.scores), "steps": (self.placed.steps, self.inputs.steps)}
+        watched = {name: (copy, given[name]) for name, copy in self.placed.arrays().items()}
         return Placed(watched, self.inputs.digests, self.ids, poisoned(buffers.xp, self.ids, id_poison(self.ids.shape)))
 
     def launch(self, variant: Variant, buffers: GuardedBuffers, on_gpu: bool) -> Launch:
