@@ -18,6 +18,16 @@ from qsa_cli.timing import DeviceTimer
 QSA = qsa_catalog()  # qsa's own variants, from the installed kernels
 
 
+# Every test this run collected, before ``-m`` deselected any: nodeid -> its marks' names (tests/test_markers.py
+# checks the suites' marks on them, with no second collection)
+COLLECTED: pytest.StashKey[dict[str, set[str]]] = pytest.StashKey()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    config.stash[COLLECTED] = {item.nodeid: {mark.name for mark in item.iter_markers()} for item in items}
+
+
 # the quick GPU suite's workers (pytest-xdist): they share one card, whose kernels are short next to each
 # test's CPU work (the models, the oracle, the builds' loading); a test that times the card takes it alone
 # (``alone``, below), so more workers only queue behind it
