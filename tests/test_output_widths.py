@@ -95,7 +95,10 @@ def _info(record: RunRecord) -> InfoReport:
                       {dispatch["kind"]: dispatch}, ["cluster top-k: capacities up to 1048576 cells fit 232448 B"])
 
 
-def outputs(cpu: dict[str, RunRecord]) -> Iterator[tuple[str, Any, list[str]]]:
+Output = tuple[str, Any, list[str]]  # what, its Printed, the words it must show whole
+
+
+def outputs(cpu: dict[str, RunRecord]) -> Iterator[Output]:
     """(what, its Printed, the words it must show whole): every command, from every real record of it."""
     for command in ("select-bench", "topk-parity", "window-bench", "sweep"):
         for name, r in [*_shipped(command), *([(f"cpu {command}", cpu[command])] if command in cpu else [])]:
@@ -133,6 +136,12 @@ def outputs(cpu: dict[str, RunRecord]) -> Iterator[tuple[str, Any, list[str]]]:
     several = [(name, r, compare.judge(r) if "compare" in r.settings else None)
                for name, r in [*_shipped("compare")[:1], *_shipped("select-bench")[:2], *_shipped("window-bench")[:1]]]
     yield "report", printed.of_saved(several), [w for _, r, _ in several for w in record_words(r)]
+
+
+@pytest.fixture(scope="module")
+def every_output(cpu_records: dict[str, RunRecord]) -> list[Output]:
+    """outputs(), made once: each width renders the same outputs."""
+    return list(outputs(cpu_records))
 
 
 def by_the_rule(record: RunRecord) -> RunRecord:
@@ -201,11 +210,11 @@ def _cell_words(out: Any) -> list[str]:
 
 
 @pytest.mark.parametrize("width", WIDTHS, ids=lambda w: "piped" if w is None else f"COLUMNS={w}")
-def test_no_number_hash_verdict_or_name_is_split_or_cut(width: int | None, cpu_records: dict[str, RunRecord],
+def test_no_number_hash_verdict_or_name_is_split_or_cut(width: int | None, every_output: list[Output],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     limit = width or 80
     seen = set()
-    for what, out, words in outputs(cpu_records):
+    for what, out, words in every_output:
         seen.add(what.split()[0])
         lines = _rendered(out, width, monkeypatch).splitlines()
         shown = _tokens(lines)
@@ -217,8 +226,8 @@ def test_no_number_hash_verdict_or_name_is_split_or_cut(width: int | None, cpu_r
                     "info", "report"}
 
 
-def test_every_shipped_record_is_rendered(cpu_records: dict[str, RunRecord]) -> None:
-    rendered = {what.split(" ", 1)[1] for what, _, _ in outputs(cpu_records) if what.split()[0] not in ("report", "info")}
+def test_every_shipped_record_is_rendered(every_output: list[Output]) -> None:
+    rendered = {what.split(" ", 1)[1] for what, _, _ in every_output if what.split()[0] not in ("report", "info")}
     shipped = {_name(p) for p in SHIPPED}
     assert shipped - rendered == {_name(p) for p in SHIPPED
                                   if load_record(p).command.split()[0] in ("gate", "topk-parity --selftest")}
