@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import json
 import re
 import statistics
 from collections.abc import Iterator

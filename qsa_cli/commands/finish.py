@@ -116,7 +116,7 @@ def finish(printed: Printed, shown: Presentation, json_path: str | None = None, 
     files_written = False
     with printing(sys.stdout, results, verdicts) as cut:
         if json_path:
-            write_record(printed.data, json_path)
+            write_record(printed.data(), json_path)
         if judgement is not None:
             write_ci_files(judgement, shown)
         files_written = True

@@ -26,7 +26,7 @@ from .report import blocks, checks_csv, result_csv, sanitizer_csv, verdict_lines
 class Printed:
     blocks: Callable[[], list[Block]]  # the tables and prose (``table`` and ``markdown``)
     csv: Callable[[], str]
-    data: Any  # the JSON form: the record itself (``qsa report`` of several: a list of them)
+    data: Callable[[], Any]  # the JSON form, made when asked: the record itself (``qsa report`` of several: a list)
     verdict: tuple[str, ...] = ()  # the last lines: PASS, or FAIL and one line per failure
     passed: bool = True
     judgement: Callable[[], judged.Judgement] | None = None  # a verdict's rows, for CI (output/ci.py)
@@ -44,7 +44,7 @@ class Printed:
             stream.flush()
             return
         stream.write({"markdown": lambda: markdown(self.blocks()), "csv": self.csv,
-                      "json": lambda: json.dumps(self.data, indent=1) + "\n"}[fmt]())
+                      "json": lambda: json.dumps(self.data(), indent=1) + "\n"}[fmt]())
         stream.flush()
 
 
@@ -52,7 +52,7 @@ def of_record(record: RunRecord, csv: Callable[[RunRecord], str] | None = None) 
     """A measuring command's record: its rows, and PASS or FAIL by every check it holds. ``csv``: a
     selftest's checks or a sanitize run's rows instead of the result rows."""
     to_csv = csv or (lambda r: result_csv([(None, r)]))
-    return Printed(lambda: blocks(record), lambda: to_csv(record), record.to_dict(), tuple(verdict_lines(record)),
+    return Printed(lambda: blocks(record), lambda: to_csv(record), record.to_dict, tuple(verdict_lines(record)),
                    record.passed, lambda: judged.of_record(record))
 
 
@@ -65,7 +65,7 @@ def of_sanitize(record: RunRecord) -> Printed:
 
 
 def of_gate(result: GateResult, record: RunRecord, baseline: RunRecord) -> Printed:
-    return Printed(lambda: gate_blocks(result, record, baseline), lambda: gate_csv(result), record.to_dict(),
+    return Printed(lambda: gate_blocks(result, record, baseline), lambda: gate_csv(result), record.to_dict,
                    tuple(gate_verdict(result)), result.passed, lambda: judged.of_gate(result, record, baseline))
 
 
@@ -75,23 +75,23 @@ def _compared(result: CompareResult, record: RunRecord) -> list[Block]:
 
 
 def of_compare(result: CompareResult, record: RunRecord) -> Printed:
-    return Printed(lambda: _compared(result, record), lambda: compare_csv(result), record.to_dict(),
+    return Printed(lambda: _compared(result, record), lambda: compare_csv(result), record.to_dict,
                    tuple(compare_verdict(result)), result.passed, lambda: judged.of_compare(result, record))
 
 
 def of_info(info: InfoReport) -> Printed:
-    return Printed(lambda: info_blocks(info), lambda: info_csv(info), info.to_dict())
+    return Printed(lambda: info_blocks(info), lambda: info_csv(info), info.to_dict)
 
 
 def of_baselines(kept: Sequence[Kept], folder: str) -> Printed:
-    return Printed(lambda: baseline_blocks(kept, folder), lambda: baseline_csv(kept), baseline_data(kept))
+    return Printed(lambda: baseline_blocks(kept, folder), lambda: baseline_csv(kept), lambda: baseline_data(kept))
 
 
 def of_history(histories: Sequence[CardHistory], folder: str, full: bool) -> Printed:
     """``qsa history``: every series (``full``: at a terminal, -v, markdown) or a CI log's summary and steps;
     exported, the newest run's timings (of one card: the command asks for --card where there are several)."""
     return Printed(lambda: (full_blocks if full else summary_blocks)(histories, folder),
-                   lambda: history_csv(histories), history_data(histories),
+                   lambda: history_csv(histories), lambda: history_data(histories),
                    metrics=lambda: histories[0].latest_metrics())
 
 
@@ -101,12 +101,15 @@ def of_saved(named: Sequence[tuple[str, RunRecord, CompareResult | None]]) -> Pr
 
     def all_blocks() -> list[Block]:
         out: list[Block] = []
-        for name, record, judged in named:
+        for name, record, result in named:
             out.append(Prose(f"{name}: {record.command}, {record.created}", f"## {name}: `{record.command}`, {record.created}"))
-            out += _compared(judged, record) if judged is not None else blocks(record)
+            out += _compared(result, record) if result is not None else blocks(record)
         return out
 
-    data = [r.to_dict() for _, r, _ in named]
+    def data() -> Any:
+        every = [r.to_dict() for _, r, _ in named]
+        return every[0] if len(every) == 1 else every
+
     exported = [(name if len(named) > 1 else None, r) for name, r, _ in named]
     return Printed(all_blocks, lambda: result_csv([(name, r) for name, r, _ in named]),
-                   data[0] if len(data) == 1 else data, metrics=lambda: metrics(exported))
+                   data, metrics=lambda: metrics(exported))
