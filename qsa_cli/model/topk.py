@@ -123,12 +123,16 @@ def _exclusive_cumsum(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return inclusive - x
 
 
-def _exclusive_cumsum_in_groups(x: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
-    """The exclusive scan of ``x`` restarted at each group: ``groups[i]`` is i's group (0..n_groups-1),
-    ascending, so that each group's entries are together and in order."""
-    before = _exclusive_cumsum(x)
-    first = np.searchsorted(groups, np.arange(n_groups))  # each group's first entry
-    return before - before[first[groups]]
+def _exclusive_cumsums_in_groups(groups: np.ndarray, n_groups: int, *xs: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The exclusive scan of each of ``xs`` restarted at each group: ``groups[i]`` is i's group
+    (0..n_groups-1), ascending, so that each group's entries are together and in order."""
+    first = np.searchsorted(groups, np.arange(n_groups))[groups]  # each entry's group's first entry
+    return tuple((before := _exclusive_cumsum(x)) - before[first] for x in xs)
+
+
+def _cells_above_and_at(keys: np.ndarray, weights: np.ndarray, thr: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each block's cells above thr, and its cells at thr."""
+    return np.where(keys > np.uint32(thr), weights, 0), np.where(keys == np.uint32(thr), weights, 0)
 
 
 def _write_ids(width: int, offsets: np.ndarray, blocks: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -242,8 +246,7 @@ def select_wide(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
 
     # the threads' counts: the blocks below thr count no cell, so only those at or above it are scanned
     near = np.flatnonzero(keys >= np.uint32(thr))
-    above_cells = np.where(keys[near] > np.uint32(thr), weights[near], 0)
-    tie_cells = np.where(keys[near] == np.uint32(thr), weights[near], 0)
+    above_cells, tie_cells = _cells_above_and_at(keys[near], weights[near], thr)
     # the totals carried from the tiles before plus the block-wide exclusive scan inside the tile: together,
     # the exclusive scan of every thread's counts, tile by tile (block order)
     above_before = _exclusive_cumsum(above_cells)
@@ -309,8 +312,7 @@ def select_split(
 
     d, above = digit_rule(hist[-1], above, width)  # launch 5, the emit: digit 3, then the suffix rows
     thr = (prefix << RADIX_BITS) | d
-    above_cells = np.where(near_keys > np.uint32(thr), near_weights, 0)
-    tie_cells = np.where(near_keys == np.uint32(thr), near_weights, 0)
+    above_cells, tie_cells = _cells_above_and_at(near_keys, near_weights, thr)
     chunk_above = suffix[:, d + 1]
     chunk_ties = suffix[:, d] - suffix[:, d + 1]
 
@@ -320,8 +322,7 @@ def select_split(
     chunk_budget = np.maximum(budget - ties_before_chunk, 0)
     # inside a chunk: exclusive scans of its blocks' counts, from the chunk's first block (the blocks below
     # the prefix count nothing)
-    above_in = _exclusive_cumsum_in_groups(above_cells, near_chunk, grid)
-    ties_in = _exclusive_cumsum_in_groups(tie_cells, near_chunk, grid)
+    above_in, ties_in = _exclusive_cumsums_in_groups(near_chunk, grid, above_cells, tie_cells)
     taken = np.clip(chunk_budget[near_chunk] - ties_in, 0, tie_cells)
     offsets = start[near_chunk] + above_in + np.minimum(ties_in, chunk_budget[near_chunk])
     counts = above_cells + taken
@@ -454,11 +455,10 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER
     masked = keys & np.uint32(mask)
     near = np.flatnonzero(masked >= np.uint32(thr))  # the blocks at or above thr: no other block writes
     near_masked, near_weights, near_cta = masked[near], weights[near], cta[near]
-    above_cells = np.where(near_masked > np.uint32(thr), near_weights, 0)
-    tie_cells = np.where(near_masked == np.uint32(thr), near_weights, 0)
+    above_cells, tie_cells = _cells_above_and_at(near_masked, near_weights, thr)
     budget = width - above
-    above_in = _exclusive_cumsum_in_groups(above_cells, near_cta, ctas)  # inside the CTA, from its first block
-    ties_in = _exclusive_cumsum_in_groups(tie_cells, near_cta, ctas)
+    # inside the CTA, from its first block
+    above_in, ties_in = _exclusive_cumsums_in_groups(near_cta, ctas, above_cells, tie_cells)
     ties_before = at_before[near_cta] + ties_in
     taken = np.clip(budget - ties_before, 0, tie_cells)
     offsets = above_before[near_cta] + above_in + np.minimum(ties_before, budget)

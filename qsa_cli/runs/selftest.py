@@ -137,7 +137,8 @@ def scorer_models_case(call: Call, seed: int, keys: str, variants: tuple[Variant
     order made apart from the others, the lane partials they share once), and its inputs and butterfly model for
     the kernels to equal."""
     inputs = synthetic_scorer_inputs(call, seed, keys)
-    made = scores_model.scores_in_orders(inputs, ("butterfly", *(v.model for v in variants)))  # the model: the butterfly's
+    # the model: the butterfly's
+    made = scores_model.scores_in_orders(inputs, ("butterfly", *(v.model for v in variants)))
     return _modelled(scores_stage.run_scores(inputs, Measurer(0), variants, roles, None, model=made["butterfly"],
                                              made=made), inputs, made["butterfly"], for_kernels)
 
