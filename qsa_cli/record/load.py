@@ -142,7 +142,8 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _to_vers
                                                                      5: _to_version_6, 6: _to_version_7,
                                                                      7: _to_version_8, 8: _to_version_9}
 
-_BRACKET_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+# a string (its run of plain characters taken at once: a record's many strings are most of its text) or a bracket
+_BRACKET_OR_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 
 def nesting_depth(text: str) -> int:

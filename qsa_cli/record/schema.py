@@ -9,6 +9,7 @@ renders it can trust every type.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
@@ -16,7 +17,8 @@ import math
 import os
 import statistics
 import types
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal, TypedDict, Union, get_args, get_origin, get_type_hints, is_typeddict
 
@@ -514,7 +516,7 @@ class RunRecord:
                 and all(a.passed for a in self.agreements))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **asdict(self)}
+        return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **_plain(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
@@ -592,9 +594,32 @@ class InfoReport:
     adapters: list[AdapterDeclared] = field(default_factory=list)  # --adapter or a checkout's own: their entries
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": INFO_SCHEMA, "schema_version": 1, **asdict(self)}
+        return {"schema": INFO_SCHEMA, "schema_version": 1, **_plain(self)}
 
 
+
+
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+@functools.cache
+def _field_names(record_type: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(record_type))
+
+
+def _plain(value: Any) -> Any:
+    """A record object's JSON form as ``dataclasses.asdict`` makes it (dataclasses as dicts of their fields, lists,
+    tuples and dicts copied), but numbers and strings, which nothing changes in place, kept, not deep-copied: a
+    record's thousands of samples cost a comprehension, not a deep copy each."""
+    if type(value) in _JSON_SCALARS:
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
+    if isinstance(value, (list, tuple)):
+        return type(value)(v if type(v) in _JSON_SCALARS else _plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return copy.deepcopy(value)
 
 
 # ---- the schema: a record's JSON form against the dataclasses' type hints ----------------------------
@@ -617,24 +642,35 @@ def _fields(hint: Any) -> tuple[dict[str, Any], frozenset[str]] | None:
     return None
 
 
-def _matches(value: Any, hint: Any) -> bool:
-    """Whether a parsed JSON value is of ``hint``, a type with no record object inside."""
-    origin, args = get_origin(hint), get_args(hint)
+@functools.cache
+def _shape(hint: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``hint``'s origin and arguments (typing's, asked once a type: a record's fields ask for them by the thousand)."""
+    return get_origin(hint), get_args(hint)
+
+
+@functools.cache
+def _test_of(hint: Any) -> Callable[[Any], bool]:
+    """Whether a parsed JSON value is of ``hint``, a type with no record object inside: a test made once a type, so
+    that a list of thousands of samples costs a call a sample, not a walk through typing's helpers."""
+    origin, args = _shape(hint)
     if hint is Any:
-        return True
+        return lambda value: True
     if origin is Literal:
-        return value in args
+        return lambda value: value in args
     if origin is list:
-        return isinstance(value, list) and all(_matches(v, args[0]) for v in value)
+        item = _test_of(args[0])
+        return lambda value: isinstance(value, list) and all(map(item, value))
     if origin is dict:
-        return isinstance(value, dict) and all(isinstance(k, str) and _matches(v, args[1]) for k, v in value.items())
-    if hint in (int, float) and isinstance(value, bool):
-        return False  # JSON's true is no number
-    return isinstance(value, (int, float) if hint is float else hint)
+        item = _test_of(args[1])
+        return lambda value: isinstance(value, dict) and all(isinstance(k, str) and item(v) for k, v in value.items())
+    if hint in (int, float):
+        numbers = (int, float) if hint is float else int
+        return lambda value: isinstance(value, numbers) and not isinstance(value, bool)  # JSON's true is no number
+    return lambda value: isinstance(value, hint)
 
 
 def _expected(hint: Any) -> str:
-    origin, args = get_origin(hint), get_args(hint)
+    origin, args = _shape(hint)
     if origin in (Union, types.UnionType):
         return " or ".join(dict.fromkeys(_expected(a) for a in args))
     if origin is Literal:
@@ -675,10 +711,14 @@ def _conform(value: Any, hint: Any, where: str) -> Any:
             raise InputError(_at(where, f"missing field {missing[0]!r}"))
         out = {k: _conform(v, types_[k], _inside(where, k)) for k, v in value.items()}
         return hint(**out) if dataclasses.is_dataclass(hint) else out
-    origin, args = get_origin(hint), get_args(hint)
+    origin, args = _shape(hint)
     if origin in (Union, types.UnionType):
         within = []  # an alternative the value is of, wrong inside: that says more than "expected"
         for alternative in args:
+            if _fields(alternative) is None and _shape(alternative)[0] in (None, Literal):  # a scalar: no inside
+                if _test_of(alternative)(value):
+                    return value
+                continue
             try:
                 return _conform(value, alternative, where)
             except InputError as exc:
@@ -689,6 +729,6 @@ def _conform(value: Any, hint: Any, where: str) -> Any:
         return [_conform(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict and isinstance(value, dict) and _fields(args[1]) is not None:
         return {k: _conform(v, args[1], _inside(where, k)) for k, v in value.items()}
-    if not _matches(value, hint):
+    if not _test_of(hint)(value):
         raise _NotOfType(hint, where)
     return value
