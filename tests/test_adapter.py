@@ -41,7 +41,6 @@ from qsa_cli.engine.adapter_launch import adapter_scorer_launcher, adapter_topk_
 from qsa_cli.engine.attach import adapter_variants, attached
 from qsa_cli.engine.build import build_engine, engine_cache_dir
 from qsa_cli.engine.checkout import EngineCheckout
-from qsa_cli.engine.library import load_engine
 from qsa_cli.inputs import synthetic_scorer_inputs
 from qsa_cli.output.info import info_blocks, info_csv
 from qsa_cli.output.layout import text_of
@@ -261,17 +260,6 @@ def test_a_build_failure_names_the_adapter_and_nvccs_first_error(cache: Path, tm
     assert first.startswith(f"fake: adapter {broken} failed to compile: {broken}(")
     assert 'error: identifier "nope" is undefined' in first
     assert not list(cache.glob("*.so")) and not list(cache.glob(".build-*"))
-
-
-@needs_nvcc
-def test_an_adapter_without_a_table_is_refused_once_loaded(cache: Path, tmp_path: Path) -> None:
-    checkout = EngineCheckout(write_fake_engine(tmp_path / "strata"), "fake")
-    tableless = ADAPTER[:ADAPTER.index("// name, kind, exact")] + '}  // extern "C"\n'
-    adapter = write_adapter(tmp_path / "tableless.cu", tableless)
-    build = build_engine(checkout, 80, adapter=adapter_source(checkout, adapter))
-    with pytest.raises(EngineError, match=rf"^adapter {re.escape(str(adapter))}: it defines no extern \"C\" "
-                                          rf"{TABLE_SYMBOL}\[\] \(qsa_adapter.h\)$"):
-        load_engine(build)
 
 
 # ---- the record and qsa info ------------------------------------------------------------------------------

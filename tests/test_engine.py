@@ -6,6 +6,7 @@ switches a checkout's sources read, and the variants a card runs under which swi
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import difflib
 import json
 import re
@@ -106,6 +107,12 @@ def test_fake_builds_and_exports_the_shim(cache: Path, tmp_path: Path, generatio
         assert engine_variants(lib, 80, {}) == ("scores", "scores-ref", "topk", "topk-ref")
         reason = variant_refusal(lib, "topk-split", 80, {})
         assert reason is not None and "declares no qsa_block_topk_split" in reason and "\n" not in reason
+        # a user's adapter without its table (qsa_adapter.h) builds, and its library, one without the table's symbol
+        # as this one is, is refused once loaded, in a line naming the adapter
+        tableless = str(tmp_path / "tableless.cu")
+        with pytest.raises(EngineError, match=rf"^adapter {re.escape(tableless)}: it defines no extern \"C\" "
+                                              rf"{TABLE_SYMBOL}\[\] \(qsa_adapter.h\)$"):
+            load_engine(dataclasses.replace(build, provenance={**build.provenance, "adapter": {"path": tableless}}))
     else:  # the multi-CTA path's scratch: the split's layout in int32s (tests/fake_engine.py)
         assert lib.multi_scratch_ints(8) == 8 * lib.multi_scratch_ints(1) > 0
     assert lib.switches == SWITCHES[generation]
