@@ -80,10 +80,11 @@ def exported(library: Path) -> set[str]:
 # The seed's checkout without its split launch (an older engine's: qsa_topk_split_bytes kept, one path of a pair
 # left out) and the newer generation's (neither split function; its optional parameters): each library has the
 # shim's wrappers of the paths its checkout declares and none of the others. The whole seed's wrappers are
-# compiled in test_the_fake_compiles_for_every_card_without_spills.
+# compiled in test_the_fake_compiles_for_every_card_without_spills, as is every card's device code (the same for
+# both generations): here cards before sm_90, whose cluster kernel is the fake's stub, build in 4.6 s, not 7.5.
 @needs_nvcc
-@pytest.mark.parametrize(("generation", "arch", "without"), [(SEED, 80, ("qsa_block_topk_split",)), (NEWER, 90, ())],
-                         ids=["seed-without-split-80", "newer-90"])
+@pytest.mark.parametrize(("generation", "arch", "without"), [(SEED, 80, ("qsa_block_topk_split",)), (NEWER, 86, ())],
+                         ids=["seed-without-split-80", "newer-86"])
 def test_fake_builds_and_exports_the_shim(cache: Path, tmp_path: Path, generation: str, arch: int,
                                           without: tuple[str, ...]) -> None:
     fake = EngineCheckout(write_fake_engine(tmp_path / "strata", generation=generation, without=without), "fake")
