@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 import re
@@ -10,6 +11,7 @@ from qsa_cli.clocks import ClockLock, ClockReading
 from qsa_cli.core.errors import InputError
 from qsa_cli.record.load import MAX_DEPTH, ROLES_BEFORE_RECORDED, load_record, merge_records, read_json
 from qsa_cli.record.schema import (
+    SCHEMA,
     SCHEMA_VERSION,
     Measurement,
     ParityCheck,
@@ -201,6 +203,8 @@ def test_every_saved_record_loads():
         older = _version(path) < 3
         selftest = record.command in ("selftest", "topk-parity --selftest")
         assert record.checks == [] if older or not selftest else record.checks
+        # its JSON form is dataclasses.asdict's (which to_dict does without deep-copying every number)
+        assert record.to_dict() == {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **dataclasses.asdict(record)}
 
 
 def test_a_record_without_roles_ran_the_registrys_of_the_time(tmp_path):

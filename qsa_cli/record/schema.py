@@ -616,7 +616,8 @@ def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
     if isinstance(value, (list, tuple)):
-        return type(value)(v if type(v) in _JSON_SCALARS else _plain(v) for v in value)
+        items = [v if type(v) in _JSON_SCALARS else _plain(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)  # a named tuple by fields
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return copy.deepcopy(value)
