@@ -194,7 +194,8 @@ def _radix_threshold(keys: np.ndarray, weights: np.ndarray, width: int,
         digits = _digits(keys, p)
         d, above = rule(_cells_by_bin(digits, weights, RADIX_BINS), above, width)
         prefix = (prefix << RADIX_BITS) | d
-        keys, weights = _on_digit(digits, d, keys, weights)  # the blocks on the next pass's prefix
+        if p + 1 < RADIX_PASSES:
+            keys, weights = _on_digit(digits, d, keys, weights)  # the blocks on the next pass's prefix
     return prefix, above
 
 
@@ -431,15 +432,17 @@ def cluster_passes(scores_row: np.ndarray, step: np.ndarray, ctas: int = CLUSTER
         at_before = before[:, d]
         above = new_above
         thr, mask = thr | d << _shift(p), mask | _DIGIT_MASK << _shift(p)
-        counted = _on_digit(digits, d, *counted)  # the next pass's
+        if not gathered:
+            with_cells = counted_keys[counted_weights > 0]
+            if p > 0 and with_cells.size and with_cells.min() == with_cells.max():
+                thr, mask = int(with_cells[0]), (1 << _KEY_BITS) - 1
+                break
+            if decided:
+                break
+        if p + 1 < RADIX_PASSES:
+            counted = _on_digit(digits, d, *counted)  # the next pass's
         if gathered:
             continue
-        with_cells = counted_keys[counted_weights > 0]
-        if p > 0 and with_cells.size and with_cells.min() == with_cells.max():
-            thr, mask = int(with_cells[0]), (1 << _KEY_BITS) - 1
-            break
-        if decided:
-            break
         if p == 0 and gather and cluster_gathers(per_cta[:, d], per):
             gathered = True
             continue
