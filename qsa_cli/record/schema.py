@@ -599,7 +599,10 @@ class InfoReport:
 
 
 
-_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+# ---- the schema: a record's JSON form against the dataclasses' type hints ----------------------------
+
+_SCALARS = {str: ("a string", "strings"), int: ("an integer", "integers"), float: ("a number", "numbers"),
+            bool: ("true or false", "true or false"), type(None): ("null", "null")}
 
 
 @functools.cache
@@ -611,22 +614,16 @@ def _plain(value: Any) -> Any:
     """A record object's JSON form as ``dataclasses.asdict`` makes it (dataclasses as dicts of their fields, lists,
     tuples and dicts copied), but numbers and strings, which nothing changes in place, kept, not deep-copied: a
     record's thousands of samples cost a comprehension, not a deep copy each."""
-    if type(value) in _JSON_SCALARS:
+    if type(value) in _SCALARS:
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
     if isinstance(value, (list, tuple)):
-        items = [v if type(v) in _JSON_SCALARS else _plain(v) for v in value]
+        items = [v if type(v) in _SCALARS else _plain(v) for v in value]
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)  # a named tuple by fields
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return copy.deepcopy(value)
-
-
-# ---- the schema: a record's JSON form against the dataclasses' type hints ----------------------------
-
-_SCALARS = {str: ("a string", "strings"), int: ("an integer", "integers"), float: ("a number", "numbers"),
-            bool: ("true or false", "true or false"), type(None): ("null", "null")}
 
 
 @functools.cache
