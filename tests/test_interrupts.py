@@ -16,10 +16,19 @@ import pytest
 from test_clocks import RESET_GPU, RESET_MEM, SET_GPU, SET_MEM, monitor
 
 from qsa_cli.clocks import lock_clocks
-from qsa_cli.interrupts import RESEND_S, Interrupted, exit_status, interruptions, signal_of, signals_held
+from qsa_cli import interrupts
+from qsa_cli.interrupts import Interrupted, exit_status, interruptions, signal_of, signals_held
 
 ROOT = Path(__file__).resolve().parent.parent
 ENDS_WITHIN_S = 20  # far beyond any run's unwinding: past it, the command hung
+# the resends' period in the tests that wait for resends (interrupts.RESEND_S: 1 s), so that they wait about
+# 3 s, not 6; still far beyond the 10 ms of _wait's steps
+RESEND_S = 0.5
+
+
+@pytest.fixture
+def resent_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(interrupts, "RESEND_S", RESEND_S)
 
 
 def _wait(seconds: float) -> None:
@@ -29,7 +38,7 @@ def _wait(seconds: float) -> None:
         time.sleep(0.01)
 
 
-def test_an_interrupt_that_is_swallowed_is_raised_again_until_it_is_taken() -> None:
+def test_an_interrupt_that_is_swallowed_is_raised_again_until_it_is_taken(resent_often: None) -> None:
     with interruptions() as release:
         release()
         try:
@@ -45,7 +54,7 @@ def test_an_interrupt_that_is_swallowed_is_raised_again_until_it_is_taken() -> N
         _wait(2.5 * RESEND_S)  # taken: no resend comes
 
 
-def test_no_second_interrupt_cuts_the_handling_of_the_first_short() -> None:
+def test_no_second_interrupt_cuts_the_handling_of_the_first_short(resent_often: None) -> None:
     with interruptions() as release:
         release()
         try:
