@@ -2,14 +2,11 @@
 processes, results handed back in the order the work was given, so that a run's record is the same
 whichever worker finished first.
 
-The workers are forked from a server process started fresh (``forkserver``), never from the parent: the parent
-may hold a CUDA context, which a forked child must never touch, and the workers need no GPU. The server, started
-with a process's first workers and kept for its later ones, imports the modules qsa's tasks live in (PRELOADED)
-once, so a worker starts in milliseconds instead of importing numpy and qsa (0.3-0.5 s of CPU each, as a
-spawned one did). Where there is no forkserver, the workers are spawned. They ignore Ctrl-C and SIGTERM (a
-terminal or a CI runner may send them to the whole process group; the parent alone handles them,
-qsa_cli/interrupts.py) and are killed, with whatever they were doing, when the parent leaves ``in_order``
-early (an interruption, an error).
+The workers are started fresh (``spawn``): the parent may hold a CUDA context, which a forked child must
+never touch, and the workers need no GPU. They ignore Ctrl-C and SIGTERM (a terminal or a CI runner may
+send them to the whole process group; the parent alone handles them, qsa_cli/interrupts.py) and are
+killed, with whatever they were doing, when the parent leaves ``in_order`` early (an interruption, an
+error).
 
 Each worker has a pipe of its own, which only this process's main thread reads; nothing is shared between
 the workers and the parent but those pipes. multiprocessing.Pool is not used: its terminate() could wait
@@ -45,10 +42,6 @@ AHEAD_PER_WORKER = 2  # tasks given ahead of the parent, a worker: bounds the me
 QUEUED_PER_WORKER = 2  # tasks a worker holds at once: the one it runs and the next, so it never waits for the parent
 
 Task = tuple[Callable[..., Any], tuple[Any, ...]]  # a module-level function (a worker imports it by name), its arguments
-
-
-# the modules of the functions qsa gives its workers (the selftests' tasks): the workers' server imports them
-PRELOADED = ("qsa_cli.runs.made", "qsa_cli.runs.selftest")
 
 
 def worker_count() -> int:
@@ -143,15 +136,6 @@ class _Worker:
         return self.held.popleft(), pickle.loads(head, buffers=data)
 
 
-def _context() -> Any:
-    """Where the workers start: forked by the server (PRELOADED imported as it starts), else spawned."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(PRELOADED))
-    return context
-
-
 def _start(context: Any) -> _Worker:
     ours, theirs = context.Pipe()
     process = context.Process(target=_serve, args=(theirs,), name="qsa-pool-worker", daemon=True)
@@ -214,7 +198,7 @@ def in_order(tasks: Sequence[Task], workers: int | None = None, first: Sequence[
         # parent's write of its start-up data would leave it reading an empty pipe (EOFError's traceback on
         # stderr); one that comes meanwhile is raised as the block ends, inside this try, so they are ended
         with signals_held():
-            context = _context()
+            context = multiprocessing.get_context("spawn")
             for _ in range(workers):
                 started.append(_start(context))
         yield _ordered(started, tasks, AHEAD_PER_WORKER * workers, first[:workers // 2])
