@@ -121,15 +121,16 @@ def test_leaving_early_waits_for_no_work_left() -> None:
 
 
 def test_a_signal_while_the_workers_start_ends_them(monkeypatch) -> None:
-    """A SIGTERM while the workers start is held until they have started, then raised: they are ended all the
-    same (it once escaped before the pool's try, leaving the workers to the exit, where a run could hang)."""
+    """A SIGTERM while the workers start (in their starter thread) is raised in the main thread, in the block,
+    and cuts no start short: every worker, those started after it too, is ended as the block is left (one
+    once escaped before the pool's try, leaving the workers to the exit, where a run could hang)."""
     started: list = []
     start = pool._start
 
     def starting(context):
         started.append(start(context))
         if len(started) == 1:
-            os.kill(os.getpid(), signal.SIGTERM)  # held until every worker has started
+            os.kill(os.getpid(), signal.SIGTERM)  # handled in the main thread, while this one starts the next
         return started[-1]
 
     monkeypatch.setattr(pool, "_start", starting)
@@ -137,7 +138,8 @@ def test_a_signal_while_the_workers_start_ends_them(monkeypatch) -> None:
         release()
         with pytest.raises(Interrupted) as stop:
             with pool.in_order([(abs, (-1,)), (abs, (-2,))], workers=2):
-                pytest.fail("the block ran")
+                time.sleep(30)  # the signal ends it
+                pytest.fail("the block ran on")
         assert signal_of(stop.value) == signal.SIGTERM
     assert [w.process.exitcode for w in started] == [-signal.SIGKILL] * 2
 
@@ -255,6 +257,9 @@ def test_selftests_kernels_rows_run_each_case_made_once_for_both_rows(monkeypatc
             selftest_run._models_rows(s, gpu, made, rows, no_progress, 8)
             dispatch = list(made)
     assert len(tasks) == 2 + 2 * len(SCORE_SETS) + len(dispatch)  # each case once: 1 scorer call x 2 keys, 2 top-k calls
+    # every function the selftests give the workers (topk-parity --selftest's are two of these) is in a module
+    # the workers' server has imported before it forks them
+    assert {function.__module__ for function, _ in tasks} <= set(pool.PRELOADED)
     assert len(dispatch) == 2 + len(SCORE_SETS)  # left for the dispatch's row
     assert [r.check.split(" (")[0] for r in rows] == ["scorer models", "top-k models", "scorer kernels", "top-k kernels"]
     assert [r.cases for r in rows[2:]] == [r.cases for r in rows[:2]] and all(r.passed for r in rows)

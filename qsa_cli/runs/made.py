@@ -1,7 +1,7 @@
 """What a worker process (runs/pool.py) makes for the kernels' process: a top-k score set or a scorer case,
 with its CPU oracle's or model's output and its inputs' digests (inputs.TopkInputs.digests), so that the
-kernels' process hashes nothing. A worker imports the module of its task's function: this one imports no
-more than making a case needs (no session, no stages, no record), so that a spawned worker starts sooner."""
+kernels' process hashes nothing. The workers' server imports this module, and runs/selftest.py (the CPU
+models' tasks), before it forks the workers (pool.PRELOADED)."""
 
 from __future__ import annotations
 
