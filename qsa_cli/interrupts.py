@@ -83,9 +83,9 @@ def signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM held back within the block: one that comes meanwhile (from a delivery to any
     thread, or a resend) reaches the handler as the block ends, outside whatever the block was doing: a
     module's import, where Python 3.11 wraps an exception raised in a class body's ``__set_name__`` into a
-    RuntimeError. The handlers, not the signal mask, hold them
-    back: a thread's mask does not keep Python's handlers from running in the main thread. Outside the main
-    thread, where handlers cannot be set, nothing changes."""
+    RuntimeError. The handlers, not the signal mask, hold them back: a thread's mask does not keep Python's
+    handlers from running in the main thread. Outside the main thread, where handlers cannot be set, nothing
+    changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
