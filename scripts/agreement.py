@@ -259,7 +259,7 @@ def empty_call_overhead(out: Path, launches: list[dict]) -> dict[str, float]:
     qsa_us = statistics.median(qsa_samples)
     return {"qsa_us": qsa_us, "qsa_traced_us": statistics.median(traced_samples),
             "beyond_span_us": beyond_span_us(traced_samples, trace["span_us"]), "ncu_call_us": ncu_call,
-            "ncu_us": qsa_us - ncu_call}
+            "ncu_us": qsa_us - ncu_call, "lead_us": trace["median_lead_us"], "trail_us": trace["median_trail_us"]}
 
 
 def launch_count(m: dict) -> int:
@@ -338,6 +338,7 @@ def clean_row(row: Row, out: Path, launches: list[dict], overhead_of: Callable[[
               "cupti_kernels_sum_us": trace["median_kernels_sum_us"], "cupti_kernel_us": trace["median_kernel_us"],
               "cupti_gap_us": trace["median_gap_us"], "qsa_beyond_span_us": beyond_span_us(clean["samples_us"],
                                                                                             trace["span_us"]),
+              "cupti_lead_us": trace["median_lead_us"], "cupti_trail_us": trace["median_trail_us"],
               "empty_call": empty_call_name(launches), "empty_beyond_span_us": overhead["beyond_span_us"],
               "cupti_plus_overhead_us": expected, "clean_vs_cupti": traced_us / expected - 1}
     if not overlapped(launches):  # ncu serialises a call's launches: not the call when they overlap
@@ -443,6 +444,16 @@ def table(results: list[dict], overheads: dict[str, dict[str, float]]) -> str:
         lines.append(f"| {r['row']} | {qsa:.2f} | {qsa_span:.2f} | {qsa - qsa_span:+.2f} | {nvbench:.2f} | "
                      + (f"{nvbench_span:.2f} | {nvbench - nvbench_span:+.2f} |" if nvbench_span is not None
                         else "no lone call traced | – |"))
+    lines += ["", "Where the clean run's calls sit between the timer's stamps (CUPTI, not judged): qsa's events are "
+              "recorded in the lead (the start stamp's end to the call's first kernel) and the trail (its last "
+              "kernel's end to the end stamp), beside those of the empty call its overhead is measured with.", "",
+              "| launcher | span | beyond | lead | trail | empty call | beyond | lead | trail |",
+              "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
+    for r in results:
+        empty = overheads[r["empty_call"]]
+        lines.append(f"| {r['row']} | {r['cupti_span_us']:.2f} | {r['qsa_beyond_span_us']:+.2f} | "
+                     f"{r['cupti_lead_us']:.2f} | {r['cupti_trail_us']:.2f} | {r['empty_call']} | "
+                     f"{empty['beyond_span_us']:+.2f} | {empty['lead_us']:.2f} | {empty['trail_us']:.2f} |")
     lines.append("\nMedians in µs; qsa's against each reference's in rounds of each in turn, in one process. "
                  "qsa's events beyond the GPU's span of empty calls (CUPTI) and beyond ncu's durations: " + "; ".join(
         f"{call}: {o['qsa_us']:.2f} µs under qsa's timer, {o['beyond_span_us']:+.2f} beyond CUPTI's span, "

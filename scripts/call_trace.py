@@ -5,7 +5,8 @@ queued it (no replay, no serialisation beyond the stream's own).
 qsa's timer queues each sample behind a hold: [hold] [clock stamp] event, the call's kernels, event [clock stamp];
 so the kernels between two clock stamps are one timed call (a batch's: BATCH_LAUNCHES calls). For each call of
 ``--launches`` kernels this writes its span (the first kernel's start to the last one's end), the sum of its
-kernels' durations and the gaps between them; scripts/agreement.py sets them beside qsa's samples of the same
+kernels' durations, the gaps between them and the intervals from the start stamp to the call and from the call
+to the end stamp, where qsa's events sit (lead and trail); scripts/agreement.py sets them beside qsa's samples of the same
 calls and beside Nsight Compute's durations of the same kernels replayed one at a time. The calls another timer
 timed in the same process (nvbench's, scripts/paired_timers.py) are summed up the same way (``unstamped``).
 
@@ -28,31 +29,40 @@ STAMP = "clock_stamp_kernel"  # qsa's timer's stamps around each timed call (ker
 K = TypeVar("K", bound=tuple)
 
 
-def stamped_calls(kernels: Sequence[K], launches: int, pattern: str) -> list[list[K]]:
-    """The timed calls among ``kernels`` (each a tuple whose first item is its name, in the order they ran): the
-    kernels between a hold's two stamps, its start's and its end's, where there are exactly ``launches`` and each
-    matches ``pattern``. The stamps come in pairs, so what runs between one end and the next start (the next
-    case's parity run) is no call, and a batch (BATCH_LAUNCHES calls in one pair) is none either."""
+def bracketed_calls(kernels: Sequence[K], launches: int, pattern: str) -> list[tuple[K, list[K], K]]:
+    """The timed calls among ``kernels`` (each a tuple whose first item is its name, in the order they ran), each
+    with the stamps around it: the kernels between a hold's two stamps, its start's and its end's, where there are
+    exactly ``launches`` and each matches ``pattern``. The stamps come in pairs, so what runs between one end and
+    the next start (the next case's parity run) is no call, and a batch (BATCH_LAUNCHES calls in one pair) is none
+    either."""
     matcher = re.compile(pattern)
-    calls: list[list[K]] = []
-    current: list[K] | None = None
+    calls: list[tuple[K, list[K], K]] = []
+    opened: K | None = None
+    current: list[K] = []
     for kernel in kernels:
         if re.search(rf"\b{STAMP}\b", kernel[0]):
-            if current is None:
-                current = []
+            if opened is None:
+                opened, current = kernel, []
                 continue
             if len(current) == launches and all(matcher.search(k[0]) for k in current):
-                calls.append(current)
-            current = None
-        elif current is not None:
+                calls.append((opened, current, kernel))
+            opened = None
+        elif opened is not None:
             current.append(kernel)
     return calls
 
 
+def stamped_calls(kernels: Sequence[K], launches: int, pattern: str) -> list[list[K]]:
+    """The timed calls among ``kernels``: bracketed_calls without their stamps."""
+    return [call for _, call, _ in bracketed_calls(kernels, launches, pattern)]
+
+
 def calls_between_stamps(kernels: list[tuple[str, int, int]], launches: int,
-                         pattern: str) -> list[list[tuple[str, int, int]]]:
-    """The timed calls of a CUPTI trace (name, start, end): stamped_calls in the order the kernels started."""
-    return stamped_calls(sorted(kernels, key=lambda k: k[1]), launches, pattern)
+                         pattern: str) -> list[tuple[tuple[str, int, int], list[tuple[str, int, int]],
+                                                     tuple[str, int, int]]]:
+    """The timed calls of a CUPTI trace (name, start, end) with their stamps: bracketed_calls in the order the
+    kernels started."""
+    return bracketed_calls(sorted(kernels, key=lambda k: k[1]), launches, pattern)
 
 
 def unstamped_calls(kernels: list[tuple[str, int, int]], launches: int,
@@ -90,6 +100,19 @@ def summary(calls: list[list[tuple[str, int, int]]]) -> dict:
             "kernels": [name for name, _, _ in calls[0]] if calls else []}
 
 
+def bracketed_summary(bracketed: list[tuple[tuple[str, int, int], list[tuple[str, int, int]],
+                                            tuple[str, int, int]]]) -> dict:
+    """summary of the calls, and where each sits between its stamps (µs): the lead from its start stamp's end to
+    its first kernel's start, the trail from its last kernel's end to its end stamp's start. qsa's events are
+    recorded in those two intervals, so they split what the events time beyond the span into before the call's
+    kernels and after them."""
+    leads = [(call[0][1] - opened[2]) / 1e3 for opened, call, _ in bracketed]
+    trails = [(closed[1] - call[-1][2]) / 1e3 for _, call, closed in bracketed]
+    return {**summary([call for _, call, _ in bracketed]), "lead_us": leads, "trail_us": trails,
+            "median_lead_us": statistics.median(leads) if leads else None,
+            "median_trail_us": statistics.median(trails) if trails else None}
+
+
 def run_qsa(args: list[str]) -> int:
     """``args`` (qsa's, or -c CODE) run in this process: its exit status (a message it exits with is printed,
     status 1, as Python does)."""
@@ -125,7 +148,7 @@ def main(argv: list[str]) -> int:
     code = run_qsa(qsa_args)
     cupti.activity_flush_all(1)
     result = {"argv": qsa_args, "exit": code, "kernels_traced": len(kernels),
-              **summary(calls_between_stamps(kernels, int(launches), pattern)),
+              **bracketed_summary(calls_between_stamps(kernels, int(launches), pattern)),
               "unstamped": summary(unstamped_calls(kernels, int(launches), pattern))}
     Path(trace).write_text(json.dumps(result) + "\n")
     return code

@@ -33,10 +33,15 @@ def test_a_call_is_the_kernels_between_two_stamps_of_its_launch_count() -> None:
     serial = [(0, 4000), (4500, 9000), (9300, 12000)]
     kernels = timeline(serial, serial[:2], serial)  # the middle one is no call of 3 (a batch is no call either)
     calls = call_trace.calls_between_stamps(list(reversed(kernels)), 3, "block_topk_split")
-    assert len(calls) == 2 and all(len(c) == 3 for c in calls)
-    s = call_trace.summary(calls)
+    assert len(calls) == 2 and all(len(c) == 3 for _, c, _ in calls)
+    assert all(opened[0] == closed[0] == STAMP for opened, _, closed in calls)
+    s = call_trace.bracketed_summary(calls)
     assert s["span_us"] == [12.0, 12.0] and s["kernels_sum_us"] == [11.2, 11.2]
     assert s["median_kernel_us"] == [4.0, 4.5, 2.7] and s["median_gap_us"] == [0.5, 0.3]
+    # the start stamp ends 40 ns before the call's first kernel starts; the end stamp starts 100 ns after its last
+    assert s["lead_us"] == [0.04, 0.04] and s["trail_us"] == [0.1, 0.1]
+    assert s["median_lead_us"] == 0.04 and s["median_trail_us"] == 0.1
+    assert call_trace.stamped_calls(sorted(kernels, key=lambda k: k[1]), 3, "split") == [c for _, c, _ in calls]
     assert call_trace.calls_between_stamps(kernels, 3, "cluster") == []  # kernels of another name: no call
 
 
@@ -56,7 +61,7 @@ def test_another_timers_calls_are_the_lone_runs_of_a_calls_kernels_outside_the_s
 
 def test_overlapped_launches_have_a_span_shorter_than_their_sum() -> None:
     overlapped = [(0, 5000), (3000, 9000)]  # a programmatic dependent launch starts before the first ends
-    s = call_trace.summary(call_trace.calls_between_stamps(timeline(overlapped), 2, "split"))
+    s = call_trace.bracketed_summary(call_trace.calls_between_stamps(timeline(overlapped), 2, "split"))
     assert s["median_span_us"] == 9.0 and s["median_kernels_sum_us"] == 11.0 and s["median_gap_us"] == [-2.0]
 
 
@@ -70,18 +75,21 @@ def test_the_table_judges_ncu_where_it_observes_the_call_and_shows_cupti_beside(
     common = {"qsa_dirty_median_us": 30.0, "nvbench_cold_median_us": 30.3, "dirty_vs_nvbench": -0.01,
               "qsa_clean_traced_median_us": 29.1, "cupti_plus_overhead_us": 29.2, "clean_vs_cupti": -0.003,
               "traced_qsa_dirty_median_us": 30.1, "cupti_qsa_dirty_span_us": 27.6,
-              "traced_nvbench_median_us": 30.5, "cupti_nvbench_span_us": 27.9}
+              "traced_nvbench_median_us": 30.5, "cupti_nvbench_span_us": 27.9, "cupti_span_us": 26.8,
+              "qsa_beyond_span_us": 2.3, "cupti_lead_us": 1.25, "cupti_trail_us": 1.5, "empty_call": "wave x1"}
     ncu = {"qsa_clean_median_us": 29.0}
     rows = [{"row": "one", **common, **ncu, "ncu_plus_overhead_us": 29.5, "clean_vs_ncu": -0.017, "launches": 1},
             {"row": "five, PDL off", **common, **ncu, "ncu_plus_overhead_us": 29.9, "clean_vs_ncu": -0.03,
              "launches": 5},
             {"row": "five", **common, "launches": 5}]
-    text = agreement.table(rows, {"wave x1": {"qsa_us": 3.1, "beyond_span_us": 1.2, "ncu_us": 1.3}})
+    text = agreement.table(rows, {"wave x1": {"qsa_us": 3.1, "beyond_span_us": 1.2, "ncu_us": 1.3, "lead_us": 1.0,
+                                              "trail_us": 0.75}})
     one, five_off, five = text.splitlines()[2:5]
     assert one == "| one | 1 | 30.00 | 30.30 | -1.0% | 29.00 | 29.50 | -1.7% | 29.10 | 29.20 | -0.3% |"
     assert five_off.startswith("| five, PDL off | 5 |") and "| 29.00 | 29.90 | -3.0% |" in five_off
     assert "| -1.0% | – | not observable (PDL) | – | 29.10 | 29.20 | -0.3% |" in five
     assert "| one | 30.10 | 27.60 | +2.50 | 30.50 | 27.90 | +2.60 |" in text.splitlines()
+    assert "| five | 26.80 | +2.30 | 1.25 | 1.50 | wave x1 | +1.20 | 1.00 | 0.75 |" in text.splitlines()
     assert "wave x1: 3.10 µs under qsa's timer, +1.20 beyond CUPTI's span, +1.30 beyond ncu" in text
 
 
@@ -104,7 +112,7 @@ def test_what_runs_between_one_calls_end_and_the_next_ones_start_is_no_call() ->
     kernels = timeline(serial, serial)
     parity = [("block_topk_split_kernel", 50_000 + i, 50_000 + i + 10) for i in (0, 100)]
     calls = call_trace.calls_between_stamps(kernels + parity, 2, "split")
-    assert len(calls) == 2 and all(c[0][1] % 100_000 == 1000 for c in calls)
+    assert len(calls) == 2 and all(c[0][1] % 100_000 == 1000 for _, c, _ in calls)
 
 
 def test_ncu_sums_each_profiled_call_of_its_csv() -> None:
