@@ -5,9 +5,9 @@ queued it (no replay, no serialisation beyond the stream's own).
 qsa's timer queues each sample behind a hold: [hold] [clock stamp] event, the call's kernels, event [clock stamp];
 so the kernels between two clock stamps are one timed call (a batch's: BATCH_LAUNCHES calls). For each call of
 ``--launches`` kernels this writes its span (the first kernel's start to the last one's end), the sum of its
-kernels' durations, the gaps between them and the intervals from the start stamp to the call and from the call
-to the end stamp, where qsa's events sit (lead and trail); scripts/agreement.py sets them beside qsa's samples of the same
-calls and beside Nsight Compute's durations of the same kernels replayed one at a time. The calls another timer
+kernels' durations, the gaps between them, and the intervals from the start stamp to the call and from the call
+to the end stamp, where qsa's events sit (lead and trail); scripts/agreement.py sets them beside qsa's samples of
+the same calls and beside Nsight Compute's durations of the same kernels replayed one at a time. The calls another timer
 timed in the same process (nvbench's, scripts/paired_timers.py) are summed up the same way (``unstamped``).
 
 Usage: python3 scripts/call_trace.py TRACE.json LAUNCHES KERNEL_REGEX -- QSA_ARGS...
@@ -27,6 +27,7 @@ from typing import TypeVar
 
 STAMP = "clock_stamp_kernel"  # qsa's timer's stamps around each timed call (kernels/bench.cu)
 K = TypeVar("K", bound=tuple)
+Traced = tuple[str, int, int]  # a kernel of a CUPTI trace: its name, start and end (ns)
 
 
 def bracketed_calls(kernels: Sequence[K], launches: int, pattern: str) -> list[tuple[K, list[K], K]]:
@@ -57,9 +58,8 @@ def stamped_calls(kernels: Sequence[K], launches: int, pattern: str) -> list[lis
     return [call for _, call, _ in bracketed_calls(kernels, launches, pattern)]
 
 
-def calls_between_stamps(kernels: list[tuple[str, int, int]], launches: int,
-                         pattern: str) -> list[tuple[tuple[str, int, int], list[tuple[str, int, int]],
-                                                     tuple[str, int, int]]]:
+def calls_between_stamps(kernels: list[Traced], launches: int,
+                         pattern: str) -> list[tuple[Traced, list[Traced], Traced]]:
     """The timed calls of a CUPTI trace (name, start, end) with their stamps: bracketed_calls in the order the
     kernels started."""
     return bracketed_calls(sorted(kernels, key=lambda k: k[1]), launches, pattern)
@@ -100,8 +100,7 @@ def summary(calls: list[list[tuple[str, int, int]]]) -> dict:
             "kernels": [name for name, _, _ in calls[0]] if calls else []}
 
 
-def bracketed_summary(bracketed: list[tuple[tuple[str, int, int], list[tuple[str, int, int]],
-                                            tuple[str, int, int]]]) -> dict:
+def bracketed_summary(bracketed: list[tuple[Traced, list[Traced], Traced]]) -> dict:
     """summary of the calls, and where each sits between its stamps (µs): the lead from its start stamp's end to
     its first kernel's start, the trail from its last kernel's end to its end stamp's start. qsa's events are
     recorded in those two intervals, so they split what the events time beyond the span into before the call's
