@@ -286,3 +286,14 @@ def test_a_model_made_beforehand_is_what_every_variant_is_checked_against() -> N
     for given, equal in ((model, True), (wrong, False)):
         out = scores_stage.run_scores(scorer, Measurer(0), scorers, scorer_roles, None, model=given)
         assert [p.equal for p in out.parity if p.against == CPU_MODEL] == [equal, equal]
+
+
+def test_a_starter_that_cannot_start_raises_its_own_error(monkeypatch) -> None:
+    """A machine out of threads: the start's own error leaves in_order, not a join of a thread never started."""
+    def refused(self) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(pool._Starter, "start", refused)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        with pool.in_order([(abs, (-1,)), (abs, (-2,))], workers=2):
+            pytest.fail("the block ran")

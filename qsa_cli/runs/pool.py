@@ -240,7 +240,8 @@ def in_order(tasks: Sequence[Task], workers: int | None = None, first: Sequence[
         yield _ordered(starter, tasks, AHEAD_PER_WORKER * workers, first[:workers // 2])
         ended = True
     finally:
-        starter.join()  # every start done: none is left to the exit
+        if starter.ident is not None:  # started (a thread that could not start leaves its own error to rise)
+            starter.join()  # every start done: none is left to the exit
         for worker in starter.started:
             if ended and not worker.held:
                 with contextlib.suppress(OSError):  # one that has gone needs no word to leave
