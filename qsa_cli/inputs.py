@@ -263,6 +263,11 @@ _CUT_REGIMES = {"normal": 0.4, "zero": 0.15, "nan": 0.15, "subnormal": 0.15, "-i
 # the last radix pass decides); one normal value; NaN; a zero; a subnormal; -inf; +inf.
 _RUN_KINDS = {"cut": 0.35, "near": 0.15, "level": 0.15, "nan": 0.1, "zero": 0.1, "subnormal": 0.08, "-inf": 0.05,
               "+inf": 0.02}
+# a run's kind is drawn as Generator.choice(p=...) draws one (a uniform number against the chances' running sum),
+# without its checks of the chances, which cost more than the draw in a loop over a row's borders
+_RUN_KIND_NAMES = tuple(_RUN_KINDS)
+_RUN_KIND_BOUNDS = np.cumsum(list(_RUN_KINDS.values()))
+_RUN_KIND_BOUNDS /= _RUN_KIND_BOUNDS[-1]
 _RUN_BLOCKS = (2, 10)  # a run's length in blocks: 2-9, at least one on each side of its border
 _SAMPLED_BORDERS = 48  # runs at the cluster's chunks and the wide kernel's tiles: this many of their borders
 _SPRINKLED = {"nan": 0.01, "zero": 0.02, "subnormal": 0.02, "-inf": 0.01}  # the share of blocks of each
@@ -367,7 +372,7 @@ def _adversarial_row(rng: np.random.Generator, live: np.ndarray, n_kv: int, widt
         if run.stop <= run.start:
             continue
         placed[run] = _RUN
-        kind = rng.choice(list(_RUN_KINDS), p=list(_RUN_KINDS.values()))
+        kind = _RUN_KIND_NAMES[int(np.searchsorted(_RUN_KIND_BOUNDS, rng.random(), side="right"))]
         if kind == "cut":
             cut_runs.append(run)
         elif kind == "near":
