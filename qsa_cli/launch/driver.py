@@ -52,6 +52,15 @@ class _Config(ctypes.Structure):  # CUlaunchConfig
 
 
 @functools.cache
+def device_property(device_id: int, name: str) -> int:
+    """A field of the device's ``cudaDeviceProp``, read once a process: CuPy's getDeviceProperties reads every
+    field (about 1 ms), and a launcher is built for every call a selftest runs."""
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceProperties(device_id)[name])
+
+
+@functools.cache
 def _driver() -> Any:
     lib = ctypes.CDLL("libcuda.so.1")
     lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_Config), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..core.geometry import HALVE_MAX_QUERIES, MAX_QUERIES, QUARTERS_THREADS, QUERY_LANES, WARP
 from ..inputs import ScorerInputs
+from .driver import device_property
 from .kernel import KernelLaunch
 from .shape import Described, KernelCall, ScorerShape
 
@@ -45,7 +46,7 @@ def _resident_grid(kernel: Any, threads: int) -> int:
     """CTAs that fill the card once: the grid-striding kernel then has no second wave."""
     import cupy
 
-    sms = int(cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["multiProcessorCount"])
+    sms = device_property(cupy.cuda.Device().id, "multiProcessorCount")
     per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, threads, 0)
     return sms * max(1, int(per_sm))
 

@@ -33,7 +33,7 @@ from ..core.geometry import (
 )
 from ..core.integrity import Allocator
 from ..dispatch import cluster_wide, programmatic_launches
-from .driver import ProgrammaticLaunch, clusters_at_once
+from .driver import ProgrammaticLaunch, clusters_at_once, device_property
 from .shape import Card, KernelCall, TopkShape
 from .topk import TopkLaunch, check_arrays
 
@@ -147,7 +147,7 @@ class Cluster(TopkShape):
         import cupy
 
         device = cupy.cuda.Device()
-        optin = int(cupy.cuda.runtime.getDeviceProperties(device.id)["sharedMemPerBlockOptin"])
+        optin = device_property(device.id, "sharedMemPerBlockOptin")
         require_cluster(int(device.compute_capability), mb, optin, active_blocks)
         module = code()
         blocks = active_blocks or mb
