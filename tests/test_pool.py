@@ -67,6 +67,19 @@ def test_worker_processes_hand_back_what_this_process_makes_in_the_tasks_order()
         assert oracle.tobytes() == topk_ids(expected, "oracle").tobytes()
 
 
+def test_the_server_started_beforehand_is_the_one_the_workers_come_from() -> None:
+    """A selftest starts the workers' server before its session opens; its workers then come from that server,
+    which has the tasks' modules imported, not from another."""
+    from multiprocessing import forkserver
+
+    pool.server_started()
+    started = forkserver._forkserver._forkserver_pid
+    assert started is not None and os.waitpid(started, os.WNOHANG) == (0, 0)  # running
+    with pool.in_order([(os.getppid, ())] * 4, workers=2) as made:
+        parents = set(made)
+    assert parents == {started} and forkserver._forkserver._forkserver_pid == started
+
+
 def _arrays(seed: int) -> dict[str, object]:
     base = np.random.default_rng(seed).standard_normal((512, 1024), dtype=np.float32)
     return {"c": base, "fortran": np.asfortranarray(base[:, :100]), "strided": base[::3, 1::2],

@@ -35,6 +35,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -158,6 +159,22 @@ def _start(context: Any) -> _Worker:
     return _Worker(process, ours)
 
 
+def _context() -> Any:
+    """Where the workers are started: the forkserver, which imports PRELOADED, else spawned."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOADED))
+    return context
+
+
+def server_started() -> None:
+    """The workers' server started now, so that its imports run while this process opens its session (a GPU
+    selftest's: 0.5 s) and its first workers need not wait for them; where workers are spawned, nothing."""
+    if _context().get_start_method() == "forkserver":
+        forkserver.ensure_running()
+
+
 class _Starter(threading.Thread):
     """The workers of one ``in_order``, started in this thread, not the parent's main thread: the first start
     waits for the server's imports (0.4 s and more), which the parent spends on its own work. No signal
@@ -172,11 +189,7 @@ class _Starter(threading.Thread):
 
     def run(self) -> None:
         try:
-            if "forkserver" in multiprocessing.get_all_start_methods():
-                context = multiprocessing.get_context("forkserver")
-                context.set_forkserver_preload(list(PRELOADED))
-            else:
-                context = multiprocessing.get_context("spawn")
+            context = _context()
             for _ in range(self.count):
                 self.started.append(_start(context))
         except BaseException as error:  # raised in the main thread, at the first task's turn
