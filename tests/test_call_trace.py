@@ -76,7 +76,7 @@ def test_the_table_judges_ncu_where_it_observes_the_call_and_shows_cupti_beside(
               "qsa_clean_traced_median_us": 29.1, "cupti_plus_overhead_us": 29.2, "clean_vs_cupti": -0.003,
               "traced_qsa_dirty_median_us": 30.1, "cupti_qsa_dirty_span_us": 27.6,
               "traced_nvbench_median_us": 30.5, "cupti_nvbench_span_us": 27.9, "cupti_span_us": 26.8,
-              "qsa_beyond_span_us": 2.3, "cupti_lead_us": 1.25, "cupti_trail_us": 1.5, "empty_call": "wave x1"}
+              "qsa_beyond_span_us": 2.3, "cupti_lead_us": 1.25, "cupti_trail_us": 1.5, "overhead_call": "wave x1"}
     ncu = {"qsa_clean_median_us": 29.0}
     rows = [{"row": "one", **common, **ncu, "ncu_plus_overhead_us": 29.5, "clean_vs_ncu": -0.017, "launches": 1},
             {"row": "five, PDL off", **common, **ncu, "ncu_plus_overhead_us": 29.9, "clean_vs_ncu": -0.03,
