@@ -7,8 +7,9 @@ that change from one process's buffers to the next (docs/timing.md), so two proc
 - ``--l2 dirty`` (qsa's median) against nvbench's cold samples' median, ROUNDS rounds of SAMPLES samples each
   in turn, within TOLERANCE; both means are kept beside;
 - ``--l2 clean`` (qsa's median) against Nsight Compute's durations of the call's kernels plus the launch overhead
-  (what qsa's events time around a call of as many empty kernels of the call's shape beyond ncu's durations of
-  the same, measured the same way), within TOLERANCE, for every call whose launches do not overlap. qsa's rounds
+  (what qsa's events time around an overhead call beyond ncu's durations of the same, measured the same way: as
+  many empty kernels launched as the call's are, or for a cluster top-k the row's own launcher on an idle
+  context, IDLE_CTX), within TOLERANCE, for every call whose launches do not overlap. qsa's rounds
   run outside the profiler's range, and after each, PROFILED of qsa's timed calls inside it (the kernels between
   the timer's two clock stamps of a sample, its batches off) with ncu's cache control off, so each kernel meets
   the L2 as qsa's flush before the sample, or the kernel before it in the call, left it: the state qsa times in.
@@ -16,7 +17,7 @@ that change from one process's buffers to the next (docs/timing.md), so two proc
   each kernel alone, cannot observe), is read from qsa's own record of the call (``launches``);
 - beside them, not judged: CUPTI's kernel activity records of a clean run (scripts/call_trace.py), each timed
   call's span from its first kernel's start to its last one's end as the GPU ran them in the stream, plus what
-  qsa's events time beyond the span of an empty call of as many launches. It observes every call, overlapped
+  qsa's events time beyond the span of the row's overhead call. It observes every call, overlapped
   launches included, and shows which kernels a call ran.
 
 Usage: python3 scripts/agreement.py OUT_DIR [LABEL ...]   (only the rows whose label holds a LABEL; writes
@@ -38,7 +39,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -55,6 +56,12 @@ SAMPLES = 100  # qsa's samples a round, and nvbench's
 # qsa's timed calls ncu profiles after each round, each after qsa's flush (paired_timers.py: not judged by its
 # hold, which ncu's serialisation always times out, nor measured again)
 PROFILED = 2
+# The context of a cluster top-k row's overhead call: at most a selection's width, so that every query selects its
+# whole context and its cluster leaves at once (kernels/topk_cluster.cu), the row's launch otherwise unchanged (a
+# decode call's grid, cluster and shared memory follow the capacity). No empty kernel sits where the top-k does
+# between qsa's events: an empty cluster kernel's events sit 2.4 µs beyond its span on an H100, the top-k's 1.7-1.9
+# (docs/timing.md), so an empty call's overhead reads too much for it.
+IDLE_CTX = 2048
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,7 @@ class Row:
     cap: int
     kernel: str  # the regex of its kernels' names (ncu's filter)
     pdl: bool = True  # False: the call's launches one after another (QSA_PDL=0)
+    idle_ctx: int = 0  # the context of its overhead call on its own launcher (0: empty kernels, launched as its)
 
     def env(self) -> dict[str, str]:
         return {**os.environ, **({} if self.pdl else {"QSA_PDL": "0"})}
@@ -75,6 +83,10 @@ class Row:
     def tag(self) -> str:
         """Its part of the output files' names."""
         return f"{self.variant}-{self.ctx}-{self.nq}{'' if self.pdl else '-nopdl'}"
+
+    def idle_row(self) -> Row:
+        """The row's own launcher on its idle context: its overhead call."""
+        return replace(self, label=f"{self.label}, idle", ctx=self.idle_ctx, idle_ctx=0)
 
     def args(self, iters: str) -> list[str]:
         name, *rest = self.command
@@ -91,11 +103,12 @@ ROWS = (
     Row("split top-k 524K x 8, PDL off", ("topk-parity", "0", "--no-model"), "split", 524288, 8, 524288,
         "block_topk_split", pdl=False),
     Row("cluster top-k 524K x 8", ("topk-parity", "0", "--no-model"), "cluster", 524288, 8, 524288,
-        "block_topk_cluster"),
+        "block_topk_cluster", idle_ctx=IDLE_CTX),
     Row("split top-k 131K x 1", ("topk-parity", "0", "--no-model"), "split", 131072, 1, 262144, "block_topk_split"),
     Row("split top-k 131K x 1, PDL off", ("topk-parity", "0", "--no-model"), "split", 131072, 1, 262144,
         "block_topk_split", pdl=False),
-    Row("cluster top-k 9000 x 1", ("topk-parity", "0", "--no-model"), "cluster", 9000, 1, 16384, "block_topk_cluster"),
+    Row("cluster top-k 9000 x 1", ("topk-parity", "0", "--no-model"), "cluster", 9000, 1, 16384, "block_topk_cluster",
+        idle_ctx=IDLE_CTX),
 )
 
 
@@ -256,10 +269,38 @@ def empty_call_overhead(out: Path, launches: list[dict]) -> dict[str, float]:
     qsa_samples = last_line_samples("\n".join(l for l in paired.stdout.splitlines() if l.startswith("[")))
     (out / f"{tag}-qsa.json").write_text(json.dumps({"traced": traced_samples, "under_ncu": qsa_samples}))
     ncu_call = ncu_calls(ncu_durations_us(paired.stdout, "empty_kernel"), count, "empty_kernel")[0]
+    return overhead_found(traced_samples, trace, qsa_samples, ncu_call)
+
+
+def overhead_found(traced_samples: list[float], trace: dict, qsa_samples: list[float], ncu_call: float) -> dict:
+    """An overhead call's figures: qsa's samples of it beside CUPTI's trace of the same calls, and qsa's samples
+    in rounds with ncu beside ncu's median summed durations of a call."""
     qsa_us = statistics.median(qsa_samples)
     return {"qsa_us": qsa_us, "qsa_traced_us": statistics.median(traced_samples),
             "beyond_span_us": beyond_span_us(traced_samples, trace["span_us"]), "ncu_call_us": ncu_call,
             "ncu_us": qsa_us - ncu_call, "lead_us": trace["median_lead_us"], "trail_us": trace["median_trail_us"]}
+
+
+def overhead_call_name(row: Row, launches: list[dict]) -> str:
+    """The name of ``row``'s overhead call: its idle row's, or its call of empty kernels'."""
+    return f"idle-{row.idle_row().tag}" if row.idle_ctx else empty_call_name(launches)
+
+
+def idle_call_overhead(out: Path, row: Row, launches: list[dict]) -> dict[str, float]:
+    """``row``'s launcher on its idle context (Row.idle_row), measured as an empty call is: its clean calls
+    against CUPTI's spans of the same calls, and in rounds with ncu's durations of them. Its launches must be
+    the row's (``launches``, grid, block, cluster and shared memory as the records list them)."""
+    idle = row.idle_row()
+    record = out / f"clean-{idle.tag}.json"
+    trace, _ = traced(out, idle.tag, len(launches), row.kernel,
+                      [*idle.args("auto"), "--l2", "clean", "--json", str(record), "--quiet"], idle.env())
+    clean = measurement(record, idle.variant)
+    if empty_launches(clean["launches"]) != empty_launches(launches):
+        raise SystemExit(f"{idle.label}: launched as {empty_launches(clean['launches'])}, not as the row "
+                         f"({empty_launches(launches)})")
+    m, _, printed = paired_run(idle, out, "ncu", "--l2", "clean", under=ncu_command(row.kernel))
+    ncu_call = ncu_calls(ncu_durations_us(printed, row.kernel), len(launches), row.kernel)[0]
+    return overhead_found(clean["samples_us"], trace, m["samples_us"], ncu_call)
 
 
 def launch_count(m: dict) -> int:
@@ -319,19 +360,20 @@ def traced_nvbench_row(row: Row, out: Path, launches: int) -> dict:
             "cupti_nvbench_calls": trace["unstamped"]["calls"]}
 
 
-def clean_row(row: Row, out: Path, launches: list[dict], overhead_of: Callable[[list[dict]], dict[str, float]]) -> dict:
+def clean_row(row: Row, out: Path, launches: list[dict],
+              overhead_of: Callable[[Row, list[dict]], dict[str, float]]) -> dict:
     """qsa (--l2 clean) against Nsight Compute's durations of the call's kernels (the first on flushed caches,
-    the later ones on the L2 as the one before left it) plus the overhead beyond ncu's durations of empty kernels
-    launched as the call's are, in rounds of each in turn in one process, where ncu observes the call (no launch
+    the later ones on the L2 as the one before left it) plus the overhead beyond ncu's durations of the row's
+    overhead call, in rounds of each in turn in one process, where ncu observes the call (no launch
     overlapping another), judged; and beside it, not judged, the GPU's own timestamps of the calls of another
     clean run (CUPTI: the span from the first kernel's start to the last one's end, plus what qsa's events time
-    beyond the span of that empty call)."""
+    beyond the span of that overhead call)."""
     record = out / f"clean-{row.tag}.json"
     trace, _ = traced(out, row.tag, len(launches), row.kernel,
                       [*row.args("auto"), "--l2", "clean", "--json", str(record), "--quiet"], row.env())
     clean = measurement(record, row.variant)
     traced_us = statistics.median(clean["samples_us"])
-    overhead = overhead_of(launches)
+    overhead = overhead_of(row, launches)
     expected = trace["median_span_us"] + overhead["beyond_span_us"]
     result = {"qsa_clean_traced_median_us": traced_us, "qsa_clean_traced_samples": len(clean["samples_us"]),
               "cupti_calls": trace["calls"], "cupti_span_us": trace["median_span_us"],
@@ -339,7 +381,8 @@ def clean_row(row: Row, out: Path, launches: list[dict], overhead_of: Callable[[
               "cupti_gap_us": trace["median_gap_us"], "qsa_beyond_span_us": beyond_span_us(clean["samples_us"],
                                                                                             trace["span_us"]),
               "cupti_lead_us": trace["median_lead_us"], "cupti_trail_us": trace["median_trail_us"],
-              "empty_call": empty_call_name(launches), "empty_beyond_span_us": overhead["beyond_span_us"],
+              "overhead_call": overhead_call_name(row, launches),
+              "overhead_beyond_span_us": overhead["beyond_span_us"],
               "cupti_plus_overhead_us": expected, "clean_vs_cupti": traced_us / expected - 1}
     if not overlapped(launches):  # ncu serialises a call's launches: not the call when they overlap
         m, _, printed = paired_run(row, out, "ncu", "--l2", "clean", under=ncu_command(row.kernel))
@@ -391,14 +434,16 @@ def main(out: Path, only: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYTHONPATH", ".")
     rows = [r for r in ROWS if not only or any(o in r.label for o in only)]
-    # a call's overhead: what qsa's events time beyond a call of empty kernels launched as its are, measured in
-    # this run against ncu's durations of them and against CUPTI's span of the same calls
+    # a call's overhead: what qsa's events time beyond its overhead call (empty kernels launched as its are, or
+    # its own launcher on an idle context), measured in this run against ncu's durations of it and against
+    # CUPTI's span of the same calls
     overheads: dict[str, dict[str, float]] = {}
 
-    def overhead_of(launches: list[dict]) -> dict[str, float]:
-        name = empty_call_name(launches)
+    def overhead_of(row: Row, launches: list[dict]) -> dict[str, float]:
+        name = overhead_call_name(row, launches)
         if name not in overheads:
-            overheads[name] = empty_call_overhead(out, launches)
+            overheads[name] = (idle_call_overhead(out, row, launches) if row.idle_ctx
+                               else empty_call_overhead(out, launches))
         return overheads[name]
 
     results = []
@@ -410,7 +455,7 @@ def main(out: Path, only: list[str]) -> int:
         print(json.dumps(result), flush=True)
     agree = all(abs(r[k]) <= TOLERANCE for r in results for k in ("dirty_vs_nvbench", "clean_vs_ncu") if k in r)
     summary = {"tolerance": TOLERANCE, "rounds": ROUNDS, "samples": SAMPLES, "profiled": PROFILED,
-               "empty_calls": overheads, "agree": agree, "row_definitions": [asdict(r) for r in ROWS]}
+               "overhead_calls": overheads, "agree": agree, "row_definitions": [asdict(r) for r in ROWS]}
     # JSON lines (the summary, then a row a line): not a qsa record, which a results folder's .json files are
     (out / "agreement.jsonl").write_text("".join(json.dumps(x) + "\n" for x in (summary, *results)))
     (out / "agreement.md").write_text(table(results, overheads) + "\n")
@@ -446,16 +491,16 @@ def table(results: list[dict], overheads: dict[str, dict[str, float]]) -> str:
                         else "no lone call traced | – |"))
     lines += ["", "Where the clean run's calls sit between the timer's stamps (CUPTI, not judged): qsa's events are "
               "recorded in the lead (the start stamp's end to the call's first kernel) and the trail (its last "
-              "kernel's end to the end stamp), beside those of the empty call its overhead is measured with.", "",
-              "| launcher | span | beyond | lead | trail | empty call | beyond | lead | trail |",
+              "kernel's end to the end stamp), beside those of the call its overhead is measured with.", "",
+              "| launcher | span | beyond | lead | trail | overhead call | beyond | lead | trail |",
               "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
     for r in results:
-        empty = overheads[r["empty_call"]]
+        call = overheads[r["overhead_call"]]
         lines.append(f"| {r['row']} | {r['cupti_span_us']:.2f} | {r['qsa_beyond_span_us']:+.2f} | "
-                     f"{r['cupti_lead_us']:.2f} | {r['cupti_trail_us']:.2f} | {r['empty_call']} | "
-                     f"{empty['beyond_span_us']:+.2f} | {empty['lead_us']:.2f} | {empty['trail_us']:.2f} |")
-    lines.append("\nMedians in µs; qsa's against each reference's in rounds of each in turn, in one process. "
-                 "qsa's events beyond the GPU's span of empty calls (CUPTI) and beyond ncu's durations: " + "; ".join(
+                     f"{r['cupti_lead_us']:.2f} | {r['cupti_trail_us']:.2f} | {r['overhead_call']} | "
+                     f"{call['beyond_span_us']:+.2f} | {call['lead_us']:.2f} | {call['trail_us']:.2f} |")
+    lines.append("\nMedians in µs; qsa's against each reference's in rounds of each in turn, in one process. qsa's "
+                 "events beyond the GPU's span of the overhead calls (CUPTI) and beyond ncu's durations: " + "; ".join(
         f"{call}: {o['qsa_us']:.2f} µs under qsa's timer, {o['beyond_span_us']:+.2f} beyond CUPTI's span, "
         f"{o['ncu_us']:+.2f} beyond ncu" for call, o in overheads.items()) + ".")
     return "\n".join(lines)

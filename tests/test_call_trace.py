@@ -76,7 +76,7 @@ def test_the_table_judges_ncu_where_it_observes_the_call_and_shows_cupti_beside(
               "qsa_clean_traced_median_us": 29.1, "cupti_plus_overhead_us": 29.2, "clean_vs_cupti": -0.003,
               "traced_qsa_dirty_median_us": 30.1, "cupti_qsa_dirty_span_us": 27.6,
               "traced_nvbench_median_us": 30.5, "cupti_nvbench_span_us": 27.9, "cupti_span_us": 26.8,
-              "qsa_beyond_span_us": 2.3, "cupti_lead_us": 1.25, "cupti_trail_us": 1.5, "empty_call": "wave x1"}
+              "qsa_beyond_span_us": 2.3, "cupti_lead_us": 1.25, "cupti_trail_us": 1.5, "overhead_call": "wave x1"}
     ncu = {"qsa_clean_median_us": 29.0}
     rows = [{"row": "one", **common, **ncu, "ncu_plus_overhead_us": 29.5, "clean_vs_ncu": -0.017, "launches": 1},
             {"row": "five, PDL off", **common, **ncu, "ncu_plus_overhead_us": 29.9, "clean_vs_ncu": -0.03,
@@ -164,3 +164,42 @@ def test_what_the_run_needs_is_checked_before_it_measures(tmp_path: Path, monkey
     (tmp_path / "file").write_text("")
     assert agreement.unmet(tmp_path / "file", []) == f"{tmp_path / 'file'} is a file: the output is a folder"
     assert agreement.unmet(out, ["tensor"]).startswith("no row's label holds 'tensor' (rows: multi scorer")
+
+
+def test_a_cluster_rows_overhead_call_is_its_own_launcher_idle_and_launched_as_the_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster top-k row's overhead call is the row's command on IDLE_CTX cells, its figures taken as an empty
+    call's (CUPTI's spans of its clean calls, ncu's durations in rounds with qsa); one launched otherwise than
+    the row is refused. Other rows keep their empty kernels."""
+    row = next(r for r in agreement.ROWS if r.label == "cluster top-k 524K x 8")
+    idle = row.idle_row()
+    assert (idle.ctx, idle.nq, idle.cap, idle.variant, idle.idle_ctx) == (agreement.IDLE_CTX, 8, 524288, "cluster", 0)
+    assert idle.args("auto")[:5] == ["topk-parity", str(agreement.IDLE_CTX), "8", "auto", "524288"]
+    launch = {"grid": [16, 8], "block": [1024], "cluster": 16, "shared_bytes": 70000, "programmatic": False}
+    assert agreement.overhead_call_name(row, [launch]) == f"idle-cluster-{agreement.IDLE_CTX}-8"
+    scorer = agreement.ROWS[0]
+    assert not scorer.idle_ctx and agreement.overhead_call_name(scorer, [launch]) == agreement.empty_call_name([launch])
+
+    ran: list[list[str]] = []
+    launched = [launch]
+
+    def traced(out: Path, tag: str, launches: int, kernel: str, args: list[str], env: dict) -> tuple[dict, str]:
+        ran.append(args)
+        Path(args[args.index("--json") + 1]).write_text(json.dumps({"measurements": [
+            {"variant": "cluster", "case": {"ctx": agreement.IDLE_CTX}, "samples_us": [4.0, 4.2, 4.4],
+             "launches": launched}]}))
+        return {"span_us": [2.0, 2.1, 2.2], "median_lead_us": 1.0, "median_trail_us": 0.5}, ""
+
+    ncu_csv = "\n".join(['"ID","Kernel Name","Metric Name","Metric Value"'] + [
+        f'"{i}","{name}","gpu__time_duration.sum","{ns}"' for i, (name, ns) in enumerate([
+            (STAMP, 1000), ("block_topk_cluster_kernel<16>", 3000), (STAMP, 1000)])])
+    monkeypatch.setattr(agreement, "traced", traced)
+    monkeypatch.setattr(agreement, "paired_run", lambda r, out, mode, *extra, under=(): (
+        {"samples_us": [4.1, 4.3, 4.5]}, out / "p.json", ncu_csv))
+    found = agreement.idle_call_overhead(tmp_path, row, [launch])
+    assert ran and ran[0][:2] == ["topk-parity", str(agreement.IDLE_CTX)] and "--l2" in ran[0]
+    assert found == {"qsa_us": 4.3, "qsa_traced_us": 4.2, "beyond_span_us": pytest.approx(2.1), "ncu_call_us": 3.0,
+                     "ncu_us": pytest.approx(1.3), "lead_us": 1.0, "trail_us": 0.5}
+    launched = [{**launch, "grid": [8, 8], "cluster": 8}]
+    with pytest.raises(SystemExit, match="cluster top-k 524K x 8, idle: launched as .* not as the row"):
+        agreement.idle_call_overhead(tmp_path, row, [launch])
