@@ -58,9 +58,9 @@ SAMPLES = 100  # qsa's samples a round, and nvbench's
 PROFILED = 2
 # The context of a cluster top-k row's overhead call: at most a selection's width, so that every query selects its
 # whole context and its cluster leaves at once (kernels/topk_cluster.cu), the row's launch otherwise unchanged (a
-# decode call's grid, cluster and shared memory follow the capacity). No empty kernel sits where the top-k does
-# between qsa's events: an empty cluster kernel's events sit 2.4 µs beyond its span on an H100, the top-k's 1.7-1.9
-# (docs/timing.md), so an empty call's overhead reads too much for it.
+# decode call's grid, cluster and shared memory follow the capacity): no property of the launch but its work
+# differs from the row's. The working top-k's events sit 1.5-1.9 µs beyond its span on an H100, this call's 2.4,
+# as empty kernels' do (docs/timing.md): the cluster rows' ncu column fails on that card either way.
 IDLE_CTX = 2048
 
 
