@@ -20,11 +20,15 @@ that change from one process's buffers to the next (docs/timing.md), so two proc
   qsa's events time beyond the span of the row's overhead call. It observes every call, overlapped
   launches included, and shows which kernels a call ran.
 
-Usage: python3 scripts/agreement.py OUT_DIR [LABEL ...]   (only the rows whose label holds a LABEL; writes
-each command's record, the paired samples, the traces, the ncu logs, agreement.jsonl (the summary, then a row a
-line) and agreement.md there; exits 1 when a row disagrees, 2 before anything runs when a tool, a package or the
-folder is wrong). Never changes the card's clocks
-(``ncu --clock-control none``).
+A command that times several cases with the same kernels (a top-k's score sets) is judged on its row's case
+alone (the continuous scores): the CUPTI trace's and ncu's calls are told apart by case from the record's
+measurements, in the order they were taken (a trace or profile that holds other calls than those is refused).
+
+Usage: python3 scripts/agreement.py [--rejudge] OUT_DIR [LABEL ...]   (only the rows whose label holds a LABEL;
+writes each command's record, the paired samples, the traces, the ncu logs, agreement.jsonl (the summary, then a
+row a line) and agreement.md there; --rejudge runs nothing and judges again what an earlier run wrote to OUT_DIR;
+exits 1 when a row disagrees, 2 before anything runs when a tool, a package or the folder is wrong). Never
+changes the card's clocks (``ncu --clock-control none``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import io
+import itertools
 import json
 import os
 import re
@@ -58,9 +63,8 @@ SAMPLES = 100  # qsa's samples a round, and nvbench's
 PROFILED = 2
 # The context of a cluster top-k row's overhead call: at most a selection's width, so that every query selects its
 # whole context and its cluster leaves at once (kernels/topk_cluster.cu), the row's launch otherwise unchanged (a
-# decode call's grid, cluster and shared memory follow the capacity): no property of the launch but its work
-# differs from the row's. The working top-k's events sit 1.5-1.9 µs beyond its span on an H100, this call's 2.4,
-# as empty kernels' do (docs/timing.md): the cluster rows' ncu column fails on that card either way.
+# decode call's grid, cluster and shared memory follow the capacity): the launch itself, doing next to nothing,
+# where an empty kernel would have to imitate what a cluster launch costs.
 IDLE_CTX = 2048
 
 
@@ -112,13 +116,61 @@ ROWS = (
 )
 
 
-def measurement(record: Path, variant: str) -> dict:
-    data = json.loads(record.read_text())
-    found = [m for m in data["measurements"] if m["variant"] == variant and m["case"].get("score_set", "continuous")
-             == "continuous"]
-    if not found:
+REJUDGING = False  # --rejudge: what each process printed and wrote is read from the folder an earlier run filled
+
+
+def logged(argv: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """``argv`` run, what it printed (stdout, then stderr) written to ``log``: its exit status and that text;
+    when rejudging, ``log`` as the earlier run left it, status 0."""
+    if REJUDGING:
+        if not log.is_file():
+            raise SystemExit(f"{log} is missing: --rejudge reads what a run of this script wrote")
+        return 0, log.read_text()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
+    log.write_text(done.stdout + done.stderr)
+    return done.returncode, done.stdout + done.stderr
+
+
+def measurements(record: Path, variant: str) -> tuple[list[dict], int]:
+    """The record's measurements of ``variant``, in the order they were taken, and which is the row's: its
+    continuous score set's (a scorer's only case)."""
+    found = [m for m in json.loads(record.read_text())["measurements"] if m["variant"] == variant]
+    rows = [i for i, m in enumerate(found) if m["case"].get("score_set", "continuous") == "continuous"]
+    if not rows:
         raise SystemExit(f"{record}: no measurement of {variant}")
-    return found[0]
+    return found, rows[0]
+
+
+def measurement(record: Path, variant: str) -> dict:
+    found, row = measurements(record, variant)
+    return found[row]
+
+
+def case_indices(counts: Sequence[int], chosen: Sequence[int], calls: int) -> list[int] | None:
+    """The indices of the calls of the ``chosen`` groups among consecutive groups of ``counts`` calls (each a
+    measurement's, or a round's of one), where ``calls`` were found in all; None when that is not their sum
+    (the calls cannot be told apart)."""
+    if sum(counts) != calls:
+        return None
+    starts = list(itertools.accumulate(counts, initial=0))
+    return [i for group in chosen for i in range(starts[group], starts[group] + counts[group])]
+
+
+def timed_calls(m: dict) -> int:
+    """The calls a measurement timed one by one, each between two clock stamps: its samples and the samples it
+    threw away and measured again (a batch's calls share a pair of stamps: none)."""
+    rounds = m.get("rounds") or {}
+    return len(m["samples_us"]) + sum(len(d["samples_us"]) for d in rounds.get("discarded", []) if not d["batch"])
+
+
+def case_trace(trace: dict, found: list[dict], row: int, what: str) -> dict:
+    """A CUPTI trace's summary of the calls of the ``row``-th of ``found`` (a record's measurements of the
+    traced variant, in order); refused when the trace holds other calls than theirs."""
+    indices = case_indices([timed_calls(m) for m in found], [row], trace["calls"])
+    if indices is None:
+        raise SystemExit(f"{what}: {trace['calls']} calls where the record's measurements timed "
+                         f"{sum(timed_calls(m) for m in found)}: its calls cannot be told apart by case")
+    return {**sliced(trace, indices), "unstamped": trace["unstamped"]}
 
 
 def paired_args(row: Row, mode: str, record: Path, paired: Path, *extra: str) -> list[str]:
@@ -139,12 +191,11 @@ def paired_run(row: Row, out: Path, mode: str, *extra: str,
     ``under`` (ncu's command line): the record's measurement of the row's variant, the paired samples' file and
     what the process printed."""
     record, paired = out / f"{mode}-{row.tag}.json", out / f"{mode}-{row.tag}-paired.json"
-    argv = [*under, *PAIRED, *paired_args(row, mode, record, paired, *extra)]
-    done = subprocess.run(argv, capture_output=True, text=True, env=row.env())
-    (out / f"{mode}-{row.tag}.log").write_text(done.stdout + done.stderr)
-    if done.returncode not in (0, 1) or not record.is_file():  # 1: a threshold or check failed, record written
-        raise SystemExit(f"{row.label} ({mode}): exited {done.returncode}, see {out / f'{mode}-{row.tag}.log'}")
-    return measurement(record, row.variant), paired, done.stdout
+    log = out / f"{mode}-{row.tag}.log"
+    code, printed = logged([*under, *PAIRED, *paired_args(row, mode, record, paired, *extra)], log, row.env())
+    if code not in (0, 1) or not record.is_file():  # 1: a threshold or check failed, record written
+        raise SystemExit(f"{row.label} ({mode}): exited {code}, see {log}")
+    return measurement(record, row.variant), paired, printed
 
 
 def ncu_command(kernel_regex: str) -> list[str]:
@@ -162,13 +213,17 @@ def ncu_durations_us(stdout: str, kernel_regex: str) -> list[tuple[str, float]]:
             for r in sorted(rows, key=lambda r: int(r["ID"]))]
 
 
-def ncu_calls(durations: list[tuple[str, float]], launches: int,
-              kernel_regex: str) -> tuple[float, list[str], list[float], int]:
-    """Of the timed calls among ncu's ``durations``: the median of a call's summed durations, the kernels of the
+def ncu_calls(durations: list[tuple[str, float]], launches: int, kernel_regex: str, cases: int = 1,
+              case: int = 0) -> tuple[float, list[str], list[float], int]:
+    """Of the timed calls among ncu's ``durations`` of the ``case``-th of ``cases`` measurements (each profiled
+    ROUNDS x PROFILED of its calls, in turn): the median of a call's summed durations, the kernels of the
     first call, each kernel's median and how many calls there were."""
-    found = stamped_calls(durations, launches, kernel_regex)
-    if not found:
-        raise SystemExit(f"ncu profiled no call of {launches} {kernel_regex} kernels between qsa's stamps")
+    every = stamped_calls(durations, launches, kernel_regex)
+    indices = case_indices([ROUNDS * PROFILED] * cases, [case], len(every))
+    if indices is None:
+        raise SystemExit(f"ncu profiled {len(every)} calls of {launches} {kernel_regex} kernels between qsa's stamps, "
+                         f"where {cases} measurements profile {ROUNDS * PROFILED} each")
+    found = [every[i] for i in indices]
     return (statistics.median(sum(us for _, us in call) for call in found), [name for name, _ in found[0]],
             [statistics.median(us for _, us in kernel) for kernel in zip(*found)], len(found))
 
@@ -185,23 +240,21 @@ EMPTY_SAMPLES = 2000  # an exact count: the stopping rule's 0.5 % is below the e
 
 TRACE = [sys.executable, str(Path(__file__).with_name("call_trace.py"))]
 sys.path.insert(0, str(Path(__file__).parent))
-from call_trace import STAMP, stamped_calls  # noqa: E402  (a script beside this one)
+from call_trace import STAMP, sliced, stamped_calls  # noqa: E402  (a script beside this one)
 
 
 def traced(out: Path, tag: str, launches: int, kernel_regex: str, args: list[str],
            env: dict[str, str] | None = None) -> tuple[dict, str]:
     """``args`` (qsa's, or -c CODE) run under CUPTI's kernel activity (scripts/call_trace.py): the trace's summary
     of the calls of ``launches`` kernels matching ``kernel_regex``, and what the run printed."""
-    trace = out / f"trace-{tag}.json"
-    proc = subprocess.run([*TRACE, str(trace), str(launches), kernel_regex, "--", *args], capture_output=True,
-                          text=True, env=env)
-    (out / f"trace-{tag}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode not in (0, 1) or not trace.is_file():
-        raise SystemExit(f"the CUPTI trace {tag} failed ({proc.returncode}), see {out / f'trace-{tag}.log'}")
+    trace, log = out / f"trace-{tag}.json", out / f"trace-{tag}.log"
+    code, printed = logged([*TRACE, str(trace), str(launches), kernel_regex, "--", *args], log, env)
+    if code not in (0, 1) or not trace.is_file():
+        raise SystemExit(f"the CUPTI trace {tag} failed ({code}), see {log}")
     found = json.loads(trace.read_text())
     if not found["calls"]:
         raise SystemExit(f"the CUPTI trace {tag} found no call of {launches} {kernel_regex} kernels between stamps")
-    return found, proc.stdout
+    return found, printed
 
 
 def beyond_span_us(samples_us: list[float], spans_us: list[float]) -> float:
@@ -249,7 +302,8 @@ print(json.dumps(timed.samples_us))
 
 
 def last_line_samples(printed: str) -> list[float]:
-    return json.loads(printed.strip().splitlines()[-1])
+    """The samples an empty call's code printed: its last line that is a JSON list."""
+    return json.loads([line for line in printed.splitlines() if line.startswith("[")][-1])
 
 
 def empty_call_overhead(out: Path, launches: list[dict]) -> dict[str, float]:
@@ -260,15 +314,14 @@ def empty_call_overhead(out: Path, launches: list[dict]) -> dict[str, float]:
     trace, printed = traced(out, tag, count, "empty_kernel", ["-c", empty_call_code(launches, EMPTY_SAMPLES)])
     traced_samples = last_line_samples(printed)
     per_round = EMPTY_SAMPLES // ROUNDS
-    paired = subprocess.run([*ncu_command("empty_kernel"), *PAIRED, "ncu", str(ROUNDS), str(per_round), str(PROFILED),
-                             str(out / f"{tag}-ncu-paired.json"), "--", "-c",
-                             empty_call_code(launches, per_round)], capture_output=True, text=True)
-    (out / f"{tag}-ncu.log").write_text(paired.stdout + paired.stderr)
-    if paired.returncode != 0:
-        raise SystemExit(f"ncu on {tag} failed ({paired.returncode}), see {out / f'{tag}-ncu.log'}")
-    qsa_samples = last_line_samples("\n".join(l for l in paired.stdout.splitlines() if l.startswith("[")))
+    log = out / f"{tag}-ncu.log"
+    code, printed = logged([*ncu_command("empty_kernel"), *PAIRED, "ncu", str(ROUNDS), str(per_round), str(PROFILED),
+                            str(out / f"{tag}-ncu-paired.json"), "--", "-c", empty_call_code(launches, per_round)], log)
+    if code != 0:
+        raise SystemExit(f"ncu on {tag} failed ({code}), see {log}")
+    qsa_samples = last_line_samples(printed)
     (out / f"{tag}-qsa.json").write_text(json.dumps({"traced": traced_samples, "under_ncu": qsa_samples}))
-    ncu_call = ncu_calls(ncu_durations_us(paired.stdout, "empty_kernel"), count, "empty_kernel")[0]
+    ncu_call = ncu_calls(ncu_durations_us(printed, "empty_kernel"), count, "empty_kernel")[0]
     return overhead_found(traced_samples, trace, qsa_samples, ncu_call)
 
 
@@ -291,16 +344,12 @@ def idle_call_overhead(out: Path, row: Row, launches: list[dict]) -> dict[str, f
     against CUPTI's spans of the same calls, and in rounds with ncu's durations of them. Its launches must be
     the row's (``launches``, grid, block, cluster and shared memory as the records list them)."""
     idle = row.idle_row()
-    record = out / f"clean-{idle.tag}.json"
-    trace, _ = traced(out, idle.tag, len(launches), row.kernel,
-                      [*idle.args("auto"), "--l2", "clean", "--json", str(record), "--quiet"], idle.env())
-    clean = measurement(record, idle.variant)
+    trace, clean = clean_trace(idle, out, len(launches))
     if empty_launches(clean["launches"]) != empty_launches(launches):
         raise SystemExit(f"{idle.label}: launched as {empty_launches(clean['launches'])}, not as the row "
                          f"({empty_launches(launches)})")
-    m, _, printed = paired_run(idle, out, "ncu", "--l2", "clean", under=ncu_command(row.kernel))
-    ncu_call = ncu_calls(ncu_durations_us(printed, row.kernel), len(launches), row.kernel)[0]
-    return overhead_found(clean["samples_us"], trace, m["samples_us"], ncu_call)
+    m, ncu_call = ncu_row_call(idle, out, len(launches))
+    return overhead_found(clean["samples_us"], trace, m["samples_us"], ncu_call[0])
 
 
 def launch_count(m: dict) -> int:
@@ -353,11 +402,42 @@ def traced_nvbench_row(row: Row, out: Path, launches: int) -> dict:
     code = f"import paired_timers; raise SystemExit(paired_timers.main({argv!r}))"
     trace, _ = traced(out, f"nvbench-{row.tag}", launches, row.kernel, ["-c", code], row.env())
     call = paired_calls(paired, measurement(record, row.variant))
+    # each round timed every case in turn, qsa's samples then nvbench's: the row's case is one group a round
+    cases = [c for c in json.loads(paired.read_text())["calls"] if c["variant"] == row.variant]
+    rounds, row_case = len(call["qsa_us"]), cases.index(call)
+    chosen = [r * len(cases) + row_case for r in range(rounds)]
+    qsa_calls = case_indices([len(c["qsa_us"][r]) for r in range(rounds) for c in cases], chosen, trace["calls"])
+    if qsa_calls is None:
+        raise SystemExit(f"the CUPTI trace nvbench-{row.tag}: {trace['calls']} of qsa's calls, not its samples'")
+    # nvbench's calls (its warm-ups among them) are the row's where it is the variant's one case; else they are
+    # told apart only where nvbench ran none but its samples
+    nvbench_calls = (list(range(trace["unstamped"]["calls"])) if len(cases) == 1 else
+                     case_indices([len(c["nvbench_us"][r]) for r in range(rounds) for c in cases], chosen,
+                                  trace["unstamped"]["calls"]))
+    nvbench_trace = sliced(trace["unstamped"], nvbench_calls) if nvbench_calls is not None else None
     return {"traced_qsa_dirty_median_us": statistics.median(pooled(call["qsa_us"])),
-            "cupti_qsa_dirty_span_us": trace["median_span_us"], "cupti_qsa_dirty_calls": trace["calls"],
+            "cupti_qsa_dirty_span_us": sliced(trace, qsa_calls)["median_span_us"],
+            "cupti_qsa_dirty_calls": len(qsa_calls),
             "traced_nvbench_median_us": statistics.median(pooled(call["nvbench_us"])),
-            "cupti_nvbench_span_us": trace["unstamped"]["median_span_us"],
-            "cupti_nvbench_calls": trace["unstamped"]["calls"]}
+            "cupti_nvbench_span_us": nvbench_trace["median_span_us"] if nvbench_trace else None,
+            "cupti_nvbench_calls": nvbench_trace["calls"] if nvbench_trace else 0}
+
+
+def clean_trace(row: Row, out: Path, launches: int) -> tuple[dict, dict]:
+    """``row``'s clean run under CUPTI's kernel activity: the trace's summary of its case's calls, and the
+    record's measurement of them."""
+    record = out / f"clean-{row.tag}.json"
+    trace, _ = traced(out, row.tag, launches, row.kernel,
+                      [*row.args("auto"), "--l2", "clean", "--json", str(record), "--quiet"], row.env())
+    found, at = measurements(record, row.variant)
+    return case_trace(trace, found, at, f"the CUPTI trace {row.tag}"), found[at]
+
+
+def ncu_row_call(row: Row, out: Path, launches: int) -> tuple[dict, tuple[float, list[str], list[float], int]]:
+    """``row``'s clean samples in rounds with ncu's: the record's measurement, and ncu_calls of its case."""
+    m, _, printed = paired_run(row, out, "ncu", "--l2", "clean", under=ncu_command(row.kernel))
+    found, at = measurements(out / f"ncu-{row.tag}.json", row.variant)
+    return m, ncu_calls(ncu_durations_us(printed, row.kernel), launches, row.kernel, len(found), at)
 
 
 def clean_row(row: Row, out: Path, launches: list[dict],
@@ -368,27 +448,22 @@ def clean_row(row: Row, out: Path, launches: list[dict],
     overlapping another), judged; and beside it, not judged, the GPU's own timestamps of the calls of another
     clean run (CUPTI: the span from the first kernel's start to the last one's end, plus what qsa's events time
     beyond the span of that overhead call)."""
-    record = out / f"clean-{row.tag}.json"
-    trace, _ = traced(out, row.tag, len(launches), row.kernel,
-                      [*row.args("auto"), "--l2", "clean", "--json", str(record), "--quiet"], row.env())
-    clean = measurement(record, row.variant)
+    trace, clean = clean_trace(row, out, len(launches))
     traced_us = statistics.median(clean["samples_us"])
     overhead = overhead_of(row, launches)
     expected = trace["median_span_us"] + overhead["beyond_span_us"]
     result = {"qsa_clean_traced_median_us": traced_us, "qsa_clean_traced_samples": len(clean["samples_us"]),
               "cupti_calls": trace["calls"], "cupti_span_us": trace["median_span_us"],
-              "cupti_kernels_sum_us": trace["median_kernels_sum_us"], "cupti_kernel_us": trace["median_kernel_us"],
-              "cupti_gap_us": trace["median_gap_us"], "qsa_beyond_span_us": beyond_span_us(clean["samples_us"],
-                                                                                            trace["span_us"]),
+              "cupti_kernels_sum_us": trace["median_kernels_sum_us"], "cupti_kernel_us": trace.get("median_kernel_us"),
+              "cupti_gap_us": trace.get("median_gap_us"), "qsa_beyond_span_us": beyond_span_us(clean["samples_us"],
+                                                                                                trace["span_us"]),
               "cupti_lead_us": trace["median_lead_us"], "cupti_trail_us": trace["median_trail_us"],
               "overhead_call": overhead_call_name(row, launches),
               "overhead_beyond_span_us": overhead["beyond_span_us"],
               "cupti_plus_overhead_us": expected, "clean_vs_cupti": traced_us / expected - 1}
     if not overlapped(launches):  # ncu serialises a call's launches: not the call when they overlap
-        m, _, printed = paired_run(row, out, "ncu", "--l2", "clean", under=ncu_command(row.kernel))
+        m, (ncu_call, kernels, per_kernel, calls) = ncu_row_call(row, out, len(launches))
         clean_us = statistics.median(m["samples_us"])
-        ncu_call, kernels, per_kernel, calls = ncu_calls(ncu_durations_us(printed, row.kernel), len(launches),
-                                                         row.kernel)
         result.update({"qsa_clean_median_us": clean_us, "qsa_clean_samples": len(m["samples_us"]),
                        "ncu_call_us": ncu_call, "ncu_calls": calls, "ncu_kernels": kernels,
                        "ncu_kernel_us": per_kernel, "ncu_overhead_us": overhead["ncu_us"],
@@ -412,12 +487,15 @@ def _found(name: str) -> bool:
         return False
 
 
-def unmet(out: Path, only: list[str]) -> str | None:
-    """Why the run cannot start (None when it can): a missing tool or package, an output folder that is a file,
-    labels that name no row. Checked before anything is measured."""
-    for name, how in NEEDED.items():
+def unmet(out: Path, only: list[str], rejudge: bool = False) -> str | None:
+    """Why the run cannot start (None when it can): a missing tool or package, an output folder that is a file
+    (or, rejudging, none that an earlier run filled), labels that name no row. Checked before anything is
+    measured."""
+    for name, how in ({} if rejudge else NEEDED).items():
         if not _found(name):
             return f"{name} is missing: {how}"
+    if rejudge and not (out / "agreement.jsonl").is_file():
+        return f"{out} holds no agreement.jsonl: --rejudge reads the folder of an earlier run"
     if out.exists() and not out.is_dir():
         return f"{out} is a file: the output is a folder"
     if only and not any(o in r.label for r in ROWS for o in only):
@@ -425,12 +503,15 @@ def unmet(out: Path, only: list[str]) -> str | None:
     return None
 
 
-def main(out: Path, only: list[str]) -> int:
-    """The rows whose label holds one of ``only`` (every row when empty)."""
-    problem = unmet(out, only)
+def main(out: Path, only: list[str], rejudge: bool = False) -> int:
+    """The rows whose label holds one of ``only`` (every row when empty); ``rejudge``: judged again from what an
+    earlier run wrote to ``out``, nothing run."""
+    global REJUDGING
+    problem = unmet(out, only, rejudge)
     if problem is not None:
         print(f"agreement.py: {problem}", file=sys.stderr)
         return 2
+    REJUDGING = rejudge
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYTHONPATH", ".")
     rows = [r for r in ROWS if not only or any(o in r.label for o in only)]
@@ -488,7 +569,7 @@ def table(results: list[dict], overheads: dict[str, dict[str, float]]) -> str:
         qsa_span, nvbench_span = r["cupti_qsa_dirty_span_us"], r["cupti_nvbench_span_us"]
         lines.append(f"| {r['row']} | {qsa:.2f} | {qsa_span:.2f} | {qsa - qsa_span:+.2f} | {nvbench:.2f} | "
                      + (f"{nvbench_span:.2f} | {nvbench - nvbench_span:+.2f} |" if nvbench_span is not None
-                        else "no lone call traced | – |"))
+                        else "not told apart by case | – |"))
     lines += ["", "Where the clean run's calls sit between the timer's stamps (CUPTI, not judged): qsa's events are "
               "recorded in the lead (the start stamp's end to the call's first kernel) and the trail (its last "
               "kernel's end to the end stamp), beside those of the call its overhead is measured with.", "",
@@ -507,6 +588,8 @@ def table(results: list[dict], overheads: dict[str, dict[str, float]]) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    rejudging = args[:1] == ["--rejudge"]
+    if len(args) < 1 + rejudging:
         raise SystemExit(__doc__)
-    raise SystemExit(main(Path(sys.argv[1]), sys.argv[2:]))
+    raise SystemExit(main(Path(args[rejudging]), args[1 + rejudging:], rejudging))

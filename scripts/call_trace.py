@@ -86,18 +86,39 @@ def unstamped_calls(kernels: list[tuple[str, int, int]], launches: int,
     return calls
 
 
+# A summary's lists of a value per call, each with the key of its median (of each launch's, for a list of lists)
+PER_CALL = {"span_us": "median_span_us", "kernels_sum_us": "median_kernels_sum_us", "kernel_us": "median_kernel_us",
+            "gap_us": "median_gap_us", "lead_us": "median_lead_us", "trail_us": "median_trail_us"}
+
+
+def medians(per_call: dict[str, list]) -> dict:
+    """``per_call``'s lists (PER_CALL's keys) and the median of each: of a value, or of each launch's values."""
+    found = {}
+    for key, values in per_call.items():
+        if values and isinstance(values[0], list):
+            found[PER_CALL[key]] = [statistics.median(v) for v in zip(*values)]
+        else:
+            found[PER_CALL[key]] = statistics.median(values) if values else None
+    return {"calls": len(next(iter(per_call.values()), [])), **per_call, **found}
+
+
 def summary(calls: list[list[tuple[str, int, int]]]) -> dict:
-    """Per call: its span, its kernels' summed durations and the gaps between them (µs); their medians."""
-    spans = [(c[-1][2] - c[0][1]) / 1e3 for c in calls]
-    sums = [sum(end - start for _, start, end in c) / 1e3 for c in calls]
-    gaps = [[(c[i + 1][1] - c[i][2]) / 1e3 for i in range(len(c) - 1)] for c in calls]
-    durations = [[(end - start) / 1e3 for _, start, end in c] for c in calls]
-    return {"calls": len(calls), "span_us": spans, "kernels_sum_us": sums,
-            "median_span_us": statistics.median(spans) if spans else None,
-            "median_kernels_sum_us": statistics.median(sums) if sums else None,
-            "median_kernel_us": [statistics.median(d) for d in zip(*durations)] if durations else [],
-            "median_gap_us": [statistics.median(g) for g in zip(*gaps)] if gaps and gaps[0] else [],
+    """Per call: its span, its kernels' summed durations, each kernel's duration and the gaps between them (µs);
+    their medians."""
+    return {**medians({"span_us": [(c[-1][2] - c[0][1]) / 1e3 for c in calls],
+                       "kernels_sum_us": [sum(end - start for _, start, end in c) / 1e3 for c in calls],
+                       "kernel_us": [[(end - start) / 1e3 for _, start, end in c] for c in calls],
+                       "gap_us": [[(c[i + 1][1] - c[i][2]) / 1e3 for i in range(len(c) - 1)] for c in calls]}),
             "kernels": [name for name, _, _ in calls[0]] if calls else []}
+
+
+def sliced(found: dict, indices: Sequence[int]) -> dict:
+    """A summary (``summary``'s or ``bracketed_summary``'s) of the calls at ``indices`` only: one case's, where a
+    command timed several cases (a top-k's score sets) with the same kernels. Lists a trace of an earlier
+    version lacks (each kernel's duration, the gaps) are left out."""
+    per_call = {key: [found[key][i] for i in indices] for key in PER_CALL if key in found}
+    return {**{k: v for k, v in found.items() if k not in PER_CALL and k not in PER_CALL.values()},
+            **medians(per_call)}
 
 
 def bracketed_summary(bracketed: list[tuple[Traced, list[Traced], Traced]]) -> dict:
@@ -105,11 +126,9 @@ def bracketed_summary(bracketed: list[tuple[Traced, list[Traced], Traced]]) -> d
     its first kernel's start, the trail from its last kernel's end to its end stamp's start. qsa's events are
     recorded in those two intervals, so they split what the events time beyond the span into before the call's
     kernels and after them."""
-    leads = [(call[0][1] - opened[2]) / 1e3 for opened, call, _ in bracketed]
-    trails = [(closed[1] - call[-1][2]) / 1e3 for _, call, closed in bracketed]
-    return {**summary([call for _, call, _ in bracketed]), "lead_us": leads, "trail_us": trails,
-            "median_lead_us": statistics.median(leads) if leads else None,
-            "median_trail_us": statistics.median(trails) if trails else None}
+    return {**summary([call for _, call, _ in bracketed]),
+            **medians({"lead_us": [(call[0][1] - opened[2]) / 1e3 for opened, call, _ in bracketed],
+                       "trail_us": [(closed[1] - call[-1][2]) / 1e3 for _, call, closed in bracketed]})}
 
 
 def run_qsa(args: list[str]) -> int:

@@ -5,6 +5,7 @@ sum and gaps, and what qsa's events time beyond the span."""
 from __future__ import annotations
 
 import json
+import tarfile
 import sys
 from pathlib import Path
 
@@ -115,9 +116,10 @@ def test_what_runs_between_one_calls_end_and_the_next_ones_start_is_no_call() ->
     assert len(calls) == 2 and all(c[0][1] % 100_000 == 1000 for _, c, _ in calls)
 
 
-def test_ncu_sums_each_profiled_call_of_its_csv() -> None:
+def test_ncu_sums_each_profiled_call_of_its_csv(monkeypatch: pytest.MonkeyPatch) -> None:
     """ncu's CSV rows in the order the kernels ran (its IDs), stamps among them and kernels of other names left
-    out: a call's kernels summed, the median over every profiled call."""
+    out: a call's kernels summed, the median over the profiled calls of one case (a command's measurements each
+    profile ROUNDS x PROFILED calls in turn); calls that are not as many as its cases profile are refused."""
     stamp = "void clock_stamp_kernel(long long volatile *)"
 
     def call(*us: float) -> list[tuple[str, float]]:
@@ -125,16 +127,19 @@ def test_ncu_sums_each_profiled_call_of_its_csv() -> None:
                 (stamp, 1.0)]
 
     profiled = [("void block_topk_split_pass_kernel<0, 2>(...)", 0.5), ("hold_stream_kernel", 9.0)] \
-        + call(4.0, 2.0) + call(5.0, 3.0) + call(4.5, 2.5)
+        + call(4.0, 2.0) + call(5.0, 3.0) + call(4.5, 2.5) + call(9.0, 9.0) * 3
     lines = ['"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"', "==PROF== Disconnected"]
     lines += [f'"{i}","{name}","gpu__time_duration.sum","ns","{1000 * us:,.0f}"' for i, (name, us) in
               reversed(list(enumerate(profiled)))]
     durations = agreement.ncu_durations_us("\n".join(lines), "block_topk_split")
     assert [name for name, _ in durations][:2] == ["void block_topk_split_pass_kernel<0, 2>(...)", stamp]
-    median, names, per_kernel, calls = agreement.ncu_calls(durations, 2, "block_topk_split")
+    monkeypatch.setattr(agreement, "ROUNDS", 1)
+    monkeypatch.setattr(agreement, "PROFILED", 3)  # each case's calls: 3
+    median, names, per_kernel, calls = agreement.ncu_calls(durations, 2, "block_topk_split", cases=2, case=0)
     assert (median, per_kernel, calls) == (7.0, [4.5, 2.5], 3) and names[0].endswith("pass_kernel<0, 2>(...)")
-    with pytest.raises(SystemExit, match="no call of 3"):
-        agreement.ncu_calls(durations, 3, "block_topk_split")
+    assert agreement.ncu_calls(durations, 2, "block_topk_split", cases=2, case=1)[0] == 18.0
+    with pytest.raises(SystemExit, match="profiled 6 calls .* where 1 measurements profile 3 each"):
+        agreement.ncu_calls(durations, 2, "block_topk_split")  # the calls of two cases, as if of one
 
 
 def test_a_rows_paired_samples_are_its_variants_on_its_case(tmp_path: Path) -> None:
@@ -183,19 +188,29 @@ def test_a_cluster_rows_overhead_call_is_its_own_launcher_idle_and_launched_as_t
     ran: list[list[str]] = []
     launched = [launch]
 
+    def record(path: Path, samples: list[float]) -> None:
+        path.write_text(json.dumps({"measurements": [
+            {"variant": "cluster", "case": {"ctx": agreement.IDLE_CTX, "score_set": "continuous"},
+             "samples_us": samples, "launches": launched}]}))
+
     def traced(out: Path, tag: str, launches: int, kernel: str, args: list[str], env: dict) -> tuple[dict, str]:
         ran.append(args)
-        Path(args[args.index("--json") + 1]).write_text(json.dumps({"measurements": [
-            {"variant": "cluster", "case": {"ctx": agreement.IDLE_CTX}, "samples_us": [4.0, 4.2, 4.4],
-             "launches": launched}]}))
-        return {"span_us": [2.0, 2.1, 2.2], "median_lead_us": 1.0, "median_trail_us": 0.5}, ""
+        record(Path(args[args.index("--json") + 1]), [4.0, 4.2, 4.4])
+        return {"calls": 3, "span_us": [2.0, 2.1, 2.2], "lead_us": [1.0] * 3, "trail_us": [0.5] * 3,
+                "unstamped": {}}, ""
 
     ncu_csv = "\n".join(['"ID","Kernel Name","Metric Name","Metric Value"'] + [
         f'"{i}","{name}","gpu__time_duration.sum","{ns}"' for i, (name, ns) in enumerate([
             (STAMP, 1000), ("block_topk_cluster_kernel<16>", 3000), (STAMP, 1000)])])
+
+    def paired_run(r: agreement.Row, out: Path, mode: str, *extra: str, under: list[str] = ()) -> tuple:
+        record(out / f"{mode}-{r.tag}.json", [4.1, 4.3, 4.5])
+        return agreement.measurement(out / f"{mode}-{r.tag}.json", r.variant), out / "p.json", ncu_csv
+
     monkeypatch.setattr(agreement, "traced", traced)
-    monkeypatch.setattr(agreement, "paired_run", lambda r, out, mode, *extra, under=(): (
-        {"samples_us": [4.1, 4.3, 4.5]}, out / "p.json", ncu_csv))
+    monkeypatch.setattr(agreement, "paired_run", paired_run)
+    monkeypatch.setattr(agreement, "ROUNDS", 1)
+    monkeypatch.setattr(agreement, "PROFILED", 1)
     found = agreement.idle_call_overhead(tmp_path, row, [launch])
     assert ran and ran[0][:2] == ["topk-parity", str(agreement.IDLE_CTX)] and "--l2" in ran[0]
     assert found == {"qsa_us": 4.3, "qsa_traced_us": 4.2, "beyond_span_us": pytest.approx(2.1), "ncu_call_us": 3.0,
@@ -203,3 +218,49 @@ def test_a_cluster_rows_overhead_call_is_its_own_launcher_idle_and_launched_as_t
     launched = [{**launch, "grid": [8, 8], "cluster": 8}]
     with pytest.raises(SystemExit, match="cluster top-k 524K x 8, idle: launched as .* not as the row"):
         agreement.idle_call_overhead(tmp_path, row, [launch])
+
+
+def test_a_trace_of_several_cases_is_judged_on_the_rows_case_alone() -> None:
+    """A top-k command times each score set with the same kernels: the row's (continuous) calls are those of its
+    measurement, in the order the record's measurements were taken, a thrown-away sample's call among them; a
+    trace of other calls than the measurements timed cannot be told apart and is refused."""
+    def measured(score_set: str, samples: int, discarded: list[dict] | None = None) -> dict:
+        return {"variant": "cluster", "case": {"score_set": score_set}, "samples_us": [1.0] * samples,
+                "rounds": {"discarded": discarded or []}}
+
+    found = [measured("levels64", 2), measured("continuous", 3, [{"batch": False, "samples_us": [9.0]},
+                                                                 {"batch": True, "samples_us": [9.0]}]),
+             measured("adversarial", 2)]
+    assert [agreement.timed_calls(m) for m in found] == [2, 4, 2]
+    spans = [15.0, 15.5, 14.0, 14.1, 14.2, 14.3, 21.0, 22.0]
+    trace = {"calls": 8, "span_us": spans, "lead_us": [2.4] * 8, "trail_us": [2.3] * 8, "median_span_us": 14.65,
+             "kernels": ["block_topk_cluster_kernel"], "unstamped": {"calls": 0}}
+    row = agreement.case_trace(trace, found, 1, "t")
+    assert (row["calls"], row["span_us"]) == (4, [14.0, 14.1, 14.2, 14.3])
+    assert row["median_span_us"] == pytest.approx(14.15)
+    assert row["kernels"] == ["block_topk_cluster_kernel"] and row["median_lead_us"] == 2.4
+    with pytest.raises(SystemExit, match="t: 9 calls where the record's measurements timed 8"):
+        agreement.case_trace({**trace, "calls": 9, "span_us": [*spans, 14.0]}, found, 1, "t")
+    assert agreement.case_indices([2, 3], [1], 6) is None
+    assert agreement.case_indices([2, 3, 2], [0, 2], 7) == [0, 1, 5, 6]
+
+
+def test_rejudging_reads_an_earlier_runs_folder_and_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The H100's cluster rows of 2026-12-07 (docs/results), judged again from their records: every process's
+    output read from the folder, nothing run, each side on the continuous scores alone."""
+    records = Path(__file__).resolve().parents[1] / "docs/results/h100-2026-12-07-agreement"
+    with tarfile.open(records / "agreement-cluster-rerun.tar.xz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    out = tmp_path / "agreement"
+    monkeypatch.setattr(agreement, "REJUDGING", False)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setattr(agreement.subprocess, "run", lambda *a, **k: pytest.fail("rejudging ran a process"))
+    assert agreement.main(out, ["cluster"], rejudge=True) == 0
+    rows = (out / "agreement.md").read_text().splitlines()[2:4]
+    assert rows == ["| cluster top-k 524K x 8 | 1 | 17.25 | 17.18 | +0.4% | 16.42 | 16.37 | +0.3% | 16.66 | 16.48 "
+                    "| +1.1% |",
+                    "| cluster top-k 9000 x 1 | 1 | 12.06 | 12.03 | +0.3% | 11.84 | 11.82 | +0.1% | 11.87 | 11.86 "
+                    "| +0.1% |"]
+    assert agreement.main(tmp_path / "none", [], rejudge=True) == 2
+    assert capsys.readouterr().err.endswith("holds no agreement.jsonl: --rejudge reads the folder of an earlier run\n")
