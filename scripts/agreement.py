@@ -61,10 +61,11 @@ SAMPLES = 100  # qsa's samples a round, and nvbench's
 # qsa's timed calls ncu profiles after each round, each after qsa's flush (paired_timers.py: not judged by its
 # hold, which ncu's serialisation always times out, nor measured again)
 PROFILED = 2
-# The context of a cluster top-k row's overhead call: at most a selection's width, so that every query selects its
-# whole context and its cluster leaves at once (kernels/topk_cluster.cu), the row's launch otherwise unchanged (a
-# decode call's grid, cluster and shared memory follow the capacity): the launch itself, doing next to nothing,
-# where an empty kernel would have to imitate what a cluster launch costs.
+# The context of the overhead call of a row whose call launches clusters (the cluster top-k): the row's own launch
+# on at most a selection's width of cells, so that every query selects its whole context and its cluster leaves at
+# once (kernels/topk_cluster.cu), the launch otherwise unchanged (a decode call's grid, cluster and shared memory
+# follow the capacity): the launch itself, doing next to nothing, where an empty kernel would have to imitate what
+# a cluster's CTAs do before they exit.
 IDLE_CTX = 2048
 
 
@@ -78,7 +79,6 @@ class Row:
     cap: int
     kernel: str  # the regex of its kernels' names (ncu's filter)
     pdl: bool = True  # False: the call's launches one after another (QSA_PDL=0)
-    idle_ctx: int = 0  # the context of its overhead call on its own launcher (0: empty kernels, launched as its)
 
     def env(self) -> dict[str, str]:
         return {**os.environ, **({} if self.pdl else {"QSA_PDL": "0"})}
@@ -89,8 +89,8 @@ class Row:
         return f"{self.variant}-{self.ctx}-{self.nq}{'' if self.pdl else '-nopdl'}"
 
     def idle_row(self) -> Row:
-        """The row's own launcher on its idle context: its overhead call."""
-        return replace(self, label=f"{self.label}, idle", ctx=self.idle_ctx, idle_ctx=0)
+        """The row's own launcher on IDLE_CTX cells: the overhead call of a call that launches clusters."""
+        return replace(self, label=f"{self.label}, idle", ctx=IDLE_CTX)
 
     def args(self, iters: str) -> list[str]:
         name, *rest = self.command
@@ -107,12 +107,11 @@ ROWS = (
     Row("split top-k 524K x 8, PDL off", ("topk-parity", "0", "--no-model"), "split", 524288, 8, 524288,
         "block_topk_split", pdl=False),
     Row("cluster top-k 524K x 8", ("topk-parity", "0", "--no-model"), "cluster", 524288, 8, 524288,
-        "block_topk_cluster", idle_ctx=IDLE_CTX),
+        "block_topk_cluster"),
     Row("split top-k 131K x 1", ("topk-parity", "0", "--no-model"), "split", 131072, 1, 262144, "block_topk_split"),
     Row("split top-k 131K x 1, PDL off", ("topk-parity", "0", "--no-model"), "split", 131072, 1, 262144,
         "block_topk_split", pdl=False),
-    Row("cluster top-k 9000 x 1", ("topk-parity", "0", "--no-model"), "cluster", 9000, 1, 16384, "block_topk_cluster",
-        idle_ctx=IDLE_CTX),
+    Row("cluster top-k 9000 x 1", ("topk-parity", "0", "--no-model"), "cluster", 9000, 1, 16384, "block_topk_cluster"),
 )
 
 
@@ -228,13 +227,10 @@ def ncu_calls(durations: list[tuple[str, float]], launches: int, kernel_regex: s
             [statistics.median(us for _, us in kernel) for kernel in zip(*found)], len(found))
 
 
-# The empty kernel a call's overhead is measured with, launched as the call's kernels are (each one's grid, block,
-# cluster and dynamic shared memory, as qsa's record lists them): a launch's fixed cost, and where the events
-# sit around it, depend on its grid. A cluster launch's kernel ends as the cluster top-k does, its CTAs waiting
-# for each other before they exit (every kernel whose CTAs read each other's shared memory must)
+# The empty kernel a call's overhead is measured with, launched as the call's kernels are (each one's grid, block
+# and dynamic shared memory, as qsa's record lists them): a launch's fixed cost, and where the events sit around
+# it, depend on its grid. A call that launches clusters is measured on its own launch instead (IDLE_CTX)
 EMPTY = 'extern "C" __global__ void empty_kernel() {}'
-EMPTY_CLUSTER = ('extern "C" __global__ void __cluster_dims__(%d, 1, 1) empty_kernel() '
-                 '{ asm volatile("barrier.cluster.arrive.aligned;\\n\\tbarrier.cluster.wait.aligned;" ::: "memory"); }')
 EMPTY_SAMPLES = 2000  # an exact count: the stopping rule's 0.5 % is below the events' step for a 3 µs median
 
 
@@ -266,31 +262,30 @@ def beyond_span_us(samples_us: list[float], spans_us: list[float]) -> float:
     return statistics.median(samples_us) - statistics.median(spans_us)
 
 
-def empty_launches(launches: list[dict]) -> list[tuple[tuple[int, ...], tuple[int, ...], int, int]]:
+def launch_shapes(launches: list[dict]) -> list[tuple[tuple[int, ...], tuple[int, ...], int, int]]:
     """(grid, block, cluster CTAs, dynamic shared bytes) of each of a call's launches, as its record lists them."""
     return [(tuple(k["grid"]), tuple(k["block"]), k["cluster"], k["shared_bytes"]) for k in launches]
 
 
 def empty_call_name(launches: list[dict]) -> str:
-    """A call of empty kernels' name: each launch's shape (cluster and shared memory where it has them), a count
-    of each; a part of file names."""
+    """A call of empty kernels' name: each launch's shape (shared memory where it has it), a count of each; a
+    part of file names."""
     shapes = []
-    for grid, block, cluster, shared in empty_launches(launches):
+    for grid, block, _, shared in launch_shapes(launches):
         shape = "grid" + "x".join(map(str, grid)) + "-block" + "x".join(map(str, block))
-        shapes.append(shape + (f"-cluster{cluster}" if cluster else "") + (f"-shared{shared}" if shared else ""))
+        shapes.append(shape + (f"-shared{shared}" if shared else ""))
     return "+".join(f"{shape}-x{shapes.count(shape)}" for shape in dict.fromkeys(shapes))
 
 
 def empty_call_code(launches: list[dict], samples: int) -> str:
     """Python that times a call of empty kernels launched as ``launches`` with qsa's timer (--l2 clean) and
     prints its samples."""
-    shapes = empty_launches(launches)
-    sources = [EMPTY_CLUSTER % cluster if cluster else EMPTY for _, _, cluster, _ in shapes]
+    shapes = launch_shapes(launches)
     return f"""
 import cupy, json
 from qsa_cli.timing import DeviceTimer
 LAUNCHES = {shapes!r}
-kernels = [cupy.RawKernel(source, "empty_kernel") for source in {sources!r}]
+kernels = [cupy.RawKernel({EMPTY!r}, "empty_kernel") for _ in LAUNCHES]
 for kernel, (_, _, _, shared) in zip(kernels, LAUNCHES):
     kernel.max_dynamic_shared_size_bytes = shared
 def call():
@@ -334,9 +329,15 @@ def overhead_found(traced_samples: list[float], trace: dict, qsa_samples: list[f
             "ncu_us": qsa_us - ncu_call, "lead_us": trace["median_lead_us"], "trail_us": trace["median_trail_us"]}
 
 
+def clustered(launches: list[dict]) -> bool:
+    """Whether a call launches clusters, as its record lists its launches: its overhead call is then its own
+    launch, idle (IDLE_CTX)."""
+    return any(launch["cluster"] for launch in launches)
+
+
 def overhead_call_name(row: Row, launches: list[dict]) -> str:
     """The name of ``row``'s overhead call: its idle row's, or its call of empty kernels'."""
-    return f"idle-{row.idle_row().tag}" if row.idle_ctx else empty_call_name(launches)
+    return f"idle-{row.idle_row().tag}" if clustered(launches) else empty_call_name(launches)
 
 
 def idle_call_overhead(out: Path, row: Row, launches: list[dict]) -> dict[str, float]:
@@ -345,9 +346,9 @@ def idle_call_overhead(out: Path, row: Row, launches: list[dict]) -> dict[str, f
     the row's (``launches``, grid, block, cluster and shared memory as the records list them)."""
     idle = row.idle_row()
     trace, clean = clean_trace(idle, out, len(launches))
-    if empty_launches(clean["launches"]) != empty_launches(launches):
-        raise SystemExit(f"{idle.label}: launched as {empty_launches(clean['launches'])}, not as the row "
-                         f"({empty_launches(launches)})")
+    if launch_shapes(clean["launches"]) != launch_shapes(launches):
+        raise SystemExit(f"{idle.label}: launched as {launch_shapes(clean['launches'])}, not as the row "
+                         f"({launch_shapes(launches)})")
     m, ncu_call = ncu_row_call(idle, out, len(launches))
     return overhead_found(clean["samples_us"], trace, m["samples_us"], ncu_call[0])
 
@@ -523,7 +524,7 @@ def main(out: Path, only: list[str], rejudge: bool = False) -> int:
     def overhead_of(row: Row, launches: list[dict]) -> dict[str, float]:
         name = overhead_call_name(row, launches)
         if name not in overheads:
-            overheads[name] = (idle_call_overhead(out, row, launches) if row.idle_ctx
+            overheads[name] = (idle_call_overhead(out, row, launches) if clustered(launches)
                                else empty_call_overhead(out, launches))
         return overheads[name]
 

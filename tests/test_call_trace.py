@@ -173,17 +173,19 @@ def test_what_the_run_needs_is_checked_before_it_measures(tmp_path: Path, monkey
 
 def test_a_cluster_rows_overhead_call_is_its_own_launcher_idle_and_launched_as_the_row(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A cluster top-k row's overhead call is the row's command on IDLE_CTX cells, its figures taken as an empty
-    call's (CUPTI's spans of its clean calls, ncu's durations in rounds with qsa); one launched otherwise than
-    the row is refused. Other rows keep their empty kernels."""
+    """The overhead call of a call that launches clusters (the cluster top-k's) is the row's command on IDLE_CTX
+    cells, its figures taken as an empty call's (CUPTI's spans of its clean calls, ncu's durations in rounds with
+    qsa); one launched otherwise than the row is refused. A call without clusters keeps its empty kernels."""
     row = next(r for r in agreement.ROWS if r.label == "cluster top-k 524K x 8")
     idle = row.idle_row()
-    assert (idle.ctx, idle.nq, idle.cap, idle.variant, idle.idle_ctx) == (agreement.IDLE_CTX, 8, 524288, "cluster", 0)
+    assert (idle.ctx, idle.nq, idle.cap, idle.variant) == (agreement.IDLE_CTX, 8, 524288, "cluster")
     assert idle.args("auto")[:5] == ["topk-parity", str(agreement.IDLE_CTX), "8", "auto", "524288"]
     launch = {"grid": [16, 8], "block": [1024], "cluster": 16, "shared_bytes": 70000, "programmatic": False}
     assert agreement.overhead_call_name(row, [launch]) == f"idle-cluster-{agreement.IDLE_CTX}-8"
     scorer = agreement.ROWS[0]
-    assert not scorer.idle_ctx and agreement.overhead_call_name(scorer, [launch]) == agreement.empty_call_name([launch])
+    plain = {**launch, "cluster": 0}
+    assert agreement.overhead_call_name(scorer, [plain]) == agreement.empty_call_name([plain]) == "grid16x8-block1024" \
+        "-shared70000-x1"
 
     ran: list[list[str]] = []
     launched = [launch]
