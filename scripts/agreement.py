@@ -407,18 +407,18 @@ def traced_nvbench_row(row: Row, out: Path, launches: int) -> dict:
     cases = [c for c in json.loads(paired.read_text())["calls"] if c["variant"] == row.variant]
     rounds, row_case = len(call["qsa_us"]), cases.index(call)
     chosen = [r * len(cases) + row_case for r in range(rounds)]
-    qsa_calls = case_indices([len(c["qsa_us"][r]) for r in range(rounds) for c in cases], chosen, trace["calls"])
-    if qsa_calls is None:
-        raise SystemExit(f"the CUPTI trace nvbench-{row.tag}: {trace['calls']} of qsa's calls, not its samples'")
-    # nvbench's calls (its warm-ups among them) are the row's where it is the variant's one case; else they are
-    # told apart only where nvbench ran none but its samples
-    nvbench_calls = (list(range(trace["unstamped"]["calls"])) if len(cases) == 1 else
-                     case_indices([len(c["nvbench_us"][r]) for r in range(rounds) for c in cases], chosen,
-                                  trace["unstamped"]["calls"]))
-    nvbench_trace = sliced(trace["unstamped"], nvbench_calls) if nvbench_calls is not None else None
+    # Each timer's calls are the row's where it is the variant's one case; else they are told apart only where the
+    # timer ran none but its samples (a sample qsa threw away, nvbench's warm-ups, add calls): else none is shown
+    def row_calls(found: dict, timer: str) -> dict | None:
+        if len(cases) == 1:
+            return found
+        indices = case_indices([len(c[timer][r]) for r in range(rounds) for c in cases], chosen, found["calls"])
+        return sliced(found, indices) if indices is not None else None
+
+    qsa_trace, nvbench_trace = row_calls(trace, "qsa_us"), row_calls(trace["unstamped"], "nvbench_us")
     return {"traced_qsa_dirty_median_us": statistics.median(pooled(call["qsa_us"])),
-            "cupti_qsa_dirty_span_us": sliced(trace, qsa_calls)["median_span_us"],
-            "cupti_qsa_dirty_calls": len(qsa_calls),
+            "cupti_qsa_dirty_span_us": qsa_trace["median_span_us"] if qsa_trace else None,
+            "cupti_qsa_dirty_calls": qsa_trace["calls"] if qsa_trace else 0,
             "traced_nvbench_median_us": statistics.median(pooled(call["nvbench_us"])),
             "cupti_nvbench_span_us": nvbench_trace["median_span_us"] if nvbench_trace else None,
             "cupti_nvbench_calls": nvbench_trace["calls"] if nvbench_trace else 0}
@@ -549,6 +549,11 @@ def _diff(value: float | None) -> str:
     return f"{100 * value:+.1f}%" if value is not None else "–"
 
 
+def _beside(median: float, span: float | None) -> str:
+    """A timer's calls' span and what its median times beyond it: two cells."""
+    return f"{span:.2f} | {median - span:+.2f}" if span is not None else "not told apart by case | –"
+
+
 def table(results: list[dict], overheads: dict[str, dict[str, float]]) -> str:
     """agreement.md: a row per launcher, the references and their differences, then the overheads."""
     lines = ["| launcher | launches | qsa dirty | nvbench cold | diff | qsa clean | ncu + overhead | diff "
@@ -568,9 +573,8 @@ def table(results: list[dict], overheads: dict[str, dict[str, float]]) -> str:
     for r in results:
         qsa, nvbench = r["traced_qsa_dirty_median_us"], r["traced_nvbench_median_us"]
         qsa_span, nvbench_span = r["cupti_qsa_dirty_span_us"], r["cupti_nvbench_span_us"]
-        lines.append(f"| {r['row']} | {qsa:.2f} | {qsa_span:.2f} | {qsa - qsa_span:+.2f} | {nvbench:.2f} | "
-                     + (f"{nvbench_span:.2f} | {nvbench - nvbench_span:+.2f} |" if nvbench_span is not None
-                        else "not told apart by case | – |"))
+        lines.append(f"| {r['row']} | {qsa:.2f} | {_beside(qsa, qsa_span)} | {nvbench:.2f} | "
+                     f"{_beside(nvbench, nvbench_span)} |")
     lines += ["", "Where the clean run's calls sit between the timer's stamps (CUPTI, not judged): qsa's events are "
               "recorded in the lead (the start stamp's end to the call's first kernel) and the trail (its last "
               "kernel's end to the end stamp), beside those of the call its overhead is measured with.", "",
