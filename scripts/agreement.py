@@ -407,6 +407,7 @@ def traced_nvbench_row(row: Row, out: Path, launches: int) -> dict:
     cases = [c for c in json.loads(paired.read_text())["calls"] if c["variant"] == row.variant]
     rounds, row_case = len(call["qsa_us"]), cases.index(call)
     chosen = [r * len(cases) + row_case for r in range(rounds)]
+
     # Each timer's calls are the row's where it is the variant's one case; else they are told apart only where the
     # timer ran none but its samples (a sample qsa threw away, nvbench's warm-ups, add calls): else none is shown
     def row_calls(found: dict, timer: str) -> dict | None:
