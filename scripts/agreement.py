@@ -169,7 +169,7 @@ def case_trace(trace: dict, found: list[dict], row: int, what: str) -> dict:
     if indices is None:
         raise SystemExit(f"{what}: {trace['calls']} calls where the record's measurements timed "
                          f"{sum(timed_calls(m) for m in found)}: its calls cannot be told apart by case")
-    return {**sliced(trace, indices), "unstamped": trace["unstamped"]}
+    return sliced(trace, indices)  # the unstamped calls (another timer's) kept whole, as every key not per call
 
 
 def paired_args(row: Row, mode: str, record: Path, paired: Path, *extra: str) -> list[str]:
