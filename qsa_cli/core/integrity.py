@@ -145,9 +145,13 @@ class Pristine:
         self._copies = {name: xp.array(a, copy=True) for name, a in arrays.items()}
 
     def changed(self, arrays: dict[str, Any]) -> list[str]:
-        """The names of ``arrays`` whose bytes differ from their copy's (a NaN kept bit for bit is unchanged)."""
-        return [name for name, copy in self._copies.items()
-                if not bool(self.xp.array_equal(_words(arrays[name]), _words(copy)))]
+        """The names of ``arrays`` whose bytes differ from their copy's (a NaN kept bit for bit is unchanged),
+        read back at once (a device waits once a check, not once an array)."""
+        if not self._copies:
+            return []
+        same = self.xp.stack([self.xp.array_equal(_words(arrays[name]), _words(copy))
+                              for name, copy in self._copies.items()]).tolist()
+        return [name for name, kept in zip(self._copies, same) if not kept]
 
 
 def word_bytes(nbytes: int) -> int:
