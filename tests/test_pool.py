@@ -140,8 +140,8 @@ def test_a_signal_while_the_workers_start_ends_them(monkeypatch) -> None:
     started: list = []
     start = pool._start
 
-    def starting(context):
-        started.append(start(context))
+    def starting(context, folder):
+        started.append(start(context, folder))
         if len(started) == 1:
             os.kill(os.getpid(), signal.SIGTERM)  # handled in the main thread, while this one starts the next
         return started[-1]
@@ -310,3 +310,36 @@ def test_a_starter_that_cannot_start_raises_its_own_error(monkeypatch) -> None:
     with pytest.raises(RuntimeError, match="can't start new thread"):
         with pool.in_order([(abs, (-1,)), (abs, (-2,))], workers=2):
             pytest.fail("the block ran")
+
+
+def _memory_of(array: np.ndarray) -> object:
+    """What an array received from a worker is made of: the mmap of the file the worker left its data in, or
+    the array it was read into from the pipe."""
+    base = array.base
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base.obj if isinstance(base, memoryview) else base
+
+
+def test_an_answers_arrays_are_the_pages_of_the_file_the_worker_left_them_in(monkeypatch, tmp_path) -> None:
+    """The file is gone once the answer is taken, and the run's folder once the block is left."""
+    monkeypatch.setattr(pool, "SHARED_MEMORY", str(tmp_path))
+    with pool.in_order([(_arrays, (seed,)) for seed in range(3)], workers=2) as made:
+        (folder,) = tmp_path.iterdir()
+        got = list(made)
+        assert not list(folder.iterdir())
+    assert not list(tmp_path.iterdir())
+    assert all(type(_memory_of(a[name])).__name__ == "mmap" for a in got for name in ("big", "c"))
+    assert [a["fortran"].tobytes() for a in got] == [_arrays(seed)["fortran"].tobytes() for seed in range(3)]
+
+
+def test_an_answers_arrays_come_through_the_pipe_where_no_file_can_hold_them(monkeypatch, tmp_path) -> None:
+    """Where the workers cannot leave an answer's data in a file (a full /dev/shm), it follows the pickle
+    through the pipe, the same bits."""
+    unwritable = tmp_path / "not-a-folder"  # no file can be made in it, by root either
+    unwritable.touch()
+    monkeypatch.setattr(pool.tempfile, "mkdtemp", lambda **_: str(unwritable))
+    with pool.in_order([(_arrays, (seed,)) for seed in range(3)], workers=2) as made:
+        got = list(made)
+    assert all(isinstance(_memory_of(a[name]), np.ndarray) for a in got for name in ("big", "c"))
+    assert [a["strided"].tobytes() for a in got] == [_arrays(seed)["strided"].tobytes() for seed in range(3)]

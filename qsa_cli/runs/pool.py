@@ -13,23 +13,28 @@ runner may send them to the whole process group; the parent alone handles them, 
 are killed, with whatever they were doing, when the parent leaves ``in_order`` early (an interruption, an
 error).
 
-Each worker has a pipe of its own, which only this process's main thread reads; nothing is shared between
-the workers and the parent but those pipes. multiprocessing.Pool is not used: its terminate() could wait
-forever for a lock that a worker held while it wrote a result larger than a pipe holds after the thread
-that read them had stopped (a Ctrl-C of a selftest once hung so), and a worker that died left its task
-unanswered for ever. Here a worker that ends before its results are in is an error at its task's turn.
-An answer's arrays are written to the pipe as they are, beside its pickle (protocol 5's out-of-band data),
-and read straight into the arrays the parent keeps: the score sets of a selftest are over a GB, which a
-pickle in the pipe copied twice more in the parent alone.
+Each worker has a pipe of its own, which only this process's main thread reads. multiprocessing.Pool is not
+used: its terminate() could wait forever for a lock that a worker held while it wrote a result larger than a
+pipe holds after the thread that read them had stopped (a Ctrl-C of a selftest once hung so), and a worker
+that died left its task unanswered for ever. Here a worker that ends before its results are in is an error at
+its task's turn. An answer's pickle goes through the pipe without its arrays' data (protocol 5's out-of-band
+buffers): the worker writes that data to a file in memory (/dev/shm, in a folder of the run's that is removed
+with whatever is left in it), which the parent maps and deletes, its arrays then the file's pages. The score
+sets of a selftest are over a GB: read from a pipe into arrays of the parent's, they cost its main thread
+0.5 s of copies and page clearing, which the workers now spend, side by side. Where the file cannot be written
+(a container's /dev/shm is often 64 MB), the data follows the pickle through the pipe.
 """
 
 from __future__ import annotations
 
 import contextlib
+import mmap
 import multiprocessing
 import os
 import pickle
+import shutil
 import signal
+import tempfile
 import threading
 import traceback
 from collections import deque
@@ -104,9 +109,52 @@ def _read(fd: int, size: int) -> np.ndarray:
     return data
 
 
-def _serve(conn: Connection) -> None:
+SPILL_ALIGN = 64  # where each array's data starts in the file an answer leaves it in: a multiple of this
+SHARED_MEMORY = "/dev/shm"  # where that file is kept: memory (else the temporary folder's page cache)
+
+
+def _spilled(data: list[memoryview], folder: str) -> str | None:
+    """The path of a new file in ``folder`` that holds ``data``, each piece at a multiple of SPILL_ALIGN; None
+    where there is no data, or where it cannot be written (a full folder: none is left behind)."""
+    if not any(d.nbytes for d in data):
+        return None
+    try:
+        fd, path = tempfile.mkstemp(dir=folder)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "wb") as file:
+            for d in data:
+                file.write(d)
+                file.write(bytes(-d.nbytes % SPILL_ALIGN))
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return None
+    return path
+
+
+def _mapped(path: str, sizes: list[int]) -> list[memoryview]:
+    """The data a worker left in the file ``path`` (``_spilled``), mapped, not copied; the file is deleted, its
+    pages kept for as long as an array is made of them."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.unlink(path)
+        length = sum(size + -size % SPILL_ALIGN for size in sizes)
+        whole = memoryview(mmap.mmap(fd, length, flags=mmap.MAP_SHARED))
+    finally:
+        os.close(fd)
+    pieces, at = [], 0
+    for size in sizes:
+        pieces.append(whole[at:at + size])
+        at += size + -size % SPILL_ALIGN
+    return pieces
+
+
+def _serve(conn: Connection, folder: str) -> None:
     """A worker: each task the parent sends, its result (or its exception) sent back, until None or the end of
-    the pipe. An answer is its pickle and the sizes of its arrays' data, then that data, unframed."""
+    the pipe. An answer is its pickle, the file in ``folder`` its arrays' data was left in, and the sizes of
+    that data; without a file, the data follows through the pipe, unframed."""
     for signum in SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     while True:
@@ -120,10 +168,12 @@ def _serve(conn: Connection) -> None:
             head, data = _pickled((True, _run(*task)))
         except Exception as error:  # the task's, or its result's pickling (pickled first: nothing was sent)
             head, data = _pickled((False, _Failed(error, traceback.format_exc())))
+        path = _spilled(data, folder)
         try:
-            conn.send((head, [d.nbytes for d in data]))
-            for d in data:
-                _write(conn.fileno(), d)
+            conn.send((head, path, [d.nbytes for d in data]))
+            if path is None:
+                for d in data:
+                    _write(conn.fileno(), d)
         except OSError:  # the parent has gone
             return
 
@@ -137,8 +187,8 @@ class _Worker:
     def receive(self) -> tuple[int, tuple[bool, Any]]:
         """The answer to the first task held: (its index, (whether it returned, its result or _Failed))."""
         try:
-            head, sizes = self.conn.recv()
-            data = [_read(self.conn.fileno(), size) for size in sizes]
+            head, path, sizes = self.conn.recv()
+            data = _mapped(path, sizes) if path else [_read(self.conn.fileno(), size) for size in sizes]
         except (EOFError, ConnectionResetError):  # its end of the pipe closed, as it died
             self.process.join()
             raise WorkerError(f"a worker process ended (exit status {self.process.exitcode}) before the result "
@@ -146,9 +196,9 @@ class _Worker:
         return self.held.popleft(), pickle.loads(head, buffers=data)
 
 
-def _start(context: Any) -> _Worker:
+def _start(context: Any, folder: str) -> _Worker:
     ours, theirs = context.Pipe()
-    process = context.Process(target=_serve, args=(theirs,), name="qsa-pool-worker", daemon=True)
+    process = context.Process(target=_serve, args=(theirs, folder), name="qsa-pool-worker", daemon=True)
     try:
         process.start()
     except BaseException:
@@ -181,9 +231,10 @@ class _Starter(threading.Thread):
     reaches this thread (Python runs handlers in the main thread alone), so no start is cut between its fork
     and the write of its start-up data, which would leave the worker reading an empty pipe."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, folder: str) -> None:
         super().__init__(name="qsa-pool-starter", daemon=True)
         self.count = count
+        self.folder = folder  # where the workers leave their answers' data
         self.started: list[_Worker] = []
         self.error: BaseException | None = None
 
@@ -191,7 +242,7 @@ class _Starter(threading.Thread):
         try:
             context = _context()
             for _ in range(self.count):
-                self.started.append(_start(context))
+                self.started.append(_start(context, self.folder))
         except BaseException as error:  # raised in the main thread, at the first task's turn
             self.error = error
 
@@ -246,7 +297,8 @@ def in_order(tasks: Sequence[Task], workers: int | None = None, first: Sequence[
     if workers <= 1:
         yield (_run(*task) for task in tasks)
         return
-    starter = _Starter(workers)
+    folder = tempfile.mkdtemp(prefix="qsa-pool-", dir=SHARED_MEMORY if os.path.isdir(SHARED_MEMORY) else None)
+    starter = _Starter(workers, folder)
     ended = False
     try:
         starter.start()
@@ -264,3 +316,4 @@ def in_order(tasks: Sequence[Task], workers: int | None = None, first: Sequence[
         for worker in starter.started:
             worker.process.join()
             worker.conn.close()
+        shutil.rmtree(folder, ignore_errors=True)  # the answers not taken
