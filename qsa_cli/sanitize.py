@@ -37,8 +37,12 @@ from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 MARKER = "qsa-sanitize-case"  # a child's line before each case it runs (qsa_cli/sanitize_child.py)
+SET_UP = "set-up"  # after the marker's case index: the line before the case is set up, not run
 ENV_CUDA_HOME = "CUDA_HOME"
 CHILD_TIMEOUT_S = 600
+# the longest a child waits for its parent's release before it runs its cases all the same: a hold outlasting a
+# selftest's timers' check by far, and no child left waiting on a parent that never lets it go
+HOLD_LIMIT_S = 60
 MAX_DEFAULT_JOBS = 16  # children at a time by default: each holds a core, and a CUDA context on the card
 # the totals ("ERROR SUMMARY: 51 errors"), not the line after them ("48 errors were not printed")
 _SUMMARY = re.compile(r"^=+ (?:ERROR SUMMARY: (\d+) errors?\s*$|RACECHECK SUMMARY: (\d+) hazards? displayed)", re.M)
@@ -183,27 +187,28 @@ def summary_count(text: str) -> int | None:
     return int(m.group(1) or m.group(2))
 
 
-def attribute(output: str, cases: int) -> list[str]:
-    """The child's output cut at its case markers: the text printed while each case ran (the last case
-    also gets what followed it, the summary included)."""
-    parts = re.split(rf"^{MARKER} (\d+)\s*$", output, flags=re.M)
+def attribute(output: str, cases: int) -> tuple[list[str], tuple[int, bool]]:
+    """The child's output cut at its case markers: the text printed while each case was set up or ran (the
+    last case also gets what followed it, the summary included); and the last marker's case, and whether it
+    marked a set-up (the child stopped there, before any case ran) rather than a run."""
+    parts = re.split(rf"^{MARKER} (\d+)( {SET_UP})?[ \t]*\n?", output, flags=re.M)
     texts = [""] * cases
-    for index, text in zip(parts[1::2], parts[2::2]):
+    last = (0, False)
+    for index, set_up, text in zip(parts[1::3], parts[2::3], parts[3::3]):
         if int(index) < cases:
-            texts[int(index)] = text
-    return texts
+            texts[int(index)] += text
+            last = (int(index), set_up is not None)
+    return texts, last
 
 
 def judge(cases: list[SanitizeCase], tool: str, output: str, returncode: int, known: list[KnownHazard],
           seconds: float) -> list[SanitizerRun]:
     """One row per case: its reports, how many of them ``known`` explains, and the first. Reports past the
-    print limit count against the last case that ran; a child that failed with no report, printed no
-    summary, or stopped before a case counts one error there."""
+    print limit count against the last case announced; a child that failed with no report, printed no
+    summary, or stopped before a case ran counts one error there."""
     total = summary_count(output)
-    texts = attribute(output, len(cases))
+    texts, (last, setting_up) = attribute(output, len(cases))
     reports = [split_reports(t) for t in texts]
-    reached = [i for i, t in enumerate(texts) if t]
-    last = reached[-1] if reached else 0
     errors = [len(r) for r in reports]
     notes = ["" for _ in cases]
     if total is not None and total > sum(errors):
@@ -215,9 +220,11 @@ def judge(cases: list[SanitizeCase], tool: str, output: str, returncode: int, kn
     elif returncode != 0 and total == 0:
         errors[last] += 1
         notes[last] = f"the child failed (exit {returncode}): {tail}"
-    for i in range(last + 1, len(cases)):
-        errors[i] += 1
-        notes[i] = f"did not run: the child stopped in case {last}"
+    stopped = f"setting up case {last}" if setting_up else f"in case {last}"
+    for i in range(len(cases)):
+        if i > last or (setting_up and i != last):
+            errors[i] += 1
+            notes[i] = f"did not run: the child stopped {stopped}"
     rows = []
     for case, found, count, note in zip(cases, reports, errors, notes):
         explained = sum(any(k.variant == case.variant and k.tool == tool and k.match in r for k in known) for r in found)
@@ -245,21 +252,34 @@ class Children:
     """The sanitizer's children running now. Each is started in a process group of its own, so that ending the
     run (a signal, an error in the parent) ends it with the child it runs under the tool (``stop``: SIGTERM,
     then SIGKILL, core/children.py). A CI runner's SIGTERM goes to qsa alone; without this, the children would
-    run on, and the run would wait for them."""
+    run on, and the run would wait for them.
 
-    def __init__(self) -> None:
+    A child launches nothing before its standard input closes (sanitize_child.py), which this does once the
+    children are ``released``: ``held`` children start the tool, python and their cases' set-up at once, and
+    wait to touch the card until the caller's own timing there is done (qsa selftest's timers' check)."""
+
+    def __init__(self, held: bool = False) -> None:
         self._lock = threading.Lock()
         self._running: set[subprocess.Popen[str]] = set()
+        self._released = threading.Event()
+        if not held:
+            self._released.set()
         self.stopped = False
 
     def start(self, command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+        """A child started, once the children are released: its standard input is closed only then."""
         with self._lock:  # no child starts once stop() has begun
             if self.stopped:
                 raise ChildrenStopped
             # one stream, so that the sanitizer's reports stay in order with the child's case markers
-            child = start_in_group(command, env)
+            child = start_in_group(command, env, stdin=subprocess.PIPE)
             self._running.add(child)
-            return child
+        self._released.wait()
+        return child
+
+    def release(self) -> None:
+        """Held children go on to their launches."""
+        self._released.set()
 
     def finished(self, child: subprocess.Popen[str]) -> None:
         with self._lock:
@@ -270,6 +290,7 @@ class Children:
         with self._lock:
             self.stopped = True
             running = list(self._running)
+        self._released.set()  # none waits for a release that will not come
         end_groups(running)
 
 

@@ -3,17 +3,21 @@
 Run as ``python -m qsa_cli.sanitize_child JOB_JSON`` by ``qsa sanitize`` (qsa_cli/sanitize.py), never by
 hand: the job names the cases, the run's folder of kernel sources and its engine checkouts. CuPy's memory
 pool is off, so every array is its own allocation and memcheck sees each one's bounds; each case is
-announced on stdout (``MARKER`` and its index) before it runs and synchronised after, so the parent can
-attribute every report to its case. Each case's call runs twice: a second call must find the scratch the
-first left clean.
+announced on stdout (``MARKER``, its index and ``SET_UP``) before it is set up, again (``MARKER`` and its
+index) before it runs, and synchronised after, so the parent can attribute every report to its case. Every case is set up (inputs, output,
+the variant's module) before any runs, and none runs before the child's standard input closes: the parent may
+hold the child there while it times on the card itself (sanitize.Children). Each case's call runs twice: a
+second call must find the scratch the first left clean.
 """
 
 from __future__ import annotations
 
 import json
+import select
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from .catalog import Launcher, qsa_catalog
 from .core.geometry import SELECT_CAP
@@ -22,27 +26,30 @@ from .dispatch import read_switches
 from .engine.attach import attached
 from .inputs import id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
 from .launch.scores import DeviceScorerInputs
-from .sanitize import MARKER, SanitizeCase
+from .sanitize import HOLD_LIMIT_S, MARKER, SET_UP, SanitizeCase
 
 CALLS = 2
 
 
-def run_case(cupy: Any, launcher: Launcher, case: dict[str, Any]) -> None:
-    """One case's call of its variant, twice, through the child's catalog."""
+def prepared(cupy: Any, launcher: Launcher, case: dict[str, Any]) -> Callable[[], None]:
+    """One case's call of its variant through the child's catalog, its inputs and output on the device."""
     call = SanitizeCase(**case).call
     if case["stage"] == "scores":
         dev = DeviceScorerInputs.from_host(synthetic_scorer_inputs(call, case["seed"], case["keys"]))
         out = cupy.asarray(score_poison((call.nq, call.max_blocks)))
-        launch = launcher.scorer(launcher.catalog.get("scores", case["variant"]), dev, out)
-    else:
-        host_t = synthetic_scores(call, case["score_set"], case["seed"])
-        scores, steps = cupy.asarray(host_t.scores), cupy.asarray(host_t.steps)
-        out = cupy.asarray(id_poison((call.nq, SELECT_CAP)))
-        launch = launcher.topk(launcher.catalog.get("topk", case["variant"]), scores, steps, out, call.active_blocks,
-                               scratch=PlainAllocator(cupy))
-    for _ in range(CALLS):
-        launch()
-    cupy.cuda.Device().synchronize()
+        return launcher.scorer(launcher.catalog.get("scores", case["variant"]), dev, out)
+    host_t = synthetic_scores(call, case["score_set"], case["seed"])
+    scores, steps = cupy.asarray(host_t.scores), cupy.asarray(host_t.steps)
+    out = cupy.asarray(id_poison((call.nq, SELECT_CAP)))
+    return launcher.topk(launcher.catalog.get("topk", case["variant"]), scores, steps, out, call.active_blocks,
+                         scratch=PlainAllocator(cupy))
+
+
+def held(parent: TextIO, limit_s: float = HOLD_LIMIT_S) -> None:
+    """Until the parent closes ``parent`` (the child's standard input; sanitize.Children), or ``limit_s`` have
+    passed: nothing runs on the card before."""
+    if select.select([parent], [], [], limit_s)[0]:
+        parent.read()
 
 
 def main(argv: list[str]) -> int:
@@ -54,9 +61,16 @@ def main(argv: list[str]) -> int:
     with attached(tuple(job["engines"]), int(cupy.cuda.Device().compute_capability), adapter=adapter) as engines:
         catalog = qsa_catalog(Path(job["kernels"])).adding(engines.variants, engines.libraries)
         launcher = Launcher(catalog, read_switches())
+        launches = []
         for i, case in enumerate(job["cases"]):
+            print(f"{MARKER} {i} {SET_UP}", flush=True)
+            launches.append(prepared(cupy, launcher, case))
+        held(sys.stdin)
+        for i, launch in enumerate(launches):
             print(f"{MARKER} {i}", flush=True)
-            run_case(cupy, launcher, case)
+            for _ in range(CALLS):
+                launch()
+            cupy.cuda.Device().synchronize()
     return 0
 
 

@@ -8,12 +8,13 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from qsa_cli import sanitize, session
+from qsa_cli import sanitize, sanitize_child, session
 from qsa_cli.cli import main
 from qsa_cli.record.load import load_record
 from qsa_cli.runs import sanitizer as runs_sanitizer
@@ -68,6 +69,23 @@ def test_a_child_that_fails_or_stops_early_fails_its_cases() -> None:
     assert rows[1].errors == 1 and "did not run" in rows[1].first_report
     (row,) = sanitize.judge([CLUSTER], "memcheck", marked("killed\n"), -9, [], 1.0)
     assert row.errors == 1 and "printed no summary" in row.first_report
+
+
+def test_a_report_counts_against_its_case_whether_set_up_or_run() -> None:
+    """A child announces each case as it sets it up, then again as it runs it: what either printed is the
+    case's; a crash in the first case's run leaves the second not run, though it was set up, and a crash in
+    the second's set-up leaves both not run, the second failed."""
+    set_up = "".join(f"{MARKER} {i} {sanitize.SET_UP}\n" for i in range(2))
+    report = RACECHECK.split("========= RACECHECK SUMMARY")[0]
+    rows = sanitize.judge([CLUSTER, SPLIT], "racecheck", set_up + marked(report, CLEAN), 0, [], 1.0)
+    assert [(r.errors, r.first_report[:14]) for r in rows] == [(3, "Warning: Race "), (0, "")]
+    crashed = "Traceback ...\nRuntimeError: boom\n========= ERROR SUMMARY: 0 errors\n"
+    rows = sanitize.judge([CLUSTER, SPLIT], "memcheck", set_up + marked(crashed), 1, [], 1.0)
+    assert [r.first_report[:40] for r in rows] == ["the child failed (exit 1): ========= ERR",
+                                                  "did not run: the child stopped in case 0"]
+    rows = sanitize.judge([CLUSTER, SPLIT], "memcheck", set_up + crashed, 1, [], 1.0)
+    assert [(r.errors, r.first_report[:47]) for r in rows] == [
+        (1, "did not run: the child stopped setting up case "), (1, "the child failed (exit 1): ========= ERROR SUMM")]
 
 
 def test_compute_sanitizer_is_found_on_the_path_or_under_cuda_home(tmp_path: Path) -> None:
@@ -417,7 +435,8 @@ def test_selftests_sanitizer_started_beside_the_checks_ends_its_children_when_le
     t0 = time.monotonic()
     with session.session(session.Settings(backend="cpu"), "selftest", []) as s:
         with pytest.raises(RuntimeError, match="a check failed"):
-            with selftest_run._sanitizer_started(s):
+            with selftest_run._SanitizerRow(s) as children:
+                children.release()
                 while len(os.listdir(pids)) < 4:  # the racechecks have ended, the memchecks (two minutes) started
                     time.sleep(0.05)
                 raise RuntimeError("a check failed")
@@ -425,6 +444,59 @@ def test_selftests_sanitizer_started_beside_the_checks_ends_its_children_when_le
     started = [int(pid) for name in os.listdir(pids) for pid in name.split("-")]
     assert started and _ended(started)
     assert {r.tool for r in s.record.sanitizer} <= {"racecheck"}  # a child the run ended says nothing of its case
+
+
+# a sanitizer that notes its start, then, as the child does, waits for its standard input to close before it
+# runs anything, and says whether the parent had said by then that the children were released
+HELD_SANITIZER = """#!{python}
+import os, sys
+open(os.path.join({folder!r}, str(os.getpid())), "w").close()
+sys.stdin.read()
+print("{marker} 0")
+if not os.path.exists({released!r}):
+    print("========= Ran before its release")
+print("========= ERROR SUMMARY: %d errors" % (not os.path.exists({released!r})))
+"""
+
+
+def test_selftests_sanitizer_children_start_at_once_and_run_only_once_released(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """qsa selftest's children start with the selftest (the tool, python and the cases' set-up beside the
+    timers' check) and launch nothing until the check is done and they are released."""
+    started, released = tmp_path / "started", tmp_path / "released"
+    started.mkdir()
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text(HELD_SANITIZER.format(python=sys.executable, folder=str(started), released=str(released),
+                                          marker=MARKER))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(runs_sanitizer, "sanitize_variants", lambda s: {"scores": ("multi",), "topk": ("wide",)})
+    monkeypatch.setattr(sanitize, "usable_cores", lambda: 4)  # the four children (two stages, two tools) at once
+    with session.session(session.Settings(backend="cpu"), "selftest", []) as s:
+        with selftest_run._SanitizerRow(s) as children:
+            while len(os.listdir(started)) < 4:  # every child started, none released
+                time.sleep(0.05)
+            released.touch()
+            children.release()
+            done = children.row()
+    assert (done.cases, done.passed) == (4, True), done.detail
+
+
+def test_a_child_runs_once_its_parent_closes_its_input_or_the_hold_ends() -> None:
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end) as parent:
+        os.write(write_end, b"not yet\n")
+        done = threading.Thread(target=sanitize_child.held, args=(parent,))
+        done.start()
+        done.join(0.2)
+        assert done.is_alive()  # the parent has said something, and not closed it
+        os.close(write_end)
+        done.join(30)
+        assert not done.is_alive()
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end) as parent:
+        sanitize_child.held(parent, limit_s=0.05)  # never closed: the hold ends on its own
+    os.close(write_end)
 
 
 def test_selftests_sanitizer_row_holds_every_childs_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -437,8 +509,8 @@ def test_selftests_sanitizer_row_holds_every_childs_rows(tmp_path: Path, monkeyp
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(runs_sanitizer, "sanitize_variants", lambda s: {"scores": ("multi", "paired"), "topk": ("wide",)})
     with session.session(session.Settings(backend="cpu"), "selftest", []) as s:
-        with selftest_run._sanitizer_started(s) as row:
-            done = row()
+        with selftest_run._SanitizerRow(s) as children:
+            done = children.row()
     assert (done.cases, done.passed, len(s.record.sanitizer)) == (6, True, 6)  # 3 variants, memcheck and racecheck
     assert [(r.variant, r.tool) for r in s.record.sanitizer] == [
         (v, t) for v in ("multi", "paired", "wide") for t in selftest_run.SELFTEST_SANITIZERS]

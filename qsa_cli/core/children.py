@@ -13,11 +13,11 @@ from collections.abc import Mapping
 END_GRACE_S = 5  # a child's group ended by SIGTERM gets this long before SIGKILL
 
 
-def start_in_group(command: list[str], env: Mapping[str, str]) -> subprocess.Popen[str]:
+def start_in_group(command: list[str], env: Mapping[str, str], stdin: int | None = None) -> subprocess.Popen[str]:
     """``command`` started in a process group of its own, its stdout and stderr one stream (in the order
-    written)."""
-    return subprocess.Popen(command, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    written); ``stdin``: its standard input (default: this process's)."""
+    return subprocess.Popen(command, env=dict(env), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
 
 
 def _signal_group(child: subprocess.Popen[str], signum: int) -> None:

@@ -283,8 +283,8 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
     """Every check this machine can run: the CPU models always, the kernels when a device is found
     (``require_gpu``: a missing device is a NoDeviceError before anything runs); ``progress``: each check;
     ``so_far``: filled as the checks go. On the GPU the timers' check runs first, on a quiet card (the workers
-    making the first cases meanwhile use the CPU alone); then compute-sanitizer's children start, beside the
-    other checks; the inputs and CPU models of every case are made once, by worker processes (runs/pool.py),
+    making the first cases and compute-sanitizer's children setting theirs up meanwhile use the CPU alone); the
+    children then run beside the other checks; the inputs and CPU models of every case are made once, by worker processes (runs/pool.py),
     and each case's kernels run as soon as it is made, while the workers make the cases after it."""
     found = probe(settings.device_id)
     if require_gpu and not found.available:
@@ -300,12 +300,15 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
         made = stack.enter_context(in_order(_tasks(s, settings.seed, found.available)))
         gpu = replace(settings, backend="gpu", iters=0)
         g = stack.enter_context(session(gpu, "selftest", argv)) if found.available else None
+        # the sanitizer's children start now and are held before their first launch until the timers' check,
+        # which runs first while the card is quiet, is done
+        sanitized = stack.enter_context(_SanitizerRow(g)) if g is not None else None
         progress(0, total, "constants")
         rows.append(_timed("constants: kernels/qsa_common.cuh == geometry", lambda: _constants_check(s)))
-        if g is not None:  # first, while the card is quiet: the sanitizer's children start after it
+        if sanitized is not None:
             progress(len(rows), total, "timers")
             rows.append(timers_check(g, settings.seed))
-        sanitized = stack.enter_context(_sanitizer_started(g)) if g is not None else None
+            sanitized.release()
         try:
             _models_rows(s, g, made, rows, progress, total)
         finally:  # the GPU's record holds the CPU's parity rows first, an interrupted one's too
@@ -321,7 +324,7 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
         rows.append(_timed(f"dispatch here (sm_{g.compute_capability}): {d.scores} + {d.topk}",
                            lambda: _dispatched_check(g, made, d)))
         progress(len(rows), total, "compute-sanitizer")
-        rows.append(sanitized())
+        rows.append(sanitized.row())
         record = g.record
     progress(total, total, "done")
     return record, rows
@@ -366,48 +369,60 @@ def timers_check(s: Session, seed: int) -> SelftestCheck:
     return SelftestCheck(name, len(pairs), not failures, time.perf_counter() - t0, failures[0] if failures else medians)
 
 
-@contextlib.contextmanager
-def _sanitizer_started(s: Session) -> Iterator[Callable[[], SelftestCheck]]:
-    """compute-sanitizer's quick matrix on every variant, started now in a thread of its own (its children
-    run beside the other checks, ``sanitize.default_jobs()`` at a time); the block is given what waits for it
-    and returns its row. Leaving the block before that (an interruption, an error) ends the children."""
-    name = f"compute-sanitizer ({', '.join(SELFTEST_SANITIZERS)}), every variant"
-    try:
-        sanitizer = find_sanitizer()
-    except SanitizerError as missing:
-        skipped = SelftestCheck(name, 0, None, 0.0, f"skipped: {missing}")
-        sanitizer = None
-    if sanitizer is None:
-        yield lambda: skipped
-        return
-    children = Children()
-    ended: dict[str, Any] = {}
+SANITIZER_ROW = f"compute-sanitizer ({', '.join(SELFTEST_SANITIZERS)}), every variant"
 
-    def run() -> None:
+
+class _SanitizerRow:
+    """compute-sanitizer's quick matrix on every variant, started on entry in a thread of its own: its children
+    run beside the other checks, ``sanitize.default_jobs()`` at a time, held before their first launch until
+    ``release``; ``row`` waits for them. Leaving the block before that (an interruption, an error) ends them."""
+
+    def __init__(self, s: Session) -> None:
+        self.s = s
+        self.children = Children(held=True)
+        self.ended: dict[str, Any] = {}
+        self.thread: threading.Thread | None = None
+
+    def __enter__(self) -> _SanitizerRow:
+        try:
+            sanitizer = find_sanitizer()
+        except SanitizerError as missing:
+            self.ended["skipped"] = f"skipped: {missing}"
+            return self
+        self.thread = threading.Thread(target=self._run, args=(sanitizer,), name="qsa-selftest-sanitizer",
+                                       daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self, sanitizer: Any) -> None:
         t0 = time.perf_counter()
         try:
-            sanitize_run(s, SELFTEST_SANITIZERS, None, [], sanitizer, quick=True, jobs=default_jobs(),
-                         children=children)
+            sanitize_run(self.s, SELFTEST_SANITIZERS, None, [], sanitizer, quick=True, jobs=default_jobs(),
+                         children=self.children)
         except BaseException as error:  # raised again in the main thread, which waits for the row
-            ended["error"] = error
-        ended["seconds"] = time.perf_counter() - t0
+            self.ended["error"] = error
+        self.ended["seconds"] = time.perf_counter() - t0
 
-    thread = threading.Thread(target=run, name="qsa-selftest-sanitizer", daemon=True)
-    thread.start()
+    def release(self) -> None:
+        """The children go on to their launches."""
+        self.children.release()
 
-    def row() -> SelftestCheck:
-        thread.join()
-        if "error" in ended:
-            raise ended["error"]
-        failed = [r for r in s.record.sanitizer if not r.passed]
+    def row(self) -> SelftestCheck:
+        """The matrix's row, once every child has ended."""
+        if self.thread is None:
+            return SelftestCheck(SANITIZER_ROW, 0, None, 0.0, self.ended["skipped"])
+        self.release()
+        self.thread.join()
+        if "error" in self.ended:
+            raise self.ended["error"]
+        failed = [r for r in self.s.record.sanitizer if not r.passed]
         detail = f"{failed[0].variant} {failed[0].tool}: {failed[0].first_report}" if failed else ""
-        return SelftestCheck(name, len(s.record.sanitizer), not failed, ended["seconds"], detail)
+        return SelftestCheck(SANITIZER_ROW, len(self.s.record.sanitizer), not failed, self.ended["seconds"], detail)
 
-    try:
-        yield row
-    finally:
-        children.stop()  # none left running once the row is in
-        thread.join()
+    def __exit__(self, *exc: object) -> None:
+        self.children.stop()  # none left running once the row is in
+        if self.thread is not None:
+            self.thread.join()
 
 
 def _dispatched_check(s: Session, made: Iterator[Any], d: Dispatch) -> tuple[int, list[str]]:
