@@ -267,7 +267,7 @@ class Children:
         self.stopped = False
 
     def start(self, command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-        """A child started, once the children are released: its standard input is closed only then."""
+        """A child started, returned once the children are released (the caller's wait closes its input)."""
         with self._lock:  # no child starts once stop() has begun
             if self.stopped:
                 raise ChildrenStopped
@@ -297,10 +297,10 @@ class Children:
 def run_tool(command: list[str], env: dict[str, str], timeout: float = CHILD_TIMEOUT_S,
              children: Children | None = None) -> tuple[str, int, float]:
     """Run a child under the sanitizer (one of ``children``, which a stopping run ends): its whole output,
-    exit status and seconds."""
-    t0 = time.perf_counter()
+    exit status and seconds (from its release: a held child's wait is its parent's time, not its own)."""
     children = children if children is not None else Children()
     child = children.start(command, env)
+    t0 = time.perf_counter()
     try:
         output, code = waited(child, timeout)
     finally:

@@ -4,10 +4,10 @@ Run as ``python -m qsa_cli.sanitize_child JOB_JSON`` by ``qsa sanitize`` (qsa_cl
 hand: the job names the cases, the run's folder of kernel sources and its engine checkouts. CuPy's memory
 pool is off, so every array is its own allocation and memcheck sees each one's bounds; each case is
 announced on stdout (``MARKER``, its index and ``SET_UP``) before it is set up, again (``MARKER`` and its
-index) before it runs, and synchronised after, so the parent can attribute every report to its case. Every case is set up (inputs, output,
-the variant's module) before any runs, and none runs before the child's standard input closes: the parent may
-hold the child there while it times on the card itself (sanitize.Children). Each case's call runs twice: a
-second call must find the scratch the first left clean.
+index) before it runs, and synchronised after, so the parent can attribute every report to its case. Every
+case is set up (inputs, output, the variant's module) before any runs, and none runs before the child's
+standard input closes: the parent may hold the child there while it times on the card itself
+(sanitize.Children). Each case's call runs twice: a second call must find the scratch the first left clean.
 """
 
 from __future__ import annotations

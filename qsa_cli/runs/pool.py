@@ -113,6 +113,11 @@ SPILL_ALIGN = 64  # where each array's data starts in the file an answer leaves 
 SHARED_MEMORY = "/dev/shm"  # where that file is kept: memory (else the temporary folder's page cache)
 
 
+def _padded(size: int) -> int:
+    """The bytes a piece of ``size`` takes in that file: up to the next piece's start."""
+    return size + -size % SPILL_ALIGN
+
+
 def _spilled(data: list[memoryview], folder: str) -> str | None:
     """The path of a new file in ``folder`` that holds ``data``, each piece at a multiple of SPILL_ALIGN; None
     where there is no data, or where it cannot be written (a full folder: none is left behind)."""
@@ -126,7 +131,7 @@ def _spilled(data: list[memoryview], folder: str) -> str | None:
         with os.fdopen(fd, "wb") as file:
             for d in data:
                 file.write(d)
-                file.write(bytes(-d.nbytes % SPILL_ALIGN))
+                file.write(bytes(_padded(d.nbytes) - d.nbytes))
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(path)
@@ -140,14 +145,13 @@ def _mapped(path: str, sizes: list[int]) -> list[memoryview]:
     fd = os.open(path, os.O_RDWR)
     try:
         os.unlink(path)
-        length = sum(size + -size % SPILL_ALIGN for size in sizes)
-        whole = memoryview(mmap.mmap(fd, length, flags=mmap.MAP_SHARED))
+        whole = memoryview(mmap.mmap(fd, sum(_padded(size) for size in sizes), flags=mmap.MAP_SHARED))
     finally:
         os.close(fd)
     pieces, at = [], 0
     for size in sizes:
         pieces.append(whole[at:at + size])
-        at += size + -size % SPILL_ALIGN
+        at += _padded(size)
     return pieces
 
 

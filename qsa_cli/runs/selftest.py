@@ -284,8 +284,9 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
     (``require_gpu``: a missing device is a NoDeviceError before anything runs); ``progress``: each check;
     ``so_far``: filled as the checks go. On the GPU the timers' check runs first, on a quiet card (the workers
     making the first cases and compute-sanitizer's children setting theirs up meanwhile use the CPU alone); the
-    children then run beside the other checks; the inputs and CPU models of every case are made once, by worker processes (runs/pool.py),
-    and each case's kernels run as soon as it is made, while the workers make the cases after it."""
+    children then run beside the other checks; the inputs and CPU models of every case are made once, by
+    worker processes (runs/pool.py), and each case's kernels run as soon as it is made, while the workers make
+    the cases after it."""
     found = probe(settings.device_id)
     if require_gpu and not found.available:
         raise NoDeviceError(f"--require-gpu: {found.reason}")
@@ -305,7 +306,7 @@ def selftest(settings: Settings, require_gpu: bool, argv: list[str], progress: P
         sanitized = stack.enter_context(_SanitizerRow(g)) if g is not None else None
         progress(0, total, "constants")
         rows.append(_timed("constants: kernels/qsa_common.cuh == geometry", lambda: _constants_check(s)))
-        if sanitized is not None:
+        if g is not None and sanitized is not None:
             progress(len(rows), total, "timers")
             rows.append(timers_check(g, settings.seed))
             sanitized.release()
@@ -380,14 +381,16 @@ class _SanitizerRow:
     def __init__(self, s: Session) -> None:
         self.s = s
         self.children = Children(held=True)
-        self.ended: dict[str, Any] = {}
-        self.thread: threading.Thread | None = None
+        self.thread: threading.Thread | None = None  # none where compute-sanitizer is missing (``skipped`` says)
+        self.skipped = ""
+        self.error: BaseException | None = None
+        self.seconds = 0.0
 
     def __enter__(self) -> _SanitizerRow:
         try:
             sanitizer = find_sanitizer()
         except SanitizerError as missing:
-            self.ended["skipped"] = f"skipped: {missing}"
+            self.skipped = f"skipped: {missing}"
             return self
         self.thread = threading.Thread(target=self._run, args=(sanitizer,), name="qsa-selftest-sanitizer",
                                        daemon=True)
@@ -400,8 +403,8 @@ class _SanitizerRow:
             sanitize_run(self.s, SELFTEST_SANITIZERS, None, [], sanitizer, quick=True, jobs=default_jobs(),
                          children=self.children)
         except BaseException as error:  # raised again in the main thread, which waits for the row
-            self.ended["error"] = error
-        self.ended["seconds"] = time.perf_counter() - t0
+            self.error = error
+        self.seconds = time.perf_counter() - t0
 
     def release(self) -> None:
         """The children go on to their launches."""
@@ -410,14 +413,14 @@ class _SanitizerRow:
     def row(self) -> SelftestCheck:
         """The matrix's row, once every child has ended."""
         if self.thread is None:
-            return SelftestCheck(SANITIZER_ROW, 0, None, 0.0, self.ended["skipped"])
+            return SelftestCheck(SANITIZER_ROW, 0, None, 0.0, self.skipped)
         self.release()
         self.thread.join()
-        if "error" in self.ended:
-            raise self.ended["error"]
+        if self.error is not None:
+            raise self.error
         failed = [r for r in self.s.record.sanitizer if not r.passed]
         detail = f"{failed[0].variant} {failed[0].tool}: {failed[0].first_report}" if failed else ""
-        return SelftestCheck(SANITIZER_ROW, len(self.s.record.sanitizer), not failed, self.ended["seconds"], detail)
+        return SelftestCheck(SANITIZER_ROW, len(self.s.record.sanitizer), not failed, self.seconds, detail)
 
     def __exit__(self, *exc: object) -> None:
         self.children.stop()  # none left running once the row is in
