@@ -13,6 +13,7 @@ A violation is a parity failure of the variant, naming the buffer.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any, Protocol
 
@@ -94,10 +95,13 @@ class GuardedBuffers:
         next variant is judged on its own."""
         if not self._buffers:
             return []
-        # whether each buffer's zones were written, read back at once (a device waits once a check, not once a
-        # zone); only a buffer whose were is looked at byte by byte
-        written_to = self.xp.stack([(zone != self._pattern(zone.size, start)).any() for _, raw, nbytes in self._buffers
-                                    for zone, start in zip(self._zones(raw, nbytes), (0, GUARD_BYTES + nbytes))])
+        # whether each zone was written, each in one reduction into one array read back at once (a device
+        # runs one kernel a zone and waits once a check); only a buffer whose were is looked at byte by byte
+        written_to = self.xp.empty(2 * len(self._buffers), dtype=bool)
+        zones = (zone_start for _, raw, nbytes in self._buffers
+                 for zone_start in zip(self._zones(raw, nbytes), (0, GUARD_BYTES + nbytes)))
+        for i, (zone, start) in enumerate(zones):
+            _zone_written(self.xp, zone, self._pattern(zone.size, start), written_to[i, ...])
         found = []
         for (name, raw, nbytes), zones_hit in zip(self._buffers, written_to.reshape(-1, 2).tolist()):
             if not any(zones_hit):
@@ -114,6 +118,23 @@ class GuardedBuffers:
                 self._arm(raw, nbytes)
             found += hits
         return found
+
+
+def _zone_written(xp: Any, zone: Any, pattern: Any, out: Any) -> None:
+    """Whether ``zone`` differs from ``pattern`` anywhere, into the 0-d array ``out``: on a device one kernel
+    (CuPy's ``!=`` then ``any`` are two, with a temporary array between)."""
+    if xp is np:
+        out[...] = np.any(zone != pattern)
+    else:
+        _device_zone_written()(zone, pattern, out=out)
+
+
+@functools.cache
+def _device_zone_written() -> Any:
+    import cupy
+
+    return cupy.ReductionKernel("uint8 zone, uint8 pattern", "bool written", "zone != pattern", "a || b",
+                                "written = a", "false", "qsa_guard_zone_written")
 
 
 def digest(array: Any) -> str:

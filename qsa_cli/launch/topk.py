@@ -28,7 +28,7 @@ from ..core.geometry import (
 )
 from ..core.integrity import Allocator, PlainAllocator
 from ..dispatch import programmatic_launches
-from .driver import ProgrammaticLaunch
+from .driver import ProgrammaticLaunch, device_property
 from .shape import KernelCall, TopkShape
 
 SOURCE = "topk.cu"
@@ -117,7 +117,7 @@ class Split(TopkShape):
         import cupy
 
         device = cupy.cuda.Device()
-        grid = split_grid(active_blocks or mb, nq, int(device.attributes["MultiProcessorCount"]))
+        grid = split_grid(active_blocks or mb, nq, device_property(device.id, "multiProcessorCount"))
         launches = RADIX_PASSES + 1
         at = SPLIT_CHUNK_SIZES.index(grid.chunk_blocks) * launches
         module = code()
