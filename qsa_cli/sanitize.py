@@ -35,7 +35,14 @@ from .kernels import ENV_LINEINFO
 from .record.schema import SanitizerRun
 from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 
-TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+# Each tool with the calls a child makes of each case under it. memcheck and initcheck call it twice, as the
+# engine's decode steps do: the second call must find the scratch the first left clean, and one that does not
+# may read or write out of bounds there. racecheck and synccheck call it once: their hazards are a launch's own
+# (shared memory, barriers), and a second launch on the same inputs and clean scratch runs the same code (a
+# scratch left dirty fails the parity checks and memcheck's second call). The cluster top-k's racecheck takes
+# seconds a call.
+TOOL_CALLS = {"memcheck": 2, "racecheck": 1, "synccheck": 1, "initcheck": 2}
+TOOLS = tuple(TOOL_CALLS)
 MARKER = "qsa-sanitize-case"  # a child's line before each case it runs (qsa_cli/sanitize_child.py)
 SET_UP = "set-up"  # after the marker's case index: the line before the case is set up, not run
 ENV_CUDA_HOME = "CUDA_HOME"
@@ -235,10 +242,10 @@ def judge(cases: list[SanitizeCase], tool: str, output: str, returncode: int, kn
 
 def child_command(sanitizer: Path, tool: str, cases: list[SanitizeCase], kernels: Path,
                   engines: tuple[str, ...] = (), adapter: Path | None = None) -> list[str]:
-    """compute-sanitizer's ``tool`` over a child running ``cases``, its job (the cases, the run's kernels
-    folder, engine checkouts and adapter) its one argument."""
+    """compute-sanitizer's ``tool`` over a child running ``cases``, its job (the cases, the calls of each the
+    tool needs, the run's kernels folder, engine checkouts and adapter) its one argument."""
     payload = json.dumps({"kernels": str(kernels), "engines": list(engines), "adapter": adapter and str(adapter),
-                          "cases": [asdict(c) for c in cases]})
+                          "calls": TOOL_CALLS[tool], "cases": [asdict(c) for c in cases]})
     flags = ["--racecheck-report", "all"] if tool == "racecheck" else []
     return [str(sanitizer), "--tool", tool, "--print-limit", "100", *flags,
             sys.executable, "-m", "qsa_cli.sanitize_child", payload]

@@ -7,7 +7,8 @@ announced on stdout (``MARKER``, its index and ``SET_UP``) before it is set up, 
 index) before it runs, and synchronised after, so the parent can attribute every report to its case. Every
 case is set up (inputs, output, the variant's module) before any runs, and none runs before the child's
 standard input closes: the parent may hold the child there while it times on the card itself
-(sanitize.Children). Each case's call runs twice: a second call must find the scratch the first left clean.
+(sanitize.Children). Each case's call runs as many times as the job says (sanitize.TOOL_CALLS: twice where a
+second call must find the scratch the first left clean).
 """
 
 from __future__ import annotations
@@ -27,9 +28,6 @@ from .engine.attach import attached
 from .inputs import id_poison, score_poison, synthetic_scorer_inputs, synthetic_scores
 from .launch.scores import DeviceScorerInputs
 from .sanitize import HOLD_LIMIT_S, MARKER, SET_UP, SanitizeCase
-
-CALLS = 2
-
 
 def prepared(cupy: Any, launcher: Launcher, case: dict[str, Any]) -> Callable[[], None]:
     """One case's call of its variant through the child's catalog, its inputs and output on the device."""
@@ -68,7 +66,7 @@ def main(argv: list[str]) -> int:
         held(sys.stdin)
         for i, launch in enumerate(launches):
             print(f"{MARKER} {i}", flush=True)
-            for _ in range(CALLS):
+            for _ in range(job["calls"]):
                 launch()
             cupy.cuda.Device().synchronize()
     return 0

@@ -146,6 +146,17 @@ def test_a_child_is_told_the_runs_kernels_folder_and_checkouts_in_its_job(tmp_pa
     assert sanitize.SanitizeCase(**job["cases"][0]) == case
 
 
+def test_memcheck_and_initcheck_call_each_case_twice_and_racecheck_and_synccheck_once(tmp_path: Path) -> None:
+    """A second call must find the scratch the first left clean (memcheck, initcheck); a launch's shared-memory
+    and barrier hazards are its own (racecheck, synccheck)."""
+    import json
+
+    case = sanitize.matrix({"topk": ("split",)}, ("continuous",), quick=True)[0]
+    calls = {tool: json.loads(sanitize.child_command(Path("cs"), tool, [case], tmp_path)[-1])["calls"]
+             for tool in sanitize.TOOLS}
+    assert calls == {"memcheck": 2, "racecheck": 1, "synccheck": 1, "initcheck": 2}
+
+
 @pytest.mark.parametrize("argv", [
     ["sanitize", "--tools", "memcheck,leakcheck"],
     ["sanitize", "--tools", ""],
