@@ -29,6 +29,7 @@ from .inputs import id_poison, score_poison, synthetic_scorer_inputs, synthetic_
 from .launch.scores import DeviceScorerInputs
 from .sanitize import HOLD_LIMIT_S, MARKER, SET_UP, SanitizeCase
 
+
 def prepared(cupy: Any, launcher: Launcher, case: dict[str, Any]) -> Callable[[], None]:
     """One case's call of its variant through the child's catalog, its inputs and output on the device."""
     call = SanitizeCase(**case).call
