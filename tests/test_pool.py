@@ -216,9 +216,9 @@ def test_topk_parity_selftest_records_the_same_with_worker_processes(monkeypatch
     records = []
     for workers in (1, 2):
         monkeypatch.setattr(pool, "worker_count", lambda n=workers: n)
-        with session(Settings(backend="cpu", seed=3, iters=0), "topk-parity --selftest", []) as s:
-            rows = selftest_run.topk_selftest(s, 3)
-        records.append(_without_times({**s.record.to_dict(), "checks": [vars(r) for r in rows]}))
+        record, rows = selftest_run.topk_selftest(
+            session(Settings(backend="cpu", seed=3, iters=0), "topk-parity --selftest", []), False, 3, True)
+        records.append(_without_times({**record.to_dict(), "checks": [vars(r) for r in rows]}))
     assert records[0] == records[1] and all(r["passed"] for r in records[0]["checks"])
     assert len(records[0]["parity"]) > 0
 
@@ -232,13 +232,12 @@ def test_topk_parity_selftest_on_the_cpu_records_what_topk_parity_records_in_thi
     monkeypatch.setattr(selftest_run, "SELFTEST_CONFIG", str(tmp_path / "selftest.yaml"))
     monkeypatch.setattr(pool, "worker_count", lambda: 2)
     settings = Settings(backend="cpu", seed=3, iters=0, check_model=check_model)
-    with session(settings, "topk-parity --selftest", []) as workers:
-        rows = selftest_run.topk_selftest(workers, 3)
+    workers, rows = selftest_run.topk_selftest(session(settings, "topk-parity --selftest", []), False, 3, check_model)
     with session(settings, "topk-parity --selftest", []) as here:
         for call in dict.fromkeys(c.call for c in load_config(tmp_path / "selftest.yaml").cases("topk")):
             topk_parity(here, topk_score_sets(call, 3), call.active_blocks)
-    assert [dataclasses.asdict(p) for p in workers.record.parity] == [dataclasses.asdict(p) for p in here.record.parity]
-    assert workers.record.settings == here.record.settings
+    assert [dataclasses.asdict(p) for p in workers.parity] == [dataclasses.asdict(p) for p in here.record.parity]
+    assert workers.settings == here.record.settings
     assert len(rows) == 4 and all(r.passed for r in rows)
     assert any(p.against == CPU_ORACLE for p in here.record.parity) == check_model
 

@@ -58,10 +58,11 @@ def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iter
     if selftest:
         if args or inputs_path or dump_path:
             raise UsageProblem("--selftest takes no CTX Q ITERS CAP, --inputs or --dump")
-        server_started()  # the workers' imports beside the session's opening
-        with open_session(opts, "topk-parity --selftest", 0) as s, progress_on(opts["quiet"]) as progress:
-            rows = topk_selftest(s, opts["seed"], progress=progress)
-        return finish_selftest(s.record, rows, shown, opts["json_path"])
+        server_started()  # the workers' imports beside the session's opening (on the CPU backend, before them)
+        with progress_on(opts["quiet"]) as progress:
+            record, rows = topk_selftest(open_session(opts, "topk-parity --selftest", 0), opts["backend"] == "gpu",
+                                         opts["seed"], not opts["no_model"], progress=progress)
+        return finish_selftest(record, rows, shown, opts["json_path"])
     if inputs_path:
         if args:
             raise UsageProblem("give CTX Q ITERS CAP [COUNT] or --inputs FILE, not both")

@@ -44,33 +44,41 @@ SELFTEST_CONFIG = "selftest"  # configs/selftest.yaml: spec section 6's matrix, 
 GRAPH_CALL, GRAPH_SCORE_SET = Call(524288, MAX_QUERIES, 524288), "levels64"  # topk-parity --selftest's CUDA graph
 
 
-def topk_selftest(s: Session, seed: int, progress: Progress = no_progress) -> list[SelftestCheck]:
+def topk_selftest(opening: contextlib.AbstractContextManager[Session], on_gpu: bool, seed: int, check_model: bool,
+                  progress: Progress = no_progress) -> tuple[RunRecord, list[SelftestCheck]]:
     """Spec section 6's matrix (configs/selftest.yaml): decode calls of 8 queries without the count and
-    prompt calls of 64 with it, every score set, every variant this device runs, and the CPU oracle;
-    ``progress``: each call, then the CUDA graph's replays. Worker processes (runs/pool.py) make the score
-    sets and their oracle's ids, for the kernels to run here as they come; on the CPU backend, where the
-    variants are the models, they run the models too, and their rows are taken here."""
+    prompt calls of 64 with it, every score set, every variant this device runs, and the CPU oracle, in the
+    session ``opening`` opens (``on_gpu``: on the GPU backend; ``check_model``: the oracle's rows too); the
+    session's record and the rows; ``progress``: each call, then the CUDA graph's replays. Worker processes
+    (runs/pool.py) make the score sets and their oracle's ids, for the kernels to run here as they come; on the
+    GPU they start before the session opens (0.5 s and more), so the first sets are made meanwhile. On the CPU
+    backend, where the variants are the models (which the session names), they run the models too, and their
+    rows are taken here."""
     calls = list(dict.fromkeys(c.call for c in load_config(config_path(SELFTEST_CONFIG)).cases("topk")))
-    total = len(calls) + s.on_gpu
-    check_model = s.settings.check_model
+    total = len(calls) + on_gpu
     sets = [(call, name) for call in calls for name in SCORE_SETS]
-    if s.on_gpu:  # the CUDA graph's set and its oracle last
-        tasks: list[Task] = [*((topk_score_set, (call, name, seed, check_model)) for call, name in sets),
-                             (topk_score_set, (GRAPH_CALL, GRAPH_SCORE_SET, seed, True))]
-    else:  # all of a set's work in a worker: this process would otherwise run the models one set at a time
-        here = {call: s.variants("topk", s.here("topk", call.max_blocks, call.active_blocks)) for call in calls}
-        tasks = [(topk_models_case, (call, name, seed, here[call], s.roles["topk"], False, check_model))
-                 for call, name in sets]
     # the largest calls' sets first: the matrix ends with them, and one of them takes most of the run's time
     largest = sorted(range(len(sets)), key=lambda i: -sets[i][0].nq * sets[i][0].max_blocks)
     rows = []
-    with in_order(tasks, first=largest) as made:
+    with contextlib.ExitStack() as stack:
+        if on_gpu:  # the CUDA graph's set and its oracle last
+            tasks: list[Task] = [*((topk_score_set, (call, name, seed, check_model)) for call, name in sets),
+                                 (topk_score_set, (GRAPH_CALL, GRAPH_SCORE_SET, seed, True))]
+            made = stack.enter_context(in_order(tasks, first=largest))
+            s = stack.enter_context(opening)
+        else:  # all of a set's work in a worker: this process would otherwise run the models one set at a time
+            s = stack.enter_context(opening)
+            here = {call: s.variants("topk", s.here("topk", call.max_blocks, call.active_blocks)) for call in calls}
+            tasks = [(topk_models_case, (call, name, seed, here[call], s.roles["topk"], False, check_model))
+                     for call, name in sets]
+            made = stack.enter_context(in_order(tasks, first=largest))
+        assert s.on_gpu == on_gpu and s.settings.check_model == check_model, "the session the tasks were made for"
         for i, call in enumerate(calls):
             progress(i, total, f"top-k {call.kind} ctx={call.ctx} cap={call.capacity}")
             t0 = time.perf_counter()
-            if s.on_gpu:
-                sets, oracles = zip(*(next(made) for _ in SCORE_SETS))
-                out = topk_parity(s, list(sets), call.active_blocks, oracles=list(oracles))
+            if on_gpu:
+                score_sets, oracles = zip(*(next(made) for _ in SCORE_SETS))
+                out = topk_parity(s, list(score_sets), call.active_blocks, oracles=list(oracles))
             else:
                 record_topk_dispatch(s, call.max_blocks, call.active_blocks)
                 out = StageOutcome()
@@ -79,14 +87,14 @@ def topk_selftest(s: Session, seed: int, progress: Progress = no_progress) -> li
             failures = _parity_failures(out)
             rows.append(SelftestCheck(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity), not failures,
                                     time.perf_counter() - t0, failures[0] if failures else ""))
-        if s.on_gpu:
+        if on_gpu:
             candidate = s.roles["topk"]["candidate"]  # the kernel with scratch a call must leave clean
             progress(len(calls), total, f"top-k {candidate} in a CUDA graph")
             t0 = time.perf_counter()
             ok, detail = topk_stage.graph_replay_check(*next(made), 50, s.catalog.get("topk", candidate), s.launcher)
             rows.append(SelftestCheck(f"top-k {candidate}, CUDA graph x50", 1, ok, time.perf_counter() - t0, detail))
     progress(total, total, "done")
-    return rows
+    return s.record, rows
 
 
 SELFTEST_SCORER_CASES: tuple[tuple[int, int, int], ...] = (
