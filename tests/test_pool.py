@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 import signal
 import threading
 import time
@@ -124,6 +125,23 @@ def test_the_longest_tasks_start_at_once_in_workers_of_their_own() -> None:
         got = list(made)
     assert [index for index, _ in got] == list(range(8))
     assert all(pid != got[6][1] for _, pid in got[:6])
+
+
+def _touched(path: str) -> str:
+    Path(path).touch()
+    return path
+
+
+def test_the_workers_are_given_their_first_tasks_before_the_first_result_is_asked_for(tmp_path) -> None:
+    """A selftest enters ``in_order`` and then opens its device's session: the workers make the first tasks
+    meanwhile, not from the first ``next`` on."""
+    tasks = [(_touched, (str(tmp_path / f"{i}"),)) for i in range(4)]
+    with pool.in_order(tasks, workers=2) as made:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "0").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (tmp_path / "0").exists(), "no task was given before the first result was asked for"
+        assert list(made) == [str(tmp_path / f"{i}") for i in range(4)]
 
 
 def test_leaving_early_waits_for_no_work_left() -> None:

@@ -6,9 +6,10 @@ The workers are forked from a server process started fresh (``forkserver``), nev
 may hold a CUDA context, which a forked child must never touch, and the workers need no GPU. The server, started
 with a process's first workers and kept for its later ones, imports the modules qsa's tasks live in (PRELOADED)
 once, so a worker starts in milliseconds instead of importing numpy and qsa (0.3-0.5 s of CPU each, as a
-spawned one does; where there is no forkserver they are spawned). They are started by a thread of their own:
-the first start waits for the server's imports, while the parent goes on with its own work (a GPU selftest
-opens its session and runs its first checks meanwhile). They ignore Ctrl-C and SIGTERM (a terminal or a CI
+spawned one does; where there is no forkserver they are spawned). They are started, and given their first
+tasks, by a thread of their own: the first start waits for the server's imports, while the parent goes on with
+its own work (a GPU selftest opens its session and runs its first checks meanwhile, as the workers make its
+first cases). They ignore Ctrl-C and SIGTERM (a terminal or a CI
 runner may send them to the whole process group; the parent alone handles them, qsa_cli/interrupts.py) and
 are killed, with whatever they were doing, when the parent leaves ``in_order`` early (an interruption, an
 error).
@@ -229,16 +230,47 @@ def server_started() -> None:
         forkserver.ensure_running()
 
 
-class _Starter(threading.Thread):
-    """The workers of one ``in_order``, started in this thread, not the parent's main thread: the first start
-    waits for the server's imports (0.4 s and more), which the parent spends on its own work. No signal
-    reaches this thread (Python runs handlers in the main thread alone), so no start is cut between its fork
-    and the write of its start-up data, which would leave the worker reading an empty pipe."""
+class _Giving:
+    """Which worker is given which task, and when. The tasks of ``first`` are given before the others, each to a
+    worker of its own that takes no other task until it has answered (nothing waits behind it); the rest in
+    order, each to the worker that holds fewest (one that ran short
+    tasks takes more), while fewer than ``ahead`` tasks are given and not yet yielded, or while the task whose
+    turn it is has not been given."""
 
-    def __init__(self, count: int, folder: str) -> None:
+    def __init__(self, tasks: Sequence[Task], ahead: int, first: Sequence[int]) -> None:
+        self.tasks = tasks
+        self.ahead = ahead
+        self.alone = frozenset(first)
+        self.order = [*first, *(i for i in range(len(tasks)) if i not in self.alone)]
+        self.place = {task: i for i, task in enumerate(self.order)}
+        self.given = 0
+
+    def give(self, workers: list[_Worker], turn: int) -> None:
+        """The tasks due to ``workers`` when the task of index ``turn`` is the next to be yielded."""
+        while self.given < len(self.order) and (self.given - turn < self.ahead or self.given <= self.place[turn]):
+            task = self.order[self.given]
+            open_to = [w for w in workers if not self.alone.intersection(w.held)]
+            worker = min(open_to, key=lambda w: len(w.held), default=None)  # none: the first started hold one
+            if worker is None or len(worker.held) >= (1 if task in self.alone else QUEUED_PER_WORKER):
+                return
+            worker.conn.send(self.tasks[task])
+            worker.held.append(task)
+            self.given += 1
+
+
+class _Starter(threading.Thread):
+    """The workers of one ``in_order``, started in this thread, not the parent's main thread, and each given its
+    first tasks as it starts: the first start waits for the server's imports (0.4 s and more), which the parent
+    spends on its own work (a selftest opens its device's session), and the workers are busy before the parent
+    asks for a result. No signal reaches this thread (Python runs handlers in the main thread alone), so no
+    start is cut between its fork and the write of its start-up data, which would leave the worker reading an
+    empty pipe. The main thread gives no task before this thread has ended (``workers``)."""
+
+    def __init__(self, count: int, folder: str, giving: _Giving) -> None:
         super().__init__(name="qsa-pool-starter", daemon=True)
         self.count = count
         self.folder = folder  # where the workers leave their answers' data
+        self.giving = giving
         self.started: list[_Worker] = []
         self.error: BaseException | None = None
 
@@ -247,6 +279,7 @@ class _Starter(threading.Thread):
             context = _context()
             for _ in range(self.count):
                 self.started.append(_start(context, self.folder))
+                self.giving.give(self.started, 0)
         except BaseException as error:  # raised in the main thread, at the first task's turn
             self.error = error
 
@@ -258,27 +291,14 @@ class _Starter(threading.Thread):
         return self.started
 
 
-def _ordered(starter: _Starter, tasks: Sequence[Task], ahead: int, first: Sequence[int]) -> Iterator[Any]:
-    """Each task's result in the tasks' order. The tasks of ``first`` are given before the others, each to a
-    worker of its own that takes no other task until it has answered (nothing waits behind it); the rest in
-    order, each to the worker that holds fewest (one that ran short tasks takes more), while fewer than
-    ``ahead`` tasks are given and not yet yielded, or while the task whose turn it is has not been given."""
+def _ordered(starter: _Starter) -> Iterator[Any]:
+    """Each task's result in the tasks' order, the tasks given as ``starter.giving`` says."""
     workers = starter.workers()
-    alone = frozenset(first)
-    order = [*first, *(i for i in range(len(tasks)) if i not in alone)]
-    place = {task: i for i, task in enumerate(order)}
+    giving = starter.giving
     made: dict[int, tuple[bool, Any]] = {}
-    given = 0
-    for turn in range(len(tasks)):
+    for turn in range(len(giving.tasks)):
         while turn not in made:
-            while given < len(order) and (given - turn < ahead or given <= place[turn]):
-                open_to = [w for w in workers if not alone.intersection(w.held)]
-                worker = min(open_to, key=lambda w: len(w.held))
-                if len(worker.held) >= (1 if order[given] in alone else QUEUED_PER_WORKER):
-                    break
-                worker.conn.send(tasks[order[given]])
-                worker.held.append(order[given])
-                given += 1
+            giving.give(workers, turn)
             ready = wait([w.conn for w in workers if w.held])
             for worker in workers:
                 if worker.conn in ready:
@@ -296,17 +316,18 @@ def in_order(tasks: Sequence[Task], workers: int | None = None, first: Sequence[
     task, in this process as it is taken), yielded in the tasks' order; an exception a task raises is
     raised here, at its turn. ``first``: the indices of the tasks that take longest, longest first: as many of
     them as half the workers start at once, each in a worker of its own, the other half making the rest in
-    order, so that a long task late in the order does not start late and end the run long after the others."""
+    order, so that a long task late in the order does not start late and end the run long after the others.
+    The workers start, and are given their first tasks, in a thread of their own as soon as this is entered."""
     workers = min(worker_count() if workers is None else workers, len(tasks))
     if workers <= 1:
         yield (_run(*task) for task in tasks)
         return
     folder = tempfile.mkdtemp(prefix="qsa-pool-", dir=SHARED_MEMORY if os.path.isdir(SHARED_MEMORY) else None)
-    starter = _Starter(workers, folder)
+    starter = _Starter(workers, folder, _Giving(tasks, AHEAD_PER_WORKER * workers, first[:workers // 2]))
     ended = False
     try:
         starter.start()
-        yield _ordered(starter, tasks, AHEAD_PER_WORKER * workers, first[:workers // 2])
+        yield _ordered(starter)
         ended = True
     finally:
         if starter.ident is not None:  # started (a thread that could not start leaves its own error to rise)
