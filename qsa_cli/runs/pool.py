@@ -51,7 +51,8 @@ import numpy as np
 from ..core.cores import usable_cores
 from ..interrupts import SIGNALS
 
-AHEAD_PER_WORKER = 2  # tasks given ahead of the parent, a worker: bounds the memory results wait in
+AHEAD_PER_WORKER = 4  # tasks given ahead of the parent, a worker: bounds the memory results wait in (4: the
+# GPU topk-parity --selftest's prompt sets, slow to make and late in its order, start while its decode calls run)
 QUEUED_PER_WORKER = 2  # tasks a worker holds at once: the one it runs and the next, so it never waits for the parent
 
 Task = tuple[Callable[..., Any], tuple[Any, ...]]  # a module-level function (a worker imports it by name), its arguments
