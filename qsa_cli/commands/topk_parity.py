@@ -11,7 +11,6 @@ from ..core.geometry import Call, blocks_read, check_capacity, check_queries
 from ..core.memory import CaseSize
 from ..inputs import SCORE_SETS, load_topk_inputs, save_npz_atomic
 from ..output.progress import progress_on
-from ..runs.pool import server_started
 from ..runs.selftest import topk_selftest
 from ..runs.stages import topk_parity, topk_score_sets
 from ..timing import Iters
@@ -58,7 +57,6 @@ def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iter
     if selftest:
         if args or inputs_path or dump_path:
             raise UsageProblem("--selftest takes no CTX Q ITERS CAP, --inputs or --dump")
-        server_started()  # the workers' imports beside the session's opening (on the CPU backend, before them)
         with progress_on(opts["quiet"]) as progress:
             record, rows = topk_selftest(open_session(opts, "topk-parity --selftest", 0), opts["backend"] == "gpu",
                                          opts["seed"], not opts["no_model"], progress=progress)

@@ -9,10 +9,9 @@ once, so a worker starts in milliseconds instead of importing numpy and qsa (0.3
 spawned one does; where there is no forkserver they are spawned). They are started, and given their first
 tasks, by a thread of their own: the first start waits for the server's imports, while the parent goes on with
 its own work (a GPU selftest opens its session and runs its first checks meanwhile, as the workers make its
-first cases). They ignore Ctrl-C and SIGTERM (a terminal or a CI
-runner may send them to the whole process group; the parent alone handles them, qsa_cli/interrupts.py) and
-are killed, with whatever they were doing, when the parent leaves ``in_order`` early (an interruption, an
-error).
+first cases). They ignore Ctrl-C and SIGTERM (a terminal or a CI runner may send them to the whole process
+group; the parent alone handles them, qsa_cli/interrupts.py) and are killed, with whatever they were doing,
+when the parent leaves ``in_order`` early (an interruption, an error).
 
 Each worker has a pipe of its own, which only this process's main thread reads. multiprocessing.Pool is not
 used: its terminate() could wait forever for a lock that a worker held while it wrote a result larger than a
@@ -41,7 +40,6 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -224,19 +222,11 @@ def _context() -> Any:
     return context
 
 
-def server_started() -> None:
-    """The workers' server started now, so that its imports run while this process opens its session (a GPU
-    selftest's: 0.5 s) and its first workers need not wait for them; where workers are spawned, nothing."""
-    if _context().get_start_method() == "forkserver":
-        forkserver.ensure_running()
-
-
 class _Giving:
     """Which worker is given which task, and when. The tasks of ``first`` are given before the others, each to a
     worker of its own that takes no other task until it has answered (nothing waits behind it); the rest in
-    order, each to the worker that holds fewest (one that ran short
-    tasks takes more), while fewer than ``ahead`` tasks are given and not yet yielded, or while the task whose
-    turn it is has not been given."""
+    order, each to the worker that holds fewest (one that ran short tasks takes more), while fewer than
+    ``ahead`` tasks are given and not yet yielded, or while the task whose turn it is has not been given."""
 
     def __init__(self, tasks: Sequence[Task], ahead: int, first: Sequence[int]) -> None:
         self.tasks = tasks
@@ -251,7 +241,8 @@ class _Giving:
         while self.given < len(self.order) and (self.given - turn < self.ahead or self.given <= self.place[turn]):
             task = self.order[self.given]
             open_to = [w for w in workers if not self.alone.intersection(w.held)]
-            worker = min(open_to, key=lambda w: len(w.held), default=None)  # none: the first started hold one
+            # none while each worker started so far holds a task of ``first``
+            worker = min(open_to, key=lambda w: len(w.held), default=None)
             if worker is None or len(worker.held) >= (1 if task in self.alone else QUEUED_PER_WORKER):
                 return
             worker.conn.send(self.tasks[task])
