@@ -39,7 +39,7 @@ from .core.geometry import (
     validate_steps,
 )
 from .core.integrity import sealed
-from .model.order import order_keys
+from .model.order import order_keys, threshold_key
 from .record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 
 SCORE_POISON_BITS = 0x7FBADBAD  # a NaN no arithmetic produces (payload kept by copies, not by math)
@@ -235,7 +235,7 @@ def synthetic_scores(call: Call, score_set: str, seed: int) -> TopkInputs:
         np.floor(s, out=s)
         s /= np.float32(8)
     elif score_set == "equal":
-        s = np.full_like(s, np.float32(rng.standard_normal()))
+        s.fill(np.float32(rng.standard_normal()))  # in place: a new array's first writes cost as much as the draws
     rows = np.arange(call.nq)
     n_kv, n_bid = steps[:, STEP_NKV], steps[:, STEP_NBID]
     has_tail = n_kv % BLOCK_CELLS != 0
@@ -304,14 +304,8 @@ def _same_key(value: np.float32, rng: np.random.Generator, n: int) -> np.ndarray
 
 def _cut(live: np.ndarray, weights: np.ndarray, width: int) -> np.float32:
     """A score with the key of the width-th cell when cells go by key, descending (the threshold key)."""
-
     keys = order_keys(live)
-    # enough blocks to hold width cells: each holds R but the tail (0-3 cells)
-    top = min(keys.size, -(-width // BLOCK_CELLS) + 2)
-    best = np.argpartition(~keys, top - 1)[:top] if top < keys.size else np.arange(keys.size)
-    best = best[np.argsort(~keys[best], kind="stable")]
-    reach = int(np.searchsorted(np.cumsum(weights[best]), width))
-    return live[best[min(reach, best.size - 1)]]
+    return live[np.argmax(keys == threshold_key(keys, weights, width))]
 
 
 def _steer_cut(rng: np.random.Generator, live: np.ndarray, weights: np.ndarray, width: int, value: np.float32,
@@ -325,18 +319,18 @@ def _steer_cut(rng: np.random.Generator, live: np.ndarray, weights: np.ndarray, 
         below = lambda n: _values("nan", rng, n, tied=True)  # noqa: E731
     else:  # under -1: below any zero, subnormal or value near them
         below = lambda n: -(np.abs(rng.standard_normal(n, dtype=np.float32)) + np.float32(1))  # noqa: E731
-    free = np.arange(live.size - 1)  # the blocks before the tail, R cells each
+    free = slice(0, live.size - 1)  # the blocks before the tail, R cells each
     tail_above = int(weights[-1]) if order_keys(live[-1:])[0] > key else 0
     room = max(0, (width - 1 - tail_above) // BLOCK_CELLS)  # blocks above the key that keep it under width
     keep = int(rng.integers(room // 2, room + 1))
-    above = free[order_keys(live[free]) > key]
+    above = np.flatnonzero(order_keys(live[free]) > key)
     if above.size > keep:
         order = np.concatenate([rng.permutation(above[placed[above] == rank]) for rank in range(_KEPT + 1)])
         lowered = order[: above.size - keep]
         live[lowered] = below(lowered.size)
     keys = order_keys(live)
     short = width - int(weights[keys >= key].sum())
-    lower = free[(keys[free] < key) & (placed[free] == _DRAWN)]
+    lower = np.flatnonzero((keys[free] < key) & (placed[free] == _DRAWN))
     count = min(lower.size, max(0, -(-short // BLOCK_CELLS)) + int(rng.integers(0, 64)))  # and a few ties past the cut
     live[rng.choice(lower, count, replace=False)] = _same_key(value, rng, count)
 
@@ -353,6 +347,18 @@ def _borders(rng: np.random.Generator, blocks: int) -> np.ndarray:
     inner = np.concatenate(chunks)
     sampled = rng.permutation(np.unique(inner[inner < blocks]))[:_SAMPLED_BORDERS]
     return np.unique(np.concatenate([np.arange(SPLIT_CHUNK_BLOCKS, blocks, SPLIT_CHUNK_BLOCKS), *slices, sampled]))
+
+
+_DRAW_CHUNK = 1 << 14  # uniform draws made at a time: a chunk's doubles stay in the core's cache
+
+
+def _uniform_below(rng: np.random.Generator, n: int, share: float) -> np.ndarray:
+    """``rng.random(n) < share``, drawn a cache-sized chunk at a time (the same draws: one 64-bit word each)."""
+    below, chunk = np.empty(n, bool), np.empty(min(n, _DRAW_CHUNK))
+    for start in range(0, n, _DRAW_CHUNK):
+        drawn = rng.random(out=chunk[: min(_DRAW_CHUNK, n - start)])
+        np.less(drawn, share, out=below[start: start + _DRAW_CHUNK])
+    return below
 
 
 def _adversarial_row(rng: np.random.Generator, live: np.ndarray, n_kv: int, width: int) -> None:
@@ -386,7 +392,7 @@ def _adversarial_row(rng: np.random.Generator, live: np.ndarray, n_kv: int, widt
             live[run] = _values(kind, rng, run.stop - run.start, tied=True)
     between = np.flatnonzero(placed[:last] == _DRAWN)  # the blocks before the tail outside the runs
     for kind, share in _SPRINKLED.items():
-        at = between[rng.random(between.size) < share]
+        at = between[_uniform_below(rng, between.size, share)]
         live[at], placed[at] = _values(kind, rng, at.size, tied=False), _SPECIAL
         for negative in (False, True):  # one of each sign outlasts the steering
             placed[at[np.signbit(live[at]) == negative][:1]] = _KEPT

@@ -36,7 +36,7 @@ from ..core.geometry import (
     validate_steps,
 )
 from ..inputs import TopkInputs, id_poison
-from .order import order_keys
+from .order import order_keys, threshold_key
 
 ALGORITHMS = ("oracle", "reference", "wide", "split", "cluster")
 
@@ -152,31 +152,23 @@ def select_oracle(scores_row: np.ndarray, step: np.ndarray) -> np.ndarray:
     """The first ``width`` cells of a stable sort of cells on (key descending, cell ascending), ascending.
 
     Computed on blocks, not cells, in no kernel's way: the key of the width-th cell (thr) from the
-    greatest blocks alone, then every cell above thr and the first cells at thr in cell order (the
-    stable sort's tie order). Every block but the last holds R cells, so the ``width // R + 2``
-    greatest blocks hold more than ``width`` cells, and a block left out has no key above theirs: thr
-    is among their keys. tests/test_model_topk.py checks this against the sort itself.
+    greatest blocks alone (``threshold_key``), then every cell above thr and the first cells at thr in cell
+    order (the stable sort's tie order). tests/test_model_topk.py checks this against the sort itself.
     """
     n_kv, n_bid, width = _query(step)
     if n_kv <= width:
         return _identity(n_kv)
     keys, weights = _blocks(scores_row, n_kv, n_bid)
-    top = min(keys.shape[0], width // BLOCK_CELLS + 2)
-    # the top greatest blocks: those above the top-th greatest key, then the first of those at it (which of
-    # them changes no rank's key); a partition of the keys alone takes half the time of an argpartition
-    least = ~np.partition(~keys, top - 1)[top - 1]  # ~key ascending == key descending
-    above_least = np.flatnonzero(keys > least)
-    greatest = np.concatenate([above_least, np.flatnonzero(keys == least)[: top - above_least.size]])
-    ranked = greatest[np.argsort(~keys[greatest], kind="stable")]
-    thr = keys[ranked[np.searchsorted(np.cumsum(weights[ranked]), width)]]  # the first rank reaching width cells
-    near = np.flatnonzero(keys >= thr)  # the blocks at or above thr: no other block's cell is taken
-    near_keys, near_weights = keys[near], weights[near]
-    counts = np.where(near_keys > thr, near_weights, 0)
-    ties = np.flatnonzero(near_keys == thr)
-    budget = width - int(counts.sum())
-    counts[ties] = np.clip(budget - _exclusive_cumsum(near_weights[ties]), 0, near_weights[ties])
-    writers = np.flatnonzero(counts)
-    return _write_ids(width, _exclusive_cumsum(counts[writers]), near[writers], counts[writers])
+    thr = threshold_key(keys, weights, width)
+    above = np.flatnonzero(keys > thr)  # every cell of these is taken, and no cell of a block below thr
+    budget = width - int(weights[above].sum())
+    # the cells at thr taken, in cell order: of the first budget // R + 2 blocks at thr, all but the tail hold R
+    ties = np.flatnonzero(keys == thr)[: budget // BLOCK_CELLS + 2]
+    tie_counts = np.clip(budget - _exclusive_cumsum(weights[ties]), 0, weights[ties])
+    blocks = np.concatenate([above, ties])
+    counts = np.concatenate([weights[above], tie_counts])
+    order = np.argsort(blocks)  # cell order
+    return _write_ids(width, _exclusive_cumsum(counts[order]), blocks[order], counts[order])
 
 
 # ---- block_topk_kernel: the rule, pass by pass -----------------------------------------------
