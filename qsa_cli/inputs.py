@@ -303,7 +303,8 @@ def _same_key(value: np.float32, rng: np.random.Generator, n: int) -> np.ndarray
 
 
 def _cut(live: np.ndarray, weights: np.ndarray, width: int) -> np.float32:
-    """A score with the key of the width-th cell when cells go by key, descending (the threshold key)."""
+    """A score with the key of the width-th cell when cells go by key, descending (the threshold key): the first
+    block's of that key (which one changes nothing: the steering reads its key, and makes NaNs and zeros anew)."""
     keys = order_keys(live)
     return live[np.argmax(keys == threshold_key(keys, weights, width))]
 
