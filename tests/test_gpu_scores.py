@@ -108,11 +108,11 @@ def test_graph_replay_follows_device_steps(cupy: Any, variant: str) -> None:
     seed = fresh_seed()
     base = synthetic_scorer_inputs(Call(ctx, MAX_QUERIES, capacity), seed)
     windows = [ScorerInputs(base.pooled, base.dead, base.q, window_steps(c, MAX_QUERIES)) for c in (ctx, ctx + 1)]
-    dev = DeviceScorerInputs.from_host(windows[0])
-    poison = cupy.asarray(score_poison((MAX_QUERIES, dev.max_blocks)))
-    out = cupy.empty_like(poison)
     stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
+    with stream:  # the copies too: a non-blocking stream does not wait for the legacy default stream's
+        dev = DeviceScorerInputs.from_host(windows[0])
+        poison = cupy.asarray(score_poison((MAX_QUERIES, dev.max_blocks)))
+        out = cupy.empty_like(poison)
         launch = scorer_launch(variant, dev, out)
         launch()  # any first-launch work happens outside the capture
         stream.begin_capture()
