@@ -156,7 +156,8 @@ class ClockMonitor:
         )
 
     def device_info(self) -> dict[str, Any]:
-        """Name, driver, maximum clocks and power limit; ``{"unavailable": reason}`` without NVML."""
+        """Name, driver, maximum clocks, power limit and persistence mode; ``{"unavailable": reason}`` without
+        NVML."""
         if not self.available:
             return {"unavailable": self.unavailable}
         n = self.nvml
@@ -166,12 +167,16 @@ class ClockMonitor:
         except n.NVMLError:
             driver = None
         limit_mw = self._get(n.nvmlDeviceGetEnforcedPowerLimit)
+        # out of persistence mode, the driver initialises the card for each process that opens it (0.5 s on an
+        # H100 host): a run's start, not its samples, pays for it
+        persistent = self._get(n.nvmlDeviceGetPersistenceMode)
         return {
             "name": name.decode() if isinstance(name, bytes) else name,
             "driver": driver.decode() if isinstance(driver, bytes) else driver,
             "max_sm_mhz": self._get(n.nvmlDeviceGetMaxClockInfo, n.NVML_CLOCK_SM),
             "max_mem_mhz": self._get(n.nvmlDeviceGetMaxClockInfo, n.NVML_CLOCK_MEM),
             "power_limit_w": limit_mw / 1000 if limit_mw is not None else None,
+            "persistence_mode": bool(persistent) if persistent is not None else None,
         }
 
 

@@ -54,6 +54,7 @@ class FakeNvml:
             "nvmlDeviceGetTemperature": lambda h, sensor: 41,
             "nvmlDeviceGetPowerUsage": lambda h: 123456,
             "nvmlDeviceGetEnforcedPowerLimit": lambda h: 700000,
+            "nvmlDeviceGetPersistenceMode": lambda h: 1,  # NVML_FEATURE_ENABLED
             "nvmlDeviceGetCurrentClocksEventReasons": lambda h: reasons,
             "nvmlDeviceGetCurrentClocksThrottleReasons": lambda h: reasons,
             "nvmlDeviceGetName": lambda h: b"NVIDIA H200",
@@ -142,7 +143,12 @@ def test_cuda_device_maps_to_nvml_by_pci_bus_id() -> None:
 def test_device_info() -> None:
     _, m = monitor()
     assert m.device_info() == {"name": "NVIDIA H200", "driver": "580.65", "max_sm_mhz": 1980,
-                               "max_mem_mhz": 3201, "power_limit_w": 700.0}
+                               "max_mem_mhz": 3201, "power_limit_w": 700.0, "persistence_mode": True}
+    fake = FakeNvml(fail={"nvmlDeviceGetPersistenceMode": FakeNvml.NVMLError_NotSupported("not on this card")})
+    fake.results["nvmlDeviceGetPersistenceMode"] = lambda h: 0  # NVML_FEATURE_DISABLED
+    assert ClockMonitor(fake).device_info()["persistence_mode"] is None
+    fake.fail.clear()
+    assert ClockMonitor(fake).device_info()["persistence_mode"] is False
 
 
 # ---- NVML unavailable -------------------------------------------------------------------------------
