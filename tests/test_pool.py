@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from pathlib import Path
 import signal
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest

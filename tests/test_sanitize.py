@@ -3,6 +3,7 @@ and the verdicts; the CPU tests read outputs the H200 printed (tests/data), the 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -136,8 +137,6 @@ def test_the_matrix_covers_every_kind_of_call_input_and_variant() -> None:
 
 def test_a_child_is_told_the_runs_kernels_folder_and_checkouts_in_its_job(tmp_path: Path) -> None:
     """Not through the environment: the job the child is given names them, beside its cases."""
-    import json
-
     case = sanitize.matrix({"topk": ("split",)}, ("continuous",), quick=True)[0]
     command = sanitize.child_command(Path("/cuda/bin/compute-sanitizer"), "racecheck", [case], tmp_path, ("pr=/strata",))
     assert command[:3] == ["/cuda/bin/compute-sanitizer", "--tool", "racecheck"]
@@ -149,8 +148,6 @@ def test_a_child_is_told_the_runs_kernels_folder_and_checkouts_in_its_job(tmp_pa
 def test_memcheck_and_initcheck_call_each_case_twice_and_racecheck_and_synccheck_once(tmp_path: Path) -> None:
     """A second call must find the scratch the first left clean (memcheck, initcheck); a launch's shared-memory
     and barrier hazards are its own (racecheck, synccheck)."""
-    import json
-
     case = sanitize.matrix({"topk": ("split",)}, ("continuous",), quick=True)[0]
     calls = {tool: json.loads(sanitize.child_command(Path("cs"), tool, [case], tmp_path)[-1])["calls"]
              for tool in sanitize.TOOLS}
