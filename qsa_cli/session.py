@@ -126,6 +126,10 @@ class Settings:
     child: SwitchedChild | None = None  # this process is a child of a run, for one switch setting (runs/switched.py)
 
     @property
+    def on_gpu(self) -> bool:
+        return self.backend == "gpu"
+
+    @property
     def limits_by_scope(self) -> dict[str, dict[str, float]]:
         """The limits as record/limits.py reads them (a later (scope, measure) taking the place of an earlier)."""
         out: dict[str, dict[str, float]] = {}
@@ -166,7 +170,7 @@ class Session:
 
     @property
     def on_gpu(self) -> bool:
-        return self.settings.backend == "gpu"
+        return self.settings.on_gpu
 
     @property
     def compute_capability(self) -> int | None:
@@ -272,6 +276,21 @@ class Session:
 
     def dispatch_summary(self, kind: str, max_blocks: int = 0) -> dict[str, Any]:
         return self.dispatch(kind, max_blocks).summary(kind)
+
+
+@dataclass(frozen=True)
+class Opening:
+    """A session about to open (``with opening as s``), its settings readable before it does: what a run that
+    starts work first reads (topk-parity --selftest's workers)."""
+
+    settings: Settings
+    context: contextlib.AbstractContextManager[Session]
+
+    def __enter__(self) -> Session:
+        return self.context.__enter__()
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        return self.context.__exit__(*exc_info)
 
 
 @contextlib.contextmanager

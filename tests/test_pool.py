@@ -28,7 +28,7 @@ from qsa_cli.runs import pool
 from qsa_cli.runs import selftest as selftest_run
 from qsa_cli.runs.made import topk_score_set
 from qsa_cli.runs.stages import topk_parity, topk_score_sets
-from qsa_cli.session import Settings, session
+from qsa_cli.session import Opening, Settings, session
 from qsa_cli.stages import scores as scores_stage
 from qsa_cli.stages import topk as topk_stage
 from qsa_cli.stages.common import Measurer
@@ -232,8 +232,8 @@ def test_topk_parity_selftest_records_the_same_with_worker_processes(monkeypatch
     records = []
     for workers in (1, 2):
         monkeypatch.setattr(pool, "worker_count", lambda n=workers: n)
-        record, rows = selftest_run.topk_selftest(
-            session(Settings(backend="cpu", seed=3, iters=0), "topk-parity --selftest", []), False, 3, True)
+        settings = Settings(backend="cpu", seed=3, iters=0)
+        record, rows = selftest_run.topk_selftest(Opening(settings, session(settings, "topk-parity --selftest", [])))
         records.append(_without_times({**record.to_dict(), "checks": [vars(r) for r in rows]}))
     assert records[0] == records[1] and all(r["passed"] for r in records[0]["checks"])
     assert len(records[0]["parity"]) > 0
@@ -248,7 +248,7 @@ def test_topk_parity_selftest_on_the_cpu_records_what_topk_parity_records_in_thi
     monkeypatch.setattr(selftest_run, "SELFTEST_CONFIG", str(tmp_path / "selftest.yaml"))
     monkeypatch.setattr(pool, "worker_count", lambda: 2)
     settings = Settings(backend="cpu", seed=3, iters=0, check_model=check_model)
-    workers, rows = selftest_run.topk_selftest(session(settings, "topk-parity --selftest", []), False, 3, check_model)
+    workers, rows = selftest_run.topk_selftest(Opening(settings, session(settings, "topk-parity --selftest", [])))
     with session(settings, "topk-parity --selftest", []) as here:
         for call in dict.fromkeys(c.call for c in load_config(tmp_path / "selftest.yaml").cases("topk")):
             topk_parity(here, topk_score_sets(call, 3), call.active_blocks)

@@ -98,7 +98,7 @@ def kept_if_interrupted(opened: AbstractContextManager[Session], json_path: str 
 
 def open_session(opts: dict[str, Any], command: str, iters: Iters, config: SweepConfig | None = None,
                  sides: tuple[SideSpec, SideSpec] | None = None,
-                 cpu_runs: bool = True, sizes: Sequence[CaseSize] = ()) -> AbstractContextManager[Session]:
+                 cpu_runs: bool = True, sizes: Sequence[CaseSize] = ()) -> session.Opening:
     """A session from the run options (and qsa compare's ``sides``) for a run of ``iters`` samples a case (a
     sweep's iterations); a sweep config's l2, warm-up and seed take the place of theirs. The run options that
     would not be applied are refused first; ``cpu_runs``: the command runs on --backend cpu too, so a missing
@@ -121,7 +121,8 @@ def open_session(opts: dict[str, Any], command: str, iters: Iters, config: Sweep
     opened = session.session(settings, command, command_line(), lock, opts["lock_clocks_optional"], warn)
     # an engine checkout's kernels need the GPU: --backend cpu would only be refused
     advised = cpu_runs and not settings.engines
-    return kept_if_interrupted(_cpu_advised(opened) if advised else opened, opts["json_path"])
+    return session.Opening(settings, kept_if_interrupted(_cpu_advised(opened) if advised else opened,
+                                                         opts["json_path"]))
 
 
 @contextlib.contextmanager

@@ -58,8 +58,7 @@ def command(args: tuple[str, ...], selftest: bool, inputs_path: str | None, iter
         if args or inputs_path or dump_path:
             raise UsageProblem("--selftest takes no CTX Q ITERS CAP, --inputs or --dump")
         with progress_on(opts["quiet"]) as progress:
-            record, rows = topk_selftest(open_session(opts, "topk-parity --selftest", 0), opts["backend"] == "gpu",
-                                         opts["seed"], not opts["no_model"], progress=progress)
+            record, rows = topk_selftest(open_session(opts, "topk-parity --selftest", 0), progress=progress)
         return finish_selftest(record, rows, shown, opts["json_path"])
     if inputs_path:
         if args:

@@ -30,7 +30,7 @@ from ..nvbench_timer import NvbenchTimer, cuda_bench, nvbench_used
 from ..record.schema import Measurement, RunRecord, SelftestCheck
 from ..record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from ..sanitize import Children, default_jobs, find_sanitizer
-from ..session import Session, Settings, session
+from ..session import Opening, Session, Settings, session
 from ..stages import scores as scores_stage
 from ..stages import topk as topk_stage
 from ..stages.common import Measurer, StageOutcome
@@ -47,16 +47,16 @@ GRAPH_CALL, GRAPH_SCORE_SET = Call(524288, MAX_QUERIES, 524288), "levels64"  # t
 SET_COST = {"continuous": 1.0, "levels64": 1.1, "equal": 1.15, "adversarial": 3.5}
 
 
-def topk_selftest(opening: contextlib.AbstractContextManager[Session], on_gpu: bool, seed: int, check_model: bool,
-                  progress: Progress = no_progress) -> tuple[RunRecord, list[SelftestCheck]]:
+def topk_selftest(opening: Opening, progress: Progress = no_progress) -> tuple[RunRecord, list[SelftestCheck]]:
     """Spec section 6's matrix (configs/selftest.yaml): decode calls of 8 queries without the count and
-    prompt calls of 64 with it, every score set, every variant this device runs, and the CPU oracle, in the
-    session ``opening`` opens (``on_gpu``: on the GPU backend; ``check_model``: the oracle's rows too); the
-    session's record and the rows; ``progress``: each call, then the CUDA graph's replays. Worker processes
+    prompt calls of 64 with it, every score set of the settings' seed, every variant this device runs, and the
+    CPU oracle (its rows with the settings' model check), in the session ``opening`` opens; the session's
+    record and the rows; ``progress``: each call, then the CUDA graph's replays. Worker processes
     (runs/pool.py) make the score sets and their oracle's ids, for the kernels to run here as they come; on the
     GPU they start before the session opens (0.5 s and more), so the first sets are made meanwhile. On the CPU
     backend, where the variants are the models (which the session names), they run the models too, and their
     rows are taken here."""
+    on_gpu, seed, check_model = opening.settings.on_gpu, opening.settings.seed, opening.settings.check_model
     calls = list(dict.fromkeys(c.call for c in load_config(config_path(SELFTEST_CONFIG)).cases("topk")))
     total = len(calls) + on_gpu
     sets = [(call, name) for call in calls for name in SCORE_SETS]
@@ -75,7 +75,6 @@ def topk_selftest(opening: contextlib.AbstractContextManager[Session], on_gpu: b
             tasks = [(topk_models_case, (call, name, seed, here[call], s.roles["topk"], False, check_model))
                      for call, name in sets]
             made = stack.enter_context(in_order(tasks, first=costliest))
-        assert s.on_gpu == on_gpu and s.settings.check_model == check_model, "the session the tasks were made for"
         for i, call in enumerate(calls):
             progress(i, total, f"top-k {call.kind} ctx={call.ctx} cap={call.capacity}")
             t0 = time.perf_counter()
