@@ -1,6 +1,6 @@
 """Integrity checks in every run (qsa_cli/core/integrity.py, stages/common.py), on the CPU backend: a variant
 that writes into a guard zone, changes an input, or gives another output on a later call fails, and
-the failure names the variant and the buffer."""
+the failure names the variant and the buffer. The guard zones' own tests run on the device's arrays too."""
 
 from __future__ import annotations
 
@@ -23,12 +23,25 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return info.value.code, out, err
 
 
-def test_guard_zones_see_a_write_on_either_side_and_rearm(rng: np.random.Generator) -> None:
-    buffers = GuardedBuffers(np)
+@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+def xp(request: pytest.FixtureRequest) -> Any:
+    """NumPy, and CuPy on a device (its zones checked by one reduction kernel each, core/integrity.py)."""
+    return np if request.param == "numpy" else request.getfixturevalue("cupy")
+
+
+def allocation(array: Any) -> Any:
+    """The whole allocation a guarded array was carved from (a CuPy view's base may be another view)."""
+    while array.base is not None:
+        array = array.base
+    return array
+
+
+def test_guard_zones_see_a_write_on_either_side_and_rearm(xp: Any, rng: np.random.Generator) -> None:
+    buffers = GuardedBuffers(xp)
     ids = buffers.empty("ids", (3, 5), np.int32)
-    ids[...] = rng.integers(-5, 5, ids.shape)
+    ids[...] = xp.asarray(rng.integers(-5, 5, ids.shape, dtype=np.int32))
     assert buffers.breaches() == []
-    raw = ids.base
+    raw = allocation(ids)
     assert raw.dtype == np.uint8 and raw.size >= 2 * GUARD_BYTES + ids.nbytes
     raw[GUARD_BYTES + ids.nbytes] ^= 0xFF  # the byte just past the array
     raw[GUARD_BYTES - 3] ^= 0xFF  # three bytes before it
@@ -38,14 +51,14 @@ def test_guard_zones_see_a_write_on_either_side_and_rearm(rng: np.random.Generat
     assert buffers.breaches() == []  # re-armed: the next variant is judged on its own
 
 
-def test_guard_zones_name_only_the_buffers_written_around() -> None:
+def test_guard_zones_name_only_the_buffers_written_around(xp: Any) -> None:
     """Every zone is looked at in one read; only the buffers with a zone written are named, each zone once."""
-    assert GuardedBuffers(np).breaches() == []
-    buffers = GuardedBuffers(np)
+    assert GuardedBuffers(xp).breaches() == []
+    buffers = GuardedBuffers(xp)
     arrays = [buffers.empty(name, (size,), np.uint8) for name, size in (("a", 5), ("b", 13), ("c", 8), ("d", 1))]
     assert buffers.breaches() == []
-    arrays[1].base[GUARD_BYTES + 13 + 6] ^= 1  # 7 bytes past b
-    arrays[3].base[0] ^= 1  # d's first guard byte, the farthest before it
+    allocation(arrays[1])[GUARD_BYTES + 13 + 6] ^= 1  # 7 bytes past b
+    allocation(arrays[3])[0] ^= 1  # d's first guard byte, the farthest before it
     assert buffers.breaches() == ["b: 1 guard byte(s) after it written, the nearest 7 byte(s) after it",
                                   f"d: 1 guard byte(s) before it written, the nearest {GUARD_BYTES} byte(s) before it"]
     assert buffers.breaches() == []

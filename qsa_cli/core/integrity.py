@@ -96,7 +96,8 @@ class GuardedBuffers:
         if not self._buffers:
             return []
         # whether each zone was written, each in one reduction into one array read back at once (a device
-        # runs one kernel a zone and waits once a check); only a buffer whose were is looked at byte by byte
+        # runs one kernel a zone and waits once a check); only a buffer whose were is looked at byte by byte,
+        # on the host: a zone's 4 KB copied there beats another device kernel (CuPy's nonzero is a scan)
         written_to = self.xp.empty(2 * len(self._buffers), dtype=bool)
         zones = (zone_start for _, raw, nbytes in self._buffers
                  for zone_start in zip(self._zones(raw, nbytes), (0, GUARD_BYTES + nbytes)))
@@ -109,7 +110,7 @@ class GuardedBuffers:
             before, after = self._zones(raw, nbytes)
             hits = []
             for where, zone, start in (("before", before, 0), ("after", after, GUARD_BYTES + nbytes)):
-                written = self.xp.flatnonzero(zone != self._pattern(zone.size, start))
+                written = np.flatnonzero(_on_host(zone) != _on_host(self._pattern(zone.size, start)))
                 if written.size:
                     nearest = GUARD_BYTES - int(written[-1]) if where == "before" else int(written[0]) + 1
                     hits.append(f"{name}: {int(written.size)} guard byte(s) {where} it written, "
@@ -137,9 +138,14 @@ def _device_zone_written() -> Any:
                                 "written = a", "false", "qsa_guard_zone_written")
 
 
+def _on_host(array: Any) -> np.ndarray:
+    """An array on the host: a device's copied there, numpy's as it is (stages/common.to_host copies both)."""
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
 def digest(array: Any) -> str:
     """sha256 of an array's bytes (a device array is copied to the host first)."""
-    host = array.get() if hasattr(array, "get") else np.asarray(array)
+    host = _on_host(array)
     return hashlib.sha256(np.ascontiguousarray(host).view(np.uint8)).hexdigest()  # hashed in place: no copy
 
 
