@@ -99,12 +99,13 @@ RUNNERS = {"qsa_cli.runs.stages", "qsa_cli.runs.switched", "qsa_cli.session", "q
 
 @pytest.mark.parametrize(("argv", "foreign"), [
     (["select-bench", "64", "1", "1", "128", "--backend", "cpu", "--quiet"], OTHER_RUNS),
+    (["topk-parity", "2052", "8", "1", "4096", "0", "--backend", "cpu", "--quiet"], OTHER_RUNS),
     (["report", "docs/results/h200-2026-11-30/ci.json"], OTHER_RUNS | RUNNERS),
 ], ids=lambda v: v[0] if isinstance(v, list) else "")
 def test_a_command_loads_what_it_runs_and_no_other_commands_run(argv: list[str], foreign: set[str]) -> None:
     """The modules of qsa a command loads, counted in a fresh interpreter: its own command module and no other
-    command's, and none of another command's runs (a plain measuring run on the CPU backend; a report, which
-    reads a record and runs nothing)."""
+    command's, and none of another command's runs (plain measuring runs on the CPU backend, topk-parity's
+    without qsa selftest's checks; a report, which reads a record and runs nothing)."""
     res = subprocess.run(
         [sys.executable, "-c",
          "import json, sys\nfrom qsa_cli.cli import main\n"

@@ -74,7 +74,7 @@ def _small_topk_matrix(then: Inject | None = None) -> Inject:
     """topk-parity --selftest on one small prompt call instead of spec section 6's matrix."""
     def patch(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
         (folder / "selftest.yaml").write_text(SMALL_TOPK_MATRIX)
-        monkeypatch.setattr("qsa_cli.runs.selftest.SELFTEST_CONFIG", str(folder / "selftest.yaml"))
+        monkeypatch.setattr("qsa_cli.runs.topk_selftest.SELFTEST_CONFIG", str(folder / "selftest.yaml"))
         if then is not None:
             then(monkeypatch, folder)
     return patch

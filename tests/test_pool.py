@@ -26,6 +26,7 @@ from qsa_cli.record.schema import SelftestCheck
 from qsa_cli.record.vocabulary import CPU_MODEL, CPU_ORACLE
 from qsa_cli.runs import pool
 from qsa_cli.runs import selftest as selftest_run
+from qsa_cli.runs import topk_selftest as topk_selftest_run
 from qsa_cli.runs.made import topk_score_set
 from qsa_cli.runs.stages import topk_parity, topk_score_sets
 from qsa_cli.session import Opening, Settings, session
@@ -228,12 +229,12 @@ def _without_times(record: dict) -> dict:
 
 def test_topk_parity_selftest_records_the_same_with_worker_processes(monkeypatch, tmp_path) -> None:
     (tmp_path / "selftest.yaml").write_text(SMALL_TOPK_MATRIX)
-    monkeypatch.setattr(selftest_run, "SELFTEST_CONFIG", str(tmp_path / "selftest.yaml"))
+    monkeypatch.setattr(topk_selftest_run, "SELFTEST_CONFIG", str(tmp_path / "selftest.yaml"))
     records = []
     for workers in (1, 2):
         monkeypatch.setattr(pool, "worker_count", lambda n=workers: n)
         settings = Settings(backend="cpu", seed=3, iters=0)
-        record, rows = selftest_run.topk_selftest(Opening(settings, session(settings, "topk-parity --selftest", [])))
+        record, rows = topk_selftest_run.topk_selftest(Opening(settings, session(settings, "topk-parity --selftest", [])))
         records.append(_without_times({**record.to_dict(), "checks": [vars(r) for r in rows]}))
     assert records[0] == records[1] and all(r["passed"] for r in records[0]["checks"])
     assert len(records[0]["parity"]) > 0
@@ -245,10 +246,10 @@ def test_topk_parity_selftest_on_the_cpu_records_what_topk_parity_records_in_thi
     """On the CPU backend the workers run the models too: the record is topk-parity's, call by call, as this
     process alone makes it (the oracle's rows only with the model's check)."""
     (tmp_path / "selftest.yaml").write_text(SMALL_TOPK_MATRIX)
-    monkeypatch.setattr(selftest_run, "SELFTEST_CONFIG", str(tmp_path / "selftest.yaml"))
+    monkeypatch.setattr(topk_selftest_run, "SELFTEST_CONFIG", str(tmp_path / "selftest.yaml"))
     monkeypatch.setattr(pool, "worker_count", lambda: 2)
     settings = Settings(backend="cpu", seed=3, iters=0, check_model=check_model)
-    workers, rows = selftest_run.topk_selftest(Opening(settings, session(settings, "topk-parity --selftest", [])))
+    workers, rows = topk_selftest_run.topk_selftest(Opening(settings, session(settings, "topk-parity --selftest", [])))
     with session(settings, "topk-parity --selftest", []) as here:
         for call in dict.fromkeys(c.call for c in load_config(tmp_path / "selftest.yaml").cases("topk")):
             topk_parity(here, topk_score_sets(call, 3), call.active_blocks)

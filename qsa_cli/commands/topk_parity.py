@@ -11,7 +11,7 @@ from ..core.geometry import Call, blocks_read, check_capacity, check_queries
 from ..core.memory import CaseSize
 from ..inputs import SCORE_SETS, load_topk_inputs, save_npz_atomic
 from ..output.progress import progress_on
-from ..runs.selftest import topk_selftest
+from ..runs.topk_selftest import topk_selftest
 from ..runs.stages import topk_parity, topk_score_sets
 from ..timing import Iters
 from .exit_status import UsageProblem

@@ -1,6 +1,6 @@
 """The runs the commands make, a module a job: ``stages`` (select-bench, topk-parity, window-bench, and the
-cases every other run is made of), ``sweep`` (a YAML sweep and its thresholds), ``selftest`` (qsa selftest
-and topk-parity --selftest), ``sanitizer`` (qsa sanitize), ``info`` (qsa info) and ``compare`` (qsa
+cases every other run is made of), ``sweep`` (a YAML sweep and its thresholds), ``selftest`` (qsa selftest),
+``topk_selftest`` (topk-parity --selftest), ``sanitizer`` (qsa sanitize), ``info`` (qsa info) and ``compare`` (qsa
 compare's two sides); ``pool`` spreads a run's CPU work over every core (``made``: what its workers make for
 the kernels). Each takes an open session (qsa_cli/session.py) and fills its record; the CLI parses and
 renders, everything between happens here and in the stage runners.

@@ -56,7 +56,7 @@ QUEUED_PER_WORKER = 2  # tasks a worker holds at once: the one it runs and the n
 Task = tuple[Callable[..., Any], tuple[Any, ...]]  # a module-level function (a worker imports it by name), its arguments
 
 # the modules of the functions qsa gives its workers (the selftests' tasks): the workers' server imports them
-PRELOADED = ("qsa_cli.runs.made", "qsa_cli.runs.selftest")
+PRELOADED = ("qsa_cli.runs.made",)
 
 
 def worker_count() -> int:

@@ -1,5 +1,5 @@
-"""qsa selftest (every check this machine can run, a row each) and topk-parity --selftest (spec section 6's
-matrix)."""
+"""qsa selftest: every check this machine can run, a row each (topk-parity --selftest's matrix is
+runs/topk_selftest.py's)."""
 
 from __future__ import annotations
 
@@ -14,90 +14,26 @@ from typing import Any
 
 import numpy as np
 
-from ..catalog import Variant
-from ..config import config_path, load_config
 from ..core.errors import NoDeviceError, SanitizerError, TimerError
 from ..core.geometry import MAX_QUERIES, PROMPT_QUERIES, Call, header_mismatches
 from ..core.progress import Progress, no_progress
 from ..device import probe
 from ..dispatch import Dispatch
-from ..inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
+from ..inputs import SCORE_SETS, ScorerInputs, TopkInputs, synthetic_scorer_inputs
 from ..kernels import header_defines
-from ..model import scores as scores_model
-from ..model.topk import topk_ids
 from ..nvbench_timer import L2_STATE as NVBENCH_L2
 from ..nvbench_timer import NvbenchTimer, cuda_bench, nvbench_used
 from ..record.schema import Measurement, RunRecord, SelftestCheck
 from ..record.vocabulary import DEFAULT_KEYS, SCORER_KEYS
 from ..sanitize import Children, default_jobs, find_sanitizer
-from ..session import Opening, Session, Settings, session
+from ..session import Session, Settings, session
 from ..stages import scores as scores_stage
-from ..stages import topk as topk_stage
 from ..stages.common import Measurer, StageOutcome
 from ..timing import AUTO, DeviceTimer
-from .made import scorer_case_model, topk_score_set
+from .made import scorer_case_model, scorer_models_case, topk_models_case, topk_score_set
 from .pool import Task, in_order
 from .sanitizer import sanitize_run
-from .stages import record_topk_dispatch, run_topk_case, topk_parity
-
-SELFTEST_CONFIG = "selftest"  # configs/selftest.yaml: spec section 6's matrix, plus up to 1,048,576 cells
-GRAPH_CALL, GRAPH_SCORE_SET = Call(524288, MAX_QUERIES, 524288), "levels64"  # topk-parity --selftest's CUDA graph
-# What a score set of a call costs a worker (its scores, digests and oracle's ids) against a continuous set's: on an
-# H100 host's CPU, a 1M-cell prompt call's levels64 set 1.1 times, its equal set 1.15, its adversarial set 3.5
-SET_COST = {"continuous": 1.0, "levels64": 1.1, "equal": 1.15, "adversarial": 3.5}
-
-
-def topk_selftest(opening: Opening, progress: Progress = no_progress) -> tuple[RunRecord, list[SelftestCheck]]:
-    """Spec section 6's matrix (configs/selftest.yaml): decode calls of 8 queries without the count and
-    prompt calls of 64 with it, every score set of the settings' seed, every variant this device runs, and the
-    CPU oracle (its rows with the settings' model check), in the session ``opening`` opens; the session's
-    record and the rows; ``progress``: each call, then the CUDA graph's replays. Worker processes
-    (runs/pool.py) make the score sets and their oracle's ids, for the kernels to run here as they come; on the
-    GPU they start before the session opens (0.5 s and more), so the first sets are made meanwhile. On the CPU
-    backend, where the variants are the models (which the session names), they run the models too, and their
-    rows are taken here."""
-    on_gpu, seed, check_model = opening.settings.on_gpu, opening.settings.seed, opening.settings.check_model
-    calls = list(dict.fromkeys(c.call for c in load_config(config_path(SELFTEST_CONFIG)).cases("topk")))
-    total = len(calls) + on_gpu
-    sets = [(call, name) for call in calls for name in SCORE_SETS]
-    # the costliest sets first: the matrix ends with the largest calls, and their adversarial sets take longest
-    costliest = sorted(range(len(sets)), key=lambda i: -sets[i][0].nq * sets[i][0].max_blocks * SET_COST[sets[i][1]])
-    rows = []
-    with contextlib.ExitStack() as stack:
-        if on_gpu:  # the CUDA graph's set and its oracle last
-            tasks: list[Task] = [*((topk_score_set, (call, name, seed, check_model)) for call, name in sets),
-                                 (topk_score_set, (GRAPH_CALL, GRAPH_SCORE_SET, seed, True))]
-            made = stack.enter_context(in_order(tasks, first=costliest))
-            s = stack.enter_context(opening)
-        else:  # all of a set's work in a worker: this process would otherwise run the models one set at a time
-            s = stack.enter_context(opening)
-            here = {call: s.variants("topk", s.here("topk", call.max_blocks, call.active_blocks)) for call in calls}
-            tasks = [(topk_models_case, (call, name, seed, here[call], s.roles["topk"], False, check_model))
-                     for call, name in sets]
-            made = stack.enter_context(in_order(tasks, first=costliest))
-        for i, call in enumerate(calls):
-            progress(i, total, f"top-k {call.kind} ctx={call.ctx} cap={call.capacity}")
-            t0 = time.perf_counter()
-            if on_gpu:
-                score_sets, oracles = zip(*(next(made) for _ in SCORE_SETS))
-                out = topk_parity(s, list(score_sets), call.active_blocks, oracles=list(oracles))
-            else:
-                record_topk_dispatch(s, call.max_blocks, call.active_blocks)
-                out = StageOutcome()
-                for _ in SCORE_SETS:
-                    out.extend(s.take(next(made).outcome))
-            failures = _parity_failures(out)
-            rows.append(SelftestCheck(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity), not failures,
-                                    time.perf_counter() - t0, failures[0] if failures else ""))
-        if on_gpu:
-            candidate = s.roles["topk"]["candidate"]  # the kernel with scratch a call must leave clean
-            progress(len(calls), total, f"top-k {candidate} in a CUDA graph")
-            t0 = time.perf_counter()
-            ok, detail = topk_stage.graph_replay_check(*next(made), 50, s.catalog.get("topk", candidate), s.launcher)
-            rows.append(SelftestCheck(f"top-k {candidate}, CUDA graph x50", 1, ok, time.perf_counter() - t0, detail))
-    progress(total, total, "done")
-    return s.record, rows
-
+from .stages import run_topk_case
 
 SELFTEST_SCORER_CASES: tuple[tuple[int, int, int], ...] = (
     # (context, queries, capacity): n_kv % 4 = 0..3, 1-8 queries, capacity above the context
@@ -117,50 +53,6 @@ def _timed(name: str, body: Callable[[], tuple[int, list[str]]]) -> SelftestChec
     t0 = time.perf_counter()
     cases, failures = body()
     return SelftestCheck(name, cases, not failures, time.perf_counter() - t0, failures[0] if failures else "")
-
-
-def _parity_failures(outcome: StageOutcome) -> list[str]:
-    return [f"{p.key}: {p.subject} vs {p.against}: {p.detail}" for p in outcome.parity if not p.equal]
-
-
-# ---- what worker processes make (runs/pool.py): each case's inputs and CPU models once, for both rows ----
-
-
-@dataclass
-class ModelledCase:
-    """A case made by a worker: its CPU-backend outcome (the rows of every variant's CPU model against each
-    other and the model or oracle; without its outputs, which no row reads and pickling would copy back) and,
-    for the kernels' row, its inputs with the model's or oracle's output (None without a device)."""
-
-    outcome: StageOutcome
-    for_kernels: tuple[Any, np.ndarray] | None
-
-
-def _modelled(outcome: StageOutcome, inputs: Any, model: np.ndarray | None, for_kernels: bool) -> ModelledCase:
-    outcome.outputs.clear()
-    return ModelledCase(outcome, (inputs, model) if for_kernels else None)
-
-
-def scorer_models_case(call: Call, seed: int, keys: str, variants: tuple[Variant, ...], roles: dict[str, str],
-                       for_kernels: bool) -> ModelledCase:
-    """A scorer case on the CPU backend (every variant's CPU model against each other and the butterfly's, each
-    order made apart from the others, the lane partials they share once), and its inputs and butterfly model for
-    the kernels to equal."""
-    inputs = synthetic_scorer_inputs(call, seed, keys)
-    # the model: the butterfly's
-    made = scores_model.scores_in_orders(inputs, ("butterfly", *(v.model for v in variants)))
-    return _modelled(scores_stage.run_scores(inputs, Measurer(0), variants, roles, None, model=made["butterfly"],
-                                             made=made), inputs, made["butterfly"], for_kernels)
-
-
-def topk_models_case(call: Call, score_set: str, seed: int, variants: tuple[Variant, ...], roles: dict[str, str],
-                     for_kernels: bool, check_model: bool = True) -> ModelledCase:
-    """A top-k score set on the CPU backend (every variant's CPU model against each other and, with
-    ``check_model``, the oracle), and the set and its oracle's ids for the kernels to equal."""
-    inputs = synthetic_scores(call, score_set, seed)
-    oracle = topk_ids(inputs, "oracle") if check_model else None
-    return _modelled(topk_stage.run_topk(inputs, Measurer(0), variants, roles, None, call.active_blocks,
-                                         check_model=check_model, oracle=oracle), inputs, oracle, for_kernels)
 
 
 def _scorer_calls() -> list[tuple[Call, str]]:
@@ -205,7 +97,7 @@ class _RowSoFar:
 
     def count(self, outcome: StageOutcome) -> None:
         self.checks += len(outcome.parity)
-        self.failures += _parity_failures(outcome)
+        self.failures += outcome.failures()
 
     def row(self) -> SelftestCheck:
         return SelftestCheck(self.name, self.checks, not self.failures, self.seconds,
@@ -271,7 +163,7 @@ def _topk_call_check(s: Session, call: Call, made: Iterator[Any], variants: tupl
     for _ in SCORE_SETS:
         inputs, oracle = next(made)
         out.extend(run_topk_case(s, inputs, variants, call.active_blocks, check_model=True, oracle=oracle))
-    return len(out.parity), _parity_failures(out)
+    return len(out.parity), out.failures()
 
 
 def _constants_check(s: Session) -> tuple[int, list[str]]:
@@ -444,4 +336,4 @@ def _dispatched_check(s: Session, made: Iterator[Any], d: Dispatch) -> tuple[int
     for _ in SCORER_KEYS:
         out.extend(_scorer_kernels(s, (d.scores,), *next(made)))
     checks, failures = _topk_call_check(s, DISPATCH_CALL, made, (d.topk,))
-    return checks + len(out.parity), _parity_failures(out) + failures
+    return checks + len(out.parity), out.failures() + failures

@@ -49,6 +49,10 @@ class StageOutcome(CaseRows):
     def refused(self, variant: str, why: Exception) -> None:
         self.notes.append(f"{variant} not run: {why}")
 
+    def failures(self) -> list[str]:
+        """Each parity row that differs, a line (what a selftest's row says of its first)."""
+        return [f"{p.key}: {p.subject} vs {p.against}: {p.detail}" for p in self.parity if not p.equal]
+
     def add(self, measurement: Measurement | None) -> None:
         if measurement is not None:
             self.measurements.append(measurement)

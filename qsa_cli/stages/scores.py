@@ -48,7 +48,7 @@ class ScorerStage(StageBase):
     """A decode call's scorers on its keys and queries; the read floor of its key bytes beside them. Made
     beforehand (by a worker process, runs/pool.py), else here: ``model``, the CPU model's scores of these inputs
     (the butterfly's, which every variant must equal); ``made``, on the CPU backend, each variant's output by its
-    model's order (runs/selftest.py makes every order's in one pass)."""
+    model's order (runs/made.py makes every order's in one pass)."""
 
     name, model_name = STAGE, CPU_MODEL
 
