@@ -1,6 +1,5 @@
-"""topk-parity --selftest: spec section 6's matrix of top-k calls (configs/selftest.yaml), every score set, every
-variant this device runs, and the CPU oracle, the sets made by worker processes (runs/pool.py, runs/made.py).
-qsa selftest's own checks are runs/selftest.py's."""
+"""topk-parity --selftest, spec section 6's matrix of top-k calls (``topk_selftest``); qsa selftest's own checks
+are runs/selftest.py's."""
 
 from __future__ import annotations
 
