@@ -167,8 +167,8 @@ class ClockMonitor:
         except n.NVMLError:
             driver = None
         limit_mw = self._get(n.nvmlDeviceGetEnforcedPowerLimit)
-        # out of persistence mode, the driver initialises the card for each process that opens it (0.5 s on an
-        # H100 host): a run's start, not its samples, pays for it
+        # out of persistence mode, the driver initialises the card for each process that opens it: a run's start,
+        # not its samples, pays for it
         persistent = self._get(n.nvmlDeviceGetPersistenceMode)
         return {
             "name": name.decode() if isinstance(name, bytes) else name,

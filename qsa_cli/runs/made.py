@@ -15,7 +15,6 @@ from ..catalog import Variant
 from ..core.geometry import Call
 from ..inputs import ScorerInputs, TopkInputs, synthetic_scorer_inputs, synthetic_scores
 from ..model import scores as scores_model
-from ..model.scores import score_blocks
 from ..model.topk import topk_ids
 from ..stages import scores as scores_stage
 from ..stages import topk as topk_stage
@@ -33,7 +32,7 @@ def scorer_case_model(call: Call, seed: int, keys: str) -> tuple[ScorerInputs, n
     """A scorer case's inputs, hashed, and the butterfly's CPU model of them, for the kernels to equal."""
     inputs = synthetic_scorer_inputs(call, seed, keys)
     inputs.digests  # noqa: B018 (made here, in the worker, and pickled with the inputs)
-    return inputs, score_blocks(inputs, "butterfly")
+    return inputs, scores_model.score_blocks(inputs, "butterfly")
 
 
 @dataclass
