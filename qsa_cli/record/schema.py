@@ -477,6 +477,11 @@ class SelftestCheck:
     seconds: float
     detail: str = ""  # the first failure, or why it was skipped
 
+    @classmethod
+    def judged(cls, check: str, cases: int, failures: list[str], seconds: float) -> SelftestCheck:
+        """A row that passed when ``failures`` is empty, its first failure the detail."""
+        return cls(check, cases, not failures, seconds, failures[0] if failures else "")
+
 
 @dataclass
 class Confirmation:

@@ -52,7 +52,7 @@ SELFTEST_SANITIZERS = ("memcheck", "racecheck")  # the fast subset: one small ca
 def _timed(name: str, body: Callable[[], tuple[int, list[str]]]) -> SelftestCheck:
     t0 = time.perf_counter()
     cases, failures = body()
-    return SelftestCheck(name, cases, not failures, time.perf_counter() - t0, failures[0] if failures else "")
+    return SelftestCheck.judged(name, cases, failures, time.perf_counter() - t0)
 
 
 def _scorer_calls() -> list[tuple[Call, str]]:
@@ -100,8 +100,7 @@ class _RowSoFar:
         self.failures += outcome.failures()
 
     def row(self) -> SelftestCheck:
-        return SelftestCheck(self.name, self.checks, not self.failures, self.seconds,
-                           self.failures[0] if self.failures else "")
+        return SelftestCheck.judged(self.name, self.checks, self.failures, self.seconds)
 
 
 def _models_and_kernels(s: Session, made: Iterator[Any], cases: int, models: _RowSoFar, kernels: _RowSoFar,

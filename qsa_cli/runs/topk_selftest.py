@@ -64,9 +64,8 @@ def topk_selftest(opening: Opening, progress: Progress = no_progress) -> tuple[R
                 out = StageOutcome()
                 for _ in SCORE_SETS:
                     out.extend(s.take(next(made).outcome))
-            failures = out.failures()
-            rows.append(SelftestCheck(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity), not failures,
-                                    time.perf_counter() - t0, failures[0] if failures else ""))
+            rows.append(SelftestCheck.judged(f"top-k {call.kind} {call.ctx} / {call.capacity}", len(out.parity),
+                                             out.failures(), time.perf_counter() - t0))
         if on_gpu:
             candidate = s.roles["topk"]["candidate"]  # the kernel with scratch a call must leave clean
             progress(len(calls), total, f"top-k {candidate} in a CUDA graph")
