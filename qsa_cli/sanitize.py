@@ -246,9 +246,14 @@ def child_command(sanitizer: Path, tool: str, cases: list[SanitizeCase], kernels
     tool needs, the run's kernels folder, engine checkouts and adapter) its one argument."""
     payload = json.dumps({"kernels": str(kernels), "engines": list(engines), "adapter": adapter and str(adapter),
                           "calls": TOOL_CALLS[tool], "cases": [asdict(c) for c in cases]})
+    return tool_command(sanitizer, tool, [sys.executable, "-m", "qsa_cli.sanitize_child", payload])
+
+
+def tool_command(sanitizer: Path, tool: str, program: list[str]) -> list[str]:
+    """compute-sanitizer's ``tool`` over ``program``, every report printed up to the limit (racecheck's
+    warnings too)."""
     flags = ["--racecheck-report", "all"] if tool == "racecheck" else []
-    return [str(sanitizer), "--tool", tool, "--print-limit", "100", *flags,
-            sys.executable, "-m", "qsa_cli.sanitize_child", payload]
+    return [str(sanitizer), "--tool", tool, "--print-limit", "100", *flags, *program]
 
 
 class ChildrenStopped(Exception):

@@ -4,11 +4,15 @@ the failure names the variant and the buffer. The guard zones' own tests run on 
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from qsa_cli import sanitize
 from qsa_cli.catalog import qsa_catalog
 from qsa_cli.cli import main
 from qsa_cli.core.integrity import GUARD_BYTES, GuardedBuffers, Pristine, fingerprint
@@ -100,6 +104,51 @@ def test_pristine_sees_any_one_byte_changed_in_arrays_of_any_size() -> None:
     assert pristine.changed({"a": nan}) == []
     nan[1] = -0.0
     assert pristine.changed({"a": nan}) == ["a"]
+
+
+# The integrity checks' work on a device, as a run does it: zones armed, checked clean, written on both sides of
+# an array, found, re-armed; an input compared with its copy, unchanged and changed.
+CHECKS_ON_THE_DEVICE = """
+import cupy, numpy as np
+from qsa_cli.core.integrity import GUARD_BYTES, GuardedBuffers, Pristine
+print("%s 0", flush=True)
+buffers = GuardedBuffers(cupy)
+sizes = (5, 13, 8000, 1)
+arrays = [buffers.empty(name, (size,), np.uint8) for name, size in zip("abcd", sizes)]
+scores = buffers.asarray("scores", np.random.default_rng(7).standard_normal((3, 1000)).astype(np.float32))
+assert buffers.breaches() == []
+def allocation(array):
+    while array.base is not None:
+        array = array.base
+    return array
+allocation(arrays[1])[GUARD_BYTES + 13 + 6] ^= 1
+allocation(arrays[3])[0] ^= 1
+assert len(buffers.breaches()) == 2 and buffers.breaches() == []
+pristine = Pristine(cupy, {"scores": scores})
+assert pristine.changed({"scores": scores}) == []
+scores[1, 2] += 1
+assert pristine.changed({"scores": scores}) == ["scores"]
+cupy.cuda.Device().synchronize()
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.slow  # a CuPy process started under each of compute-sanitizer's four tools in turn
+def test_the_checks_kernels_are_clean_under_compute_sanitizer(cupy: Any, tmp_path: Path) -> None:
+    """The guard zones' reduction and the inputs' comparison run in every run, beside the variants' kernels:
+    memcheck, racecheck, synccheck and initcheck must find nothing in them."""
+    try:
+        tool = sanitize.find_sanitizer()
+    except sanitize.SanitizerError as missing:
+        pytest.skip(str(missing))
+    script = tmp_path / "checks.py"
+    script.write_text(CHECKS_ON_THE_DEVICE % sanitize.MARKER)
+    case = sanitize.SanitizeCase("integrity", 1000, 3, 1000, variant="guard zones")
+    for name in sanitize.TOOLS:
+        output, code, seconds = sanitize.run_tool(sanitize.tool_command(tool, name, [sys.executable, str(script)]),
+                                                   dict(os.environ))
+        (row,) = sanitize.judge([case], name, output, code, [], seconds)
+        assert row.passed and row.errors == 0, f"{name}: {output[-3000:]}"
 
 
 def _wrap_model(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, variant: str,

@@ -11,6 +11,7 @@ from conftest import COLLECTED
 ROOT = Path(__file__).resolve().parent.parent
 SLOW = {
     "tests/test_sanitize.py::test_qsa_sanitize_reports_nothing_over_every_variant",
+    "tests/test_integrity.py::test_the_checks_kernels_are_clean_under_compute_sanitizer",  # beside the matrix
     "tests/test_engine_gpu.py::test_engine_switch_settings_in_a_child",
     "tests/test_engine_cli_gpu.py::test_sanitize_runs_the_checkouts_variants",
     "tests/test_engine_cli_gpu.py::test_sanitize_runs_a_newer_checkouts_paths_under_their_switches",
