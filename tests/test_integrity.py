@@ -106,28 +106,24 @@ def test_pristine_sees_any_one_byte_changed_in_arrays_of_any_size() -> None:
     assert pristine.changed({"a": nan}) == ["a"]
 
 
-# The integrity checks' work on a device, as a run does it: zones armed, checked clean, written on both sides of
-# an array, found, re-armed; an input compared with its copy, unchanged and changed.
+# The integrity checks' work on a device, as a run does it: the guard zones' own tests above on CuPy's arrays
+# (armed, checked clean, written around, found, re-armed), then an input compared with its copy, unchanged and
+# changed
 CHECKS_ON_THE_DEVICE = """
+import sys
 import cupy, numpy as np
-from qsa_cli.core.integrity import GUARD_BYTES, GuardedBuffers, Pristine
-print("%s 0", flush=True)
-buffers = GuardedBuffers(cupy)
-sizes = (5, 13, 8000, 1)
-arrays = [buffers.empty(name, (size,), np.uint8) for name, size in zip("abcd", sizes)]
-scores = buffers.asarray("scores", np.random.default_rng(7).standard_normal((3, 1000)).astype(np.float32))
-assert buffers.breaches() == []
-def allocation(array):
-    while array.base is not None:
-        array = array.base
-    return array
-allocation(arrays[1])[GUARD_BYTES + 13 + 6] ^= 1
-allocation(arrays[3])[0] ^= 1
-assert len(buffers.breaches()) == 2 and buffers.breaches() == []
-pristine = Pristine(cupy, {"scores": scores})
-assert pristine.changed({"scores": scores}) == []
+sys.path.insert(0, {tests!r})
+import test_integrity
+from qsa_cli.core.integrity import Pristine
+print("{marker} 0", flush=True)
+rng = np.random.default_rng(7)
+test_integrity.test_guard_zones_see_a_write_on_either_side_and_rearm(cupy, rng)
+test_integrity.test_guard_zones_name_only_the_buffers_written_around(cupy)
+scores = cupy.asarray(rng.standard_normal((3, 1000), dtype=np.float32))
+pristine = Pristine(cupy, {{"scores": scores}})
+assert pristine.changed({{"scores": scores}}) == []
 scores[1, 2] += 1
-assert pristine.changed({"scores": scores}) == ["scores"]
+assert pristine.changed({{"scores": scores}}) == ["scores"]
 cupy.cuda.Device().synchronize()
 """
 
@@ -142,7 +138,7 @@ def test_the_checks_kernels_are_clean_under_compute_sanitizer(cupy: Any, tmp_pat
     except sanitize.SanitizerError as missing:
         pytest.skip(str(missing))
     script = tmp_path / "checks.py"
-    script.write_text(CHECKS_ON_THE_DEVICE % sanitize.MARKER)
+    script.write_text(CHECKS_ON_THE_DEVICE.format(tests=str(Path(__file__).resolve().parent), marker=sanitize.MARKER))
     case = sanitize.SanitizeCase("integrity", 1000, 3, 1000, variant="guard zones")
     for name in sanitize.TOOLS:
         output, code, seconds = sanitize.run_tool(sanitize.tool_command(tool, name, [sys.executable, str(script)]),
