@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import COLLECTED
+from conftest import COLLECTED, LONGEST_FIRST
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW = {
@@ -42,3 +42,15 @@ def test_the_slow_tests_are_gpu_tests(request: pytest.FixtureRequest) -> None:
     assert all("gpu" in marks for nodeid, marks in collected.items() if nodeid.split("[")[0] in WIDE_REPEATS)
     repeats = [nodeid for nodeid in slow if nodeid.split("[")[0] in WIDE_REPEATS]
     assert all("16-ctas" in nodeid or "wide_kernel" in nodeid and "420000" not in nodeid for nodeid in repeats)
+
+
+def test_the_longest_cpu_tests_run_first(request: pytest.FixtureRequest) -> None:
+    """conftest's LONGEST_FIRST still names the every-card compiles (renamed, the suite would quietly end on them
+    again), CPU tests both."""
+    collected = request.config.stash[COLLECTED]
+    if "tests/test_nvcc.py" not in {nodeid.split("::")[0] for nodeid in collected}:
+        pytest.skip("run with tests/test_nvcc.py collected")
+    first = {nodeid.split("[")[0] for nodeid, marks in collected.items()
+             if LONGEST_FIRST in nodeid and "gpu" not in marks}
+    assert first == {"tests/test_nvcc.py::test_compiles_for_every_card_without_spills_and_emits_its_launchers_kernels",
+                     "tests/test_engine.py::test_the_fake_compiles_for_every_card_without_spills"}
