@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -16,8 +15,7 @@ import pytest
 from qsa_cli import sanitize
 from qsa_cli.catalog import qsa_catalog
 from qsa_cli.cli import main
-from qsa_cli.core.integrity import (GUARD_BYTES, PAGE_LOCKED_COPY_BYTES, GuardedBuffers, Pristine, copy_to_device,
-                                    fingerprint)
+from qsa_cli.core.integrity import GUARD_BYTES, GuardedBuffers, Pristine, fingerprint
 from qsa_cli.stages import scores as scores_stage
 from qsa_cli.stages import topk as topk_stage
 
@@ -79,76 +77,6 @@ def test_guarded_arrays_keep_alignment_and_contents(rng: np.random.Generator) ->
     assert not zeros.any() and zeros.dtype == np.uint64
     assert (copy.ctypes.data - copy.base.ctypes.data) % 256 == 0
 
-
-class _Runtime:
-    """CuPy's runtime as copy_to_device uses it, each call noted; ``refuse``: memory that will not be locked."""
-
-    class CUDARuntimeError(RuntimeError):
-        pass
-
-    def __init__(self, calls: list[str], refuse: bool) -> None:
-        self.calls, self.refuse = calls, refuse
-
-    def hostRegister(self, ptr: int, size: int, flags: int) -> None:  # CUDA's name
-        self.calls.append(f"lock {size}")
-        if self.refuse:
-            raise self.CUDARuntimeError("cudaErrorHostMemoryAlreadyRegistered")
-
-    def hostUnregister(self, ptr: int) -> None:
-        self.calls.append("unlock")
-
-
-class _DeviceArray:
-    """A device array as copy_to_device fills it (``set`` on a stream), backed by a host array here."""
-
-    def __init__(self, calls: list[str], shape: tuple[int, ...], dtype: Any) -> None:
-        self.calls, self.held = calls, np.empty(shape, dtype)
-
-    def set(self, host: np.ndarray, stream: Any) -> None:
-        self.calls.append(f"copy on {stream.name}")
-        self.held[...] = host
-
-
-@pytest.mark.parametrize(("nbytes", "refuse", "expected"), [
-    (PAGE_LOCKED_COPY_BYTES, False, ["lock {n}", "copy on current", "wait current", "unlock"]),
-    (PAGE_LOCKED_COPY_BYTES - 4, False, ["copy on current"]),
-    (PAGE_LOCKED_COPY_BYTES, True, ["lock {n}", "copy on current"]),
-])
-def test_a_large_input_is_page_locked_for_its_copy_to_the_device_and_unlocked_after(
-        nbytes: int, refuse: bool, expected: list[str], rng: np.random.Generator) -> None:
-    """Locked, copied on the current stream, waited for, unlocked; a small one, or one that will not be locked
-    (whoever locked it unlocks it), copied as it is; the bytes the same either way."""
-    calls: list[str] = []
-    stream = SimpleNamespace(name="current", synchronize=lambda: calls.append("wait current"))
-    xp = SimpleNamespace(cuda=SimpleNamespace(runtime=_Runtime(calls, refuse), get_current_stream=lambda: stream))
-    host = rng.integers(0, 2**31, nbytes // 4, dtype=np.int32)
-    host.flags.writeable = False  # as a sealed input is
-    array = _DeviceArray(calls, host.shape, host.dtype)
-    copy_to_device(xp, array, host)
-    assert calls == [c.format(n=nbytes) for c in expected]
-    assert array.held.tobytes() == host.tobytes()
-
-
-@pytest.mark.gpu
-def test_a_guarded_copy_of_a_large_input_is_its_bytes_and_leaves_its_memory_as_it_was(
-        cupy: Any, rng: np.random.Generator) -> None:
-    """Through a lock of its pages (unlocked after), or, where the caller holds them locked, as it is (and
-    still locked): the same bytes, the guard zones whole."""
-    runtime = cupy.cuda.runtime
-    host = rng.standard_normal(PAGE_LOCKED_COPY_BYTES // 4 + 3).astype(np.float32)
-    host.flags.writeable = False
-
-    def locked() -> bool:
-        return runtime.pointerGetAttributes(host.ctypes.data).type == runtime.memoryTypeHost
-
-    buffers = GuardedBuffers(cupy)
-    assert buffers.asarray("scores", host).get().tobytes() == host.tobytes() and not locked()
-    runtime.hostRegister(host.ctypes.data, host.nbytes, 0)
-    try:
-        assert buffers.asarray("again", host).get().tobytes() == host.tobytes() and locked()
-    finally:
-        runtime.hostUnregister(host.ctypes.data)
-    assert buffers.breaches() == []
 
 def test_fingerprint_changes_with_one_bit(rng: np.random.Generator) -> None:
     a = rng.standard_normal(100).astype(np.float32)

@@ -21,7 +21,6 @@ import numpy as np
 
 GUARD_BYTES = 4096  # each side; a multiple of 256, so a carved array keeps its allocation's alignment
 _ALIGN = 256
-PAGE_LOCKED_COPY_BYTES = 4 << 20  # page-locked for its copy from this size (H100: 1 MB slower so, 2 MB faster)
 GUARD_PATTERN = np.frombuffer(bytes.fromhex("9e3779b97f4a7c15"), dtype=np.uint8)  # no poison, no small number
 
 
@@ -69,12 +68,8 @@ class GuardedBuffers:
 
     def asarray(self, name: str, host: np.ndarray) -> Any:
         """A guarded copy of ``host`` (C-contiguous)."""
-        host = np.ascontiguousarray(host)
         array = self.empty(name, host.shape, host.dtype)
-        if self.xp is np:
-            array[...] = host
-        else:
-            copy_to_device(self.xp, array, host)
+        array[...] = self.xp.asarray(np.ascontiguousarray(host))
         return array
 
     def _zones(self, raw: Any, nbytes: int) -> tuple[Any, Any]:
@@ -124,28 +119,6 @@ class GuardedBuffers:
                 self._arm(raw, nbytes)
             found += hits
         return found
-
-
-def copy_to_device(xp: Any, array: Any, host: np.ndarray) -> None:
-    """``host``'s bytes into the contiguous device array ``array``, on the current stream. A large one's pages are
-    page-locked for the copy, which is then one DMA from them with no staging copy by this process's CPU: on
-    an H100 host a 64 MB piece took 5.7-5.9 ms so against 9.3-9.5 ms, a 4 MB one 0.51 against 0.65-0.71 ms. A small one (the lock's calls would cost more than they save), or memory that will
-    not be locked (already locked, say), is copied as CuPy copies from pageable memory."""
-    stream = xp.cuda.get_current_stream()
-    runtime = xp.cuda.runtime
-    if host.nbytes < PAGE_LOCKED_COPY_BYTES:
-        array.set(host, stream=stream)
-        return
-    try:
-        runtime.hostRegister(host.ctypes.data, host.nbytes, 0)
-    except runtime.CUDARuntimeError:
-        array.set(host, stream=stream)
-        return
-    try:
-        array.set(host, stream=stream)
-        stream.synchronize()  # the DMA reads the pages until it ends: unlocked only then
-    finally:
-        runtime.hostUnregister(host.ctypes.data)
 
 
 def _zone_written(xp: Any, zone: Any, pattern: Any, out: Any) -> None:
